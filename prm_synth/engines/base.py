@@ -1,0 +1,75 @@
+"""The engine protocol: one call, many requests, every completion back with token counts.
+
+Every engine (simulated, vLLM in-process, OpenAI-compatible server) implements `Engine`.
+Annotators never call an engine themselves; the probe scheduler batches their requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How to sample; mirrors the subset of vLLM's SamplingParams we rely on."""
+
+    max_tokens: int = 512
+    temperature: float = 0.7
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt, `n` samples.
+
+    The engine renders the prompt with the model's chat template: optional `system`, the `user`
+    turn, then the assistant turn opened and followed by exactly `assistant_prefix`, so the
+    model continues a partial solution (a continuation prompt is the templated question plus
+    exactly the text of steps 0..i).
+    """
+
+    user: str
+    assistant_prefix: str = ""
+    system: str | None = None
+    n: int = 1
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled continuation (the text after `assistant_prefix`, not including it)."""
+
+    text: str
+    generated_tokens: int
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """All `n` completions of one request, in request order."""
+
+    completions: tuple[Completion, ...]
+    prompt_tokens: int
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(c.generated_tokens for c in self.completions)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A text generator. `generate` returns one result per request, in the same order."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]: ...
+
+    def close(self) -> None: ...
+
+
+class EngineError(RuntimeError):
+    """An engine could not produce results (after its own retries). The shard fails and is redone."""
