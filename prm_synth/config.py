@@ -121,6 +121,31 @@ class OpenAIConfig(Strict):
 EngineConfig = Annotated[SimulatedPolicyConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
 
 
+class SimulatedJudgeConfig(Strict):
+    """A judge that knows the truth recomputed from the step text and names it with `accuracy`."""
+
+    kind: Literal["simulated-judge"] = "simulated-judge"
+    accuracy: float = Field(0.8, ge=0.0, le=1.0)
+    seed: int = 0
+    model_name: str = "simulated-judge"
+
+
+JudgeEngineConfig = Annotated[SimulatedJudgeConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
+
+
+class JudgeConfig(Strict):
+    engine: JudgeEngineConfig
+    samples: int = Field(1, ge=1)  # m judge samples per solution, majority vote
+    temperature: float = Field(0.7, ge=0.0)
+    max_tokens: int = Field(1024, ge=1)
+    prompt_version: str = "v1"
+
+
+class ConsensusConfig(Strict):
+    policy: Literal["agree", "judge-only", "mc-only"] = "agree"
+    tolerance: int = Field(0, ge=0)  # |judge - mc| <= tolerance counts as agreement (both -1 always agree)
+
+
 # ---------------------------------------------------------------- stages
 class SamplingConfig(Strict):
     samples_per_problem: int = Field(4, ge=1)
@@ -171,6 +196,8 @@ class PipelineConfig(Strict):
     steps: StepsConfig = StepsConfig()
     annotate: AnnotateConfig = AnnotateConfig()
     labels: LabelConfig = LabelConfig()
+    judge: JudgeConfig | None = None
+    consensus: ConsensusConfig | None = None
     output: OutputConfig = OutputConfig()
     run: RunConfig = RunConfig()
 
