@@ -25,7 +25,7 @@ _OP_SENTENCE = {
     "×": "Then the number of {item} is multiplied by {b}.",
     "÷": "Then {name} shares the {item} equally among {b} friends and keeps one share.",
 }
-_START = re.compile(r"^(?P<name>[A-Z][a-z]+) has (?P<a>\d+) (?P<item>[a-z]+)\.")
+_START = re.compile(r"(?P<name>[A-Z][a-z]+) has (?P<a>\d+) (?P<item>[a-z]+)\.")
 _OP_PATTERNS = (
     ("+", re.compile(r"Then [A-Z][a-z]+ gets (\d+) more [a-z]+\.")),
     ("-", re.compile(r"Then [A-Z][a-z]+ gives away (\d+) [a-z]+\.")),
@@ -113,7 +113,7 @@ def parse_question(question: str) -> ChainProblem | None:
     """Read a builtin question back into its chain; None when the text is not one of ours."""
     if len(question) > MAX_QUESTION_CHARS:
         return None
-    m = _START.match(question)
+    m = _START.search(question)
     if not m:
         return None
     ops: list[tuple[str, int]] = []

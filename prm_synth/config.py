@@ -171,8 +171,26 @@ class AnnotateConfig(Strict):
     stop_at_first_zero: bool = False  # per-step MC: stop probing after the first prefix with MC 0
     rollout_max_tokens: int = Field(512, ge=1)
     rollout_temperature: float = Field(0.7, ge=0.0)
+    # binary search: the test that decides whether a prefix is still good.
+    #   fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule)
+    #   sprt:  Wald's sequential test of H_bad (MC <= bad_rate) against H_good (MC >= good_rate),
+    #          sampling `probe_batch` rollouts at a time, at most `probe_max_rollouts`
+    search_test: Literal["sprt", "fixed"] = "sprt"
+    bad_rate: float = Field(0.05, gt=0.0, lt=1.0)
+    good_rate: float = Field(0.3, gt=0.0, lt=1.0)
+    sprt_error: float = Field(0.1, gt=0.0, lt=0.5)  # both error probabilities of each test
+    probe_batch: int = Field(2, ge=1)
+    probe_max_rollouts: int = Field(32, ge=1)
+    recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
+    verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
     max_batch_requests: int = Field(256, ge=1)  # requests per engine call
     max_in_flight: int = Field(64, ge=1)  # solutions whose annotators run concurrently
+
+    @model_validator(mode="after")
+    def _rates(self) -> AnnotateConfig:
+        if self.bad_rate >= self.good_rate:
+            raise ValueError("annotate.bad_rate must be below annotate.good_rate")
+        return self
 
 
 class LabelConfig(Strict):

@@ -36,6 +36,9 @@ class GenerationRequest:
     system: str | None = None
     n: int = 1
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    # How many samples of this same prompt were drawn before: engines that derive randomness per
+    # sample (the simulated policy) continue the sequence instead of repeating it.
+    first_sample_index: int = 0
 
 
 @dataclass(frozen=True)

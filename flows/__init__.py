@@ -1,0 +1,1 @@
+"""Thin Prefect flows over the prm_synth library."""

@@ -1,0 +1,49 @@
+"""What an annotator returns: per-step counts, and how each step's label was obtained."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prm_synth.annotate.scheduler import ProbeResult
+
+
+@dataclass
+class Annotation:
+    """Per-step rollout counts plus the labels a search decided.
+
+    `label_source[i]` is one of
+      "mc"       measured: the labeling rule turns the step's counts into its label;
+      "verdict"  the full solution's own grade (one free rollout of its last prefix);
+      "test"     measured, and the search's sequential test decided the label (in `decided`);
+      "inferred" not measured: the search concluded it from its neighbours (in `decided`);
+      "none"     unlabeled (counts may still be recorded).
+    """
+
+    method: str
+    mc_correct: list[int]
+    mc_total: list[int]
+    label_source: list[str]
+    decided: dict[int, bool] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, method: str, n_steps: int) -> Annotation:
+        return cls(method, [0] * n_steps, [0] * n_steps, ["none"] * n_steps)
+
+    def record(self, result: ProbeResult) -> None:
+        self.mc_correct[result.step] = result.correct
+        self.mc_total[result.step] = result.total
+        self.label_source[result.step] = "mc"
+
+    def record_verdict(self, step: int, status: str) -> None:
+        """The complete solution is one rollout of its own last prefix: its verdict is a free sample."""
+        if status == "unknown" or self.label_source[step] == "mc":
+            return
+        self.mc_correct[step] = int(status == "correct")
+        self.mc_total[step] = 1
+        self.label_source[step] = "verdict"
+
+    def decide(self, step: int, good: bool, source: str) -> None:
+        self.decided[step] = good
+        self.label_source[step] = source

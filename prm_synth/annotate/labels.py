@@ -1,0 +1,63 @@
+"""Labeling rules: turn an annotation's counts into per-step labels and a first error.
+
+- hard: a step is good when at least one rollout from its prefix reached the gold answer (MC > 0),
+  the rule of Math-Shepherd, OmegaPRM and Qwen's PRMs.
+- soft: a step is good when MC >= 0.5; `mc_values` keeps the soft value itself for trainers.
+- relative: a step is bad when its MC is significantly below the MC of the prefix before it
+  (one-sided binomial test at `significance`), or when its MC is 0. This catches errors that a
+  lucky recovery hides from the hard rule.
+Labels a search decided ("test", "inferred") are kept as they are under every rule; the rule
+applies to measured steps ("mc", "verdict").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from prm_synth.annotate.annotation import Annotation
+
+
+@dataclass(frozen=True)
+class Labels:
+    mc_values: list[float | None]
+    labels: list[bool | None]
+    first_error: int
+
+
+def binomial_cdf(x: int, n: int, p: float) -> float:
+    """P(X <= x) for X ~ Binomial(n, p)."""
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 1.0 if x >= n else 0.0
+    return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(0, x + 1)))
+
+
+def apply_rule(ann: Annotation, rule: str, significance: float = 0.05) -> Labels:
+    mc_values = [c / t if t else None for c, t in zip(ann.mc_correct, ann.mc_total, strict=True)]
+    labels: list[bool | None] = []
+    prev: float | None = None  # MC of the previous measured prefix
+    for i, source in enumerate(ann.label_source):
+        value = mc_values[i]
+        if source in ("test", "inferred"):
+            labels.append(ann.decided[i])
+        elif value is None or source == "none":
+            labels.append(None)
+        elif rule == "hard":
+            labels.append(value > 0)
+        elif rule == "soft":
+            labels.append(value >= 0.5)
+        elif rule == "relative":
+            dropped = (
+                prev is not None
+                and ann.mc_total[i] > 1
+                and binomial_cdf(ann.mc_correct[i], ann.mc_total[i], prev) < significance
+            )
+            labels.append(value > 0 and not dropped)
+        else:
+            raise ValueError(f"unknown labeling rule {rule!r}")
+        if value is not None and source == "mc":
+            prev = value
+    first_error = next((i for i, lab in enumerate(labels) if lab is False), -1)
+    return Labels(mc_values, labels, first_error)

@@ -1,0 +1,31 @@
+"""Per-step Monte Carlo estimation (Math-Shepherd): k rollouts from every step prefix."""
+
+from __future__ import annotations
+
+from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.scheduler import Annotator, Probe
+
+
+def per_step_mc(steps: list[str], final_status: str, k: int, stop_at_first_zero: bool = False) -> Annotator[Annotation]:
+    """Probe every prefix but the last (the full solution is already graded: its verdict is used).
+
+    With `stop_at_first_zero`, prefixes are probed in order and probing stops at the first prefix
+    from which no rollout reached the gold answer; the steps after it stay unlabeled.
+    """
+    n_steps = len(steps)
+    ann = Annotation.empty("mc", n_steps)
+    probed = range(n_steps - 1)
+    if stop_at_first_zero:
+        for step in probed:
+            (result,) = yield [Probe.of_steps(steps, step, k)]
+            ann.record(result)
+            if result.correct == 0:
+                break
+        else:
+            ann.record_verdict(n_steps - 1, final_status)
+    else:
+        results = yield [Probe.of_steps(steps, step, k) for step in probed]
+        for result in results:
+            ann.record(result)
+        ann.record_verdict(n_steps - 1, final_status)
+    return ann

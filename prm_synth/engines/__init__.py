@@ -1,0 +1,55 @@
+"""Engines behind one protocol (see base.py). One engine per process, built on first use and reused."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any
+
+from prm_synth.config import OpenAIConfig, SimulatedJudgeConfig, SimulatedPolicyConfig, VLLMConfig
+from prm_synth.engines.base import Engine
+
+_engines: dict[str, Engine] = {}
+_lock = threading.Lock()
+
+
+def build_engine(config: Any) -> Engine:
+    """A new engine for an engine config (imports the heavy backends only when asked for)."""
+    if isinstance(config, SimulatedPolicyConfig):
+        from prm_synth.engines.simulated import SimulatedPolicy
+
+        return SimulatedPolicy(config)
+    if isinstance(config, SimulatedJudgeConfig):
+        from prm_synth.judge import SimulatedJudge
+
+        return SimulatedJudge(config)
+    if isinstance(config, VLLMConfig):
+        from prm_synth.engines.vllm import VLLMEngine
+
+        return VLLMEngine(config)
+    if isinstance(config, OpenAIConfig):
+        from prm_synth.engines.openai import OpenAIEngine
+
+        return OpenAIEngine(config)
+    raise TypeError(f"no engine for config {type(config).__name__}")
+
+
+def get_engine(config: Any) -> Engine:
+    """The process's engine for this config: built once, shared by every shard task in the process."""
+    key = f"{type(config).__name__}:{config.model_dump_json()}"
+    with _lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _engines[key] = build_engine(config)
+        return engine
+
+
+def close_engines() -> None:
+    with _lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        engine.close()
+
+
+atexit.register(close_engines)

@@ -1,0 +1,105 @@
+"""The simulated policy: a test and benchmark instrument with known ground truth.
+
+It writes real text for builtin problems (prm_synth.arithmetic): one equation `a <op> b = c` per
+step, the running value carried forward, ending with "The answer is N.". Each freshly written step
+is wrong with probability `step_error` (a wrong `c`); a continuation of a prefix that already holds a
+wrong step carries the wrong value on, except that with probability `recover` it silently goes back
+to the right value and reaches the gold answer. The true first error of any solution is therefore
+recomputable from its text alone (arithmetic.true_first_error).
+
+Randomness is derived from (seed, prompt, prefix, sample index), so results do not depend on how
+requests are batched or ordered, and a re-run reproduces every sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Sequence
+
+from prm_synth import arithmetic
+from prm_synth.config import SimulatedPolicyConfig
+from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
+
+
+def _digest(*parts: object) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(str(part).encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def count_tokens(text: str) -> int:
+    """A stand-in tokenizer: whitespace words (the benchmarks compare costs, not exact counts)."""
+    return len(text.split())
+
+
+class SimulatedPolicy:
+    def __init__(self, config: SimulatedPolicyConfig | None = None) -> None:
+        self.config = config or SimulatedPolicyConfig()
+        self.sep = "\n" if self.config.step_format == "line" else "\n\n"
+
+    @property
+    def model_name(self) -> str:
+        return self.config.model_name
+
+    def close(self) -> None:
+        pass
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        out = []
+        for req in requests:
+            problem = arithmetic.parse_question(req.user)
+            base = _digest(self.config.seed, req.user, req.assistant_prefix)
+            texts = [
+                self._continue(problem, req.assistant_prefix, random.Random(f"{base}:{req.first_sample_index + i}"))
+                for i in range(req.n)
+            ]
+            completions = tuple(Completion(t, count_tokens(t), "stop") for t in texts)
+            out.append(GenerationResult(completions, count_tokens(req.user) + count_tokens(req.assistant_prefix)))
+        return out
+
+    def _continue(self, problem: arithmetic.ChainProblem | None, prefix: str, rng: random.Random) -> str:
+        if problem is None:
+            return "I do not know how to solve this problem."
+        truth = problem.values()
+        done = arithmetic.count_equations(prefix)
+        if done >= len(problem.ops):
+            return "" if "The answer is" in prefix else f" The answer is {arithmetic.last_value(prefix)}."
+        value = problem.start if done == 0 else arithmetic.last_value(prefix)
+        assert value is not None
+        wrong = arithmetic.true_first_error(prefix.split("\n")) >= 0 or (done and value != truth[done - 1])
+        if wrong and rng.random() < self.config.recover:
+            value, wrong = truth[done - 1], False
+            fresh_errors = False  # a recovered continuation reaches the gold answer
+        else:
+            fresh_errors = not wrong
+        lines = []
+        for j in range(done, len(problem.ops)):
+            op, b = problem.ops[j]
+            try:
+                c = arithmetic.apply(value, op, b)
+            except ValueError:  # a foreign prefix made the division inexact: the step is wrong
+                c = value // b
+            if fresh_errors and rng.random() < self.config.step_error:
+                c = self._wrong_value(c, problem, j, rng)
+                fresh_errors = False  # from now on the wrong value is carried on
+            lines.append(arithmetic.equation_text(value, op, b, c))
+            value = c
+        text = self.sep.join(lines) + ". " + arithmetic.answer_text(value)
+        if prefix and not prefix.endswith("\n"):
+            text = self.sep + text
+        return text
+
+    @staticmethod
+    def _wrong_value(c: int, problem: arithmetic.ChainProblem, j: int, rng: random.Random) -> int:
+        """A wrong result that keeps every later division exact and never returns to the truth.
+
+        The error is a nonzero multiple of the product of all later divisors: + and - keep the
+        difference, × multiplies it, ÷ divides it by a factor it holds, so it never becomes 0.
+        """
+        unit = math.prod(b for op, b in problem.ops[j + 1 :] if op == "÷")
+        delta = unit * rng.choice((1, 2, 3))
+        return c + delta if rng.random() < 0.5 or c - delta <= 0 else c - delta

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult, ProbeScheduler, SolutionJob
+from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult, SamplingOptions
+
+
+class CountingEngine:
+    """Answers "correct" for prefixes whose text contains 'good'; records every request."""
+
+    model_name = "counting"
+
+    def __init__(self) -> None:
+        self.calls: list[list[GenerationRequest]] = []
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.calls.append(list(requests))
+        return [
+            GenerationResult(tuple(Completion("ok", 1) for _ in range(r.n)), prompt_tokens=1) for r in requests
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+def grader(text: str, gold: str) -> str:
+    return "correct" if text.split("|")[-2].startswith("good") else "incorrect"
+
+
+def scripted(rounds: list[list[Probe]], log: list) -> Annotator[list]:
+    for probes in rounds:
+        results = yield probes
+        log.append((probes, results))
+    return log
+
+
+STEPS = [("good" if i % 2 == 0 else "bad") + f"{i}|" for i in range(6)]
+probe_st = st.builds(lambda step, k: Probe.of_steps(STEPS, step, k), st.integers(0, 5), st.integers(1, 6))
+job_st = st.tuples(st.integers(0, 2), st.lists(st.lists(probe_st, max_size=4), max_size=4))
+
+
+@settings(max_examples=80, deadline=None)
+@given(jobs=st.lists(job_st, min_size=1, max_size=12), in_flight=st.integers(1, 5), batch=st.integers(1, 7))
+def test_every_probe_is_answered_once_in_order_and_duplicates_are_estimated_once(jobs, in_flight, batch):
+    engine = CountingEngine()
+    sched = ProbeScheduler(engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=grader)
+    logs = [[] for _ in jobs]
+    specs = [
+        SolutionJob(f"j{i}", f"p{problem}", "Q", "1", scripted(rounds, logs[i]))
+        for i, (problem, rounds) in enumerate(jobs)
+    ]
+    finished = dict((job.key, value) for job, value in sched.run(specs))
+    assert set(finished) == {f"j{i}" for i in range(len(jobs))}
+    for i, (problem, rounds) in enumerate(jobs):
+        assert finished[f"j{i}"] is logs[i]
+        asked = [probes for probes, _ in logs[i]]
+        assert asked == rounds  # every round answered, in order, reaching the annotator that asked
+        for probes, results in logs[i]:
+            assert [r.step for r in results] == [p.step for p in probes]
+            for p, r in zip(probes, results, strict=True):
+                assert r.total >= p.k
+                assert r.correct == (r.total if p.step % 2 == 0 else 0)
+    # Rollouts spent on a prefix of a problem = the largest k any probe asked for it, never more.
+    biggest: Counter = Counter()
+    for problem, rounds in jobs:
+        for probes in rounds:
+            for p in probes:
+                key = (f"p{problem}", p.prefix)
+                biggest[key] = max(biggest[key], p.k)
+    assert all(len(call) <= batch for call in engine.calls)
+    total = sum(r.n for call in engine.calls for r in call)
+    assert total == sum(biggest.values()) == sched.stats.rollouts
+
+
+def test_probes_of_many_problems_share_one_engine_call():
+    engine = CountingEngine()
+    sched = ProbeScheduler(engine, SamplingOptions(), max_batch_requests=100, max_in_flight=50, grader=grader)
+    rounds = [[Probe.of_steps(STEPS, 0, 2)], [Probe.of_steps(STEPS, 1, 2)]]
+    specs = [SolutionJob(f"j{i}", f"p{i}", "Q", "1", scripted(rounds, []))
+             for i in range(30)]
+    assert len(list(sched.run(specs))) == 30
+    assert len(engine.calls) == 2  # round one of all 30 annotators, then round two
+    assert all(len(call) == 30 for call in engine.calls)
+
+
+def test_more_rollouts_on_a_known_prefix_only_samples_the_missing_ones():
+    engine = CountingEngine()
+    sched = ProbeScheduler(engine, SamplingOptions(), grader=grader)
+    log: list = []
+    rounds = [[Probe.of_steps(STEPS, 0, k)] for k in (4, 10, 3)]
+    spec = SolutionJob("j", "p", "Q", "1", scripted(rounds, log))
+    list(sched.run([spec]))
+    assert [r.n for call in engine.calls for r in call] == [4, 6]
+    assert [call[0].first_sample_index for call in engine.calls] == [0, 4]
+    assert [res[0].total for _, res in log] == [4, 10, 10]
+    assert sched.stats.probes_reused == 1
+
+
+def test_annotator_that_asks_nothing_finishes():
+    def nothing() -> Annotator[str]:
+        return "done"
+        yield []  # pragma: no cover
+
+    sched = ProbeScheduler(CountingEngine(), SamplingOptions(), grader=grader)
+    spec = SolutionJob("j", "p", "Q", "1", nothing())
+    assert [v for _, v in sched.run([spec])] == ["done"]
+
+
+def test_probe_result_mc():
+    assert ProbeResult(0, 3, 4).mc == 0.75
+    assert ProbeResult(0).mc is None
