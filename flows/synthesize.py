@@ -81,7 +81,9 @@ def synthesize(
             logger.error("shard %d failed: %s", index, failed[index])
 
     for shard in iter_shards(config, limit):
-        if shard.index in finished:
+        entry = finished.get(shard.index)
+        # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
+        if entry is not None and entry.problems == len(shard.items):
             skipped += 1
             continue
         if len(window) >= config.run.max_parallel_shards:

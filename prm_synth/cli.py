@@ -30,7 +30,10 @@ def _print_summary(summary: dict) -> None:
         ("rows out", summary["rows"]),
         ("rejected", f"{summary['rejected']} {summary['rejected_by_reason'] or ''}".strip()),
         ("reconciles", summary["reconciles"]),
-        ("shards", f"{summary['shards']} ({summary.get('shards_run', 0)} run, {summary.get('shards_skipped', 0)} resumed)"),
+        (
+            "shards",
+            f"{summary['shards']} ({summary.get('shards_run', 0)} run, {summary.get('shards_skipped', 0)} resumed)",
+        ),
         ("rollouts", summary["rollouts"]),
         ("tokens", summary["tokens"]),
         ("bad step fraction", labels.get("bad_step_fraction")),

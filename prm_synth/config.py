@@ -183,6 +183,16 @@ class AnnotateConfig(Strict):
     probe_max_rollouts: int = Field(32, ge=1)
     recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
+    # OmegaPRM (Luo et al. 2024): paper defaults; lengths are measured in generated tokens.
+    omega_alpha: float = Field(0.5, gt=0.0, le=1.0)
+    omega_beta: float = Field(0.9, gt=0.0, le=1.0)
+    omega_length: int = Field(500, ge=1)  # L, tokens
+    omega_c_puct: float = Field(0.125, ge=0.0)
+    omega_k: int = Field(16, ge=1)  # rollouts per state
+    omega_search_limit: int = Field(100, ge=1)  # selections (MCTS iterations) per question
+    omega_rollout_budget: int = Field(400, ge=1)  # hard cap on rollouts per question
+    omega_screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
+    save_trees: bool = False  # write each question's tree (JSON node-link) next to the shards
     max_batch_requests: int = Field(256, ge=1)  # requests per engine call
     max_in_flight: int = Field(64, ge=1)  # solutions whose annotators run concurrently
 

@@ -101,8 +101,12 @@ def sample_solutions(
     for start in range(0, len(problems), step):
         batch = problems[start : start + step]
         requests = [
-            GenerationRequest(user=policy_user_prompt(p.question), system=system, n=config.sampling.samples_per_problem,
-                              sampling=sampling)
+            GenerationRequest(
+                user=policy_user_prompt(p.question),
+                system=system,
+                n=config.sampling.samples_per_problem,
+                sampling=sampling,
+            )
             for p in batch
         ]
         for problem, result in zip(batch, engine.generate(requests), strict=True):
@@ -111,9 +115,16 @@ def sample_solutions(
                 steps = split_steps(completion.text, config.steps.strategy, config.steps.pattern)
                 sid = f"{problem.id}-s{j}"
                 if not steps:
-                    rejected.append(_rejected(sid, problem, "split", "empty_solution",
-                                              "the policy produced no text to split into steps",
-                                              {"text": completion.text}))
+                    rejected.append(
+                        _rejected(
+                            sid,
+                            problem,
+                            "split",
+                            "empty_solution",
+                            "the policy produced no text to split into steps",
+                            {"text": completion.text},
+                        )
+                    )
                     continue
                 verdict = grade(completion.text, problem.gold_answer)
                 share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
@@ -121,8 +132,9 @@ def sample_solutions(
     return solutions, rejected, tokens
 
 
-def process_shard(engine: Engine, config: PipelineConfig, shard: ShardInput, fingerprint: str,
-                  judge_engine: Engine | None = None) -> ShardOutput:
+def process_shard(
+    engine: Engine, config: PipelineConfig, shard: ShardInput, fingerprint: str, judge_engine: Engine | None = None
+) -> ShardOutput:
     started = time.perf_counter()
     out = ShardOutput()
     problems = [it for it in shard.items if isinstance(it, Problem)]
@@ -137,8 +149,9 @@ def process_shard(engine: Engine, config: PipelineConfig, shard: ShardInput, fin
     ann_cfg = config.annotate
     scheduler = ProbeScheduler(
         engine,
-        SamplingOptions(max_tokens=ann_cfg.rollout_max_tokens, temperature=ann_cfg.rollout_temperature,
-                        top_p=config.sampling.top_p),
+        SamplingOptions(
+            max_tokens=ann_cfg.rollout_max_tokens, temperature=ann_cfg.rollout_temperature, top_p=config.sampling.top_p
+        ),
         max_batch_requests=ann_cfg.max_batch_requests,
         max_in_flight=ann_cfg.max_in_flight,
     )

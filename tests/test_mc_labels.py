@@ -8,7 +8,6 @@ from prm_synth.annotate.labels import apply_rule, binomial_cdf
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.scheduler import ProbeResult
 
-
 S = [f"step {i}\n" for i in range(10)]
 
 
@@ -56,8 +55,9 @@ def test_recovered_error_is_good_under_hard_and_bad_under_relative():
 
 
 def test_inferred_labels_survive_every_rule():
-    ann = Annotation("binary", [0, 1, 0, 3], [0, 20, 0, 8], ["inferred", "test", "none", "none"],
-                     decided={0: True, 1: False})
+    ann = Annotation(
+        "binary", [0, 1, 0, 3], [0, 20, 0, 8], ["inferred", "test", "none", "none"], decided={0: True, 1: False}
+    )
     for rule in ("hard", "soft", "relative"):
         assert apply_rule(ann, rule).labels == [True, False, None, None]
 

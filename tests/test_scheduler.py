@@ -20,9 +20,7 @@ class CountingEngine:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         self.calls.append(list(requests))
-        return [
-            GenerationResult(tuple(Completion("ok", 1) for _ in range(r.n)), prompt_tokens=1) for r in requests
-        ]
+        return [GenerationResult(tuple(Completion("ok", 1) for _ in range(r.n)), prompt_tokens=1) for r in requests]
 
     def close(self) -> None:
         pass
@@ -81,8 +79,7 @@ def test_probes_of_many_problems_share_one_engine_call():
     engine = CountingEngine()
     sched = ProbeScheduler(engine, SamplingOptions(), max_batch_requests=100, max_in_flight=50, grader=grader)
     rounds = [[Probe.of_steps(STEPS, 0, 2)], [Probe.of_steps(STEPS, 1, 2)]]
-    specs = [SolutionJob(f"j{i}", f"p{i}", "Q", "1", scripted(rounds, []))
-             for i in range(30)]
+    specs = [SolutionJob(f"j{i}", f"p{i}", "Q", "1", scripted(rounds, [])) for i in range(30)]
     assert len(list(sched.run(specs))) == 30
     assert len(engine.calls) == 2  # round one of all 30 annotators, then round two
     assert all(len(call) == 30 for call in engine.calls)

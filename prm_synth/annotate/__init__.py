@@ -6,8 +6,8 @@ import hashlib
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.mc import per_step_mc
-from prm_synth.annotate.search import binary_search
 from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult, ProbeScheduler, SolutionJob
+from prm_synth.annotate.search import binary_search
 from prm_synth.config import AnnotateConfig
 
 __all__ = ["Annotation", "Annotator", "Probe", "ProbeResult", "ProbeScheduler", "SolutionJob", "make_annotator"]

@@ -93,9 +93,9 @@ def bisect(
     return lo, hi
 
 
-def binary_search(steps: list[str], final_status: str, config: AnnotateConfig, verify: bool = False) -> Annotator[
-    Annotation
-]:
+def binary_search(
+    steps: list[str], final_status: str, config: AnnotateConfig, verify: bool = False
+) -> Annotator[Annotation]:
     n = len(steps)
     if final_status == "correct":
         if verify:  # a sample of correct solutions is checked by rollouts instead of trusted

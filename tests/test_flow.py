@@ -1,0 +1,174 @@
+"""The walking skeleton end to end: config → Prefect flow → shards → manifest → inspect."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from prm_synth import arithmetic
+from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.labels import apply_rule
+from prm_synth.cli import app
+from prm_synth.config import load_config
+from prm_synth.shards import ShardStore, iter_records, read_manifest
+from prm_synth.summary import summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+SIMULATED = ROOT / "pipelines" / "simulated.yaml"
+
+
+def write_pipeline(tmp_path: Path, **changes) -> Path:
+    data = yaml.safe_load(SIMULATED.read_text())
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def check_dataset(out: Path) -> dict:
+    """The checks a user would run: counts reconcile, labels agree with counts, ids unique."""
+    summary = summarize(out)
+    assert summary["reconciles"], summary
+    rows = list(iter_records(out))
+    rejected = list(iter_records(out, "rejected"))
+    ids = [r["id"] for r in rows] + [r["id"] for r in rejected]
+    assert len(ids) == len(set(ids)), "a problem appears twice"
+    for r in rows:
+        ann = Annotation(r["annotator"], r["mc_correct"], r["mc_total"], r["label_source"])
+        ann.decided = {
+            i: lab
+            for i, (lab, s) in enumerate(zip(r["labels"], r["label_source"], strict=True))
+            if s in ("test", "inferred")
+        }
+        assert apply_rule(ann, r["label_rule"]).labels == r["labels"]
+        assert r["first_error_mc"] == next((i for i, lab in enumerate(r["labels"]) if lab is False), -1)
+        assert "".join(r["steps"]) and all(r["steps"])
+    return summary
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_flow_labels_simulated_problems_and_resumes(tmp_path):
+    from flows.synthesize import synthesize
+
+    config = load_config(write_pipeline(tmp_path, output__shard_size=25))
+    out = tmp_path / "out"
+    summary = synthesize(config=config, out_dir=str(out), limit=120)
+    assert summary["problems_in"] == 120 and summary["rows"] + summary["rejected"] == 120
+    assert summary["shards"] == 5 and summary["shards_run"] == 5
+    check_dataset(out)
+    rows = list(iter_records(out))
+    truth = [arithmetic.true_first_error(r["steps"]) for r in rows]
+    exact = sum(r["first_error_mc"] == t for r, t in zip(rows, truth, strict=True)) / len(rows)
+    assert exact > 0.8  # most solutions are right (-1 = -1); the MC labels must mostly agree
+
+    # Damage one shard (as a crash between writes would) and remove another's marker: only those are redone.
+    (out / "data" / "shard-00001.arrow").write_bytes(b"torn")
+    (out / "shards" / "shard-00003.json").unlink()
+    again = synthesize(config=config, out_dir=str(out), limit=120)
+    assert again["shards_run"] == 2 and again["shards_skipped"] == 3
+    assert [r["id"] for r in iter_records(out)] == [r["id"] for r in rows]
+    check_dataset(out)
+
+    # A longer limit extends the same dataset; a different config is refused.
+    more = synthesize(config=config, out_dir=str(out), limit=150)
+    assert more["shards_run"] == 2 and more["problems_in"] == 150  # the short last shard is redone whole
+    other = load_config(write_pipeline(tmp_path, annotate__k=4))
+    with pytest.raises(Exception, match="another config"):
+        synthesize(config=other, out_dir=str(out), limit=10)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_broken_problem_rows_are_rejected_with_reasons(tmp_path):
+    from flows.synthesize import synthesize
+
+    problems = tmp_path / "problems.jsonl"
+    good = arithmetic.generate(__import__("random").Random(5), 3, 4)
+    problems.write_text(
+        "\n".join(
+            [
+                json.dumps({"question": good.question(), "answer": f"work\n#### {good.answer}"}),
+                "{not json",
+                json.dumps({"question": "", "answer": "#### 3"}),
+                json.dumps({"question": "What is 2+2?"}),
+                json.dumps({"question": good.question(), "answer": "no marker here"}),
+            ]
+        )
+        + "\n"
+    )
+    path = write_pipeline(tmp_path, problems={"kind": "file", "path": str(problems), "preset": "gsm8k"})
+    out = tmp_path / "out"
+    summary = synthesize(config=load_config(path), out_dir=str(out))
+    assert summary["problems_in"] == 5
+    assert summary["rows"] == 1 and summary["rejected"] == 4
+    reasons = {r["reason"] for r in iter_records(out, "rejected")}
+    assert len(reasons) >= 3 and all(reasons)
+    check_dataset(out)
+
+
+def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path):
+    runner = CliRunner()
+    cases = {
+        "unknown": ({"annotate__kk": 3}, "annotate.kk"),
+        "type": ({"annotate__k": "many"}, "annotate.k"),
+        "file": ({"problems": {"kind": "file", "path": "nope.jsonl"}}, "problems.file.path"),
+    }
+    for name, (changes, field) in cases.items():
+        sub = tmp_path / name
+        sub.mkdir()
+        result = runner.invoke(app, ["run", str(write_pipeline(sub, **changes)), "--out", str(sub / "out")])
+        assert result.exit_code == 2, result.output
+        assert field in result.output, result.output
+        assert not (sub / "out").exists()
+    result = runner.invoke(app, ["run", str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 2 and "not found" in result.output
+
+
+@pytest.mark.slow
+def test_sigkill_part_way_then_rerun_loses_and_duplicates_nothing(tmp_path):
+    """A real `prm-synth run` process, killed with SIGKILL after a few shards, then run again."""
+    path = write_pipeline(tmp_path, problems__count=3000, output__shard_size=20)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(path), "--out", str(out), "--json"]
+    env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list((out / "shards").glob("*.json"))) < 5:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished_before = len(list((out / "shards").glob("*.json")))
+    assert 5 <= finished_before < 150, "the run was not killed part-way"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["shards_skipped"] >= finished_before - 2  # a marker written as it was killed may be torn
+    assert summary["problems_in"] == 3000 and summary["rows"] + summary["rejected"] == 3000
+    check_dataset(out)
+    manifest = read_manifest(out)
+    assert [s["shard"] for s in manifest["shards"]] == list(range(150))
+    assert len(ShardStore(out, manifest["config_fingerprint"]).finished(verify=True)) == 150
+
+
+def test_inspect_prints_counts_as_json(tmp_path):
+    store = ShardStore(tmp_path, "f")
+    store.prepare({"sampling": {"samples_per_problem": 1}}, "")
+    store.write_shard(0, [], [], problems=0, stats={"inputs": 0, "problems_loaded": 0})
+    store.write_manifest()
+    result = CliRunner().invoke(app, ["inspect", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert {"problems_in", "rows", "rejected", "shards"} <= set(data)
