@@ -115,6 +115,7 @@ def prepare_demo_model(cache_dir: Path | None = None) -> Path:
     _clean_stale_temp_dirs(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=target.parent))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder
         log.info("preparing the demo model (SmolLM2-135M-Instruct) in %s", target)
         _convert(gguf, tmp)
         (tmp / MARKER).write_text(f"converted from {gguf.name}\n")

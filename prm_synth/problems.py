@@ -1,9 +1,28 @@
-"""Problem sources: Hugging Face datasets, local files, and builtin arithmetic word problems."""
+"""Problem sources: Hugging Face datasets, local files, and builtin arithmetic word problems.
+
+`iter_problems` streams a source row by row, in a fixed order, and yields a `Problem` for every
+usable row and a `RejectedRecord` (stage "load", with a reason code) for every other one, so the
+count of input rows always reconciles with what comes out. Nothing reads a whole file at once
+except a .json file, whose format leaves no other choice.
+"""
 
 from __future__ import annotations
 
+import json
+import random
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from prm_synth import arithmetic
+from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
+from prm_synth.grading import last_boxed
+from prm_synth.schema import RejectedRecord
+
+PAYLOAD_CHARS = 2000
+PARQUET_BATCH_ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -13,3 +32,232 @@ class Problem:
     gold_answer: str
     source: str
     metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+class ProblemSourceError(ValueError):
+    """A source that cannot be read at all (as opposed to a bad row, which is rejected)."""
+
+
+Item = Problem | RejectedRecord
+
+
+def iter_problems(source: BuiltinSource | FileSource | HFSource) -> Iterator[Item]:
+    if isinstance(source, BuiltinSource):
+        return _builtin(source)
+    if isinstance(source, FileSource):
+        return _from_file(source)
+    if isinstance(source, HFSource):
+        return _from_hf(source)
+    raise TypeError(f"unknown problem source {type(source).__name__}")
+
+
+def count_hint(source: BuiltinSource | FileSource | HFSource) -> int | None:
+    """How many items the source will yield, when that is known without reading it."""
+    if isinstance(source, BuiltinSource):
+        return source.count
+    if isinstance(source, FileSource) and source.path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(source.path).metadata.num_rows  # from the footer, no rows read
+        except Exception:
+            return None
+    return None
+
+
+# ---------------------------------------------------------------- builtin
+def _builtin(src: BuiltinSource) -> Iterator[Item]:
+    for index in range(src.count):
+        # One RNG per index: problem i is the same whatever the count.
+        chain = arithmetic.generate(random.Random(f"{src.seed}:{index}"), src.min_ops, src.max_ops)
+        yield Problem(
+            id=f"builtin-{src.seed}-{index:06d}",
+            question=chain.question(),
+            gold_answer=str(chain.answer),
+            source="builtin",
+            metadata={"ops": len(chain.ops)},
+        )
+
+
+# ---------------------------------------------------------------- rows -> problems
+_THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def gold_from_field(value: Any, answer_format: str) -> tuple[str | None, str | None]:
+    """(gold answer, None) or (None, reason code) for one answer cell."""
+    if value is None:
+        return None, "missing_answer"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None, "unparseable_answer"
+    text = str(value)
+    if answer_format == "gsm8k":
+        if "####" not in text:
+            return None, "unparseable_answer"
+        text = _THOUSANDS_COMMA.sub("", text.rsplit("####", 1)[1])
+    elif answer_format == "boxed":
+        boxed = last_boxed(text)
+        if boxed is None:
+            return None, "unparseable_answer"
+        text = boxed
+    text = text.strip()
+    return (text, None) if text else (None, "empty_answer")
+
+
+def _payload(row: Any) -> str:
+    return json.dumps(row, ensure_ascii=False, default=str)[:PAYLOAD_CHARS]
+
+
+def _reject(
+    source: str, index: int, reason: str, detail: str, payload: str, problem_id: str | None = None
+) -> RejectedRecord:
+    return RejectedRecord(
+        id=f"{source}:{index}",
+        problem_id=problem_id,
+        source=source,
+        stage="load",
+        reason=reason,
+        detail=detail,
+        payload=payload,
+    )
+
+
+class _RowReader:
+    """Turns raw rows into problems with one field mapping; remembers ids to reject duplicates."""
+
+    def __init__(self, source: str, id_prefix: str, mapping: FieldMapping) -> None:
+        self.source, self.id_prefix, self.mapping = source, id_prefix, mapping
+        self.seen: set[str] = set()
+
+    def read(self, index: int, row: Any) -> Item:
+        m = self.mapping
+        if not isinstance(row, dict):
+            return _reject(self.source, index, "not_an_object", f"row {index} is a {type(row).__name__}", _payload(row))
+        # An id column is optional per row too: a row without one gets the positional id.
+        raw_id = row.get(m.id) if m.id else None
+        pid = str(raw_id).strip() if raw_id is not None and str(raw_id).strip() else f"{self.id_prefix}-{index:06d}"
+
+        def reject(reason: str, detail: str) -> RejectedRecord:
+            return _reject(self.source, index, reason, detail, _payload(row), pid)
+
+        question = row.get(m.question)
+        if question is None:
+            return reject("missing_question", f"row {index} has no {m.question!r} field")
+        if not isinstance(question, str):
+            return reject("bad_question", f"row {index}: {m.question!r} is a {type(question).__name__}, not text")
+        if not question.strip():
+            return reject("empty_question", f"row {index}: {m.question!r} is empty")
+        gold, reason = gold_from_field(row.get(m.answer), m.answer_format)
+        if gold is None:
+            details = {
+                "missing_answer": f"row {index} has no {m.answer!r} field",
+                "empty_answer": f"row {index}: the {m.answer_format} answer in {m.answer!r} is empty",
+            }
+            reason = reason or "unparseable_answer"
+            return reject(reason, details.get(reason, f"row {index}: no {m.answer_format} answer in {m.answer!r}"))
+        if pid in self.seen:
+            return reject("duplicate_id", f"row {index}: id {pid!r} was already used by an earlier row")
+        self.seen.add(pid)
+        return Problem(id=pid, question=question, gold_answer=gold, source=self.source)
+
+    def read_all(self, rows: Iterable[tuple[int, Any]]) -> Iterator[Item]:
+        for index, row in rows:
+            yield row if isinstance(row, RejectedRecord) else self.read(index, row)
+
+
+# ---------------------------------------------------------------- files
+def _from_file(src: FileSource) -> Iterator[Item]:
+    # The file is opened here, not on the first next(), so a broken file fails at the call.
+    path, stem = src.path, src.path.stem
+    openers = {".jsonl": _jsonl_rows, ".ndjson": _jsonl_rows, ".json": _json_rows, ".parquet": _parquet_rows}
+    opener = openers.get(path.suffix.lower())
+    if opener is None:
+        raise ProblemSourceError(
+            f"unsupported problem file type {path.suffix!r} ({path}); use .jsonl, .json or .parquet"
+        )
+    if not path.is_file():
+        raise ProblemSourceError(f"problem file {path} is not a readable file")
+    return _RowReader(stem, stem, src.mapping()).read_all(opener(path, stem))
+
+
+def _jsonl_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
+    def rows() -> Iterator[tuple[int, Any]]:
+        # Bytes, decoded line by line: one bad line (even bad UTF-8) is rejected, the rest continue.
+        with path.open("rb") as f:
+            for index, raw in enumerate(f):
+                if not raw.strip():
+                    continue  # a blank line holds no row
+                try:
+                    row = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                    text = raw.decode("utf-8", errors="replace")[:PAYLOAD_CHARS]
+                    yield index, _reject(source, index, "broken_line", f"line {index + 1} is not valid JSON: {e}", text)
+                    continue
+                if not isinstance(row, dict):
+                    detail = f"line {index + 1} is a JSON {type(row).__name__}, not an object"
+                    yield index, _reject(source, index, "broken_line", detail, _payload(row))
+                    continue
+                yield index, row
+
+    return rows()
+
+
+def _json_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
+    try:
+        with path.open("rb") as f:
+            data = json.load(f)  # JSON has no streaming form in the standard library
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProblemSourceError(f"cannot read problem file {path}: {e}") from e
+    if isinstance(data, dict):
+        data = next((data[k] for k in ("data", "rows") if isinstance(data.get(k), list)), None)
+    if not isinstance(data, list):
+        raise ProblemSourceError(
+            f"problem file {path} must hold a list of objects, or an object with a 'data' or 'rows' list"
+        )
+    return enumerate(data)
+
+
+def _parquet_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:
+        raise ProblemSourceError(f"cannot read parquet problem file {path}: {e}") from e
+
+    def rows() -> Iterator[tuple[int, Any]]:
+        index = 0
+        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            for row in batch.to_pylist():
+                yield index, row
+                index += 1
+
+    return rows()
+
+
+# ---------------------------------------------------------------- Hugging Face
+def _from_hf(src: HFSource) -> Iterator[Item]:
+    import datasets
+
+    name = src.path + (f"/{src.name}" if src.name else "")
+    where = f"Hugging Face dataset {name!r} (split {src.split!r})"
+    try:
+        ds = datasets.load_dataset(src.path, src.name, split=src.split, streaming=src.streaming)
+    except Exception as e:
+        raise ProblemSourceError(f"cannot load {where}: {type(e).__name__}: {e}") from e
+    reader = _RowReader(name, f"{name}-{src.split}", src.mapping())
+    return reader.read_all(_hf_rows(ds, where))
+
+
+def _hf_rows(ds: Iterable[Any], where: str) -> Iterator[tuple[int, Any]]:
+    # A streaming dataset fetches as it goes, so a network or format error can surface mid-way.
+    rows = iter(ds)
+    index = 0
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except Exception as e:
+            raise ProblemSourceError(f"error reading row {index} of {where}: {type(e).__name__}: {e}") from e
+        yield index, row
+        index += 1

@@ -54,7 +54,7 @@ def test_every_probe_is_answered_once_in_order_and_duplicates_are_estimated_once
     ]
     finished = dict((job.key, value) for job, value in sched.run(specs))
     assert set(finished) == {f"j{i}" for i in range(len(jobs))}
-    for i, (problem, rounds) in enumerate(jobs):
+    for i, (_problem, rounds) in enumerate(jobs):
         assert finished[f"j{i}"] is logs[i]
         asked = [probes for probes, _ in logs[i]]
         assert asked == rounds  # every round answered, in order, reaching the annotator that asked
