@@ -2,26 +2,36 @@
 
 Shards are submitted through a bounded window, so memory holds at most `run.max_parallel_shards`
 shards whatever the dataset size. Finished shards (by manifest marker) are skipped: a re-run of the
-same config redoes only what is missing. A failing shard does not stop the others; the flow ends
-failed and names the failed shards.
+same config, scheduled or by hand, redoes only what is missing. A failing shard does not stop the
+others; the flow ends failed and names the failed shards.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import sys
+import tempfile
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.concurrency.sync import concurrency
 from prefect.futures import PrefectFuture
 
-from prm_synth.config import PipelineConfig
+from flows.reporting import ShardProgress, publish_run_artifacts
+from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
 from prm_synth.pipeline import Item, ShardInput, iter_shards, process_shard
+from prm_synth.problems import count_hint
 from prm_synth.shards import ShardStore
 from prm_synth.summary import summarize
+
+DRY_RUN_PROBLEMS = 8
 
 
 @task(
@@ -34,9 +44,12 @@ from prm_synth.summary import summarize
 )
 def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: list[Item]) -> dict[str, Any]:
     fingerprint = config.fingerprint()
-    engine = get_engine(config.policy)
-    judge_engine = get_engine(config.judge.engine) if config.judge else None
-    out = process_shard(engine, config, ShardInput(shard_index, items), fingerprint, judge_engine)
+    limit = config.run.gpu_concurrency_limit
+    # Where a work pool shares GPUs, a global concurrency limit keeps one engine per GPU busy.
+    with concurrency(limit, occupy=1, strict=False) if limit else contextlib.nullcontext():
+        engine = get_engine(config.policy)
+        judge_engine = get_engine(config.judge.engine) if config.judge else None
+        out = process_shard(engine, config, ShardInput(shard_index, items), fingerprint, judge_engine)
     entry = ShardStore(out_dir, fingerprint).write_shard(
         shard_index,
         [r.to_row() for r in out.records],
@@ -47,24 +60,57 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
     return entry.to_json()
 
 
+def _ray_options(config: PipelineConfig) -> contextlib.AbstractContextManager[Any]:
+    """Under Ray, ask for the resources the shard's engine needs (a GPU per tensor-parallel rank)."""
+    try:
+        from prefect_ray.context import remote_options
+    except ImportError:
+        return contextlib.nullcontext()
+    gpus = config.run.ray_num_gpus
+    if gpus is None:
+        gpus = config.policy.tensor_parallel_size if isinstance(config.policy, VLLMConfig) else 0
+    return remote_options(num_cpus=1, num_gpus=gpus)
+
+
+def _expected_shards(config: PipelineConfig, limit: int | None) -> int | None:
+    hint = count_hint(config.problems)
+    if hint is None:
+        return None
+    return math.ceil((min(hint, limit) if limit else hint) / config.output.shard_size)
+
+
+def _dry_run_shards(config: PipelineConfig) -> Iterator[ShardInput]:
+    first = next(iter_shards(config, limit=DRY_RUN_PROBLEMS), None)
+    if first is not None:
+        yield first
+
+
 @flow(name="prm-synth-synthesize", log_prints=True)
 def synthesize(
     config: PipelineConfig,
     out_dir: str,
     limit: int | None = None,
     overwrite: bool = False,
+    dry_run: bool = False,
+    show_progress: bool = False,
 ) -> dict[str, Any]:
-    """Label every problem of `config` into `out_dir`, resuming whatever a previous run finished."""
+    """Label every problem of `config` into `out_dir`, resuming whatever a previous run finished.
+
+    dry_run: label one small shard end to end in a temporary folder; nothing final is written.
+    """
     logger = get_run_logger()
     started = time.time()
+    tmp = tempfile.TemporaryDirectory(prefix="prm-synth-dry-run-") if dry_run else None
+    target = tmp.name if tmp else out_dir
     fingerprint = config.fingerprint()
-    store = ShardStore(out_dir, fingerprint)
+    store = ShardStore(target, fingerprint)
     config_dump = config.model_dump(mode="json")
     store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
     finished = store.finished()
     if finished:
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), out_dir)
 
+    progress = ShardProgress(1 if dry_run else _expected_shards(config, limit), show_progress and sys.stderr.isatty())
     window: deque[tuple[int, PrefectFuture[dict[str, Any]]]] = deque()
     failed: dict[int, str] = {}
     done = skipped = 0
@@ -79,27 +125,48 @@ def synthesize(
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             failed[index] = f"{type(e).__name__}: {e}"
             logger.error("shard %d failed: %s", index, failed[index])
+        progress.advance()
 
-    for shard in iter_shards(config, limit):
+    shards = _dry_run_shards(config) if dry_run else iter_shards(config, limit)
+    for shard in shards:
         entry = finished.get(shard.index)
         # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
         if entry is not None and entry.problems == len(shard.items):
             skipped += 1
+            progress.advance()
             continue
         if len(window) >= config.run.max_parallel_shards:
             drain_one()
-        window.append((shard.index, label_shard.submit(config, out_dir, shard.index, shard.items)))
+        with _ray_options(config):
+            future = label_shard.submit(config, target, shard.index, shard.items)
+        window.append((shard.index, future))
     while window:
         drain_one()
+    progress.close()
 
     store.write_manifest(config_dump)
-    summary = summarize(out_dir) | {
+    summary = summarize(target) | {
         "wall_seconds": round(time.time() - started, 3),
         "shards_run": done,
         "shards_skipped": skipped,
         "shards_failed": sorted(failed),
+        "dry_run": dry_run,
     }
+    publish_run_artifacts(summary, config)
+    if tmp:
+        tmp.cleanup()
     if failed:
         details = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(failed.items()))
         raise RuntimeError(f"{len(failed)} shard(s) failed and will be redone on the next run: {details}")
     return summary
+
+
+def synthesize_with_runner(runner: str = "threads", ray_address: str | None = None) -> Any:
+    """The flow with the requested task runner: a thread pool (default) or a Ray cluster."""
+    if runner == "threads":
+        return synthesize
+    if runner == "ray":
+        from prefect_ray import RayTaskRunner
+
+        return synthesize.with_options(task_runner=RayTaskRunner(address=ray_address))
+    raise ValueError(f"unknown runner {runner!r} (threads or ray)")

@@ -51,6 +51,11 @@ def run(
     out: Annotated[Path | None, typer.Option(help="Output folder (default: runs/<name>).")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N problems.")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an output folder made with another config.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option(help="Label one small shard end to end in a temporary folder; write nothing final.")
+    ] = False,
+    runner: Annotated[str, typer.Option(help="Task runner: threads (default) or ray.")] = "threads",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a pipeline as a one-off local Prefect flow run and print a summary."""
@@ -61,20 +66,58 @@ def run(
         config = load_config(pipeline)
     except ConfigError as e:
         _fail(str(e))
+    if runner not in ("threads", "ray"):
+        _fail(f"--runner must be 'threads' or 'ray', not {runner!r}")
     out_dir = out or Path("runs") / config.name
-    from flows.synthesize import synthesize
+    from flows.synthesize import synthesize_with_runner
 
+    flow = synthesize_with_runner(runner, ray_address)
     try:
-        summary = synthesize(config=config, out_dir=str(out_dir), limit=limit, overwrite=overwrite)
+        summary = flow(
+            config=config,
+            out_dir=str(out_dir),
+            limit=limit,
+            overwrite=overwrite,
+            dry_run=dry_run,
+            show_progress=not json_out,
+        )
     except OutputMismatchError as e:
         _fail(str(e))
     except RuntimeError as e:
         _fail(str(e), code=1)
     if json_out:
         typer.echo(json.dumps(summary, sort_keys=True))
+        return
+    _print_summary(summary)
+    if dry_run:
+        typer.echo("\ndry run: nothing was written")
     else:
-        _print_summary(summary)
         typer.echo(f"\ndataset: {out_dir}  (load: datasets.load_dataset('arrow', data_files='{out_dir}/data/*.arrow'))")
+
+
+@app.command()
+def serve(
+    pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file.")],
+    cron: Annotated[str, typer.Option(help='Schedule, e.g. "0 3 * * *".')],
+    out: Annotated[Path | None, typer.Option(help="Output folder every scheduled run resumes into.")] = None,
+    name: Annotated[str | None, typer.Option(help="Deployment name (default: the pipeline name).")] = None,
+) -> None:
+    """Serve the synthesis flow on a schedule from this process (Prefect's flow.serve)."""
+    from prm_synth.config import ConfigError, load_config
+
+    try:
+        config = load_config(pipeline)
+    except ConfigError as e:
+        _fail(str(e))
+    from flows.synthesize import synthesize
+
+    out_dir = str((out or Path("runs") / config.name).resolve())
+    synthesize.serve(
+        name=name or config.name,
+        cron=cron,
+        parameters={"config": config.model_dump(mode="json"), "out_dir": out_dir},
+        tags=["prm-synth"],
+    )
 
 
 @app.command()

@@ -213,7 +213,11 @@ class OutputConfig(Strict):
 
 
 class RunConfig(Strict):
+    """How a run is executed; none of it changes the rows (so it is not in the fingerprint)."""
+
     max_parallel_shards: int = Field(2, ge=1)  # shard tasks in flight (bounds memory)
+    gpu_concurrency_limit: str | None = None  # name of a Prefect global concurrency limit (one slot per GPU)
+    ray_num_gpus: float | None = Field(None, ge=0)  # GPUs a shard task asks Ray for (None: from the engine)
 
 
 class PipelineConfig(Strict):

@@ -1,0 +1,152 @@
+"""Scheduled deployments on a real loopback Prefect server: prefect.yaml, a process worker, serve."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+FLOW = "prm-synth-synthesize"
+
+
+def test_prefect_yaml_carries_the_pipeline_files_unchanged():
+    """The deployment parameters are the pipeline files; this keeps the copies in step."""
+    doc = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    by_name = {d["name"]: d for d in doc["deployments"]}
+    sim = by_name["simulated-nightly"]
+    assert sim["parameters"]["config"] == yaml.safe_load((ROOT / "pipelines" / "simulated.yaml").read_text())
+    assert sim["schedules"][0]["cron"]
+    assert sim["work_pool"]["name"] == "prm-synth-process"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = os.environ | {
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PRM_SYNTH_HOME": str(ROOT),
+    }
+    log = open(home / "server.log", "w")  # noqa: SIM115 - closed at teardown
+    server = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    deadline = time.time() + 90
+    import urllib.request
+
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2)
+            break
+        except OSError:
+            if time.time() > deadline or server.poll() is not None:
+                raise RuntimeError("prefect server did not start: " + (home / "server.log").read_text()[-2000:])
+            time.sleep(0.5)
+    yield env
+    os.killpg(server.pid, signal.SIGTERM)
+    server.wait(timeout=30)
+    log.close()
+
+
+def _prefect(env, *args, check=True, timeout=120):
+    proc = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _client_call(env, code: str):
+    """Run a snippet against the server's API in a fresh interpreter (its settings come from env)."""
+    script = (
+        "import asyncio, json\n"
+        "from prefect.client.orchestration import get_client\n"
+        "async def main():\n"
+        "    async with get_client() as client:\n"
+        + "".join(f"        {line}\n" for line in code.strip().splitlines())
+        + "asyncio.run(main())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_deploy_from_prefect_yaml_run_it_and_refuse_bad_parameters(prefect_server, tmp_path):
+    env = prefect_server
+    _prefect(env, "work-pool", "create", "prm-synth-process", "--type", "process")
+    _prefect(env, "--no-prompt", "deploy", "--name", "simulated-nightly")
+    dep = _client_call(env, f"""
+d = await client.read_deployment_by_name("{FLOW}/simulated-nightly")
+print(json.dumps({{"crons": [s.schedule.cron for s in d.schedules], "enforce": d.enforce_parameter_schema}}))
+""")
+    assert dep["crons"] == ["0 3 * * *"] and dep["enforce"]
+
+    bad = _prefect(env, "deployment", "run", f"{FLOW}/simulated-nightly", "--params",
+                   json.dumps({"config": {"annotate": {"k": "many"}}}), check=False)
+    assert "Validation failed" in bad.stdout + bad.stderr  # refused by the server, no run created
+
+    out = tmp_path / "scheduled"
+    _prefect(env, "deployment", "run", f"{FLOW}/simulated-nightly", "--param", "limit=60", "--param",
+             f"out_dir={out}")
+    worker = subprocess.run(
+        [str(BIN / "prefect"), "worker", "start", "--pool", "prm-synth-process", "--run-once"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    run = _client_call(env, f"""
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["simulated-nightly"])))
+done = [r for r in runs if r.state and r.state.is_final()]
+arts = await client.read_artifacts()
+print(json.dumps({{"states": [r.state.type.value for r in done], "artifacts": sorted({{a.type for a in arts if a.flow_run_id in {{r.id for r in done}}}})}}))
+""")
+    assert run["states"] == ["COMPLETED"], worker.stdout[-3000:]
+    assert {"table", "markdown", "progress"} <= set(run["artifacts"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["totals"]["problems"] == 60
+
+
+@pytest.mark.slow
+def test_serve_registers_its_schedule(prefect_server, tmp_path):
+    env = prefect_server
+    proc = subprocess.Popen(
+        [str(BIN / "prm-synth"), "serve", str(ROOT / "pipelines" / "simulated.yaml"), "--cron", "*/30 * * * *",
+         "--name", "served-simulated", "--out", str(tmp_path / "served")],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 120
+        crons: list = []
+        while time.time() < deadline and not crons:
+            time.sleep(2)
+            crons = _client_call(env, f"""
+try:
+    d = await client.read_deployment_by_name("{FLOW}/served-simulated")
+    print(json.dumps([s.schedule.cron for s in d.schedules]))
+except Exception:
+    print("[]")
+""")
+        assert crons == ["*/30 * * * *"]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
