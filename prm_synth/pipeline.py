@@ -12,10 +12,12 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
 from typing import Any
 
 from prm_synth.annotate import make_annotator
+from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.config import PipelineConfig
@@ -40,6 +42,7 @@ class ShardOutput:
     records: list[LabeledRecord] = field(default_factory=list)
     rejected: list[RejectedRecord] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
 
 
 def iter_shards(config: PipelineConfig, limit: int | None = None) -> Iterator[ShardInput]:
@@ -132,22 +135,9 @@ def sample_solutions(
     return solutions, rejected, tokens
 
 
-def process_shard(
-    engine: Engine, config: PipelineConfig, shard: ShardInput, fingerprint: str, judge_engine: Engine | None = None
-) -> ShardOutput:
-    started = time.perf_counter()
-    out = ShardOutput()
-    problems = [it for it in shard.items if isinstance(it, Problem)]
-    for it in shard.items:
-        if isinstance(it, RejectedRecord):
-            out.rejected.append(it)
-
-    solutions, split_rejects, sampling_tokens = sample_solutions(engine, problems, config)
-    out.rejected += split_rejects
-    t_sampled = time.perf_counter()
-
+def _scheduler(engine: Engine, config: PipelineConfig) -> ProbeScheduler:
     ann_cfg = config.annotate
-    scheduler = ProbeScheduler(
+    return ProbeScheduler(
         engine,
         SamplingOptions(
             max_tokens=ann_cfg.rollout_max_tokens, temperature=ann_cfg.rollout_temperature, top_p=config.sampling.top_p
@@ -155,70 +145,166 @@ def process_shard(
         max_batch_requests=ann_cfg.max_batch_requests,
         max_in_flight=ann_cfg.max_in_flight,
     )
+
+
+def label_solutions(
+    engine: Engine, config: PipelineConfig, problems: list[Problem], fingerprint: str, out: ShardOutput
+) -> ProbeScheduler:
+    """Sample solutions, then annotate each one (per-step MC or binary search); records in input order."""
+    solutions, split_rejects, sampling_tokens = sample_solutions(engine, problems, config)
+    out.rejected += split_rejects
+    out.stats["sampling_tokens"] = sampling_tokens
+    scheduler = _scheduler(engine, config)
     by_key = {s.id: s for s in solutions}
+    system = system_prompt(config.policy)
     jobs = (
         SolutionJob(
             key=s.id,
             problem_key=s.problem.id,
             user_prompt=policy_user_prompt(s.problem.question),
             gold=s.problem.gold_answer,
-            annotator=make_annotator(ann_cfg, s.steps, s.verdict.status, s.id),
-            system_prompt=system_prompt(config.policy),
+            annotator=make_annotator(config.annotate, s.steps, s.verdict.status, s.id),
+            system_prompt=system,
         )
         for s in solutions
     )
     annotated: dict[str, LabeledRecord] = {}
     for job, ann in scheduler.run(jobs):
         s = by_key[job.key]
-        lab = apply_rule(ann, config.labels.rule, config.labels.significance)
         rollouts, tokens = scheduler.spend.get(job.key, [0, 0])
-        annotated[job.key] = LabeledRecord(
-            id=s.id,
-            problem_id=s.problem.id,
-            source=s.problem.source,
-            question=s.problem.question,
-            gold_answer=s.problem.gold_answer,
-            steps=s.steps,
-            final_answer=s.verdict.extracted,
-            final_correct=None if s.verdict.status == "unknown" else s.verdict.status == "correct",
-            mc_values=lab.mc_values,
-            mc_correct=ann.mc_correct,
-            mc_total=ann.mc_total,
-            labels=lab.labels,
-            label_source=ann.label_source,
-            label_rule=config.labels.rule,
-            first_error_mc=lab.first_error,
-            annotator=ann.method,
-            policy_model=engine.model_name,
-            config_fingerprint=fingerprint,
-            rollouts=rollouts,
-            tokens=tokens + s.tokens,
+        annotated[job.key] = _record(
+            config, engine, fingerprint, s.problem, s.id, s.steps, s.verdict, ann, rollouts, tokens + s.tokens
         )
-    # Records in input order, whatever order the annotators finished in.
-    records = [annotated[s.id] for s in solutions]
+    out.records = [annotated[s.id] for s in solutions]  # input order, whatever order annotators finished in
+    return scheduler
+
+
+def label_trees(
+    engine: Engine, config: PipelineConfig, problems: list[Problem], fingerprint: str, out: ShardOutput
+) -> ProbeScheduler:
+    """OmegaPRM: one search tree per question (it draws its own rollouts), one row per root-to-leaf path."""
+    from prm_synth.annotate.omega import omegaprm, split_evenly, tree_to_json
+
+    scheduler = _scheduler(engine, config)
+    split = partial(split_steps, strategy=config.steps.strategy, pattern=config.steps.pattern)
+    system = system_prompt(config.policy)
+    jobs = (
+        SolutionJob(
+            key=p.id,
+            problem_key=p.id,
+            user_prompt=policy_user_prompt(p.question),
+            gold=p.gold_answer,
+            annotator=omegaprm(config.annotate, split),
+            system_prompt=system,
+        )
+        for p in problems
+    )
+    results = {}
+    for job, result in scheduler.run(jobs):
+        results[job.key] = result
+    for p in problems:  # input order
+        result = results[p.id]
+        if config.annotate.save_trees:
+            out.trees[p.id] = tree_to_json(result.tree)
+        paths = [] if result.screened_out else result.paths()
+        if not paths:
+            reason = "screened_out" if result.screened_out else "no_paths"
+            detail = (
+                "the first rollouts were all right or all wrong (screening)"
+                if result.screened_out
+                else "no rollout of the question gave a state to label"
+            )
+            out.rejected.append(_rejected(f"{p.id}-t", p, "annotate", reason, detail, {"stop": result.stop_reason}))
+            continue
+        rollouts, tokens = scheduler.spend.get(p.id, [0, 0])
+        for i, (path, r_share, t_share) in enumerate(
+            zip(paths, split_evenly(rollouts, len(paths)), split_evenly(tokens, len(paths)), strict=True)
+        ):
+            verdict = (
+                grade(path.text, p.gold_answer)
+                if path.final_status is not None
+                else Verdict(status="unknown", extracted=None, reason="partial_path")
+            )
+            out.records.append(
+                _record(config, engine, fingerprint, p, f"{p.id}-t{i}", path.steps, verdict, path.annotation,
+                        r_share, t_share, complete=path.final_status is not None)
+            )
+    return scheduler
+
+
+def _record(
+    config: PipelineConfig,
+    engine: Engine,
+    fingerprint: str,
+    problem: Problem,
+    row_id: str,
+    steps: list[str],
+    verdict: Verdict,
+    ann: Annotation,
+    rollouts: int,
+    tokens: int,
+    complete: bool = True,
+) -> LabeledRecord:
+    lab = apply_rule(ann, config.labels.rule, config.labels.significance)
+    return LabeledRecord(
+        id=row_id,
+        problem_id=problem.id,
+        source=problem.source,
+        question=problem.question,
+        gold_answer=problem.gold_answer,
+        steps=steps,
+        final_answer=verdict.extracted if complete else None,
+        final_correct=None if verdict.status == "unknown" or not complete else verdict.status == "correct",
+        mc_values=lab.mc_values,
+        mc_correct=ann.mc_correct,
+        mc_total=ann.mc_total,
+        labels=lab.labels,
+        label_source=ann.label_source,
+        label_rule=config.labels.rule,
+        first_error_mc=lab.first_error,
+        annotator=ann.method,
+        policy_model=engine.model_name,
+        config_fingerprint=fingerprint,
+        rollouts=rollouts,
+        tokens=tokens,
+    )
+
+
+def process_shard(
+    engine: Engine, config: PipelineConfig, shard: ShardInput, fingerprint: str, judge_engine: Engine | None = None
+) -> ShardOutput:
+    started = time.perf_counter()
+    out = ShardOutput()
+    problems = [it for it in shard.items if isinstance(it, Problem)]
+    out.rejected += [it for it in shard.items if isinstance(it, RejectedRecord)]
+
+    label = label_trees if config.annotate.method == "omegaprm" else label_solutions
+    scheduler = label(engine, config, problems, fingerprint, out)
     t_annotated = time.perf_counter()
 
     judge_stats: dict[str, Any] = {}
     if config.judge is not None and judge_engine is not None:
         from prm_synth.judge import judge_records
 
-        judge_stats = judge_records(judge_engine, records, config.judge, ann_cfg.max_batch_requests)
+        judge_stats = judge_records(judge_engine, out.records, config.judge, config.annotate.max_batch_requests)
     if config.consensus is not None:
         from prm_synth.consensus import apply_consensus
 
-        records, consensus_rejected, consensus_stats = apply_consensus(records, config.consensus)
+        out.records, consensus_rejected, consensus_stats = apply_consensus(out.records, config.consensus)
         out.rejected += consensus_rejected
         judge_stats["consensus"] = consensus_stats
-    out.records = records
     for r in out.rejected:
         r.config_fingerprint = fingerprint
+    labeled = _check_nothing_lost(problems, out)
 
     sched = scheduler.stats
+    sampling_tokens = out.stats.pop("sampling_tokens", 0)
+    records = out.records
     out.stats = {
         "inputs": len(shard.items),
         "problems_loaded": len(problems),
-        "solutions": len(problems) * config.sampling.samples_per_problem,
-        "rows": len(out.records),
+        "problems_labeled": labeled,
+        "rows": len(records),
         "rejected": len(out.rejected),
         "rejected_by_reason": dict(Counter(r.reason for r in out.rejected)),
         "final_correct": sum(1 for r in records if r.final_correct),
@@ -230,11 +316,17 @@ def process_shard(
         "sampling_tokens": sampling_tokens,
         "rollout_tokens": sched.generated_tokens + sched.prompt_tokens,
         "tokens": sampling_tokens + sched.generated_tokens + sched.prompt_tokens,
-        "seconds": {
-            "sample": t_sampled - started,
-            "annotate": t_annotated - t_sampled,
-            "judge": time.perf_counter() - t_annotated,
-        },
+        "seconds": {"annotate": t_annotated - started, "judge": time.perf_counter() - t_annotated},
         **({"judge": judge_stats} if judge_stats else {}),
     }
     return out
+
+
+def _check_nothing_lost(problems: list[Problem], out: ShardOutput) -> int:
+    """Every loaded problem has labeled rows or a rejected row with a reason; returns how many have rows."""
+    with_rows = {r.problem_id for r in out.records}
+    with_reason = {r.problem_id for r in out.rejected}
+    lost = [p.id for p in problems if p.id not in with_rows and p.id not in with_reason]
+    if lost:  # a bug, never a data problem: refuse to write a shard that silently dropped problems
+        raise RuntimeError(f"{len(lost)} problem(s) ended with neither rows nor a rejection: {lost[:5]}")
+    return sum(1 for p in problems if p.id in with_rows)

@@ -129,7 +129,7 @@ class ShardStore:
             self.write_manifest(config_dump)
 
     def _clear(self) -> None:
-        for sub in ("data", "rejected", "shards"):
+        for sub in ("data", "rejected", "shards", "trees"):
             for p in (self.root / sub).glob("*"):
                 p.unlink()
         (self.root / MANIFEST).unlink(missing_ok=True)
@@ -142,13 +142,19 @@ class ShardStore:
         rejected: list[Mapping[str, Any]],
         problems: int,
         stats: dict[str, Any] | None = None,
+        extra_files: dict[str, bytes] | None = None,
     ) -> ShardEntry:
+        """Write the shard's files, then its marker. `extra_files` (e.g. search trees) are part of it."""
         name = shard_name(index)
         data_bytes = _table_bytes(records, RECORD_SCHEMA)
         rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
         data_rel, rej_rel = f"data/{name}.arrow", f"rejected/{name}.arrow"
         atomic_write_bytes(self.root / data_rel, data_bytes)
         atomic_write_bytes(self.root / rej_rel, rej_bytes)
+        hashes = {data_rel: _sha256(data_bytes), rej_rel: _sha256(rej_bytes)}
+        for rel, blob in (extra_files or {}).items():
+            atomic_write_bytes(self.root / rel, blob)
+            hashes[rel] = _sha256(blob)
         entry = ShardEntry(
             shard=index,
             problems=problems,
@@ -156,7 +162,7 @@ class ShardStore:
             rejected=len(rejected),
             data=data_rel,
             rejected_file=rej_rel,
-            sha256={data_rel: _sha256(data_bytes), rej_rel: _sha256(rej_bytes)},
+            sha256=hashes,
             config_fingerprint=self.fingerprint,
             stats=stats or {},
             finished_at=time.time(),

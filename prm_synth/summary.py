@@ -45,9 +45,15 @@ def summarize(root: str | Path) -> dict[str, Any]:
     manifest = read_manifest(root)
     totals = manifest["totals"]
     stats = totals.get("stats", {})
-    samples = manifest.get("config", {}).get("sampling", {}).get("samples_per_problem", 1)
+    config = manifest.get("config", {})
+    samples = config.get("sampling", {}).get("samples_per_problem", 1)
     load_rejected = stats.get("inputs", 0) - stats.get("problems_loaded", 0)
-    expected = load_rejected + stats.get("problems_loaded", 0) * samples
+    if config.get("annotate", {}).get("method") == "omegaprm":
+        # A tree gives any number of rows: every problem has rows or a rejection (checked per shard).
+        reconciles = stats.get("problems_labeled", 0) + totals["rejected"] >= stats.get("inputs", 0)
+    else:
+        # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
+        reconciles = totals["rows"] + totals["rejected"] == load_rejected + stats.get("problems_loaded", 0) * samples
     return {
         "problems_in": stats.get("inputs", 0),
         "problems_loaded": stats.get("problems_loaded", 0),
@@ -55,8 +61,9 @@ def summarize(root: str | Path) -> dict[str, Any]:
         "rows": totals["rows"],
         "rejected": totals["rejected"],
         "rejected_by_reason": stats.get("rejected_by_reason", {}),
-        # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
-        "reconciles": totals["rows"] + totals["rejected"] == expected,
+        "consensus": stats.get("judge", {}).get("consensus", {}),
+        "problems_labeled": stats.get("problems_labeled", 0),
+        "reconciles": reconciles,
         "shards": totals["shards"],
         "rollouts": stats.get("rollouts", 0),
         "tokens": stats.get("tokens", 0),

@@ -1,0 +1,470 @@
+"""OmegaPRM (Luo et al. 2024): grow a tree of solution prefixes per question, find errors by bisection.
+
+One annotator per QUESTION, not per sampled solution. The root is the empty prefix; it is estimated
+with k rollouts. Every measured prefix (a "state") with 0 < MC < 1 puts its incorrect rollouts into a
+candidate pool: those are the rollouts most likely to hold an error after a still-solvable prefix.
+Each iteration selects the (state, rollout) pair with the highest
+
+    Q(s, r) + U(s),  Q = alpha^(1 - MC(s)) * beta^(len(r) / L),  U = c_puct * sqrt(sum_i N(s_i)) / (1 + N(s))
+
+(len in generated tokens), bisects the rollout's steps for the first prefix with MC = 0 (MC > 0 moves
+right, MC = 0 moves left), adds the measured good prefixes and the first bad one to the tree as new
+states, and increments N of the selected state (the paper's maintenance). New states with
+0 < MC < 1 feed the pool in turn.
+
+What differs from the public implementation (openr), on purpose:
+- a selected rollout leaves the pool for good (openr's maintenance re-inserts it, so the same
+  rollout can be searched again and again);
+- the rollout budget is a hard limit checked before every probe: a probe asks only for what still
+  fits, and the search stops when nothing fits (openr checks it once per iteration and overshoots);
+- the selected rollout is known incorrect: its own verdict stands for the complete rollout, which
+  is never re-sampled (openr spends k rollouts on a text that already has an answer);
+- a prefix already measured in this question is reused, never re-estimated (two rollouts of one
+  state often share their first steps);
+- each prefix is estimated once (openr estimates every new state twice).
+
+The tree is a networkx DiGraph whose nodes are prefixes; `OmegaResult.paths()` flattens it into one
+entry per root-to-leaf path, with per-step counts in the shape of `Annotation` so the labeling rules
+of `labels.apply_rule` apply unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult
+from prm_synth.config import AnnotateConfig
+
+METHOD = "omegaprm"
+ROOT = 0  # node id of the empty prefix
+
+Steps = tuple[str, ...]
+Rollout = tuple[str, str, int]  # (completion text, verdict status, generated tokens)
+
+
+# ------------------------------------------------------------------ selection score
+def q_value(mc: float, tokens: int, alpha: float, beta: float, length: int) -> float:
+    """Q(s, r): high for a likely-good state (MC near 1) and a short rollout (few tokens)."""
+    return alpha ** (1.0 - mc) * beta ** (tokens / length)
+
+
+def u_value(visits: int, total_visits: int, c_puct: float) -> float:
+    """U(s): the exploration bonus of a state selected `visits` times out of `total_visits`."""
+    return c_puct * math.sqrt(total_visits) / (1 + visits)
+
+
+# ------------------------------------------------------------------ results
+@dataclass(frozen=True)
+class Candidate:
+    """An incorrect rollout of a state with 0 < MC < 1, waiting in the pool."""
+
+    state: int  # node id of the state it was drawn from
+    text: str  # the completion after the state's prefix
+    tokens: int  # generated tokens: len(r) in Q
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One probe asked: the prefix, rollouts in total after it, new ones charged to the budget."""
+
+    prefix: str
+    asked: int
+    new: int
+    correct: int
+    total: int
+
+
+@dataclass
+class OmegaPath:
+    """One root-to-leaf path of the tree: a (partial or complete) solution with per-step counts.
+
+    `steps` joins to the leaf's prefix text exactly. Step i carries the counts of the tree node
+    whose prefix ends with step i ("mc": measured by rollouts; "verdict": the leaf is a complete
+    rollout and its own grade is the one sample); steps inside an edge were never probed ("none",
+    total 0), or "inferred" good when `paths(infer_good=True)` was asked for.
+    """
+
+    steps: list[str]
+    mc_correct: list[int]
+    mc_total: list[int]
+    label_source: list[str]
+    final_status: str | None  # the leaf rollout's verdict when the leaf is a complete rollout
+    nodes: list[int]  # node ids from the root (excluded) to the leaf
+    annotation: Annotation
+
+    @property
+    def text(self) -> str:
+        return "".join(self.steps)
+
+
+@dataclass
+class OmegaResult:
+    tree: nx.DiGraph
+    rollouts: int  # rollouts this question's probes asked for (never above the budget)
+    tokens: int  # generated tokens of those rollouts
+    selections: int
+    selected: list[Candidate]  # in selection order; a rollout appears at most once
+    screened_out: bool
+    stop_reason: str  # screened_out | search_limit | pool_empty | budget
+    probes: list[ProbeRecord] = field(default_factory=list)
+
+    def paths(self, infer_good: bool = False) -> list[OmegaPath]:
+        """One entry per root-to-leaf path (leaves in node order); the bare root gives none.
+
+        With `infer_good`, unprobed steps before the path's last good measurement are marked
+        "inferred" good (decided True): the hard rule's own assumption that a prefix is good when a
+        longer prefix is. Without it they stay "none" and no label is claimed for them.
+        """
+        out = []
+        for leaf in sorted(self.tree.nodes):
+            if leaf == ROOT or self.tree.out_degree(leaf):
+                continue
+            node_path = nx.shortest_path(self.tree, ROOT, leaf)[1:]
+            out.append(_flatten(self.tree, node_path, infer_good))
+        return out
+
+
+def _flatten(tree: nx.DiGraph, node_path: list[int], infer_good: bool) -> OmegaPath:
+    leaf = tree.nodes[node_path[-1]]
+    steps = list(leaf["steps"])
+    n = len(steps)
+    correct, total, source = [0] * n, [0] * n, ["none"] * n
+    for node_id in node_path:
+        node = tree.nodes[node_id]
+        i = len(node["steps"]) - 1
+        correct[i], total[i] = node["correct"], node["total"]
+        source[i] = "verdict" if node["kind"] == "rollout" else "mc"
+    ann = Annotation(METHOD, correct, total, source)
+    if infer_good:
+        last_good = max((i for i in range(n) if source[i] != "none" and correct[i] > 0), default=-1)
+        for i in range(last_good):
+            if source[i] == "none":
+                ann.decide(i, True, "inferred")
+    final_status = leaf["final_status"] if leaf["kind"] == "rollout" else None
+    ann.extra = {"leaf": node_path[-1], "final_status": final_status}
+    return OmegaPath(steps, correct, total, ann.label_source, final_status, node_path, ann)
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """`total` cut into `parts` integer shares that add up exactly (earlier shares take the remainder)."""
+    if parts <= 0:
+        return []
+    share, extra = divmod(total, parts)
+    return [share + (i < extra) for i in range(parts)]
+
+
+# ------------------------------------------------------------------ the search
+class OmegaSearch:
+    """The state of one question's search; `run()` is the annotator generator."""
+
+    def __init__(self, config: AnnotateConfig, split: Callable[[str], list[str]], correct_leaves: int = 1) -> None:
+        self.config = config
+        self.split = split
+        self.correct_leaves = correct_leaves
+        self.tree = nx.DiGraph()
+        self.tree.add_node(ROOT, **_node_attrs("", (), "root"))
+        self._by_text: dict[str, int] = {"": ROOT}
+        self._known: dict[str, ProbeResult] = {}  # every prefix measured in this question
+        self._seen_complete: set[str] = set()  # complete texts already pooled, selected or in the tree
+        self.pool: list[Candidate] = []
+        self.selected: list[Candidate] = []
+        self.probes: list[ProbeRecord] = []
+        self.spent = 0
+        self.tokens = 0
+
+    # ---------------------------------------------------------- main loop
+    def run(self) -> Annotator[OmegaResult]:
+        cfg = self.config
+        root = yield from self._measure("", -1)
+        assert root is not None  # the budget is at least 1 and nothing was spent yet
+        self._set_measurement(ROOT, root)
+        if cfg.omega_screen and root.correct in (0, root.total):
+            # All right or all wrong: the question teaches the PRM nothing at this policy's level.
+            return self._result(screened_out=True, stop_reason="screened_out")
+        self._harvest(ROOT)
+
+        stop_reason = "search_limit"
+        while len(self.selected) < cfg.omega_search_limit:
+            if not self.pool:
+                stop_reason = "pool_empty"
+                break
+            if self.spent >= cfg.omega_rollout_budget:
+                stop_reason = "budget"
+                break
+            candidate = self._select()
+            finished = yield from self._binary_search(candidate)
+            self.tree.nodes[candidate.state]["N"] += 1  # maintenance: the selected state was visited
+            if not finished:
+                stop_reason = "budget"
+                break
+        return self._result(screened_out=False, stop_reason=stop_reason)
+
+    def _select(self) -> Candidate:
+        """Pop the best candidate by Q + U (ties: the one pooled first). It never comes back."""
+        total_visits = sum(n for _, n in self.tree.nodes(data="N"))
+        cfg = self.config
+
+        def score(c: Candidate) -> float:
+            node = self.tree.nodes[c.state]
+            q = q_value(node["mc"], c.tokens, cfg.omega_alpha, cfg.omega_beta, cfg.omega_length)
+            return q + u_value(node["N"], total_visits, cfg.omega_c_puct)
+
+        # Scores change with every visit, so they are recomputed here rather than kept in a heap;
+        # the pool is bounded by the rollout budget, so a linear scan is cheap.
+        best = max(range(len(self.pool)), key=lambda i: (score(self.pool[i]), -i))
+        candidate = self.pool.pop(best)
+        self.selected.append(candidate)
+        return candidate
+
+    def _binary_search(self, candidate: Candidate) -> Generator[list[Probe], list[ProbeResult], bool]:
+        """Bisect the rollout for its first prefix with MC = 0; False when the budget ran out first.
+
+        Invariant: position lo is good (−1 is the selected state itself, which has MC > 0) and
+        position hi is bad (n−1 is the complete rollout: known incorrect, never re-sampled).
+        """
+        state = self.tree.nodes[candidate.state]
+        base: Steps = state["steps"]
+        steps = self.split(candidate.text)
+        lo, hi = -1, len(steps) - 1
+        good: list[tuple[int, ProbeResult]] = []
+        bad: dict[int, ProbeResult] = {}
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            result = yield from self._measure(state["prefix"] + "".join(steps[: mid + 1]), len(base) + mid)
+            if result is None:
+                break
+            if result.correct > 0:
+                good.append((mid, result))
+                lo = mid
+            else:
+                bad[mid] = result
+                hi = mid
+        # The measured good prefixes all lie before the first error: they become states either way.
+        for mid, result in good:
+            self._add_state(base + tuple(steps[: mid + 1]), result)
+        if hi - lo > 1:
+            # Interrupted by the budget: the first error is somewhere in (lo, hi]; a bad state at hi
+            # would claim it is at hi, so the unresolved bad probes stay out of the tree.
+            return False
+        if hi == len(steps) - 1:
+            self._add_complete(base, state["prefix"], candidate.text, "incorrect", candidate.tokens)
+        else:
+            self._add_state(base + tuple(steps[: hi + 1]), bad[hi])
+        return True
+
+    # ---------------------------------------------------------- probing under the budget
+    def _measure(self, prefix: str, step: int) -> Generator[list[Probe], list[ProbeResult], ProbeResult | None]:
+        """k rollouts of `prefix` in total, or as many as the budget still allows; None if none fit."""
+        have = self._known.get(prefix)
+        have_total = have.total if have else 0
+        if have is not None and have_total >= self.config.omega_k:
+            return have  # measured earlier in this question: free
+        room = self.config.omega_rollout_budget - self.spent
+        new = min(self.config.omega_k - have_total, room)
+        if new <= 0:
+            return None
+        # The scheduler reads k as "at least k in total": asking have_total + new draws `new` at most.
+        (result,) = yield [Probe(prefix, have_total + new, step)]
+        self.spent += new
+        self.tokens += sum(tokens for _, _, tokens in result.rollouts[have_total : have_total + new])
+        self._known[prefix] = result
+        self.probes.append(ProbeRecord(prefix, have_total + new, new, result.correct, result.total))
+        return result
+
+    # ---------------------------------------------------------- tree and pool
+    def _add_state(self, steps: Steps, result: ProbeResult) -> int:
+        prefix = "".join(steps)
+        if prefix in self._by_text:
+            return self._by_text[prefix]  # reached again through another rollout: already harvested
+        node = self._insert(prefix, steps, "state")
+        self._set_measurement(node, result)
+        self._harvest(node)
+        return node
+
+    def _add_complete(self, base: Steps, base_prefix: str, text: str, status: str, tokens: int) -> int:
+        """A complete rollout as a leaf: its verdict is its one sample (MC 1/1 or 0/1)."""
+        full = base_prefix + text
+        self._seen_complete.add(full)
+        if full in self._by_text:
+            return self._by_text[full]
+        node = self._insert(full, base + tuple(self.split(text)), "rollout")
+        self.tree.nodes[node].update(
+            correct=int(status == "correct"),
+            total=1,
+            mc=float(status == "correct"),
+            tokens=tokens,
+            final_status=status,
+        )
+        return node
+
+    def _insert(self, prefix: str, steps: Steps, kind: str) -> int:
+        """Add a node under the deepest node whose steps are a proper prefix of its steps.
+
+        Nodes come in bisection order (a middle position before a shallower one), so a new node
+        can fall inside an existing edge: the parent's children that extend it move under it.
+        The tree stays a prefix tree: along every edge the parent's steps begin the child's.
+        """
+        parent = ROOT
+        descended = True
+        while descended:
+            descended = False
+            for child in self.tree.successors(parent):
+                child_steps = self.tree.nodes[child]["steps"]
+                if len(child_steps) < len(steps) and steps[: len(child_steps)] == child_steps:
+                    parent, descended = child, True
+                    break
+        node = self.tree.number_of_nodes()
+        self.tree.add_node(node, **_node_attrs(prefix, steps, kind))
+        for child in list(self.tree.successors(parent)):
+            if self.tree.nodes[child]["steps"][: len(steps)] == steps:
+                self.tree.remove_edge(parent, child)
+                self.tree.add_edge(node, child)
+        self.tree.add_edge(parent, node)
+        self._by_text[prefix] = node
+        return node
+
+    def _set_measurement(self, node: int, result: ProbeResult) -> None:
+        self.tree.nodes[node].update(
+            correct=result.correct,
+            total=result.total,
+            unknown=result.unknown,
+            tokens=result.tokens,
+            mc=result.mc,
+            rollouts=list(result.rollouts),
+        )
+
+    def _harvest(self, node: int) -> None:
+        """Feed the pool from a new state (the paper: only states with 0 < MC < 1), add correct leaves.
+
+        A state with MC = 0 is already wrong and one with MC = 1 shows no error to find. Rollouts
+        that complete to a text already pooled or in the tree are skipped: searching them again
+        would only repeat the same probes.
+        """
+        attrs = self.tree.nodes[node]
+        prefix, steps = attrs["prefix"], attrs["steps"]
+        if 0 < attrs["correct"] < attrs["total"]:
+            for text, status, tokens in attrs["rollouts"]:
+                if status == "incorrect" and text and prefix + text not in self._seen_complete:
+                    self._seen_complete.add(prefix + text)
+                    self.pool.append(Candidate(node, text, tokens))
+        # Complete correct rollouts give the dataset its all-good paths (as openr keeps them).
+        added = 0
+        for text, status, tokens in attrs["rollouts"]:
+            if added >= self.correct_leaves:
+                break
+            if status == "correct" and text and prefix + text not in self._by_text:
+                self._add_complete(steps, prefix, text, status, tokens)
+                added += 1
+
+    def _result(self, screened_out: bool, stop_reason: str) -> OmegaResult:
+        return OmegaResult(
+            tree=self.tree,
+            rollouts=self.spent,
+            tokens=self.tokens,
+            selections=len(self.selected),
+            selected=self.selected,
+            screened_out=screened_out,
+            stop_reason=stop_reason,
+            probes=self.probes,
+        )
+
+
+def _node_attrs(prefix: str, steps: Steps, kind: str) -> dict[str, Any]:
+    """Every node carries the same keys (kind: root | state | rollout, a complete rollout leaf)."""
+    return {
+        "prefix": prefix,
+        "steps": steps,
+        "kind": kind,
+        "N": 0,
+        "correct": 0,
+        "total": 0,
+        "unknown": 0,
+        "tokens": 0,
+        "mc": None,
+        "rollouts": [],
+        "final_status": None,
+    }
+
+
+def omegaprm(
+    config: AnnotateConfig, split: Callable[[str], list[str]], correct_leaves: int = 1
+) -> Annotator[OmegaResult]:
+    """The OmegaPRM annotator for one question (drive it with the ProbeScheduler).
+
+    `split` cuts a text into lossless steps (e.g. `functools.partial(split_steps, strategy=...)`).
+    `correct_leaves`: how many complete correct rollouts of each state become leaves (all-good
+    paths); 0 keeps only what the search measured.
+    """
+    if correct_leaves < 0:
+        raise ValueError("correct_leaves must be >= 0")
+    return OmegaSearch(config, split, correct_leaves).run()
+
+
+# ------------------------------------------------------------------ saving trees
+_SEQUENCE_ATTRS = {"steps": tuple, "rollouts": lambda rs: [tuple(r) for r in rs]}
+
+
+def tree_to_json(tree: nx.DiGraph) -> dict[str, Any]:
+    """Node-link data of the tree: plain JSON types (tuples become lists)."""
+    return json.loads(json.dumps(nx.node_link_data(tree, edges="edges")))
+
+
+def tree_from_json(data: dict[str, Any]) -> nx.DiGraph:
+    """The inverse of `tree_to_json`: the same nodes, attributes and edges."""
+    tree = nx.node_link_graph(data, directed=True, multigraph=False, edges="edges")
+    _restore_sequences(tree)
+    return tree
+
+
+def _restore_sequences(tree: nx.DiGraph) -> None:
+    for _, attrs in tree.nodes(data=True):
+        for key, convert in _SEQUENCE_ATTRS.items():
+            if key in attrs:
+                attrs[key] = convert(attrs[key])
+
+
+def save_tree(tree: nx.DiGraph, path: str | Path) -> Path:
+    """Write the tree as GraphML (suffix .graphml) or node-link JSON (anything else)."""
+    path = Path(path)
+    if path.suffix == ".graphml":
+        nx.write_graphml(_graphml_ready(tree), path)
+    else:
+        path.write_text(json.dumps(tree_to_json(tree), ensure_ascii=False))
+    return path
+
+
+def load_tree(path: str | Path) -> nx.DiGraph:
+    path = Path(path)
+    if path.suffix != ".graphml":
+        return tree_from_json(json.loads(path.read_text()))
+    raw = nx.read_graphml(path, node_type=int)
+    tree = nx.DiGraph()
+    encoded = set(filter(None, raw.graph.get("json_attrs", "").split(",")))
+    for node, attrs in raw.nodes(data=True):
+        tree.add_node(node, **{k: json.loads(v) if k in encoded else v for k, v in attrs.items()})
+    tree.add_edges_from(raw.edges)
+    _restore_sequences(tree)
+    return tree
+
+
+def _graphml_ready(tree: nx.DiGraph) -> nx.DiGraph:
+    """GraphML holds only scalars: attributes that are ever a list, tuple or None go as JSON text."""
+    encoded = {
+        key
+        for _, attrs in tree.nodes(data=True)
+        for key, value in attrs.items()
+        if not isinstance(value, str | int | float | bool)
+    }
+    out = nx.DiGraph(json_attrs=",".join(sorted(encoded)))
+    for node, attrs in tree.nodes(data=True):
+        out.add_node(node, **{k: json.dumps(v) if k in encoded else v for k, v in attrs.items()})
+    out.add_edges_from(tree.edges)
+    return out

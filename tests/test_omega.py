@@ -1,0 +1,364 @@
+from __future__ import annotations
+
+import functools
+import json
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prm_synth import arithmetic
+from prm_synth.annotate.labels import apply_rule
+from prm_synth.annotate.omega import (
+    ROOT,
+    Candidate,
+    OmegaResult,
+    OmegaSearch,
+    load_tree,
+    omegaprm,
+    q_value,
+    save_tree,
+    split_evenly,
+    tree_from_json,
+    tree_to_json,
+    u_value,
+)
+from prm_synth.annotate.scheduler import Probe, ProbeResult, ProbeScheduler, SolutionJob
+from prm_synth.config import AnnotateConfig, SimulatedPolicyConfig
+from prm_synth.engines.base import SamplingOptions
+from prm_synth.engines.simulated import SimulatedPolicy
+from prm_synth.grading import grade
+from prm_synth.prompts import policy_user_prompt
+from prm_synth.steps import split_steps
+
+split_lines = functools.partial(split_steps, strategy="line")
+RolloutFn = Callable[[str, int], tuple[str, str, int]]
+
+
+class Prober:
+    """Answers probes like the scheduler: a prefix's rollouts accumulate; "k" means k in total."""
+
+    def __init__(self, rollout: RolloutFn) -> None:
+        self.rollout = rollout
+        self.drawn: dict[str, list[tuple[str, str, int]]] = {}
+        self.asked: list[Probe] = []
+
+    def answer(self, probe: Probe) -> ProbeResult:
+        self.asked.append(probe)
+        got = self.drawn.setdefault(probe.prefix, [])
+        while len(got) < probe.k:
+            got.append(self.rollout(probe.prefix, len(got)))
+        statuses = [s for _, s, _ in got]
+        return ProbeResult(
+            probe.step,
+            statuses.count("correct"),
+            len(got),
+            statuses.count("unknown"),
+            sum(t for _, _, t in got),
+            list(got),
+        )
+
+    @property
+    def total(self) -> int:
+        return sum(len(v) for v in self.drawn.values())
+
+
+def drive(annotator, prober: Prober) -> OmegaResult:
+    try:
+        probes = next(annotator)
+        while True:
+            probes = annotator.send([prober.answer(p) for p in probes])
+    except StopIteration as stop:
+        return stop.value
+
+
+def config(**kw) -> AnnotateConfig:
+    return AnnotateConfig(method="omegaprm", **kw)
+
+
+# ---------------------------------------------------------------- a hand-built world
+# A solution has LENGTH lines "s<j>=ok" or "s<j>=bad"; it is correct iff no line is bad (no recovery).
+LENGTH = 6
+
+
+def lines(prefix: str) -> int:
+    return prefix.count("\n")
+
+
+def completion(prefix: str, bad_at: int | None) -> str:
+    """The rest of a solution after `prefix`, wrong first at line `bad_at` (None: all ok)."""
+    return "".join(f"s{j}={'bad' if j == bad_at else 'ok'}\n" for j in range(lines(prefix), LENGTH))
+
+
+def hand_world(root_plan: list[tuple[int | None, int]]) -> RolloutFn:
+    """Root rollout i follows root_plan[i] = (bad_at, tokens). From any other prefix: a wrong prefix
+    never recovers; a right one alternates a correct rollout and one wrong at its last line."""
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        if prefix == "":
+            bad_at, tokens = root_plan[i % len(root_plan)]
+        else:
+            bad_at, tokens = (None if i % 2 == 0 else LENGTH - 1), 10
+        text = completion(prefix, bad_at)
+        return text, "incorrect" if "bad" in prefix + text else "correct", tokens
+
+    return rollout
+
+
+def prefix_of(*marks: str) -> str:
+    return "".join(f"s{j}={m}\n" for j, m in enumerate(marks))
+
+
+def test_binary_search_finds_the_first_error_and_adds_the_states_along_the_path():
+    prober = Prober(hand_world([(None, 10), (2, 10), (None, 10), (5, 10)]))
+    result = drive(omegaprm(config(omega_k=4, omega_search_limit=1), split_lines), prober)
+    # Root, then bisection of the rollout wrong at line 2 over positions 0..4 (5 is the rollout itself).
+    assert [p.prefix for p in prober.asked] == [
+        "",
+        prefix_of("ok", "ok", "bad"),
+        prefix_of("ok"),
+        prefix_of("ok", "ok"),
+    ]
+    assert all(p.k == 4 for p in prober.asked)
+    assert result.rollouts == prober.total == 16
+    assert result.selections == 1 and result.stop_reason == "search_limit"
+    assert [c.text for c in result.selected] == [completion("", 2)]
+    assert result.tree.nodes[ROOT]["N"] == 1
+
+    paths = result.paths()
+    assert len(paths) == 2
+    wrong = next(p for p in paths if p.final_status is None)
+    assert wrong.steps == split_lines(prefix_of("ok", "ok", "bad"))
+    assert wrong.mc_correct == [2, 2, 0] and wrong.mc_total == [4, 4, 4]
+    assert wrong.label_source == ["mc", "mc", "mc"]
+    assert apply_rule(wrong.annotation, "hard").first_error == 2
+    assert wrong.annotation.method == "omegaprm"
+
+    right = next(p for p in paths if p.final_status == "correct")
+    assert right.text == completion("", None)
+    assert right.mc_total == [4, 4, 0, 0, 0, 1] and right.mc_correct == [2, 2, 0, 0, 0, 1]
+    assert right.label_source == ["mc", "mc", "none", "none", "none", "verdict"]
+    assert apply_rule(right.annotation, "hard").labels == [True, True, None, None, None, True]
+    inferred = result.paths(infer_good=True)[[p.final_status for p in paths].index("correct")]
+    assert inferred.label_source == ["mc", "mc", "inferred", "inferred", "inferred", "verdict"]
+    assert apply_rule(inferred.annotation, "hard").labels == [True] * 6
+
+
+def test_a_complete_rollout_is_never_resampled_its_verdict_is_the_last_step():
+    prober = Prober(hand_world([(None, 10), (5, 10)]))
+    result = drive(omegaprm(config(omega_k=2, omega_search_limit=1), split_lines), prober)
+    probed = [lines(p.prefix) for p in prober.asked]
+    assert probed == [0, 3, 4, 5]  # positions 2, 3, 4; never the six-line complete rollout
+    wrong = next(p for p in result.paths() if p.final_status == "incorrect")
+    assert wrong.text == completion("", 5)
+    assert wrong.label_source == ["none", "none", "mc", "mc", "mc", "verdict"]
+    assert wrong.mc_correct[-1] == 0 and wrong.mc_total[-1] == 1
+    assert apply_rule(wrong.annotation, "hard").first_error == 5
+
+
+def test_shorter_rollout_of_the_same_state_is_selected_first():
+    prober = Prober(hand_world([(None, 10), (1, 900), (2, 30)]))
+    result = drive(omegaprm(config(omega_k=3, omega_search_limit=1), split_lines), prober)
+    assert [c.text for c in result.selected] == [completion("", 2)]
+
+
+def test_q_and_u_on_hand_values():
+    assert q_value(0.5, 250, 0.5, 0.9, 500) == pytest.approx(0.5**0.5 * 0.9**0.5)
+    assert q_value(1.0, 0, 0.5, 0.9, 500) == 1.0
+    assert q_value(0.0, 500, 0.5, 0.9, 500) == pytest.approx(0.45)
+    assert u_value(1, 4, 0.125) == pytest.approx(0.125)
+    assert u_value(0, 9, 0.125) == pytest.approx(0.375)
+    assert u_value(0, 0, 0.125) == 0.0
+
+
+def test_selection_uses_q_plus_u_and_pops_for_good():
+    search = OmegaSearch(config(omega_k=4), split_lines)
+    for node, (mc, visits) in {1: (0.5, 3), 2: (0.5, 0), 3: (0.75, 0)}.items():
+        search.tree.add_node(node, mc=mc, N=visits)
+    search.tree.nodes[ROOT]["N"] = 1
+    search.pool = [Candidate(1, "a", 100), Candidate(2, "b", 100), Candidate(3, "c", 1500)]
+    # Σ N = 4; U = 0.125 · 2 / (1 + N): 0.0625, 0.25, 0.25
+    score = {
+        1: q_value(0.5, 100, 0.5, 0.9, 500) + 0.0625,
+        2: q_value(0.5, 100, 0.5, 0.9, 500) + 0.25,
+        3: q_value(0.75, 1500, 0.5, 0.9, 500) + 0.25,
+    }
+    order = sorted(score, key=score.get, reverse=True)
+    assert order == [2, 3, 1]  # the unvisited state wins over the visited one with the same Q
+    assert [search._select().state for _ in range(3)] == order
+    assert search.pool == [] and [c.state for c in search.selected] == order
+
+
+@pytest.mark.parametrize(
+    "root_plan, screened",
+    [
+        ([(None, 5)], True),
+        ([(2, 5)], True),
+        ([(None, 5), (2, 5)], False),
+    ],
+)
+def test_screening_keeps_only_questions_with_mixed_first_rollouts(root_plan, screened):
+    prober = Prober(hand_world(root_plan))
+    result = drive(omegaprm(config(omega_k=4, omega_screen=True), split_lines), prober)
+    assert result.screened_out is screened
+    if screened:
+        assert [p.prefix for p in prober.asked] == [""]
+        assert result.stop_reason == "screened_out" and result.paths() == []
+        assert result.tree.number_of_nodes() == 1
+
+
+def test_states_with_mc_zero_or_one_feed_no_candidates():
+    all_right = drive(omegaprm(config(omega_k=4), split_lines), Prober(hand_world([(None, 5)])))
+    assert all_right.stop_reason == "pool_empty" and all_right.selections == 0
+    assert [p.final_status for p in all_right.paths()] == ["correct"]
+    all_wrong = drive(omegaprm(config(omega_k=4), split_lines), Prober(hand_world([(1, 5)])))
+    assert all_wrong.stop_reason == "pool_empty" and all_wrong.paths() == []
+
+
+def test_budget_is_a_hard_limit_and_an_interrupted_search_claims_no_error():
+    prober = Prober(hand_world([(None, 10), (2, 10)]))
+    result = drive(omegaprm(config(omega_k=4, omega_rollout_budget=10), split_lines), prober)
+    assert prober.total == result.rollouts == 10
+    assert [(lines(p.prefix), p.k) for p in prober.asked] == [(0, 4), (3, 4), (1, 2)]  # the last gets what fits
+    assert result.stop_reason == "budget"
+    # The bad probe at position 2 is not a state: the first error could still be at position 1.
+    assert all(attrs["correct"] > 0 for n, attrs in result.tree.nodes(data=True) if n != ROOT)
+    assert all(p.final_status != "incorrect" for p in result.paths())
+
+
+def test_a_prefix_shared_by_two_rollouts_is_measured_once():
+    # Both root rollouts go wrong after the same two good lines; the second search reuses them.
+    prober = Prober(hand_world([(None, 10), (2, 10), (3, 11)]))
+    result = drive(omegaprm(config(omega_k=3, omega_search_limit=2), split_lines), prober)
+    prefixes = [p.prefix for p in prober.asked]
+    assert len(prefixes) == len(set(prefixes))
+    assert result.rollouts == prober.total
+
+
+# ---------------------------------------------------------------- properties on a random world
+def random_world(seed: int, length: int, p_error: float, recover: float) -> RolloutFn:
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        rng = random.Random(f"{seed}|{prefix}|{i}")
+        wrong = "bad" in prefix
+        out = []
+        for j in range(lines(prefix), length):
+            bad = not wrong and rng.random() < p_error
+            wrong = wrong or bad
+            out.append(f"s{j}={'bad' if bad else 'ok'}\n")
+        status = "correct" if not wrong or rng.random() < recover else "incorrect"
+        if rng.random() < 0.05:
+            status = "unknown"
+        return "".join(out), status, rng.randint(1, 60)
+
+    return rollout
+
+
+def check_tree_and_paths(result: OmegaResult) -> None:
+    tree = result.tree
+    for node, attrs in tree.nodes(data=True):
+        assert "".join(attrs["steps"]) == attrs["prefix"]
+        assert node == ROOT or tree.in_degree(node) == 1
+    for parent, child in tree.edges:
+        ps, cs = tree.nodes[parent]["steps"], tree.nodes[child]["steps"]
+        assert len(ps) < len(cs) and cs[: len(ps)] == ps
+    for path in result.paths():
+        leaf = tree.nodes[path.nodes[-1]]
+        assert "".join(path.steps) == leaf["prefix"] and path.steps == list(leaf["steps"])
+        n = len(path.steps)
+        assert len(path.mc_correct) == len(path.mc_total) == len(path.label_source) == n
+        assert path.annotation.mc_total == path.mc_total and path.annotation.label_source == path.label_source
+        for node in path.nodes:
+            i = len(tree.nodes[node]["steps"]) - 1
+            assert path.mc_total[i] == tree.nodes[node]["total"]
+        for c, t, s in zip(path.mc_correct, path.mc_total, path.label_source, strict=True):
+            assert (t == 0) == (s == "none") and 0 <= c <= t
+        assert (path.final_status is None) == (leaf["kind"] != "rollout")
+        assert len(apply_rule(path.annotation, "hard").labels) == n
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    length=st.integers(1, 10),
+    budget=st.integers(1, 150),
+    k=st.integers(1, 8),
+    limit=st.integers(1, 25),
+    screen=st.booleans(),
+    leaves=st.integers(0, 2),
+    p_error=st.sampled_from([0.1, 0.3, 0.6]),
+)
+def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resampled(
+    seed, length, budget, k, limit, screen, leaves, p_error
+):
+    prober = Prober(random_world(seed, length, p_error, recover=0.1))
+    cfg = config(omega_k=k, omega_rollout_budget=budget, omega_search_limit=limit, omega_screen=screen)
+    result = drive(omegaprm(cfg, split_lines, correct_leaves=leaves), prober)
+    assert prober.total <= budget
+    assert result.rollouts == prober.total
+    assert result.tokens == sum(t for rs in prober.drawn.values() for _, _, t in rs)
+    assert result.selections <= limit
+    chosen = [(c.state, c.text) for c in result.selected]
+    assert len(chosen) == len(set(chosen))
+    completes = [result.tree.nodes[s]["prefix"] + text for s, text in chosen]
+    assert len(completes) == len(set(completes))
+    # Complete solutions have `length` lines: only their own verdict is ever used.
+    assert all(lines(p.prefix) < length for p in prober.asked)
+    check_tree_and_paths(result)
+
+
+# ---------------------------------------------------------------- through the real scheduler
+def test_through_the_scheduler_with_the_simulated_policy():
+    policy = SimulatedPolicy(SimulatedPolicyConfig(step_error=0.15, recover=0.05, seed=3))
+    cfg = config(omega_k=4, omega_rollout_budget=60, omega_search_limit=10)
+    problems = [arithmetic.generate(random.Random(i), 4, 9) for i in range(8)]
+    jobs = [
+        SolutionJob(f"q{i}", f"q{i}", policy_user_prompt(p.question()), str(p.answer), omegaprm(cfg, split_lines))
+        for i, p in enumerate(problems)
+    ]
+    sched = ProbeScheduler(policy, SamplingOptions(), max_batch_requests=64, max_in_flight=8)
+    results = {job.key: result for job, result in sched.run(jobs)}
+    assert len(results) == 8
+    assert sum(r.rollouts for r in results.values()) == sched.stats.rollouts
+    assert any(result.paths() for result in results.values())
+    for job in jobs:
+        result = results[job.key]
+        assert sched.spend[job.key][0] == result.rollouts <= 60
+        check_tree_and_paths(result)
+        for path in result.paths():
+            if path.final_status is not None:  # a complete rollout's verdict is its own grade
+                assert path.final_status == grade(path.text, job.gold).status
+
+
+# ---------------------------------------------------------------- saving trees
+def sample_tree():
+    prober = Prober(hand_world([(None, 10), (2, 10), (5, 7)]))
+    return drive(omegaprm(config(omega_k=3, omega_search_limit=3), split_lines), prober).tree
+
+
+def same_tree(a, b) -> None:
+    assert dict(a.nodes(data=True)) == dict(b.nodes(data=True))
+    assert set(a.edges) == set(b.edges)
+
+
+def test_tree_json_round_trips():
+    tree = sample_tree()
+    assert tree.number_of_nodes() > 4
+    data = json.loads(json.dumps(tree_to_json(tree)))
+    same_tree(tree_from_json(data), tree)
+
+
+@pytest.mark.parametrize("name", ["tree.json", "tree.graphml"])
+def test_saved_tree_loads_back(tmp_path, name):
+    tree = sample_tree()
+    same_tree(load_tree(save_tree(tree, tmp_path / name)), tree)
+
+
+def test_split_evenly_adds_up():
+    assert split_evenly(10, 3) == [4, 3, 3]
+    assert split_evenly(0, 2) == [0, 0]
+    assert split_evenly(5, 0) == []
+    assert sum(split_evenly(1234, 7)) == 1234
+    assert math.isclose(sum(split_evenly(7, 7)), 7)
