@@ -265,9 +265,9 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Pi
         raise ConfigError(f"pipeline file {path} must hold a mapping at the top level")
     src = data.get("problems")
     if isinstance(src, dict) and src.get("kind") == "file" and "path" in src:
-        p = Path(str(src["path"]))
-        if not p.is_absolute():
-            src["path"] = str((path.parent / p).resolve()) if not p.exists() else str(p)
+        p = Path(str(src["path"])).expanduser()
+        if not p.is_absolute():  # like other config files: relative to the file that names it
+            src["path"] = str((path.parent / p).resolve())
     return validate_config(data | (overrides or {}), where=str(path))
 
 
