@@ -1,0 +1,221 @@
+"""Test helpers: a fault-injecting HTTP proxy and a tiny fake OpenAI completions server.
+
+`FaultProxy(upstream, schedule)` forwards HTTP/1.1 requests to `upstream` except where its
+deterministic schedule says otherwise. The k-th POST (counted from 0) gets `schedule[k]` (the list
+repeats when `repeat=True`, else requests past its end pass). Actions:
+
+- "pass": forward and relay the response;
+- "500", "503", "429", ...: answer that status at once (429 with `Retry-After: 0`), never forwarding;
+- "delay": hold the request longer than the client's timeout (`delay_s`), then close without answer;
+- "drop": close the connection at once, without an answer;
+- "drop_after": forward (the server does the work) and close before relaying the answer, the case
+  that duplicates results when a client counts the lost answer and its retry both;
+- "echo_500": answer 500 with the request's headers in the body (the API key included), to prove
+  engines never repeat a server's echo of the key.
+
+Both servers run on their own event loop in a daemon thread, on 127.0.0.1 with a free port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Any, timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class FaultProxy:
+    def __init__(
+        self, upstream: str, schedule: Sequence[str] = (), *, repeat: bool = False, delay_s: float = 5.0
+    ) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.schedule = list(schedule)
+        self.repeat = repeat
+        self.delay_s = delay_s
+        self.actions: Counter[str] = Counter()  # what was done, by action
+        self.forwarded = 0  # POSTs that reached the upstream
+        self._posts = 0
+        self._lt: _LoopThread | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._http: httpx.AsyncClient | None = None
+        self.port = 0
+
+    # the engine's base_url: same path layout as the upstream
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> FaultProxy:
+        self._lt = _LoopThread()
+        self._lt.run(self._start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._lt is not None
+        self._lt.run(self._stop())
+        self._lt.stop()
+
+    async def _start(self) -> None:
+        self._http = httpx.AsyncClient(timeout=120)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _stop(self) -> None:
+        assert self._server is not None and self._http is not None
+        self._server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+        await self._http.aclose()
+
+    def _next_action(self) -> str:
+        k = self._posts
+        self._posts += 1
+        if not self.schedule:
+            return "pass"
+        if self.repeat:
+            return self.schedule[k % len(self.schedule)]
+        return self.schedule[k] if k < len(self.schedule) else "pass"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:  # keep-alive: many requests per connection
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                action = self._next_action() if method == "POST" else "pass"
+                self.actions[action] += 1
+                if action == "drop":
+                    writer.transport.abort()
+                    return
+                if action == "delay":
+                    await asyncio.sleep(self.delay_s)
+                    writer.transport.abort()
+                    return
+                if action == "echo_500":
+                    await self._respond(writer, 500, json.dumps({"error": {"message": f"bad request {headers}"}}))
+                    continue
+                if action.isdigit():
+                    extra = {"retry-after": "0"} if action == "429" else {}
+                    msg = json.dumps({"error": {"message": f"injected {action}", "type": "injected"}})
+                    await self._respond(writer, int(action), msg, extra)
+                    continue
+                fwd = {k: v for k, v in headers.items() if k not in ("host", "content-length", "connection")}
+                assert self._http is not None
+                if method == "POST":
+                    self.forwarded += 1
+                resp = await self._http.request(method, self.upstream + path, content=body, headers=fwd)
+                if action == "drop_after":
+                    writer.transport.abort()
+                    return
+                await self._respond(writer, resp.status_code, resp.content, {"content-type": "application/json"})
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    @staticmethod
+    async def _respond(writer: asyncio.StreamWriter, status: int, body: str | bytes, extra=None) -> None:
+        data = body.encode() if isinstance(body, str) else body
+        hdrs = {"content-type": "application/json", **(extra or {})}
+        hdrs["content-length"] = str(len(data))
+        head = f"HTTP/1.1 {status} X\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n"
+        writer.write(head.encode("latin-1") + data)
+        await writer.drain()
+
+
+class FakeCompletionsServer:
+    """A minimal OpenAI-compatible `/v1/completions`: choice i of a prompt answers
+    `"<last 40 chars of prompt>|<i>"`, with usage counted in whitespace tokens. `calls` counts POSTs."""
+
+    def __init__(self, latency_s: float = 0.0) -> None:
+        self.latency_s = latency_s
+        self.calls = 0
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._lt: _LoopThread | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> FakeCompletionsServer:
+        self._lt = _LoopThread()
+        self._lt.run(self._start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._lt is not None and self._runner is not None
+        self._lt.run(self._runner.cleanup())
+        self._lt.stop()
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        self.calls += 1
+        self._in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            body = await request.json()
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            prompt, n = body["prompt"], body.get("n", 1)
+            texts = [f"{prompt[-40:]}|{i}" for i in range(n)]
+            choices = [{"index": i, "text": t, "finish_reason": "stop", "logprobs": None} for i, t in enumerate(texts)]
+            # reversed, as servers may return them out of order
+            return web.json_response(
+                {
+                    "id": "cmpl-fake",
+                    "object": "text_completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": choices[::-1],
+                    "usage": {
+                        "prompt_tokens": len(prompt.split()),
+                        "completion_tokens": sum(len(t.split()) for t in texts),
+                        "total_tokens": len(prompt.split()) + sum(len(t.split()) for t in texts),
+                    },
+                }
+            )
+        finally:
+            self._in_flight -= 1

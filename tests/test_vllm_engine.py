@@ -1,0 +1,80 @@
+"""The real `VLLMEngine` on the demo model (SmolLM2-135M, CPU, float32), with a tiny token budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from prm_synth.config import VLLMConfig
+from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
+from prm_synth.engines.chat import TOKENIZATION_KWARGS, messages_for, render_plain, render_prompt
+
+pytest.importorskip("vllm")
+
+QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
+PREFIX = "Step 1: Tom starts with 3 apples.\nStep 2:"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from prm_synth.engines.vllm import VLLMEngine
+
+    eng = VLLMEngine(VLLMConfig(model="unused", demo=True, max_model_len=1024, seed=1))
+    yield eng
+    eng.close()
+
+
+def test_render_prompt_is_template_then_exact_prefix():
+    from transformers import AutoTokenizer
+
+    from prm_synth.models import demo_model_path
+
+    tok = AutoTokenizer.from_pretrained(str(demo_model_path()))
+    req = GenerationRequest(user=QUESTION, assistant_prefix=PREFIX, system="Be brief.")
+    prompt = render_prompt(tok, req)
+    head = tok.apply_chat_template(messages_for(req), tokenize=False, add_generation_prompt=True)
+    assert prompt == head + PREFIX
+    assert prompt.endswith("<|im_start|>assistant\n" + PREFIX)
+    assert "Be brief." in prompt and QUESTION in prompt
+    # no system: the config's default system prompt is used, and none at all when that is None too
+    assert "Default sys" in render_prompt(tok, GenerationRequest(user="q"), default_system="Default sys")
+    assert render_plain(GenerationRequest(user="q", assistant_prefix="p", system="s")) == "s\n\nq\n\np"
+
+
+@pytest.mark.slow
+def test_generate_many_requests_with_n(engine):
+    assert isinstance(engine, Engine)
+    assert engine.model_name == "smollm2-135m-instruct"
+    requests = [
+        GenerationRequest(user=QUESTION, assistant_prefix=PREFIX, n=3, sampling=SamplingOptions(max_tokens=8)),
+        GenerationRequest(user="Name a prime number.", n=2, sampling=SamplingOptions(max_tokens=6, temperature=1.0)),
+        GenerationRequest(user="Say hi.", system="You are terse.", n=1, sampling=SamplingOptions(max_tokens=4)),
+        GenerationRequest(user=QUESTION, n=2, sampling=SamplingOptions(max_tokens=8, temperature=0.0, stop=("\n",))),
+    ]
+    results = engine.generate(requests)
+    assert [len(r.completions) for r in results] == [3, 2, 1, 2]
+    for req, res in zip(requests, results, strict=True):
+        assert res.prompt_tokens > 0
+        for c in res.completions:
+            assert 0 < c.generated_tokens <= req.sampling.max_tokens
+            assert c.finish_reason in ("stop", "length")
+    # prompt token counts are those of the rendered prompt (template + exact prefix, no extra BOS)
+    for req, res in zip(requests, results, strict=True):
+        ids = engine.tokenizer(engine.render(req), **TOKENIZATION_KWARGS)["input_ids"]
+        assert res.prompt_tokens == len(ids)
+    # greedy with n=2: both samples identical, and the stop string ends (and is not in) the text
+    greedy = results[3].completions
+    assert greedy[0].text == greedy[1].text and "\n" not in greedy[0].text
+    assert engine.generate([]) == []
+
+
+@pytest.mark.slow
+def test_continuation_extends_the_prompt(engine):
+    """Feeding a completion back as part of the prefix lengthens the prompt by its tokens (give or take
+    a merge at the seam): the prefix is appended verbatim, not re-templated."""
+    sampling = SamplingOptions(max_tokens=6, temperature=0)
+    first = engine.generate([GenerationRequest(user=QUESTION, assistant_prefix=PREFIX, sampling=sampling)])[0]
+    text = first.completions[0].text
+    longer = engine.generate([GenerationRequest(user=QUESTION, assistant_prefix=PREFIX + text, sampling=sampling)])[0]
+    grown = longer.prompt_tokens - first.prompt_tokens
+    assert abs(grown - first.completions[0].generated_tokens) <= 2
+    assert longer.completions[0].generated_tokens > 0
