@@ -50,7 +50,15 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
     with concurrency(limit, occupy=1, strict=False) if limit else contextlib.nullcontext():
         engine = get_engine(config.policy)
         judge_engine = get_engine(config.judge.engine) if config.judge else None
-        out = process_shard(engine, config, ShardInput(shard_index, items), fingerprint, judge_engine)
+        logger = get_run_logger()
+        out = process_shard(
+            engine,
+            config,
+            ShardInput(shard_index, items),
+            fingerprint,
+            judge_engine,
+            progress=lambda msg: logger.info("shard %d: %s", shard_index, msg),
+        )
     entry = ShardStore(out_dir, fingerprint).write_shard(
         shard_index,
         [r.to_row() for r in out.records],

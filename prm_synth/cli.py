@@ -12,6 +12,8 @@ import typer
 
 # No network here or in CI: Prefect must not try to phone home. Set before Prefect is imported.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# vLLM logs to stdout by default; stdout is for results (the summary, --json), logs go to stderr.
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 models_app = typer.Typer(no_args_is_help=True, help="Models that ship with prm-synth.")
@@ -85,6 +87,10 @@ def run(
         _fail(str(e))
     except RuntimeError as e:
         _fail(str(e), code=1)
+    finally:
+        from prm_synth.engines import close_engines
+
+        close_engines()  # shut engines down before the summary, not in the middle of it
     if json_out:
         typer.echo(json.dumps(summary, sort_keys=True))
         return

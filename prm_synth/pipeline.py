@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
@@ -147,11 +147,24 @@ def _scheduler(engine: Engine, config: PipelineConfig) -> ProbeScheduler:
     )
 
 
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
 def label_solutions(
-    engine: Engine, config: PipelineConfig, problems: list[Problem], fingerprint: str, out: ShardOutput
+    engine: Engine,
+    config: PipelineConfig,
+    problems: list[Problem],
+    fingerprint: str,
+    out: ShardOutput,
+    progress: Progress = _quiet,
 ) -> ProbeScheduler:
     """Sample solutions, then annotate each one (per-step MC or binary search); records in input order."""
     solutions, split_rejects, sampling_tokens = sample_solutions(engine, problems, config)
+    progress(f"sampled {len(solutions)} solutions of {len(problems)} problems; annotating")
     out.rejected += split_rejects
     out.stats["sampling_tokens"] = sampling_tokens
     scheduler = _scheduler(engine, config)
@@ -175,12 +188,24 @@ def label_solutions(
         annotated[job.key] = _record(
             config, engine, fingerprint, s.problem, s.id, s.steps, s.verdict, ann, rollouts, tokens + s.tokens
         )
+        _report(progress, len(annotated), len(solutions), scheduler)
     out.records = [annotated[s.id] for s in solutions]  # input order, whatever order annotators finished in
     return scheduler
 
 
+def _report(progress: Progress, done: int, total: int, scheduler: ProbeScheduler) -> None:
+    """A line every tenth of the way (and at the end), so a slow engine shows it is working."""
+    if done == total or done % max(1, total // 10) == 0:
+        progress(f"annotated {done}/{total} ({scheduler.stats.rollouts} rollouts so far)")
+
+
 def label_trees(
-    engine: Engine, config: PipelineConfig, problems: list[Problem], fingerprint: str, out: ShardOutput
+    engine: Engine,
+    config: PipelineConfig,
+    problems: list[Problem],
+    fingerprint: str,
+    out: ShardOutput,
+    progress: Progress = _quiet,
 ) -> ProbeScheduler:
     """OmegaPRM: one search tree per question (it draws its own rollouts), one row per root-to-leaf path."""
     from prm_synth.annotate.omega import omegaprm, split_evenly, tree_to_json
@@ -202,6 +227,7 @@ def label_trees(
     results = {}
     for job, result in scheduler.run(jobs):
         results[job.key] = result
+        _report(progress, len(results), len(problems), scheduler)
     for p in problems:  # input order
         result = results[p.id]
         if config.annotate.save_trees:
@@ -271,7 +297,12 @@ def _record(
 
 
 def process_shard(
-    engine: Engine, config: PipelineConfig, shard: ShardInput, fingerprint: str, judge_engine: Engine | None = None
+    engine: Engine,
+    config: PipelineConfig,
+    shard: ShardInput,
+    fingerprint: str,
+    judge_engine: Engine | None = None,
+    progress: Progress = _quiet,
 ) -> ShardOutput:
     started = time.perf_counter()
     out = ShardOutput()
@@ -279,7 +310,7 @@ def process_shard(
     out.rejected += [it for it in shard.items if isinstance(it, RejectedRecord)]
 
     label = label_trees if config.annotate.method == "omegaprm" else label_solutions
-    scheduler = label(engine, config, problems, fingerprint, out)
+    scheduler = label(engine, config, problems, fingerprint, out, progress)
     t_annotated = time.perf_counter()
 
     judge_stats: dict[str, Any] = {}

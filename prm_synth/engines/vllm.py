@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -106,6 +107,8 @@ class VLLMEngine:
             log.info("vLLM ready in %.1f s", self.start_seconds)
         self._llm = llm
         self._tokenizer = llm.get_tokenizer()
+        # `LLM` is not thread-safe; shard tasks in one process share the engine and take turns.
+        self._lock = threading.Lock()
 
     @property
     def model_name(self) -> str:
@@ -130,7 +133,10 @@ class VLLMEngine:
         prompts = [self.render(r) for r in requests]
         params = [sampling_params(r) for r in requests]
         try:
-            outputs = self._llm.generate(prompts, params, use_tqdm=False, tokenization_kwargs=dict(TOKENIZATION_KWARGS))
+            with self._lock:
+                outputs = self._llm.generate(
+                    prompts, params, use_tqdm=False, tokenization_kwargs=dict(TOKENIZATION_KWARGS)
+                )
         except Exception as e:
             raise EngineError(f"vLLM generate failed for {len(requests)} requests: {e}") from e
         if len(outputs) != len(requests):

@@ -1,0 +1,170 @@
+"""`prm-synth eval ...`: how good are a judge, our labeler, and a finished dataset.
+
+Each command prints a readable report and, as its last line, one JSON object with the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+eval_app = typer.Typer(no_args_is_help=True, help="Measure label quality (ProcessBench metric, simulated truth).")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def load_judge_config(path: Path) -> Any:
+    """A JudgeConfig from a pipeline YAML (its `judge` section), a YAML holding only a `judge`
+    section, or a YAML that is a judge section itself."""
+    from pydantic import ValidationError
+
+    from prm_synth.config import ConfigError, JudgeConfig, format_validation_error, load_config
+
+    if not path.exists():
+        raise ConfigError(f"judge file not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping")
+    if "policy" in data or "problems" in data:
+        judge = load_config(path).judge
+        if judge is None:
+            raise ConfigError(f"pipeline {path} has no judge section")
+        return judge
+    try:
+        return JudgeConfig.model_validate(data.get("judge", data))
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(path))) from None
+
+
+def _judge_config(judge: Path | None, model: str | None, max_model_len: int, overrides: dict[str, Any]) -> Any:
+    from prm_synth.config import ConfigError, JudgeConfig, VLLMConfig
+
+    if (judge is None) == (model is None):
+        _fail("give exactly one of --judge FILE.yaml or --model (a local model folder, or 'demo')")
+    try:
+        if judge is not None:
+            config = load_judge_config(judge)
+        else:
+            assert model is not None
+            engine = VLLMConfig(model=model, demo=model == "demo", max_model_len=max_model_len)
+            config = JudgeConfig(engine=engine)
+    except ConfigError as e:
+        _fail(str(e))
+    update = {k: v for k, v in overrides.items() if v is not None}
+    return JudgeConfig.model_validate(config.model_dump() | update) if update else config
+
+
+@eval_app.command("judge")
+def judge_cmd(
+    file: Annotated[Path, typer.Argument(help="ProcessBench-format file (.json list or .jsonl): problem, steps, label.")],
+    judge: Annotated[Path | None, typer.Option(help="Pipeline YAML with a judge section, or a judge section YAML.")] = None,
+    model: Annotated[str | None, typer.Option(help="Judge with this vLLM model instead ('demo': the embedded one).")] = None,
+    max_model_len: Annotated[int, typer.Option(min=256, help="With --model: the context (prompt + answer) in tokens.")] = 2048,
+    samples: Annotated[int | None, typer.Option(min=1, help="Override: judge samples per solution.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Override: tokens per judge sample.")] = None,
+    temperature: Annotated[float | None, typer.Option(min=0.0, help="Override: sampling temperature.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N samples.")] = None,
+    batch: Annotated[int, typer.Option(min=1, help="Requests per engine call.")] = 256,
+    out: Annotated[Path | None, typer.Option(help="Predictions file (default: <file stem>.judge-predictions.jsonl).")] = None,
+) -> None:
+    """A judge on a ProcessBench-format file: ProcessBench's metric and per-sample predictions."""
+    from prm_synth.engines import build_engine
+    from prm_synth.evaluate import evaluate_judge, format_metric, load_processbench
+
+    try:
+        bench = load_processbench(file, limit)
+    except (OSError, ValueError) as e:
+        _fail(str(e))
+    config = _judge_config(judge, model, max_model_len, {"samples": samples, "max_tokens": max_tokens, "temperature": temperature})
+    engine = build_engine(config.engine)
+    try:
+        metric, predictions = evaluate_judge(engine, bench, config, batch)
+    finally:
+        engine.close()
+    out = out or Path(f"{file.stem}.judge-predictions.jsonl")
+    _write_jsonl(out, predictions)
+    typer.echo(f"judge {metric['judge_model']} on {file} ({len(bench)} samples, {config.samples} votes each)")
+    typer.echo(format_metric(metric))
+    typer.echo(f"undecided (tie or unreadable): {metric['no_prediction']}  unreadable samples: "
+               f"{metric['judge']['unparseable']} of {metric['judge']['samples']}")
+    typer.echo(f"predictions: {out}")
+    typer.echo(json.dumps(metric | {"file": str(file), "predictions": str(out)}, sort_keys=True))
+
+
+@eval_app.command("labels")
+def labels_cmd(
+    file: Annotated[Path, typer.Argument(help="ProcessBench-format file: problem, steps, label.")],
+    gold_answers: Annotated[Path, typer.Option(help="Gold answers joined by problem text (GSM8K jsonl: question, answer).")],
+    pipeline: Annotated[Path, typer.Option(help="Pipeline YAML: its policy, annotate and labels sections are used.")],
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N samples.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Predictions file (default: <file stem>.label-predictions.jsonl).")] = None,
+) -> None:
+    """Our labeler (policy + annotator + labeling rule) on a ProcessBench-format file."""
+    from prm_synth.config import ConfigError, load_config
+    from prm_synth.engines import build_engine
+    from prm_synth.evaluate import evaluate_labels, format_metric, load_gold_answers, load_processbench
+
+    try:
+        config = load_config(pipeline)
+        bench = load_processbench(file, limit)
+        gold = load_gold_answers(gold_answers)
+    except (ConfigError, OSError, ValueError) as e:
+        _fail(str(e))
+    engine = build_engine(config.policy)
+    try:
+        metric, predictions = evaluate_labels(engine, bench, gold, config)
+    finally:
+        engine.close()
+    out = out or Path(f"{file.stem}.label-predictions.jsonl")
+    _write_jsonl(out, predictions)
+    per = metric["rollouts_per_sample"]
+    typer.echo(f"labeler {metric['annotator']}/{metric['label_rule']} with {metric['policy_model']} on {file}")
+    typer.echo(format_metric(metric))
+    typer.echo(f"labeled {metric['labeled']}, skipped without a gold answer {metric['skipped_no_gold']}, "
+               f"rollouts per sample {'n/a' if per is None else f'{per:.1f}'}")
+    typer.echo(f"predictions: {out}")
+    typer.echo(json.dumps(metric | {"file": str(file), "predictions": str(out)}, sort_keys=True))
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+@eval_app.command("dataset")
+def dataset_cmd(
+    directory: Annotated[Path, typer.Argument(help="An output folder made with the simulated policy.")],
+) -> None:
+    """Bad-label precision/recall of a simulated-policy dataset against the recomputed truth."""
+    from prm_synth.evaluate import NotSimulatedError, evaluate_dataset
+
+    try:
+        report = evaluate_dataset(directory)
+    except (FileNotFoundError, NotSimulatedError) as e:
+        _fail(str(e))
+    typer.echo(f"{'':18}{'rows':>7}{'exact':>8}{'fe prec':>9}{'fe rec':>8}{'step prec':>11}{'step rec':>10}")
+    for name in ("before_consensus", "after_consensus"):
+        q = report[name]
+        fe, st = q["first_error_mc"], q["step_labels"]
+        typer.echo(f"{name:18}{q['rows']:>7}{_fmt(fe['exact_acc']):>8}{_fmt(fe['precision']):>9}"
+                   f"{_fmt(fe['recall']):>8}{_fmt(st['precision']):>11}{_fmt(st['recall']):>10}")
+    typer.echo(f"kept fraction {_fmt(report['kept_fraction'])}, rollouts per kept row "
+               f"{_fmt(report['rollouts_per_kept_row'])}")
+    typer.echo(json.dumps(report, sort_keys=True))

@@ -1,0 +1,338 @@
+"""Measuring label quality: a judge or our labeler against human labels, a dataset against the truth.
+
+- ProcessBench's metric: accuracy on the erroneous samples (the predicted earliest error equals the
+  label), accuracy on the correct samples (the prediction is -1), and their harmonic mean (F1).
+  A missing prediction (the judge gave no verdict) is a wrong one.
+- `evaluate_judge`: a judge on a ProcessBench-format file (`problem`, `steps`, `label`).
+- `evaluate_labels`: our labeler (policy + annotator + labeling rule) on such a file, with gold
+  answers joined from a second file by problem text.
+- `evaluate_dataset`: a dataset made with the simulated policy against the truth recomputed from
+  its step text, before and after consensus.
+
+ProcessBench and BIG-Bench Mistake are evaluation sets: measure on them, never tune to them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prm_synth import arithmetic
+from prm_synth.config import JudgeConfig, PipelineConfig
+from prm_synth.engines.base import Engine
+
+# ------------------------------------------------------------------ ProcessBench files
+
+
+@dataclass(frozen=True)
+class BenchSample:
+    id: str
+    problem: str
+    steps: list[str]
+    label: int  # earliest wrong step, -1 if none
+
+
+def load_processbench(path: str | Path, limit: int | None = None) -> list[BenchSample]:
+    """A ProcessBench-format file: a JSON list, or JSON lines; fields problem, steps, label (id optional).
+
+    A malformed row is an error naming the row: an evaluation set is not silently thinned.
+    """
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        rows = json.loads(text)
+        if not isinstance(rows, list):
+            raise ValueError(f"{path}: expected a JSON list of samples")
+    samples = []
+    for i, row in enumerate(rows[:limit] if limit is not None else rows):
+        where = f"{path} row {i}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: not an object")
+        steps, label, problem = row.get("steps"), row.get("label"), row.get("problem")
+        if not isinstance(problem, str):
+            raise ValueError(f"{where}: 'problem' must be a string")
+        if not isinstance(steps, list) or not steps or not all(isinstance(s, str) for s in steps):
+            raise ValueError(f"{where}: 'steps' must be a non-empty list of strings")
+        if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label < len(steps):
+            raise ValueError(f"{where}: 'label' must be an int in [-1, {len(steps) - 1}], got {label!r}")
+        samples.append(BenchSample(str(row.get("id", f"row-{i}")), problem, steps, label))
+    return samples
+
+
+# ------------------------------------------------------------------ the metric
+
+
+def processbench_metric(labels: Sequence[int], predictions: Sequence[int | None]) -> dict[str, Any]:
+    """ProcessBench's metric as fractions in [0, 1]; an accuracy over no samples is None."""
+    if len(labels) != len(predictions):
+        raise ValueError("labels and predictions differ in length")
+    err = [(lab, p) for lab, p in zip(labels, predictions, strict=True) if lab != -1]
+    cor = [p for lab, p in zip(labels, predictions, strict=True) if lab == -1]
+    err_acc = sum(p == lab for lab, p in err) / len(err) if err else None
+    cor_acc = sum(p == -1 for p in cor) / len(cor) if cor else None
+    if err_acc is None or cor_acc is None:
+        f1 = None
+    else:
+        f1 = 2 * err_acc * cor_acc / (err_acc + cor_acc) if err_acc + cor_acc else 0.0
+    return {
+        "error_acc": err_acc,
+        "correct_acc": cor_acc,
+        "f1": f1,
+        "n_error": len(err),
+        "n_correct": len(cor),
+        "no_prediction": sum(p is None for p in predictions),
+    }
+
+
+def format_metric(m: dict[str, Any]) -> str:
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}"
+
+    return (
+        f"error acc {pct(m['error_acc'])} ({m['n_error']} samples)  "
+        f"correct acc {pct(m['correct_acc'])} ({m['n_correct']} samples)  F1 {pct(m['f1'])}"
+    )
+
+
+# ------------------------------------------------------------------ judge on a bench file
+
+
+def evaluate_judge(
+    engine: Engine, samples: Sequence[BenchSample], config: JudgeConfig, max_batch_requests: int = 256
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(metric + judge stats, one prediction row per sample)."""
+    from prm_synth.judge import judge_solutions
+
+    verdicts, stats = judge_solutions(engine, [(s.problem, s.steps) for s in samples], config, max_batch_requests)
+    predictions = [
+        {
+            "id": s.id,
+            "label": s.label,
+            "prediction": v.first_error,
+            "votes": v.votes,
+            "match": v.first_error == s.label,
+            "judge_model": engine.model_name,
+            "prompt_version": config.prompt_version,
+            "answers": v.texts,  # the judge's raw words, to audit the parser against
+        }
+        for s, v in zip(samples, verdicts, strict=True)
+    ]
+    metric = processbench_metric([s.label for s in samples], [v.first_error for v in verdicts])
+    return metric | {"judge": stats.as_dict(), "judge_model": engine.model_name}, predictions
+
+
+# ------------------------------------------------------------------ our labeler on a bench file
+
+
+def normalize_question(text: str) -> str:
+    """Join key for problem text: whitespace runs collapse (files differ in spacing, not in words)."""
+    return " ".join(text.split())
+
+
+def gold_from_answer(answer: str) -> str:
+    """GSM8K's answer column ends in '#### 72': the gold answer is what follows; other text is taken as is."""
+    if "####" in answer:
+        return answer.rsplit("####", 1)[1].strip().replace(",", "")
+    return answer.strip()
+
+
+def load_gold_answers(path: str | Path) -> dict[str, str]:
+    """Normalized problem text -> gold answer, from JSON lines (or a JSON list) with a question field
+    (`question` or `problem`) and an answer field (`answer`, GSM8K's '#### N' understood)."""
+    path = Path(path)
+    text = path.read_text()
+    rows = json.loads(text) if path.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
+    gold: dict[str, str] = {}
+    for row in rows:
+        question = row.get("question", row.get("problem"))
+        answer = row.get("answer")
+        if isinstance(question, str) and answer is not None:
+            gold[normalize_question(question)] = gold_from_answer(str(answer))
+    return gold
+
+
+# ProcessBench steps are paragraphs without their separators: the labeler's continuation prompts
+# need the text as the policy would have written it, so a blank line goes back between steps.
+STEP_SEPARATOR = "\n\n"
+
+
+def bench_steps(steps: Sequence[str]) -> list[str]:
+    return [s + STEP_SEPARATOR for s in steps[:-1]] + [steps[-1]]
+
+
+def evaluate_labels(
+    engine: Engine,
+    samples: Sequence[BenchSample],
+    gold: dict[str, str],
+    config: PipelineConfig,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Label each sample's given steps with the pipeline's annotator and rule; compare first errors.
+
+    Samples without a gold answer cannot be labeled: they are counted in `skipped_no_gold` and
+    listed in the predictions with `skipped: true`, never silently dropped.
+    """
+    from prm_synth.annotate import make_annotator
+    from prm_synth.annotate.labels import apply_rule
+    from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
+    from prm_synth.engines.base import SamplingOptions
+    from prm_synth.grading import grade
+    from prm_synth.prompts import policy_user_prompt
+
+    ann_cfg = config.annotate
+    scheduler = ProbeScheduler(
+        engine,
+        SamplingOptions(max_tokens=ann_cfg.rollout_max_tokens, temperature=ann_cfg.rollout_temperature,
+                        top_p=config.sampling.top_p),
+        max_batch_requests=ann_cfg.max_batch_requests,
+        max_in_flight=ann_cfg.max_in_flight,
+    )
+    system = getattr(config.policy, "system_prompt", None)
+    jobs, skipped = [], []
+    for s in samples:
+        answer = gold.get(normalize_question(s.problem))
+        if answer is None:
+            skipped.append(s)
+            continue
+        steps = bench_steps(s.steps)
+        verdict = grade("".join(steps), answer)
+        jobs.append(
+            SolutionJob(
+                key=s.id,
+                problem_key=normalize_question(s.problem),  # same problem: prefixes estimated once
+                user_prompt=policy_user_prompt(s.problem),
+                gold=answer,
+                annotator=make_annotator(ann_cfg, steps, verdict.status, s.id),
+                system_prompt=system,
+            )
+        )
+    first_errors: dict[str, int] = {}
+    for job, ann in scheduler.run(jobs):
+        first_errors[job.key] = apply_rule(ann, config.labels.rule, config.labels.significance).first_error
+    labeled = [s for s in samples if s.id in first_errors]
+    predictions: list[dict[str, Any]] = []
+    for s in samples:
+        if s.id in first_errors:
+            rollouts = scheduler.spend.get(s.id, [0, 0])[0]
+            pred = first_errors[s.id]
+            predictions.append({"id": s.id, "label": s.label, "prediction": pred, "match": pred == s.label,
+                                "rollouts": rollouts})
+        else:
+            predictions.append({"id": s.id, "label": s.label, "prediction": None, "skipped": True,
+                                "reason": "no gold answer for this problem text"})
+    metric = processbench_metric([s.label for s in labeled], [first_errors[s.id] for s in labeled])
+    total_rollouts = scheduler.stats.rollouts
+    return metric | {
+        "labeled": len(labeled),
+        "skipped_no_gold": len(skipped),
+        "rollouts": total_rollouts,
+        "rollouts_per_sample": total_rollouts / len(labeled) if labeled else None,
+        "engine_calls": scheduler.stats.engine_calls,
+        "policy_model": engine.model_name,
+        "annotator": ann_cfg.method,
+        "label_rule": config.labels.rule,
+    }, predictions
+
+
+# ------------------------------------------------------------------ a simulated dataset vs the truth
+
+
+@dataclass
+class Confusion:
+    """Counts behind precision and recall of "bad" predictions against the truth."""
+
+    predicted: int = 0  # predicted bad
+    actual: int = 0  # truly bad
+    hit: int = 0  # predicted bad and truly bad (for first errors: at the same index)
+
+    @property
+    def precision(self) -> float | None:
+        return self.hit / self.predicted if self.predicted else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.hit / self.actual if self.actual else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"precision": self.precision, "recall": self.recall, "predicted": self.predicted,
+                "actual": self.actual, "hit": self.hit}
+
+
+def first_error_quality(rows: Iterable[tuple[int | None, int]]) -> dict[str, Any]:
+    """(predicted first error, true first error) pairs -> exact accuracy, precision and recall.
+
+    precision: of the rows predicted to hold an error (prediction != -1), the fraction whose index
+    is the true one; recall: of the rows that truly hold one, the fraction found at the right index.
+    A missing prediction (None) counts against accuracy and recall, never as a positive.
+    """
+    c, n, exact = Confusion(), 0, 0
+    for pred, truth in rows:
+        n += 1
+        exact += pred == truth
+        c.predicted += pred is not None and pred != -1
+        c.actual += truth != -1
+        c.hit += truth != -1 and pred == truth
+    return {"rows": n, "exact_acc": exact / n if n else None} | c.as_dict()
+
+
+def step_label_quality(rows: Iterable[tuple[Sequence[bool | None], int]]) -> dict[str, Any]:
+    """Per-step bad labels against the truth. A step is truly bad when its prefix holds an error
+    (index >= the true first error): the hard MC label is a verdict on the prefix. Unlabeled steps
+    (None) are left out."""
+    c = Confusion()
+    for labels, truth in rows:
+        for i, label in enumerate(labels):
+            if label is None:
+                continue
+            bad, truly_bad = label is False, truth != -1 and i >= truth
+            c.predicted += bad
+            c.actual += truly_bad
+            c.hit += bad and truly_bad
+    return c.as_dict()
+
+
+def _quality(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    truths = [arithmetic.true_first_error(r["steps"]) for r in rows]
+    judged = [(r["judge_first_error"], t) for r, t in zip(rows, truths, strict=True) if r.get("judge_votes")]
+    return {
+        "rows": len(rows),
+        "first_error_mc": first_error_quality((r["first_error_mc"], t) for r, t in zip(rows, truths, strict=True)),
+        "step_labels": step_label_quality((r["labels"], t) for r, t in zip(rows, truths, strict=True)),
+        "first_error_judge": first_error_quality(judged) if judged else None,
+        "rollouts": sum(r["rollouts"] for r in rows),
+    }
+
+
+class NotSimulatedError(ValueError):
+    """The dataset's truth cannot be recomputed (it was not made with the simulated policy)."""
+
+
+def evaluate_dataset(root: str | Path) -> dict[str, Any]:
+    """Bad-label precision/recall of a simulated-policy dataset, before and after consensus.
+
+    Before: every labeled row, the kept ones plus those the consensus filter rejected (their
+    payload is the full record). After: the kept rows only.
+    """
+    from prm_synth.shards import iter_records, read_manifest
+
+    manifest = read_manifest(root)
+    policy = manifest.get("config", {}).get("policy", {})
+    if policy.get("kind") != "simulated":
+        raise NotSimulatedError(
+            f"{root} was made with policy kind {policy.get('kind')!r}: the truth is recomputable only for the "
+            "simulated policy on builtin problems"
+        )
+    kept = list(iter_records(root, "data"))
+    dropped = [json.loads(r["payload"]) for r in iter_records(root, "rejected") if r["stage"] == "consensus"]
+    before, after = _quality(kept + dropped), _quality(kept)
+    return {
+        "before_consensus": before,
+        "after_consensus": after,
+        "kept_fraction": len(kept) / (len(kept) + len(dropped)) if kept or dropped else None,
+        "consensus_rejected": len(dropped),
+        "rollouts_per_kept_row": before["rollouts"] / len(kept) if kept else None,
+    }
