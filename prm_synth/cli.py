@@ -39,6 +39,11 @@ def _print_summary(summary: dict) -> None:
         ("rollouts", summary["rollouts"]),
         ("tokens", summary["tokens"]),
         ("bad step fraction", labels.get("bad_step_fraction")),
+        *(
+            [("kept by consensus", f"{c['kept']} of {c['rows']} ({c['kept_fraction']:.1%})")]
+            if (c := summary.get("consensus")) and c.get("rows")
+            else []
+        ),
         ("wall time", f"{summary.get('wall_seconds', 0):.1f} s"),
     ]
     width = max(len(k) for k, _ in lines)

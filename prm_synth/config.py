@@ -233,6 +233,12 @@ class PipelineConfig(Strict):
     output: OutputConfig = OutputConfig()
     run: RunConfig = RunConfig()
 
+    @model_validator(mode="after")
+    def _consensus_needs_a_judge(self) -> PipelineConfig:
+        if self.consensus is not None and self.consensus.policy != "mc-only" and self.judge is None:
+            raise ValueError(f"consensus.policy {self.consensus.policy!r} needs a judge section")
+        return self
+
     def fingerprint(self) -> str:
         """Hash of everything that changes the rows; run-time knobs (parallelism) are left out."""
         data = self.model_dump(mode="json", exclude={"run": True, "annotate": {"max_batch_requests", "max_in_flight"}})

@@ -12,7 +12,6 @@ requests, batching and parsing as a real judge.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections import Counter
@@ -23,6 +22,8 @@ from typing import Any
 from prm_synth import arithmetic
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, GenerationResult, SamplingOptions
+from prm_synth.engines.simulated import digest
+from prm_synth.grading import last_boxed
 from prm_synth.schema import LabeledRecord
 
 JUDGE_PROMPT_VERSION = "v1"
@@ -47,8 +48,6 @@ _INSTRUCTION = (
     "Please put your final answer (i.e., the index) in \\boxed{}."
 )
 _PARAGRAPH = re.compile(r"<paragraph_(\d+)>\n(.*?)\n</paragraph_\1>", re.DOTALL)
-_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_BRACE = re.compile(r"\\[{}]|[{}]")  # escaped braces (\{ \}) are tokens of their own, never matched
 _INDEX = re.compile(r"-?\d+")
 
 
@@ -86,36 +85,13 @@ def parse_judge_prompt(prompt: str) -> tuple[str, list[str]] | None:
 
 
 # ------------------------------------------------------------------ answers
-def _last_box(text: str) -> str | None:
-    """Content of the complete `\\boxed{...}` that closes last (braces matched), or None.
-
-    One pass of brace matching from the first box, so the cost is linear in the text whatever
-    number of boxes (closed or not) it holds.
-    """
-    opens = [m.end() - 1 for m in _BOX.finditer(text)]
-    if not opens:
-        return None
-    close: dict[int, int] = {}
-    stack: list[int] = []
-    for m in _BRACE.finditer(text, opens[0]):
-        if m.group() == "{":
-            stack.append(m.start())
-        elif m.group() == "}" and stack:
-            close[stack.pop()] = m.start()
-    closed = [(close[o], o) for o in opens if o in close]
-    if not closed:
-        return None
-    end, start = max(closed)
-    return text[start + 1 : end]
-
-
 def parse_judge_answer(text: str, n_steps: int) -> int:
     """The index in the last complete `\\boxed{}` (-1 allowed), or UNPARSEABLE.
 
     Garbage in the last box is unparseable even when an earlier box held a number: the model's
     final word is the answer, and an earlier one is not guessed in its place.
     """
-    box = _last_box(text[-MAX_ANSWER_CHARS:])
+    box = last_boxed(text[-MAX_ANSWER_CHARS:])
     if box is None:
         return UNPARSEABLE
     content = box.replace("−", "-")  # a unicode minus is still a minus
@@ -229,14 +205,6 @@ def judge_records(
 
 
 # ------------------------------------------------------------------ simulated judge
-def _digest(*parts: object) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        h.update(str(part).encode())
-        h.update(b"\x00")
-    return h.hexdigest()
-
-
 class SimulatedJudge:
     """A judge engine that knows the truth: an instrument for measuring the consensus filter.
 
@@ -260,7 +228,7 @@ class SimulatedJudge:
         out = []
         for req in requests:
             parsed = parse_judge_prompt(req.user)
-            base = _digest(self.config.seed, req.user)
+            base = digest(self.config.seed, req.user)
             texts = [
                 self._answer(parsed, random.Random(f"{base}:{req.first_sample_index + i}")) for i in range(req.n)
             ]

@@ -346,7 +346,8 @@ def process_shard(
         "probes_reused": sched.probes_reused,
         "sampling_tokens": sampling_tokens,
         "rollout_tokens": sched.generated_tokens + sched.prompt_tokens,
-        "tokens": sampling_tokens + sched.generated_tokens + sched.prompt_tokens,
+        "judge_tokens": judge_stats.get("tokens", 0),
+        "tokens": sampling_tokens + sched.generated_tokens + sched.prompt_tokens + judge_stats.get("tokens", 0),
         "seconds": {"annotate": t_annotated - started, "judge": time.perf_counter() - t_annotated},
         **({"judge": judge_stats} if judge_stats else {}),
     }

@@ -61,7 +61,7 @@ def summarize(root: str | Path) -> dict[str, Any]:
         "rows": totals["rows"],
         "rejected": totals["rejected"],
         "rejected_by_reason": stats.get("rejected_by_reason", {}),
-        "consensus": stats.get("judge", {}).get("consensus", {}),
+        "consensus": _consensus(stats.get("judge", {}).get("consensus")),
         "problems_labeled": stats.get("problems_labeled", 0),
         "reconciles": reconciles,
         "shards": totals["shards"],
@@ -70,3 +70,12 @@ def summarize(root: str | Path) -> dict[str, Any]:
         "config_fingerprint": manifest["config_fingerprint"],
         "labels": label_statistics(root),
     }
+
+
+def _consensus(counts: dict[str, Any] | None) -> dict[str, Any]:
+    """Consensus counts summed over shards, with the fractions recomputed from them."""
+    if not counts:
+        return {}
+    from prm_synth.consensus import consensus_summary
+
+    return counts | consensus_summary(counts)

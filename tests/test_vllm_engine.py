@@ -78,3 +78,14 @@ def test_continuation_extends_the_prompt(engine):
     grown = longer.prompt_tokens - first.prompt_tokens
     assert abs(grown - first.completions[0].generated_tokens) <= 2
     assert longer.completions[0].generated_tokens > 0
+
+
+def test_a_prompt_longer_than_the_context_does_not_fail_the_batch(engine):
+    from prm_synth.engines.base import GenerationRequest, SamplingOptions
+
+    short = GenerationRequest("What is 2 + 3?", n=2, sampling=SamplingOptions(max_tokens=4))
+    too_long = GenerationRequest("word " * 3000, n=2, sampling=SamplingOptions(max_tokens=4))
+    ok, skipped = engine.generate([short, too_long])
+    assert len(ok.completions) == 2 and ok.prompt_tokens > 0
+    assert [c.finish_reason for c in skipped.completions] == ["prompt_too_long"] * 2
+    assert all(c.text == "" and c.generated_tokens == 0 for c in skipped.completions)

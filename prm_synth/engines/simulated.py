@@ -23,7 +23,8 @@ from prm_synth.config import SimulatedPolicyConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
 
 
-def _digest(*parts: object) -> str:
+def digest(*parts: object) -> str:
+    """A stable hex digest of the parts: the seed of a simulated sample (no Python hash randomization)."""
     h = hashlib.blake2b(digest_size=16)
     for part in parts:
         h.update(str(part).encode())
@@ -52,7 +53,7 @@ class SimulatedPolicy:
         out = []
         for req in requests:
             problem = arithmetic.parse_question(req.user)
-            base = _digest(self.config.seed, req.user, req.assistant_prefix)
+            base = digest(self.config.seed, req.user, req.assistant_prefix)
             texts = [
                 self._continue(problem, req.assistant_prefix, random.Random(f"{base}:{req.first_sample_index + i}"))
                 for i in range(req.n)

@@ -109,6 +109,7 @@ class VLLMEngine:
         self._tokenizer = llm.get_tokenizer()
         # `LLM` is not thread-safe; shard tasks in one process share the engine and take turns.
         self._lock = threading.Lock()
+        self._max_model_len = int(llm.llm_engine.model_config.max_model_len)
 
     @property
     def model_name(self) -> str:
@@ -131,18 +132,33 @@ class VLLMEngine:
         if self._llm is None:
             raise EngineError("VLLMEngine is closed")
         prompts = [self.render(r) for r in requests]
-        params = [sampling_params(r) for r in requests]
-        try:
-            with self._lock:
-                outputs = self._llm.generate(
-                    prompts, params, use_tqdm=False, tokenization_kwargs=dict(TOKENIZATION_KWARGS)
-                )
-        except Exception as e:
-            raise EngineError(f"vLLM generate failed for {len(requests)} requests: {e}") from e
-        if len(outputs) != len(requests):
-            raise EngineError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
+        # A prompt that does not fit the context would fail the whole batch in vLLM: it gets empty
+        # completions instead (graded "unknown", never correct), and the rest of the batch runs.
+        lengths = [len(self._tokenizer(p, **TOKENIZATION_KWARGS).input_ids) for p in prompts]
+        fits = [i for i, n in enumerate(lengths) if n < self._max_model_len]
+        outputs: list[Any] = []
+        if fits:
+            try:
+                with self._lock:
+                    outputs = self._llm.generate(
+                        [prompts[i] for i in fits],
+                        [sampling_params(requests[i]) for i in fits],
+                        use_tqdm=False,
+                        tokenization_kwargs=dict(TOKENIZATION_KWARGS),
+                    )
+            except Exception as e:
+                raise EngineError(f"vLLM generate failed for {len(fits)} requests: {e}") from e
+            if len(outputs) != len(fits):
+                raise EngineError(f"vLLM returned {len(outputs)} outputs for {len(fits)} requests")
+        by_index = dict(zip(fits, outputs, strict=True))
         results = []
-        for req, out in zip(requests, outputs, strict=True):
+        for i, req in enumerate(requests):
+            out = by_index.get(i)
+            if out is None:
+                log.warning("prompt of %d tokens does not fit max_model_len %d", lengths[i], self._max_model_len)
+                empty = Completion(text="", generated_tokens=0, finish_reason="prompt_too_long")
+                results.append(GenerationResult(completions=(empty,) * req.n, prompt_tokens=lengths[i]))
+                continue
             comps = tuple(
                 Completion(text=c.text, generated_tokens=len(c.token_ids), finish_reason=c.finish_reason)
                 for c in sorted(out.outputs, key=lambda c: c.index)
