@@ -39,15 +39,17 @@ ACCURACIES = (0.7, 0.8, 0.9)
 
 
 def label_with_mc(args: argparse.Namespace) -> tuple[list[LabeledRecord], float]:
-    config = validate_config({
-        "name": "consensus-quality",
-        "problems": {"kind": "builtin", "count": args.problems, "seed": args.seed, "min_ops": 5, "max_ops": 12},
-        "policy": {"kind": "simulated", "step_error": args.step_error, "recover": args.recover, "seed": args.seed},
-        "sampling": {"samples_per_problem": args.samples},
-        "annotate": {"method": "mc", "k": args.k},
-        "labels": {"rule": "hard"},
-        "output": {"shard_size": 100},
-    })
+    config = validate_config(
+        {
+            "name": "consensus-quality",
+            "problems": {"kind": "builtin", "count": args.problems, "seed": args.seed, "min_ops": 5, "max_ops": 12},
+            "policy": {"kind": "simulated", "step_error": args.step_error, "recover": args.recover, "seed": args.seed},
+            "sampling": {"samples_per_problem": args.samples},
+            "annotate": {"method": "mc", "k": args.k},
+            "labels": {"rule": "hard"},
+            "output": {"shard_size": 100},
+        }
+    )
     policy = SimulatedPolicy(config.policy)
     started = time.perf_counter()
     records: list[LabeledRecord] = []
@@ -59,8 +61,9 @@ def label_with_mc(args: argparse.Namespace) -> tuple[list[LabeledRecord], float]
     return records, time.perf_counter() - started
 
 
-def measure(name: str, rows: list[LabeledRecord], predict: str, total: int, rollouts: int,
-            judge_samples: int) -> dict[str, Any]:
+def measure(
+    name: str, rows: list[LabeledRecord], predict: str, total: int, rollouts: int, judge_samples: int
+) -> dict[str, Any]:
     pairs = [(getattr(r, predict), true_first_error(r.steps)) for r in rows]
     q = first_error_quality(pairs)
     return {
@@ -100,29 +103,39 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8, help="rollouts per probed prefix")
     parser.add_argument("--step-error", type=float, default=0.1)
     parser.add_argument("--recover", type=float, default=0.2)
-    parser.add_argument("--judge-samples", type=int, default=1, help="m votes (1: judge accuracy is exactly its setting)")
+    parser.add_argument(
+        "--judge-samples", type=int, default=1, help="m votes (1: judge accuracy is exactly its setting)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
     records, seconds = label_with_mc(args)
     wrong = sum(true_first_error(r.steps) != -1 for r in records)
-    print(f"{len(records)} solutions ({wrong} with an error), step_error {args.step_error}, recover {args.recover}, "
-          f"per-step MC k={args.k}, hard rule; labeled in {seconds:.1f} s; judge votes m={args.judge_samples}")
-    header = (f"{'judge acc':>9}  {'labeler':<11}{'rows':>6}{'exact acc':>11}{'fe prec':>9}{'fe rec':>8}"
-              f"{'kept':>8}{'rollouts/kept':>15}{'judge/kept':>12}")
+    print(
+        f"{len(records)} solutions ({wrong} with an error), step_error {args.step_error}, recover {args.recover}, "
+        f"per-step MC k={args.k}, hard rule; labeled in {seconds:.1f} s; judge votes m={args.judge_samples}"
+    )
+    header = (
+        f"{'judge acc':>9}  {'labeler':<11}{'rows':>6}{'exact acc':>11}{'fe prec':>9}{'fe rec':>8}"
+        f"{'kept':>8}{'rollouts/kept':>15}{'judge/kept':>12}"
+    )
     print(header)
     print("-" * len(header))
     summary: dict[str, Any] = {}
     for accuracy in ACCURACIES:
         results = run_accuracy(records, accuracy, args)
         for r in results:
-            print(f"{accuracy:>9.1f}  {r['labeler']:<11}{r['rows']:>6}{_f(r['exact_acc'], 11)}{_f(r['precision'], 9)}"
-                  f"{_f(r['recall'], 8)}{_f(r['kept_fraction'], 8)}{_f(r['rollouts_per_kept_row'], 15)}"
-                  f"{_f(r['judge_samples_per_kept_row'], 12)}")
+            print(
+                f"{accuracy:>9.1f}  {r['labeler']:<11}{r['rows']:>6}{_f(r['exact_acc'], 11)}{_f(r['precision'], 9)}"
+                f"{_f(r['recall'], 8)}{_f(r['kept_fraction'], 8)}{_f(r['rollouts_per_kept_row'], 15)}"
+                f"{_f(r['judge_samples_per_kept_row'], 12)}"
+            )
         by = {r["labeler"]: r for r in results}
         gain = by["consensus"]["precision"] - max(by["mc-only"]["precision"], by["judge-only"]["precision"])
-        print(f"{'':>9}  consensus precision gain over the better single labeler: {gain:+.3f}, "
-              f"at {1 - by['consensus']['kept_fraction']:.1%} of solutions dropped")
+        print(
+            f"{'':>9}  consensus precision gain over the better single labeler: {gain:+.3f}, "
+            f"at {1 - by['consensus']['kept_fraction']:.1%} of solutions dropped"
+        )
         if accuracy == 0.8:
             summary = {
                 "mc_precision": by["mc-only"]["precision"],

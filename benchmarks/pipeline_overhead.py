@@ -67,8 +67,14 @@ def measure(method: str, problems: int) -> dict[str, float]:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         for shard in iter_shards(config):
             out = process_shard(engine, config, shard, "bench")
-            write_timer(store, shard.index, [r.to_row() for r in out.records], [r.to_row() for r in out.rejected],
-                        len(shard.items), out.stats)
+            write_timer(
+                store,
+                shard.index,
+                [r.to_row() for r in out.records],
+                [r.to_row() for r in out.rejected],
+                len(shard.items),
+                out.stats,
+            )
             rows += len(out.records)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     scheduler_module.grade = pipeline_module.grade = grade

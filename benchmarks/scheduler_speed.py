@@ -88,7 +88,10 @@ def main() -> None:
     print(f"binary search on {len(work)} demo-model solutions, k {args.k}, rollouts of <= {args.max_tokens} tokens")
     cols = list(scheduled)
     print(f"{'':<34}" + "".join(f"{c:>14}" for c in cols))
-    for name, row in ((f"(a) scheduler, {args.in_flight} in flight", scheduled), ("(b) one call per probe", sequential)):
+    for name, row in (
+        (f"(a) scheduler, {args.in_flight} in flight", scheduled),
+        ("(b) one call per probe", sequential),
+    ):
         print(f"{name:<34}" + "".join(f"{row[c]:>14}" for c in cols))
     speedup = sequential["wall s"] / scheduled["wall s"]
     print(f"speedup (b time / a time): {speedup:.2f}x")

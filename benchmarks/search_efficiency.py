@@ -86,8 +86,9 @@ class Score:
         }
 
 
-def config_for(method: dict, step_error: float, recover: float, problems: int, min_ops: int, max_ops: int,
-               seed: int) -> PipelineConfig:
+def config_for(
+    method: dict, step_error: float, recover: float, problems: int, min_ops: int, max_ops: int, seed: int
+) -> PipelineConfig:
     return validate_config(
         {
             "name": "bench",
@@ -100,8 +101,9 @@ def config_for(method: dict, step_error: float, recover: float, problems: int, m
     )
 
 
-def run(method: dict, step_error: float, recover: float, problems: int, min_ops: int, max_ops: int,
-        seed: int = 0) -> tuple[Score, list[LabeledRecord]]:
+def run(
+    method: dict, step_error: float, recover: float, problems: int, min_ops: int, max_ops: int, seed: int = 0
+) -> tuple[Score, list[LabeledRecord]]:
     config = config_for(method, step_error, recover, problems, min_ops, max_ops, seed)
     engine = SimulatedPolicy(config.policy)  # type: ignore[arg-type]
     score, records = Score(), []
@@ -170,9 +172,7 @@ def main() -> None:
             for r in records:
                 ann = Annotation("mc", r.mc_correct, r.mc_total, r.label_source)
                 lab = apply_rule(ann, rule)
-                score.add(
-                    LabeledRecord(**(r.to_row() | {"labels": lab.labels, "first_error_mc": lab.first_error}))
-                )
+                score.add(LabeledRecord(**(r.to_row() | {"labels": lab.labels, "first_error_mc": lab.first_error})))
             rules[f"{rule}, recover {recover}"] = score.row()
     print_table(f"labeling rules on per-step MC counts (10-20 steps, step_error 0.1, k {K})", rules)
     headline |= {

@@ -186,8 +186,9 @@ def evaluate_labels(
     ann_cfg = config.annotate
     scheduler = ProbeScheduler(
         engine,
-        SamplingOptions(max_tokens=ann_cfg.rollout_max_tokens, temperature=ann_cfg.rollout_temperature,
-                        top_p=config.sampling.top_p),
+        SamplingOptions(
+            max_tokens=ann_cfg.rollout_max_tokens, temperature=ann_cfg.rollout_temperature, top_p=config.sampling.top_p
+        ),
         max_batch_requests=ann_cfg.max_batch_requests,
         max_in_flight=ann_cfg.max_in_flight,
     )
@@ -219,11 +220,19 @@ def evaluate_labels(
         if s.id in first_errors:
             rollouts = scheduler.spend.get(s.id, [0, 0])[0]
             pred = first_errors[s.id]
-            predictions.append({"id": s.id, "label": s.label, "prediction": pred, "match": pred == s.label,
-                                "rollouts": rollouts})
+            predictions.append(
+                {"id": s.id, "label": s.label, "prediction": pred, "match": pred == s.label, "rollouts": rollouts}
+            )
         else:
-            predictions.append({"id": s.id, "label": s.label, "prediction": None, "skipped": True,
-                                "reason": "no gold answer for this problem text"})
+            predictions.append(
+                {
+                    "id": s.id,
+                    "label": s.label,
+                    "prediction": None,
+                    "skipped": True,
+                    "reason": "no gold answer for this problem text",
+                }
+            )
     metric = processbench_metric([s.label for s in labeled], [first_errors[s.id] for s in labeled])
     total_rollouts = scheduler.stats.rollouts
     return metric | {
@@ -258,8 +267,13 @@ class Confusion:
         return self.hit / self.actual if self.actual else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"precision": self.precision, "recall": self.recall, "predicted": self.predicted,
-                "actual": self.actual, "hit": self.hit}
+        return {
+            "precision": self.precision,
+            "recall": self.recall,
+            "predicted": self.predicted,
+            "actual": self.actual,
+            "hit": self.hit,
+        }
 
 
 def first_error_quality(rows: Iterable[tuple[int | None, int]]) -> dict[str, Any]:

@@ -44,7 +44,7 @@ _SOLUTION_HEADER = "\n\n[Solution]\n\n"
 _INSTRUCTION = (
     "\n\nYour task is to review and critique the solution paragraph by paragraph. Once you identify an "
     "error in a paragraph, return the index of the paragraph where the earliest error occurs. Otherwise, "
-    "return the index of -1 (which typically denotes \"not found\").\n\n"
+    'return the index of -1 (which typically denotes "not found").\n\n'
     "Please put your final answer (i.e., the index) in \\boxed{}."
 )
 _PARAGRAPH = re.compile(r"<paragraph_(\d+)>\n(.*?)\n</paragraph_\1>", re.DOTALL)
@@ -145,8 +145,7 @@ class JudgeStats:
 def judge_requests(items: Sequence[tuple[str, Sequence[str]]], config: JudgeConfig) -> list[GenerationRequest]:
     sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
     return [
-        GenerationRequest(user=render_judge_prompt(q, steps), n=config.samples, sampling=sampling)
-        for q, steps in items
+        GenerationRequest(user=render_judge_prompt(q, steps), n=config.samples, sampling=sampling) for q, steps in items
     ]
 
 
@@ -229,9 +228,7 @@ class SimulatedJudge:
         for req in requests:
             parsed = parse_judge_prompt(req.user)
             base = digest(self.config.seed, req.user)
-            texts = [
-                self._answer(parsed, random.Random(f"{base}:{req.first_sample_index + i}")) for i in range(req.n)
-            ]
+            texts = [self._answer(parsed, random.Random(f"{base}:{req.first_sample_index + i}")) for i in range(req.n)]
             completions = tuple(Completion(t, len(t.split()), "stop") for t in texts)
             out.append(GenerationResult(completions, len(req.user.split())))
         return out

@@ -252,8 +252,19 @@ def label_trees(
                 else Verdict(status="unknown", extracted=None, reason="partial_path")
             )
             out.records.append(
-                _record(config, engine, fingerprint, p, f"{p.id}-t{i}", path.steps, verdict, path.annotation,
-                        r_share, t_share, complete=path.final_status is not None)
+                _record(
+                    config,
+                    engine,
+                    fingerprint,
+                    p,
+                    f"{p.id}-t{i}",
+                    path.steps,
+                    verdict,
+                    path.annotation,
+                    r_share,
+                    t_share,
+                    complete=path.final_status is not None,
+                )
             )
     return scheduler
 

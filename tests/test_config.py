@@ -29,8 +29,14 @@ def test_fingerprint_ignores_run_knobs_but_not_labeling_choices():
         ({"problems": {"kind": "builtin", "min_ops": 5, "max_ops": 2}, "policy": {"kind": "simulated"}}, "problems"),
         ({"problems": {"kind": "builtin"}, "policy": {"kind": "gpt"}}, "policy"),
         ({"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}, "steps": {"strategy": "regex"}}, "steps"),
-        ({"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"},
-          "annotate": {"bad_rate": 0.5, "good_rate": 0.2}}, "annotate"),
+        (
+            {
+                "problems": {"kind": "builtin"},
+                "policy": {"kind": "simulated"},
+                "annotate": {"bad_rate": 0.5, "good_rate": 0.2},
+            },
+            "annotate",
+        ),
         ({"policy": {"kind": "simulated"}}, "problems"),
     ],
 )

@@ -18,12 +18,29 @@ def rec(rid: str, mc: int, judge: int | None, votes: list[int] | None = None, so
     if votes is None:
         votes = [] if judge is None else [judge]
     return LabeledRecord(
-        id=rid, problem_id=rid.split("-")[0], source=source, question="q", gold_answer="1",
-        steps=["a\n", "b\n", "c\n", "d"], final_answer="1", final_correct=mc == -1, mc_values=[1.0, 0.5, 0.0, 0.0],
-        mc_correct=[8, 4, 0, 0], mc_total=[8, 8, 8, 1], labels=[True, True, False, False],
-        label_source=["mc", "mc", "mc", "verdict"], label_rule="hard", first_error_mc=mc, annotator="mc",
-        policy_model="sim", config_fingerprint="fp1", rollouts=24, tokens=300, judge_first_error=judge,
-        judge_votes=votes, judge_prompt_version=None if not votes else "v1",
+        id=rid,
+        problem_id=rid.split("-")[0],
+        source=source,
+        question="q",
+        gold_answer="1",
+        steps=["a\n", "b\n", "c\n", "d"],
+        final_answer="1",
+        final_correct=mc == -1,
+        mc_values=[1.0, 0.5, 0.0, 0.0],
+        mc_correct=[8, 4, 0, 0],
+        mc_total=[8, 8, 8, 1],
+        labels=[True, True, False, False],
+        label_source=["mc", "mc", "mc", "verdict"],
+        label_rule="hard",
+        first_error_mc=mc,
+        annotator="mc",
+        policy_model="sim",
+        config_fingerprint="fp1",
+        rollouts=24,
+        tokens=300,
+        judge_first_error=judge,
+        judge_votes=votes,
+        judge_prompt_version=None if not votes else "v1",
         judge_model=None if not votes else "judge",
     )
 
@@ -61,8 +78,13 @@ def test_agree_policy_keeps_agreement_and_rejects_with_reasons():
     kept, rejected, stats = apply_consensus(rows, ConsensusConfig(policy="agree"))
     assert [r.id for r in kept] == ["p0-s0", "p0-s1"]
     reasons = {r.id: r.reason for r in rejected}
-    assert reasons == {"p1-s0": "disagree", "p1-s1": "disagree", "p2-s0": "judge_undecided",
-                       "p2-s1": "judge_undecided", "p3-s0": "judge_missing"}
+    assert reasons == {
+        "p1-s0": "disagree",
+        "p1-s1": "disagree",
+        "p2-s0": "judge_undecided",
+        "p2-s1": "judge_undecided",
+        "p3-s0": "judge_missing",
+    }
     assert [r.consensus for r in rows] == [True, True, False, False, None, None, None]
     bad = next(r for r in rejected if r.id == "p1-s0")
     assert bad.stage == "consensus" and bad.problem_id == "p1" and bad.source == "gsm8k"
@@ -75,8 +97,10 @@ def test_agree_policy_keeps_agreement_and_rejects_with_reasons():
     assert stats["rejected_by_reason"] == {"disagree": 2, "judge_undecided": 2, "judge_missing": 1}
     assert stats["agreement"]["mc=2,judge=3"] == 1 and stats["agreement"]["mc=1,judge=none"] == 2
     assert sum(stats["agreement"].values()) == 7
-    assert stats["by_source"] == {"gsm8k": {"rows": 6, "kept": 2, "rejected": 4, "agree": 2},
-                                  "math": {"rows": 1, "kept": 0, "rejected": 1, "agree": 0}}
+    assert stats["by_source"] == {
+        "gsm8k": {"rows": 6, "kept": 2, "rejected": 4, "agree": 2},
+        "math": {"rows": 1, "kept": 0, "rejected": 1, "agree": 0},
+    }
 
 
 def test_tolerance_widens_agreement_but_not_across_minus_one():
@@ -122,17 +146,20 @@ def test_pipeline_with_judge_and_consensus_loses_nothing():
     from prm_synth.engines import build_engine
     from prm_synth.pipeline import iter_shards, process_shard
 
-    config = validate_config({
-        "problems": {"kind": "builtin", "count": 15, "min_ops": 4, "max_ops": 8},
-        "policy": {"kind": "simulated", "step_error": 0.15, "recover": 0.2},
-        "sampling": {"samples_per_problem": 2},
-        "judge": {"engine": {"kind": "simulated-judge", "accuracy": 0.8}, "samples": 3},
-        "consensus": {"policy": "agree"},
-        "output": {"shard_size": 100},
-    })
+    config = validate_config(
+        {
+            "problems": {"kind": "builtin", "count": 15, "min_ops": 4, "max_ops": 8},
+            "policy": {"kind": "simulated", "step_error": 0.15, "recover": 0.2},
+            "sampling": {"samples_per_problem": 2},
+            "judge": {"engine": {"kind": "simulated-judge", "accuracy": 0.8}, "samples": 3},
+            "consensus": {"policy": "agree"},
+            "output": {"shard_size": 100},
+        }
+    )
     (shard,) = list(iter_shards(config))
-    out = process_shard(build_engine(config.policy), config, shard, config.fingerprint(),
-                        judge_engine=build_engine(config.judge.engine))
+    out = process_shard(
+        build_engine(config.policy), config, shard, config.fingerprint(), judge_engine=build_engine(config.judge.engine)
+    )
     consensus_rejects = [r for r in out.rejected if r.stage == "consensus"]
     assert len(out.records) + len(consensus_rejects) == 30
     assert all(r.consensus for r in out.records)

@@ -18,8 +18,18 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_prm_synth_run_demo_with_the_real_model(tmp_path):
     out = tmp_path / "demo"
-    cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(ROOT / "pipelines" / "demo.yaml"), "--out", str(out),
-           "--limit", "2", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prm_synth.cli",
+        "run",
+        str(ROOT / "pipelines" / "demo.yaml"),
+        "--out",
+        str(out),
+        "--limit",
+        "2",
+        "--json",
+    ]
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

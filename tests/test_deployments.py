@@ -50,7 +50,10 @@ def prefect_server(tmp_path_factory):
     log = open(home / "server.log", "w")  # noqa: SIM115 - closed at teardown
     server = subprocess.Popen(
         [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     deadline = time.time() + 90
     import urllib.request
@@ -61,7 +64,9 @@ def prefect_server(tmp_path_factory):
             break
         except OSError:
             if time.time() > deadline or server.poll() is not None:
-                raise RuntimeError("prefect server did not start: " + (home / "server.log").read_text()[-2000:])
+                raise RuntimeError(
+                    "prefect server did not start: " + (home / "server.log").read_text()[-2000:]
+                ) from None
             time.sleep(0.5)
     yield env
     os.killpg(server.pid, signal.SIGTERM)
@@ -70,8 +75,9 @@ def prefect_server(tmp_path_factory):
 
 
 def _prefect(env, *args, check=True, timeout=120):
-    proc = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [str(BIN / "prefect"), *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -98,14 +104,24 @@ def test_deploy_from_prefect_yaml_run_it_and_refuse_bad_parameters(prefect_serve
     _prefect(env, "work-pool", "create", "prm-synth-process", "--type", "process")
     _prefect(env, "--no-prompt", "deploy", "--name", "simulated-nightly")
     _prefect(env, "--no-prompt", "deploy", "--name", "demo-daily")
-    dep = _client_call(env, f"""
+    dep = _client_call(
+        env,
+        f"""
 d = await client.read_deployment_by_name("{FLOW}/simulated-nightly")
 print(json.dumps({{"crons": [s.schedule.cron for s in d.schedules], "enforce": d.enforce_parameter_schema}}))
-""")
+""",
+    )
     assert dep["crons"] == ["0 3 * * *"] and dep["enforce"]
 
-    bad = _prefect(env, "deployment", "run", f"{FLOW}/simulated-nightly", "--params",
-                   json.dumps({"config": {"annotate": {"k": "many"}}}), check=False)
+    bad = _prefect(
+        env,
+        "deployment",
+        "run",
+        f"{FLOW}/simulated-nightly",
+        "--params",
+        json.dumps({"config": {"annotate": {"k": "many"}}}),
+        check=False,
+    )
     assert "Validation failed" in bad.stdout + bad.stderr  # refused by the server, no run created
 
     # The demo pipeline (the real model through vLLM on the CPU), cut to two problems.
@@ -113,16 +129,23 @@ print(json.dumps({{"crons": [s.schedule.cron for s in d.schedules], "enforce": d
     _prefect(env, "deployment", "run", f"{FLOW}/demo-daily", "--param", "limit=2", "--param", f"out_dir={out}")
     worker = subprocess.run(
         [str(BIN / "prefect"), "worker", "start", "--pool", "prm-synth-process", "--run-once"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert worker.returncode == 0, worker.stdout + worker.stderr
-    run = _client_call(env, f"""
+    run = _client_call(
+        env,
+        """
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["demo-daily"])))
 done = [r for r in runs if r.state and r.state.is_final()]
 arts = await client.read_artifacts()
-print(json.dumps({{"states": [r.state.type.value for r in done], "artifacts": sorted({{a.type for a in arts if a.flow_run_id in {{r.id for r in done}}}})}}))
-""")
+print(json.dumps({"states": [r.state.type.value for r in done], "artifacts": sorted({a.type for a in arts if a.flow_run_id in {r.id for r in done}})}))
+""",
+    )
     assert run["states"] == ["COMPLETED"], worker.stdout[-3000:]
     assert {"table", "markdown", "progress"} <= set(run["artifacts"])
     manifest = json.loads((out / "manifest.json").read_text())
@@ -133,22 +156,38 @@ print(json.dumps({{"states": [r.state.type.value for r in done], "artifacts": so
 def test_serve_registers_its_schedule(prefect_server, tmp_path):
     env = prefect_server
     proc = subprocess.Popen(
-        [str(BIN / "prm-synth"), "serve", str(ROOT / "pipelines" / "simulated.yaml"), "--cron", "*/30 * * * *",
-         "--name", "served-simulated", "--out", str(tmp_path / "served")],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(BIN / "prm-synth"),
+            "serve",
+            str(ROOT / "pipelines" / "simulated.yaml"),
+            "--cron",
+            "*/30 * * * *",
+            "--name",
+            "served-simulated",
+            "--out",
+            str(tmp_path / "served"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.time() + 120
         crons: list = []
         while time.time() < deadline and not crons:
             time.sleep(2)
-            crons = _client_call(env, f"""
+            crons = _client_call(
+                env,
+                f"""
 try:
     d = await client.read_deployment_by_name("{FLOW}/served-simulated")
     print(json.dumps([s.schedule.cron for s in d.schedules]))
 except Exception:
     print("[]")
-""")
+""",
+            )
         assert crons == ["*/30 * * * *"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -95,8 +95,12 @@ def test_load_processbench_json_and_jsonl(tmp_path):
     jl.write_text('{"problem": "p", "steps": ["a", "b"], "label": 1}\n\n')
     (s,) = load_processbench(jl)
     assert s.id == "row-0" and s.steps == ["a", "b"]
-    for bad in ('{"problem": "p", "steps": ["a"], "label": 1}', '{"problem": "p", "steps": [], "label": -1}',
-                '{"problem": "p", "steps": ["a"], "label": true}', '{"steps": ["a"], "label": -1}'):
+    for bad in (
+        '{"problem": "p", "steps": ["a"], "label": 1}',
+        '{"problem": "p", "steps": [], "label": -1}',
+        '{"problem": "p", "steps": ["a"], "label": true}',
+        '{"steps": ["a"], "label": -1}',
+    ):
         jl.write_text(bad + "\n")
         with pytest.raises(ValueError, match="row 0"):
             load_processbench(jl)
@@ -129,8 +133,9 @@ def test_evaluate_judge_with_a_perfect_simulated_judge():
 
 def test_eval_judge_command_writes_predictions_that_reproduce_the_metric(tmp_path):
     judge_yaml = tmp_path / "judge.yaml"
-    judge_yaml.write_text(yaml.safe_dump({"judge": {"engine": {"kind": "simulated-judge", "accuracy": 0.5, "seed": 4},
-                                                    "samples": 3}}))
+    judge_yaml.write_text(
+        yaml.safe_dump({"judge": {"engine": {"kind": "simulated-judge", "accuracy": 0.5, "seed": 4}, "samples": 3}})
+    )
     out = tmp_path / "preds.jsonl"
     result = CliRunner().invoke(cli(), ["eval", "judge", str(BENCH), "--judge", str(judge_yaml), "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -151,7 +156,9 @@ def test_eval_judge_command_accepts_a_pipeline_yaml_and_overrides(tmp_path):
     assert all(len(json.loads(x)["votes"]) == 2 for x in out.read_text().splitlines())
     # a pipeline without a judge, or neither --judge nor --model, is a clear error
     pipeline.write_text(yaml.safe_dump(SIM_PIPELINE))
-    assert "no judge section" in CliRunner().invoke(cli(), ["eval", "judge", str(BENCH), "--judge", str(pipeline)]).output
+    assert (
+        "no judge section" in CliRunner().invoke(cli(), ["eval", "judge", str(BENCH), "--judge", str(pipeline)]).output
+    )
     assert CliRunner().invoke(cli(), ["eval", "judge", str(BENCH)]).exit_code == 2
 
 
@@ -172,8 +179,10 @@ def test_eval_labels_command(tmp_path):
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text(yaml.safe_dump(SIM_PIPELINE))
     out = tmp_path / "labels.jsonl"
-    result = CliRunner().invoke(cli(), ["eval", "labels", str(BENCH), "--gold-answers", str(GOLD),
-                                        "--pipeline", str(pipeline), "--out", str(out)])
+    result = CliRunner().invoke(
+        cli(),
+        ["eval", "labels", str(BENCH), "--gold-answers", str(GOLD), "--pipeline", str(pipeline), "--out", str(out)],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output.strip().splitlines()[-1])
     assert report["skipped_no_gold"] == 1 and report["f1"] == 1.0 and report["rollouts_per_sample"] > 0
@@ -201,8 +210,13 @@ def make_dataset(root: Path, consensus: str | None = "agree") -> None:
     policy, judge = build_engine(config.policy), build_engine(config.judge.engine)
     for shard in iter_shards(config):
         out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge)
-        store.write_shard(shard.index, [r.to_row() for r in out.records], [r.to_row() for r in out.rejected],
-                          len(shard.items), out.stats)
+        store.write_shard(
+            shard.index,
+            [r.to_row() for r in out.records],
+            [r.to_row() for r in out.rejected],
+            len(shard.items),
+            out.stats,
+        )
     store.write_manifest()
 
 

@@ -36,10 +36,26 @@ STEPS = ["Tom starts with 3 apples.\n", "He buys 4 more: 3 + 4 = 7.\n", "The ans
 def make_record(rid: str, question: str, steps: list[str], first_error_mc: int = -1) -> LabeledRecord:
     n = len(steps)
     return LabeledRecord(
-        id=rid, problem_id=rid.split("-s")[0], source="test", question=question, gold_answer="7", steps=steps,
-        final_answer="7", final_correct=True, mc_values=[1.0] * n, mc_correct=[8] * n, mc_total=[8] * n,
-        labels=[True] * n, label_source=["mc"] * n, label_rule="hard", first_error_mc=first_error_mc,
-        annotator="mc", policy_model="sim", config_fingerprint="fp", rollouts=8 * n, tokens=100,
+        id=rid,
+        problem_id=rid.split("-s")[0],
+        source="test",
+        question=question,
+        gold_answer="7",
+        steps=steps,
+        final_answer="7",
+        final_correct=True,
+        mc_values=[1.0] * n,
+        mc_correct=[8] * n,
+        mc_total=[8] * n,
+        labels=[True] * n,
+        label_source=["mc"] * n,
+        label_rule="hard",
+        first_error_mc=first_error_mc,
+        annotator="mc",
+        policy_model="sim",
+        config_fingerprint="fp",
+        rollouts=8 * n,
+        tokens=100,
     )
 
 
@@ -75,7 +91,10 @@ class ScriptedEngine:
 def test_prompt_is_processbench_critique_style():
     prompt = render_judge_prompt(QUESTION, STEPS)
     assert prompt.startswith("The following is a math problem and a solution")
-    assert f"[Math Problem]\n\n{QUESTION}\n\n[Solution]\n\n<paragraph_0>\nTom starts with 3 apples.\n</paragraph_0>" in prompt
+    assert (
+        f"[Math Problem]\n\n{QUESTION}\n\n[Solution]\n\n<paragraph_0>\nTom starts with 3 apples.\n</paragraph_0>"
+        in prompt
+    )
     assert "<paragraph_1>\nHe buys 4 more: 3 + 4 = 7.\n</paragraph_1>\n\n<paragraph_2>\n" in prompt
     assert "<paragraph_3>" not in prompt
     assert "earliest error" in prompt and "-1" in prompt and prompt.endswith("in \\boxed{}.")
@@ -215,8 +234,11 @@ def test_simulated_judge_accuracy_matches_its_setting(accuracy):
     judge = SimulatedJudge(SimulatedJudgeConfig(accuracy=accuracy, seed=3))
     config = JudgeConfig(engine=judge.config, samples=2)
     verdicts, stats = judge_solutions(judge, [(q, s) for q, s, _ in items], config, max_batch_requests=500)
-    votes = [(v, truth, len(steps)) for (_, steps, truth), verdict in zip(items, verdicts, strict=True)
-             for v in verdict.votes]
+    votes = [
+        (v, truth, len(steps))
+        for (_, steps, truth), verdict in zip(items, verdicts, strict=True)
+        for v in verdict.votes
+    ]
     assert stats.unparseable == 0 and stats.samples == 3000
     hit = sum(v == truth for v, truth, _ in votes) / len(votes)
     assert abs(hit - accuracy) < 0.03

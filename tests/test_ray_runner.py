@@ -16,8 +16,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(out: Path, *extra: str, tmp: Path) -> dict:
-    cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(ROOT / "pipelines" / "simulated.yaml"),
-           "--out", str(out), "--limit", "90", "--json", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prm_synth.cli",
+        "run",
+        str(ROOT / "pipelines" / "simulated.yaml"),
+        "--out",
+        str(out),
+        "--limit",
+        "90",
+        "--json",
+        *extra,
+    ]
     env = os.environ | {"PREFECT_HOME": str(tmp / "prefect"), "RAY_USAGE_STATS_ENABLED": "0"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -74,16 +74,26 @@ def _judge_config(judge: Path | None, model: str | None, max_model_len: int, ove
 
 @eval_app.command("judge")
 def judge_cmd(
-    file: Annotated[Path, typer.Argument(help="ProcessBench-format file (.json list or .jsonl): problem, steps, label.")],
-    judge: Annotated[Path | None, typer.Option(help="Pipeline YAML with a judge section, or a judge section YAML.")] = None,
-    model: Annotated[str | None, typer.Option(help="Judge with this vLLM model instead ('demo': the embedded one).")] = None,
-    max_model_len: Annotated[int, typer.Option(min=256, help="With --model: the context (prompt + answer) in tokens.")] = 2048,
+    file: Annotated[
+        Path, typer.Argument(help="ProcessBench-format file (.json list or .jsonl): problem, steps, label.")
+    ],
+    judge: Annotated[
+        Path | None, typer.Option(help="Pipeline YAML with a judge section, or a judge section YAML.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Judge with this vLLM model instead ('demo': the embedded one).")
+    ] = None,
+    max_model_len: Annotated[
+        int, typer.Option(min=256, help="With --model: the context (prompt + answer) in tokens.")
+    ] = 2048,
     samples: Annotated[int | None, typer.Option(min=1, help="Override: judge samples per solution.")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Override: tokens per judge sample.")] = None,
     temperature: Annotated[float | None, typer.Option(min=0.0, help="Override: sampling temperature.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N samples.")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Requests per engine call.")] = 256,
-    out: Annotated[Path | None, typer.Option(help="Predictions file (default: <file stem>.judge-predictions.jsonl).")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Predictions file (default: <file stem>.judge-predictions.jsonl).")
+    ] = None,
 ) -> None:
     """A judge on a ProcessBench-format file: ProcessBench's metric and per-sample predictions."""
     from prm_synth.engines import build_engine
@@ -93,7 +103,9 @@ def judge_cmd(
         bench = load_processbench(file, limit)
     except (OSError, ValueError) as e:
         _fail(str(e))
-    config = _judge_config(judge, model, max_model_len, {"samples": samples, "max_tokens": max_tokens, "temperature": temperature})
+    config = _judge_config(
+        judge, model, max_model_len, {"samples": samples, "max_tokens": max_tokens, "temperature": temperature}
+    )
     engine = build_engine(config.engine)
     try:
         metric, predictions = evaluate_judge(engine, bench, config, batch)
@@ -103,8 +115,10 @@ def judge_cmd(
     _write_jsonl(out, predictions)
     typer.echo(f"judge {metric['judge_model']} on {file} ({len(bench)} samples, {config.samples} votes each)")
     typer.echo(format_metric(metric))
-    typer.echo(f"undecided (tie or unreadable): {metric['no_prediction']}  unreadable samples: "
-               f"{metric['judge']['unparseable']} of {metric['judge']['samples']}")
+    typer.echo(
+        f"undecided (tie or unreadable): {metric['no_prediction']}  unreadable samples: "
+        f"{metric['judge']['unparseable']} of {metric['judge']['samples']}"
+    )
     typer.echo(f"predictions: {out}")
     typer.echo(json.dumps(metric | {"file": str(file), "predictions": str(out)}, sort_keys=True))
 
@@ -112,10 +126,14 @@ def judge_cmd(
 @eval_app.command("labels")
 def labels_cmd(
     file: Annotated[Path, typer.Argument(help="ProcessBench-format file: problem, steps, label.")],
-    gold_answers: Annotated[Path, typer.Option(help="Gold answers joined by problem text (GSM8K jsonl: question, answer).")],
+    gold_answers: Annotated[
+        Path, typer.Option(help="Gold answers joined by problem text (GSM8K jsonl: question, answer).")
+    ],
     pipeline: Annotated[Path, typer.Option(help="Pipeline YAML: its policy, annotate and labels sections are used.")],
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N samples.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Predictions file (default: <file stem>.label-predictions.jsonl).")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Predictions file (default: <file stem>.label-predictions.jsonl).")
+    ] = None,
 ) -> None:
     """Our labeler (policy + annotator + labeling rule) on a ProcessBench-format file."""
     from prm_synth.config import ConfigError, load_config
@@ -138,8 +156,10 @@ def labels_cmd(
     per = metric["rollouts_per_sample"]
     typer.echo(f"labeler {metric['annotator']}/{metric['label_rule']} with {metric['policy_model']} on {file}")
     typer.echo(format_metric(metric))
-    typer.echo(f"labeled {metric['labeled']}, skipped without a gold answer {metric['skipped_no_gold']}, "
-               f"rollouts per sample {'n/a' if per is None else f'{per:.1f}'}")
+    typer.echo(
+        f"labeled {metric['labeled']}, skipped without a gold answer {metric['skipped_no_gold']}, "
+        f"rollouts per sample {'n/a' if per is None else f'{per:.1f}'}"
+    )
     typer.echo(f"predictions: {out}")
     typer.echo(json.dumps(metric | {"file": str(file), "predictions": str(out)}, sort_keys=True))
 
@@ -163,8 +183,11 @@ def dataset_cmd(
     for name in ("before_consensus", "after_consensus"):
         q = report[name]
         fe, st = q["first_error_mc"], q["step_labels"]
-        typer.echo(f"{name:18}{q['rows']:>7}{_fmt(fe['exact_acc']):>8}{_fmt(fe['precision']):>9}"
-                   f"{_fmt(fe['recall']):>8}{_fmt(st['precision']):>11}{_fmt(st['recall']):>10}")
-    typer.echo(f"kept fraction {_fmt(report['kept_fraction'])}, rollouts per kept row "
-               f"{_fmt(report['rollouts_per_kept_row'])}")
+        typer.echo(
+            f"{name:18}{q['rows']:>7}{_fmt(fe['exact_acc']):>8}{_fmt(fe['precision']):>9}"
+            f"{_fmt(fe['recall']):>8}{_fmt(st['precision']):>11}{_fmt(st['recall']):>10}"
+        )
+    typer.echo(
+        f"kept fraction {_fmt(report['kept_fraction'])}, rollouts per kept row {_fmt(report['rollouts_per_kept_row'])}"
+    )
     typer.echo(json.dumps(report, sort_keys=True))
