@@ -67,6 +67,7 @@ def run(
 ) -> None:
     """Run a pipeline as a one-off local Prefect flow run and print a summary."""
     from prm_synth.config import ConfigError, load_config
+    from prm_synth.problems import ProblemSourceError
     from prm_synth.shards import OutputMismatchError
 
     try:
@@ -88,7 +89,7 @@ def run(
             dry_run=dry_run,
             show_progress=not json_out,
         )
-    except OutputMismatchError as e:
+    except (OutputMismatchError, ProblemSourceError) as e:
         _fail(str(e))
     except RuntimeError as e:
         _fail(str(e), code=1)

@@ -137,6 +137,15 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path):
     assert result.exit_code == 2 and "not found" in result.output
 
 
+@pytest.mark.usefixtures("prefect_harness")
+def test_an_unreadable_problem_source_is_a_clear_error(tmp_path):
+    (tmp_path / "problems.csv").write_text("question,answer\n")
+    path = write_pipeline(tmp_path, problems={"kind": "file", "path": str(tmp_path / "problems.csv")})
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "problems.csv" in result.output
+
+
 @pytest.mark.slow
 def test_sigkill_part_way_then_rerun_loses_and_duplicates_nothing(tmp_path):
     """A real `prm-synth run` process, killed with SIGKILL after a few shards, then run again."""
