@@ -79,6 +79,25 @@ def publish_run_artifacts(summary: dict[str, Any], config: PipelineConfig) -> No
             "| statistic | value |",
             "|---|---|",
             *(f"| {k} | {json.dumps(v) if isinstance(v, dict) else v} |" for k, v in labels.items()),
+            *_consensus_section(consensus),
         ]
     )
     create_markdown_artifact(markdown, key=f"{key}-summary", description="prm-synth label statistics")
+
+
+def _consensus_section(consensus: dict[str, Any]) -> list[str]:
+    """Kept fraction, per-source counts and the agreement matrix (MC first error × judge's)."""
+    if not consensus.get("rows"):
+        return []
+    agreement = consensus.get("agreement", {})
+    return [
+        "",
+        "## Consensus",
+        "",
+        f"- kept {consensus.get('kept', 0)} of {consensus['rows']} ({consensus.get('kept_fraction') or 0:.1%})",
+        f"- by source: `{json.dumps(consensus.get('by_source', {}), sort_keys=True)}`",
+        "",
+        "| MC first error, judge first error | rows |",
+        "|---|---|",
+        *(f"| {pair} | {n} |" for pair, n in sorted(agreement.items())),
+    ]

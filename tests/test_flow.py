@@ -181,3 +181,23 @@ def test_inspect_prints_counts_as_json(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert {"problems_in", "rows", "rejected", "shards"} <= set(data)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_consensus_run_reports_its_statistics_in_summary_and_artifacts(tmp_path):
+    from prefect.client.orchestration import get_client
+
+    from flows.synthesize import synthesize
+
+    config = load_config(ROOT / "pipelines" / "simulated-consensus.yaml")
+    summary = synthesize(config=config, out_dir=str(tmp_path / "out"), limit=40)
+    consensus = summary["consensus"]
+    assert consensus["rows"] == 80 and consensus["kept"] == summary["rows"]
+    assert summary["rows"] + summary["rejected"] == 80 and summary["reconciles"]
+    assert 0 < consensus["kept_fraction"] < 1 and consensus["agreement"]
+    rejected = list(iter_records(tmp_path / "out", "rejected"))
+    assert {r["stage"] for r in rejected} == {"consensus"}
+    assert all(json.loads(r["payload"])["judge_votes"] for r in rejected)  # the whole record travels along
+    with get_client(sync_client=True) as client:
+        markdown = [a for a in client.read_artifacts() if a.key == "simulated-consensus-summary"]
+    assert markdown and "## Consensus" in markdown[-1].data and "mc=" in markdown[-1].data
