@@ -37,6 +37,7 @@ METHODS = {
     "plain bisection": {"method": "binary", "k": K, "search_test": "fixed", "recheck": False},
     "binary (SPRT + re-check)": {"method": "binary", "k": K},
     "OmegaPRM": {"method": "omegaprm", "k": K, "omega_k": K},
+    "OmegaPRM, SPRT bisection": {"method": "omegaprm", "k": K, "omega_k": K, "omega_search_test": "sprt"},
 }
 
 
@@ -158,6 +159,9 @@ def main() -> None:
                     "mc_stop_accuracy": table["MC, stop at first 0"]["accuracy(wrong)"],
                     "plain_bisection_accuracy": table["plain bisection"]["accuracy(wrong)"],
                     "omegaprm_accuracy": table.get("OmegaPRM", {}).get("accuracy(wrong)", float("nan")),
+                    "omegaprm_sprt_accuracy": table.get("OmegaPRM, SPRT bisection", {}).get(
+                        "accuracy(wrong)", float("nan")
+                    ),
                 }
 
     # Labeling rules on the same per-step MC counts: the hard rule calls a recovered error good.

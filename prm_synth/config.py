@@ -191,6 +191,9 @@ class AnnotateConfig(Strict):
     omega_k: int = Field(16, ge=1)  # rollouts per state
     omega_search_limit: int = Field(100, ge=1)  # selections (MCTS iterations) per question
     omega_rollout_budget: int = Field(400, ge=1)  # hard cap on rollouts per question
+    # How the bisection inside OmegaPRM decides a prefix: `fixed` is the paper (omega_k rollouts,
+    # MC > 0 good); `sprt` uses the sequential test of `binary` (bad_rate / good_rate above).
+    omega_search_test: Literal["fixed", "sprt"] = "fixed"
     omega_screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
     save_trees: bool = False  # write each question's tree (JSON node-link) next to the shards
     max_batch_requests: int = Field(256, ge=1)  # requests per engine call

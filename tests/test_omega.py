@@ -289,12 +289,19 @@ def check_tree_and_paths(result: OmegaResult) -> None:
     screen=st.booleans(),
     leaves=st.integers(0, 2),
     p_error=st.sampled_from([0.1, 0.3, 0.6]),
+    search_test=st.sampled_from(["fixed", "sprt"]),
 )
 def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resampled(
-    seed, length, budget, k, limit, screen, leaves, p_error
+    seed, length, budget, k, limit, screen, leaves, p_error, search_test
 ):
     prober = Prober(random_world(seed, length, p_error, recover=0.1))
-    cfg = config(omega_k=k, omega_rollout_budget=budget, omega_search_limit=limit, omega_screen=screen)
+    cfg = config(
+        omega_k=k,
+        omega_rollout_budget=budget,
+        omega_search_limit=limit,
+        omega_screen=screen,
+        omega_search_test=search_test,
+    )
     result = drive(omegaprm(cfg, split_lines, correct_leaves=leaves), prober)
     assert prober.total <= budget
     assert result.rollouts == prober.total
@@ -362,3 +369,28 @@ def test_split_evenly_adds_up():
     assert split_evenly(5, 0) == []
     assert sum(split_evenly(1234, 7)) == 1234
     assert math.isclose(sum(split_evenly(7, 7)), 7)
+
+
+def test_sequential_bisection_calls_a_lucky_wrong_prefix_bad_and_searches_nothing_below_it():
+    """A wrong prefix that reaches the answer 1 time in 16: MC > 0 (the paper: good), the test: bad."""
+    length = 4
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        if "bad" in prefix:  # a wrong prefix goes on with right lines; its first rollout is lucky
+            text = "".join(f"s{j}=ok\n" for j in range(lines(prefix), length))
+            return text, "correct" if i == 0 else "incorrect", 5
+        bad_at = None if i % 2 == 0 else max(1, lines(prefix))  # half the rollouts go wrong
+        text = "".join(f"s{j}={'bad' if j == bad_at else 'ok'}\n" for j in range(lines(prefix), length))
+        return text, "incorrect" if "bad" in text else "correct", 5
+
+    outcomes = {}
+    for search_test in ("fixed", "sprt"):
+        cfg = config(omega_k=16, omega_rollout_budget=400, omega_search_limit=1, omega_search_test=search_test)
+        result = drive(omegaprm(cfg, split_lines, correct_leaves=0), Prober(rollout))
+        (path,) = [p for p in result.paths() if "s1=bad" in p.text]
+        labels = apply_rule(path.annotation, "hard").labels
+        outcomes[search_test] = (labels, path.label_source)
+    fixed_labels, _ = outcomes["fixed"]
+    sprt_labels, sprt_sources = outcomes["sprt"]
+    assert fixed_labels[1] is not False  # MC = 1/16 > 0: the paper's rule calls the wrong step good
+    assert sprt_labels[1] is False and sprt_sources[1] == "test"  # the sequential test does not

@@ -41,6 +41,7 @@ import networkx as nx
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult
+from prm_synth.annotate.search import SequentialTest
 from prm_synth.config import AnnotateConfig
 
 METHOD = "omegaprm"
@@ -143,6 +144,10 @@ def _flatten(tree: nx.DiGraph, node_path: list[int], infer_good: bool) -> OmegaP
         correct[i], total[i] = node["correct"], node["total"]
         source[i] = "verdict" if node["kind"] == "rollout" else "mc"
     ann = Annotation(METHOD, correct, total, source)
+    for node_id in node_path:
+        node = tree.nodes[node_id]
+        if node.get("decided") is not None:
+            ann.decide(len(node["steps"]) - 1, node["decided"], "test")
     if infer_good:
         last_good = max((i for i in range(n) if source[i] != "none" and correct[i] > 0), default=-1)
         for i in range(last_good):
@@ -179,6 +184,9 @@ class OmegaSearch:
         self.probes: list[ProbeRecord] = []
         self.spent = 0
         self.tokens = 0
+        self._test = SequentialTest(
+            config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
+        )
 
     # ---------------------------------------------------------- main loop
     def run(self) -> Annotator[OmegaResult]:
@@ -238,10 +246,11 @@ class OmegaSearch:
         bad: dict[int, ProbeResult] = {}
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            result = yield from self._measure(state["prefix"] + "".join(steps[: mid + 1]), len(base) + mid)
-            if result is None:
+            decision = yield from self._decide(state["prefix"] + "".join(steps[: mid + 1]), len(base) + mid)
+            if decision is None:
                 break
-            if result.correct > 0:
+            is_good, result = decision
+            if is_good:
                 good.append((mid, result))
                 lo = mid
             else:
@@ -249,7 +258,7 @@ class OmegaSearch:
                 hi = mid
         # The measured good prefixes all lie before the first error: they become states either way.
         for mid, result in good:
-            self._add_state(base + tuple(steps[: mid + 1]), result)
+            self._add_state(base + tuple(steps[: mid + 1]), result, good=True)
         if hi - lo > 1:
             # Interrupted by the budget: the first error is somewhere in (lo, hi]; a bad state at hi
             # would claim it is at hi, so the unresolved bad probes stay out of the tree.
@@ -257,18 +266,46 @@ class OmegaSearch:
         if hi == len(steps) - 1:
             self._add_complete(base, state["prefix"], candidate.text, "incorrect", candidate.tokens)
         else:
-            self._add_state(base + tuple(steps[: hi + 1]), bad[hi])
+            self._add_state(base + tuple(steps[: hi + 1]), bad[hi], good=False)
         return True
 
+    def _decide(
+        self, prefix: str, step: int
+    ) -> Generator[list[Probe], list[ProbeResult], tuple[bool, ProbeResult] | None]:
+        """Good or bad, with the measurement behind it; None when the budget ran out first.
+
+        fixed: omega_k rollouts, good when MC > 0 (the paper). sprt: a few rollouts at a time until
+        the sequential test of the binary annotator is sure, within the same hard budget.
+        """
+        cfg = self.config
+        if cfg.omega_search_test == "fixed":
+            result = yield from self._measure(prefix, step)
+            return None if result is None else (result.correct > 0, result)
+        test = self._test
+        have = self._known.get(prefix)
+        while True:
+            total = have.total if have else 0
+            if have is not None:
+                verdict = test.verdict(have.correct, have.total)
+                if verdict is not None:
+                    return verdict, have
+            have = yield from self._measure(prefix, step, want=total + test.batch)
+            if have is None or have.total == total:
+                return None
+
     # ---------------------------------------------------------- probing under the budget
-    def _measure(self, prefix: str, step: int) -> Generator[list[Probe], list[ProbeResult], ProbeResult | None]:
-        """k rollouts of `prefix` in total, or as many as the budget still allows; None if none fit."""
+    def _measure(
+        self, prefix: str, step: int, want: int | None = None
+    ) -> Generator[list[Probe], list[ProbeResult], ProbeResult | None]:
+        """`want` (default k) rollouts of `prefix` in total, or as many as the budget still allows;
+        None if none fit."""
+        want = self.config.omega_k if want is None else want
         have = self._known.get(prefix)
         have_total = have.total if have else 0
-        if have is not None and have_total >= self.config.omega_k:
+        if have is not None and have_total >= want:
             return have  # measured earlier in this question: free
         room = self.config.omega_rollout_budget - self.spent
-        new = min(self.config.omega_k - have_total, room)
+        new = min(want - have_total, room)
         if new <= 0:
             return None
         # The scheduler reads k as "at least k in total": asking have_total + new draws `new` at most.
@@ -280,12 +317,15 @@ class OmegaSearch:
         return result
 
     # ---------------------------------------------------------- tree and pool
-    def _add_state(self, steps: Steps, result: ProbeResult) -> int:
+    def _add_state(self, steps: Steps, result: ProbeResult, good: bool) -> int:
         prefix = "".join(steps)
         if prefix in self._by_text:
             return self._by_text[prefix]  # reached again through another rollout: already harvested
         node = self._insert(prefix, steps, "state")
         self._set_measurement(node, result)
+        if self.config.omega_search_test == "sprt":
+            # The test's decision is the label (MC alone would call a lucky wrong prefix good).
+            self.tree.nodes[node]["decided"] = good
         self._harvest(node)
         return node
 
@@ -350,7 +390,7 @@ class OmegaSearch:
         """
         attrs = self.tree.nodes[node]
         prefix, steps = attrs["prefix"], attrs["steps"]
-        if 0 < attrs["correct"] < attrs["total"]:
+        if attrs["decided"] is not False and 0 < attrs["correct"] < attrs["total"]:
             for text, status, tokens in attrs["rollouts"]:
                 if status == "incorrect" and text and prefix + text not in self._seen_complete:
                     self._seen_complete.add(prefix + text)
@@ -391,6 +431,7 @@ def _node_attrs(prefix: str, steps: Steps, kind: str) -> dict[str, Any]:
         "mc": None,
         "rollouts": [],
         "final_status": None,
+        "decided": None,  # the sequential test's label of a state (omega_search_test: sprt)
     }
 
 
