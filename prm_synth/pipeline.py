@@ -23,12 +23,10 @@ from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.config import PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
 from prm_synth.grading import Verdict, grade
-from prm_synth.problems import Problem, iter_problems
+from prm_synth.problems import Item, Problem, iter_problems
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.schema import LabeledRecord, RejectedRecord
 from prm_synth.steps import split_steps
-
-Item = Problem | RejectedRecord
 
 
 @dataclass
