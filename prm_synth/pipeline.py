@@ -82,7 +82,12 @@ class _Solution:
 
     @property
     def id(self) -> str:
-        return f"{self.problem.id}-s{self.index}"
+        return solution_id(self.problem.id, self.index)
+
+
+def solution_id(problem_id: str, index: int) -> str:
+    """The stable id of a problem's index-th sampled solution (the row id, and its rejection's)."""
+    return f"{problem_id}-s{index}"
 
 
 def sample_solutions(
@@ -114,11 +119,10 @@ def sample_solutions(
             tokens += result.prompt_tokens + result.generated_tokens
             for j, completion in enumerate(result.completions):
                 steps = split_steps(completion.text, config.steps.strategy, config.steps.pattern)
-                sid = f"{problem.id}-s{j}"
                 if not steps:
                     rejected.append(
                         _rejected(
-                            sid,
+                            solution_id(problem.id, j),
                             problem,
                             "split",
                             "empty_solution",
