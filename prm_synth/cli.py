@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from prm_synth.commands import fail
+
 # No network here or in CI: Prefect must not try to phone home. Set before Prefect is imported.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # vLLM logs to stdout by default; stdout is for results (the summary, --json), logs go to stderr.
@@ -18,11 +20,6 @@ os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 models_app = typer.Typer(no_args_is_help=True, help="Models that ship with prm-synth.")
 app.add_typer(models_app, name="models")
-
-
-def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def _print_summary(summary: dict) -> None:
@@ -73,9 +70,9 @@ def run(
     try:
         config = load_config(pipeline)
     except ConfigError as e:
-        _fail(str(e))
+        fail(str(e))
     if runner not in ("threads", "ray"):
-        _fail(f"--runner must be 'threads' or 'ray', not {runner!r}")
+        fail(f"--runner must be 'threads' or 'ray', not {runner!r}")
     out_dir = out or Path("runs") / config.name
     from flows.synthesize import synthesize_with_runner
 
@@ -90,9 +87,9 @@ def run(
             show_progress=not json_out,
         )
     except (OutputMismatchError, ProblemSourceError) as e:
-        _fail(str(e))
+        fail(str(e))
     except RuntimeError as e:
-        _fail(str(e), code=1)
+        fail(str(e), code=1)
     finally:
         from prm_synth.engines import close_engines
 
@@ -120,7 +117,7 @@ def serve(
     try:
         config = load_config(pipeline)
     except ConfigError as e:
-        _fail(str(e))
+        fail(str(e))
     from flows.synthesize import synthesize
 
     out_dir = str((out or Path("runs") / config.name).resolve())
@@ -143,7 +140,7 @@ def inspect(
     try:
         summary = summarize(directory)
     except FileNotFoundError as e:
-        _fail(str(e))
+        fail(str(e))
     if json_out:
         typer.echo(json.dumps(summary, sort_keys=True))
     else:

@@ -75,7 +75,6 @@ def _rejected(item_id: str, problem: Problem, stage: str, reason: str, detail: s
 class _Solution:
     problem: Problem
     index: int
-    text: str
     steps: list[str]
     verdict: Verdict
     tokens: int
@@ -133,7 +132,7 @@ def sample_solutions(
                     continue
                 verdict = grade(completion.text, problem.gold_answer)
                 share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
-                solutions.append(_Solution(problem, j, completion.text, steps, verdict, share))
+                solutions.append(_Solution(problem, j, steps, verdict, share))
     return solutions, rejected, tokens
 
 

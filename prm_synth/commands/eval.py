@@ -12,16 +12,13 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from prm_synth.commands import fail
+
 eval_app = typer.Typer(no_args_is_help=True, help="Measure label quality (ProcessBench metric, simulated truth).")
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(eval_app, name="eval")
-
-
-def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -58,7 +55,7 @@ def _judge_config(judge: Path | None, model: str | None, max_model_len: int, ove
     from prm_synth.config import ConfigError, JudgeConfig, VLLMConfig
 
     if (judge is None) == (model is None):
-        _fail("give exactly one of --judge FILE.yaml or --model (a local model folder, or 'demo')")
+        fail("give exactly one of --judge FILE.yaml or --model (a local model folder, or 'demo')")
     try:
         if judge is not None:
             config = load_judge_config(judge)
@@ -67,7 +64,7 @@ def _judge_config(judge: Path | None, model: str | None, max_model_len: int, ove
             engine = VLLMConfig(model=model, demo=model == "demo", max_model_len=max_model_len)
             config = JudgeConfig(engine=engine)
     except ConfigError as e:
-        _fail(str(e))
+        fail(str(e))
     update = {k: v for k, v in overrides.items() if v is not None}
     return JudgeConfig.model_validate(config.model_dump() | update) if update else config
 
@@ -102,7 +99,7 @@ def judge_cmd(
     try:
         bench = load_processbench(file, limit)
     except (OSError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     config = _judge_config(
         judge, model, max_model_len, {"samples": samples, "max_tokens": max_tokens, "temperature": temperature}
     )
@@ -145,7 +142,7 @@ def labels_cmd(
         bench = load_processbench(file, limit)
         gold = load_gold_answers(gold_answers)
     except (ConfigError, OSError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     engine = build_engine(config.policy)
     try:
         metric, predictions = evaluate_labels(engine, bench, gold, config)
@@ -178,7 +175,7 @@ def dataset_cmd(
     try:
         report = evaluate_dataset(directory)
     except (FileNotFoundError, NotSimulatedError) as e:
-        _fail(str(e))
+        fail(str(e))
     typer.echo(f"{'':18}{'rows':>7}{'exact':>8}{'fe prec':>9}{'fe rec':>8}{'step prec':>11}{'step rec':>10}")
     for name in ("before_consensus", "after_consensus"):
         q = report[name]

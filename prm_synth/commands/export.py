@@ -12,16 +12,12 @@ from typing import Annotated
 
 import typer
 
+from prm_synth.commands import fail
 from prm_synth.views import VIEW_NAMES
 
 
 def register(app: typer.Typer) -> None:
     app.command("export")(export)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def export(
@@ -46,13 +42,13 @@ def export(
     from prm_synth.hub import HubExportError, export_to_dir, export_to_hub
 
     if (to_dir is None) == (repo_id is None):
-        _fail("give exactly one of --to-dir OUT and --repo-id ORG/NAME")
+        fail("give exactly one of --to-dir OUT and --repo-id ORG/NAME")
     chosen = formats or list(VIEW_NAMES)
     unknown = sorted(set(chosen) - set(VIEW_NAMES))
     if unknown:
-        _fail(f"unknown --format {', '.join(unknown)}; choose from {', '.join(VIEW_NAMES)}")
+        fail(f"unknown --format {', '.join(unknown)}; choose from {', '.join(VIEW_NAMES)}")
     if private and repo_id is None:
-        _fail("--private applies to --repo-id only")
+        fail("--private applies to --repo-id only")
     try:
         if to_dir is not None:
             result = export_to_dir(directory, to_dir, chosen, test_fraction, seed, license=license)
@@ -68,9 +64,9 @@ def export(
                 license=license,
             )
     except FileNotFoundError as e:
-        _fail(str(e))
+        fail(str(e))
     except (HubExportError, ValueError) as e:  # messages from hub are already scrubbed of the token
-        _fail(str(e), code=1)
+        fail(str(e), code=1)
     if json_out:
         typer.echo(json.dumps(result, sort_keys=True, default=str))
         return
