@@ -10,7 +10,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from prm_synth.commands.eval import register
+from prm_synth.cli.eval import register
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.evaluate import (

@@ -20,7 +20,7 @@ from huggingface_hub.errors import EntryNotFoundError
 from typer.testing import CliRunner
 
 from prm_synth import hub
-from prm_synth.commands.export import register
+from prm_synth.cli.export import register
 from prm_synth.hub import HubExportError, export_to_dir, export_to_hub, redact, resolve_token, source_facts
 from prm_synth.views import VIEW_NAMES
 

