@@ -29,9 +29,9 @@ from typing import Any
 from prm_synth.arithmetic import true_first_error
 from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.consensus import apply_consensus
-from prm_synth.engines.simulated import SimulatedPolicy
+from prm_synth.engines.simulated import SimulatedJudge, SimulatedPolicy
 from prm_synth.evaluate import first_error_quality
-from prm_synth.judge import SimulatedJudge, judge_records
+from prm_synth.judge import judge_records
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.schema import LabeledRecord
 

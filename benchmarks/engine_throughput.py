@@ -67,10 +67,10 @@ def main() -> None:
     from vllm import LLM
 
     from prm_synth.config import VLLMConfig
+    from prm_synth.demo_model import demo_model_path
     from prm_synth.engines.base import GenerationRequest, SamplingOptions
     from prm_synth.engines.chat import TOKENIZATION_KWARGS
     from prm_synth.engines.vllm import VLLMEngine, llm_kwargs, sampling_params
-    from prm_synth.models import demo_model_path
 
     model = args.model or str(demo_model_path())
     config = VLLMConfig(model=model, max_model_len=2048)

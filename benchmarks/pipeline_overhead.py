@@ -73,7 +73,7 @@ def measure(method: str, problems: int) -> dict[str, float]:
                 [r.to_row() for r in out.records],
                 [r.to_row() for r in out.rejected],
                 len(shard.items),
-                out.stats,
+                out.stats.to_dict(),
             )
             rows += len(out.records)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

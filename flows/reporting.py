@@ -14,7 +14,9 @@ from prefect.artifacts import (
 )
 from rich.progress import Progress
 
+from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import PipelineConfig
+from prm_synth.engines import model_name
 
 
 class ShardProgress:
@@ -68,8 +70,8 @@ def publish_run_artifacts(summary: dict[str, Any], config: PipelineConfig) -> No
         [
             f"# prm-synth run: {config.name}",
             "",
-            f"- policy: `{getattr(config.policy, 'model', None) or getattr(config.policy, 'model_name', '')}`",
-            f"- annotator: `{config.annotate.method}`, k = {config.annotate.k}, rule `{config.labels.rule}`",
+            f"- policy: `{model_name(config.policy)}`",
+            f"- annotator: `{config.annotate.method}`: {make_labeler(config).budget_line()}; rule `{config.labels.rule}`",
             f"- config fingerprint: `{summary['config_fingerprint']}`",
             f"- counts reconcile: **{summary['reconciles']}**",
             f"- wall time: {summary.get('wall_seconds', 0):.1f} s",

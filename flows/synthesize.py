@@ -9,7 +9,6 @@ others; the flow ends failed and names the failed shards.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import sys
 import tempfile
@@ -27,9 +26,10 @@ from prefect.futures import PrefectFuture
 from flows.reporting import ShardProgress, publish_run_artifacts
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
-from prm_synth.pipeline import Item, ShardInput, iter_shards, process_shard
+from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems import count_hint
-from prm_synth.shards import ShardStore, shard_name
+from prm_synth.schema import Item
+from prm_synth.shards import ShardStore
 from prm_synth.summary import summarize
 
 DRY_RUN_PROBLEMS = 8
@@ -64,17 +64,10 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
         [r.to_row() for r in out.records],
         [r.to_row() for r in out.rejected],
         problems=len(items),
-        stats=out.stats,
-        extra_files=_tree_files(shard_index, out.trees),
+        stats=out.stats.to_dict(),
+        trees=out.trees,
     )
     return entry.to_json()
-
-
-def _tree_files(shard_index: int, trees: dict[str, Any]) -> dict[str, bytes]:
-    """OmegaPRM trees of a shard as one JSON file (node-link data per problem id)."""
-    if not trees:
-        return {}
-    return {f"trees/{shard_name(shard_index)}.json": json.dumps(trees, ensure_ascii=False).encode()}
 
 
 def _ray_options(config: PipelineConfig) -> contextlib.AbstractContextManager[Any]:

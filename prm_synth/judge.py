@@ -5,28 +5,31 @@ The prompt is ProcessBench's critique prompt: the problem, then the steps as num
 drawn in one request (n=m) and combined by majority vote; a tie or a solution without a single
 readable vote gets no verdict (None), which is recorded and never guessed.
 
-`render_judge_prompt` and `parse_judge_prompt` are a pair: the simulated judge reads its own
-prompt back to recompute the truth from the step text, so it runs through exactly the same
-requests, batching and parsing as a real judge.
+The prompt and its parser live in prompts.py; the simulated judge in engines/simulated.py.
 """
 
 from __future__ import annotations
 
-import random
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prm_synth import arithmetic
-from prm_synth.config import JudgeConfig, SimulatedJudgeConfig
-from prm_synth.engines.base import Completion, Engine, GenerationRequest, GenerationResult, SamplingOptions
-from prm_synth.engines.simulated import digest
+from prm_synth.config import JudgeConfig
+from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
 from prm_synth.grading import last_boxed
+from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
 from prm_synth.schema import LabeledRecord
 
-JUDGE_PROMPT_VERSION = "v1"
+__all__ = [
+    "JUDGE_PROMPT_VERSION",
+    "UNPARSEABLE",
+    "judge_records",
+    "judge_solutions",
+    "parse_judge_prompt",
+    "render_judge_prompt",
+]
 
 # A judge sample whose answer could not be read (no box, garbage, index out of range). It is kept
 # in `judge_votes` so the row shows how many samples were lost, and never counts as a vote.
@@ -34,54 +37,8 @@ UNPARSEABLE = -2
 
 # Model output is untrusted: only its tail is read (the last box wins anyway), in one linear pass.
 MAX_ANSWER_CHARS = 20_000
-MAX_PROMPT_CHARS = 1_000_000
 
-_PREAMBLE = (
-    "The following is a math problem and a solution (split into paragraphs, enclosed with tags and "
-    "indexed from 0):\n\n[Math Problem]\n\n"
-)
-_SOLUTION_HEADER = "\n\n[Solution]\n\n"
-_INSTRUCTION = (
-    "\n\nYour task is to review and critique the solution paragraph by paragraph. Once you identify an "
-    "error in a paragraph, return the index of the paragraph where the earliest error occurs. Otherwise, "
-    'return the index of -1 (which typically denotes "not found").\n\n'
-    "Please put your final answer (i.e., the index) in \\boxed{}."
-)
-_PARAGRAPH = re.compile(r"<paragraph_(\d+)>\n(.*?)\n</paragraph_\1>", re.DOTALL)
 _INDEX = re.compile(r"-?\d+")
-
-
-# ------------------------------------------------------------------ prompt
-def render_judge_prompt(question: str, steps: Sequence[str]) -> str:
-    """ProcessBench's critique prompt. Steps are shown stripped: the separators that a lossless
-    split keeps inside each step are layout, and the tags already separate the paragraphs."""
-    if not steps:
-        raise ValueError("a solution to judge needs at least one step")
-    paragraphs = "\n\n".join(f"<paragraph_{i}>\n{s.strip()}\n</paragraph_{i}>" for i, s in enumerate(steps))
-    return _PREAMBLE + question.strip() + _SOLUTION_HEADER + paragraphs + _INSTRUCTION
-
-
-def parse_judge_prompt(prompt: str) -> tuple[str, list[str]] | None:
-    """(question, stripped steps) from a prompt made by `render_judge_prompt`; None for other text."""
-    if len(prompt) > MAX_PROMPT_CHARS or not prompt.startswith(_PREAMBLE) or not prompt.endswith(_INSTRUCTION):
-        return None
-    body = prompt[len(_PREAMBLE) : -len(_INSTRUCTION)]
-    # The first paragraph tag right after the header ends the question (questions hold no tags).
-    cut = body.find(_SOLUTION_HEADER + "<paragraph_0>\n")
-    if cut < 0:
-        return None
-    question, solution = body[:cut], body[cut + len(_SOLUTION_HEADER) :]
-    steps: list[str] = []
-    pos = 0
-    for m in _PARAGRAPH.finditer(solution):
-        expected_gap = "" if not steps else "\n\n"
-        if int(m[1]) != len(steps) or solution[pos : m.start()] != expected_gap:
-            return None
-        steps.append(m[2])
-        pos = m.end()
-    if not steps or pos != len(solution):
-        return None
-    return question, steps
 
 
 # ------------------------------------------------------------------ answers
@@ -156,8 +113,6 @@ def judge_solutions(
     max_batch_requests: int,
 ) -> tuple[list[JudgeVerdict], JudgeStats]:
     """Judge (question, steps) pairs: one request of n=samples each, sent in chunks of the batch size."""
-    if config.prompt_version != JUDGE_PROMPT_VERSION:
-        raise ValueError(f"judge prompt version {config.prompt_version!r} is unknown (have {JUDGE_PROMPT_VERSION!r})")
     requests = judge_requests(items, config)
     stats = JudgeStats()
     verdicts: list[JudgeVerdict] = []
@@ -201,47 +156,3 @@ def judge_records(
         record.judge_model = engine.model_name
         record.tokens += verdict.tokens
     return stats.as_dict()
-
-
-# ------------------------------------------------------------------ simulated judge
-class SimulatedJudge:
-    """A judge engine that knows the truth: an instrument for measuring the consensus filter.
-
-    It reads its own prompt back, recomputes the true first error from the step text
-    (arithmetic.true_first_error), and names it with probability `accuracy`; otherwise it names
-    another index in [-1, len(steps) - 1], uniformly. Each sample's randomness comes from
-    (seed, prompt, sample index), so batching and order change nothing and re-runs repeat.
-    """
-
-    def __init__(self, config: SimulatedJudgeConfig | None = None) -> None:
-        self.config = config or SimulatedJudgeConfig()
-
-    @property
-    def model_name(self) -> str:
-        return self.config.model_name
-
-    def close(self) -> None:
-        pass
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        out = []
-        for req in requests:
-            parsed = parse_judge_prompt(req.user)
-            base = digest(self.config.seed, req.user)
-            texts = [self._answer(parsed, random.Random(f"{base}:{req.first_sample_index + i}")) for i in range(req.n)]
-            completions = tuple(Completion(t, len(t.split()), "stop") for t in texts)
-            out.append(GenerationResult(completions, len(req.user.split())))
-        return out
-
-    def _answer(self, parsed: tuple[str, list[str]] | None, rng: random.Random) -> str:
-        if parsed is None:
-            return "I cannot read this solution."
-        steps = parsed[1]
-        truth = arithmetic.true_first_error(steps)
-        if rng.random() < self.config.accuracy:
-            index = truth
-        else:
-            index = rng.choice([i for i in range(-1, len(steps)) if i != truth])
-        if index == -1:
-            return "Every paragraph's arithmetic checks out.\n\n\\boxed{-1}"
-        return f"The arithmetic in paragraph {index} is wrong.\n\n\\boxed{{{index}}}"

@@ -12,33 +12,24 @@ import json
 import random
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prm_synth import arithmetic
 from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
+from prm_synth.errors import PrmSynthError
 from prm_synth.grading import last_boxed
-from prm_synth.schema import RejectedRecord
+from prm_synth.schema import Item, Problem, RejectedRecord, reject
 
 PAYLOAD_CHARS = 2000
 PARQUET_BATCH_ROWS = 1024
 
 
-@dataclass(frozen=True)
-class Problem:
-    id: str
-    question: str
-    gold_answer: str
-    source: str
-    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-
-
-class ProblemSourceError(ValueError):
+class ProblemSourceError(PrmSynthError, ValueError):
     """A source that cannot be read at all (as opposed to a bad row, which is rejected)."""
 
 
-Item = Problem | RejectedRecord
+__all__ = ["Item", "Problem", "ProblemSourceError", "count_hint", "gold_from_field", "iter_problems"]
 
 
 def iter_problems(source: BuiltinSource | FileSource | HFSource) -> Iterator[Item]:
@@ -75,7 +66,6 @@ def _builtin(src: BuiltinSource) -> Iterator[Item]:
             question=chain.question(),
             gold_answer=str(chain.answer),
             source="builtin",
-            metadata={"ops": len(chain.ops)},
         )
 
 
@@ -110,15 +100,7 @@ def _payload(row: Any) -> str:
 def _reject(
     source: str, index: int, reason: str, detail: str, payload: str, problem_id: str | None = None
 ) -> RejectedRecord:
-    return RejectedRecord(
-        id=f"{source}:{index}",
-        problem_id=problem_id,
-        source=source,
-        stage="load",
-        reason=reason,
-        detail=detail,
-        payload=payload,
-    )
+    return reject(f"{source}:{index}", problem_id, source, "load", reason, detail, payload)
 
 
 class _RowReader:

@@ -1,18 +1,38 @@
-"""The public record schema (one row per labeled solution) and the rejected-row schema.
+"""What crosses rooms: problems, the public record schema, rejections, vocabularies, shard counters.
 
-Both are Arrow schemas; shards are Arrow IPC stream files with exactly these columns. Adding a
-column is a compatible change; renaming or retyping one is not.
+The record and rejected-row schemas are Arrow schemas; shards are Arrow IPC stream files with exactly
+these columns. Adding a column is a compatible change; renaming or retyping one is not.
+The vocabularies (label sources, stages, verdict statuses) are `Literal`s shared by the annotators,
+the stages, the card and the tests, so a new word is added in one place.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 
-# Where a step's label came from: measured by rollouts, inferred by a search, from the final verdict.
-LABEL_SOURCES = ("mc", "inferred", "verdict", "none")
+# Where a step's label came from (see annotate/annotation.py for each meaning).
+LabelSource = Literal["mc", "verdict", "test", "inferred", "none"]
+LABEL_SOURCES: tuple[str, ...] = get_args(LabelSource)
+# The stage of the data flow at which an input or a row was rejected.
+Stage = Literal["load", "split", "annotate", "consensus", "write"]
+STAGES: tuple[str, ...] = get_args(Stage)
+# A grade of a solution or a rollout: unknown is never counted as correct.
+VerdictStatus = Literal["correct", "incorrect", "unknown"]
+
+PAYLOAD_CHARS = 4000  # a rejection keeps this much of what was rejected (JSON), enough to re-read it
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    question: str
+    gold_answer: str
+    source: str
+
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -49,7 +69,7 @@ REJECTED_SCHEMA = pa.schema(
         pa.field("id", pa.string(), nullable=False),
         pa.field("problem_id", pa.string()),
         pa.field("source", pa.string(), nullable=False),
-        pa.field("stage", pa.string(), nullable=False),  # load | sample | split | consensus | ...
+        pa.field("stage", pa.string(), nullable=False),  # one of STAGES
         pa.field("reason", pa.string(), nullable=False),  # a short machine-readable code
         pa.field("detail", pa.string()),  # human-readable explanation
         pa.field("payload", pa.string()),  # JSON of whatever we had (raw row, the labeled record)
@@ -107,3 +127,95 @@ class RejectedRecord:
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# One source row as it leaves the loader: a problem to label, or its rejection.
+Item = Problem | RejectedRecord
+
+
+def reject(
+    row_id: str,
+    problem_id: str | None,
+    source: str,
+    stage: Stage,
+    reason: str,
+    detail: str,
+    payload: Any = None,
+    *,
+    payload_chars: int = PAYLOAD_CHARS,
+) -> RejectedRecord:
+    """The one way to reject something: a reason code, a sentence for people, and what we had.
+
+    `payload` is stored as JSON (a string payload is stored as is), cut to `payload_chars`. The config
+    fingerprint is set by the shard writer, which is the one place that knows it.
+    """
+    text = (
+        payload if isinstance(payload, str) or payload is None else json.dumps(payload, ensure_ascii=False, default=str)
+    )
+    return RejectedRecord(
+        id=row_id,
+        problem_id=problem_id,
+        source=source,
+        stage=stage,
+        reason=reason,
+        detail=detail,
+        payload=None if text is None else text[:payload_chars],
+    )
+
+
+@dataclass
+class ShardStats:
+    """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object.
+
+    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is
+    not a rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy
+    and the judge processed: sampling, rollouts and judging.
+    """
+
+    inputs: int = 0  # source rows in the shard (problems + load rejections)
+    problems_loaded: int = 0
+    problems_labeled: int = 0  # problems with at least one labeled row
+    solutions_sampled: int = 0
+    rows: int = 0
+    rejected: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    final_correct: int = 0
+    final_unknown: int = 0
+    rollouts: int = 0
+    engine_calls: int = 0
+    probes_asked: int = 0
+    probes_reused: int = 0
+    sampling_tokens: int = 0
+    rollout_tokens: int = 0
+    judge_tokens: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage: sample, label, judge, consensus
+    judge: dict[str, Any] = field(default_factory=dict)  # JudgeStats counts (empty without a judge)
+    consensus: dict[str, Any] = field(default_factory=dict)  # consensus counts (empty without consensus)
+
+    @property
+    def tokens(self) -> int:
+        return self.sampling_tokens + self.rollout_tokens + self.judge_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"tokens": self.tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:
+        """Read stats written by any version: unknown keys are ignored, missing ones are zero."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+    def __add__(self, other: ShardStats) -> ShardStats:
+        """Field-wise sum (nested count dicts are summed key by key): a run's stats are its shards' sum."""
+        return ShardStats(**{f.name: _add(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)})
+
+
+def _add(a: Any, b: Any) -> Any:
+    if isinstance(a, dict):
+        out = dict(a)
+        for key, value in b.items():
+            out[key] = _add(out[key], value) if key in out else value
+        return out
+    if isinstance(a, bool) or not isinstance(a, int | float):
+        return a
+    return a + b

@@ -7,6 +7,7 @@ Layout of an output folder:
     OUT/data/shard-00000.arrow   labeled rows (Arrow IPC stream, RECORD_SCHEMA)
     OUT/rejected/shard-00000.arrow  rejected rows with reasons (REJECTED_SCHEMA)
     OUT/shards/shard-00000.json  the shard's commit marker: counts, hashes, stats
+    OUT/trees/shard-00000.json   OmegaPRM search trees of the shard (output.save_trees; hashed in its marker)
 
 A shard is finished exactly when its marker exists and its files match the marker's hashes. The
 marker is written last (temporary name, fsync, rename), so a run killed at any moment leaves either
@@ -142,17 +143,19 @@ class ShardStore:
         rejected: list[Mapping[str, Any]],
         problems: int,
         stats: dict[str, Any] | None = None,
-        extra_files: dict[str, bytes] | None = None,
+        trees: dict[str, Any] | None = None,
     ) -> ShardEntry:
-        """Write the shard's files, then its marker. `extra_files` (e.g. search trees) are part of it."""
+        """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
+        JSON) go to trees/shard-NNNNN.json and are part of the shard (hashed in its marker)."""
         name = shard_name(index)
+        extra_files = {f"trees/{name}.json": json.dumps(trees, ensure_ascii=False).encode()} if trees else {}
         data_bytes = _table_bytes(records, RECORD_SCHEMA)
         rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
         data_rel, rej_rel = f"data/{name}.arrow", f"rejected/{name}.arrow"
         atomic_write_bytes(self.root / data_rel, data_bytes)
         atomic_write_bytes(self.root / rej_rel, rej_bytes)
         hashes = {data_rel: _sha256(data_bytes), rej_rel: _sha256(rej_bytes)}
-        for rel, blob in (extra_files or {}).items():
+        for rel, blob in extra_files.items():
             atomic_write_bytes(self.root / rel, blob)
             hashes[rel] = _sha256(blob)
         entry = ShardEntry(

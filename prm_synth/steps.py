@@ -14,8 +14,6 @@ from __future__ import annotations
 import functools
 import re
 
-from prm_synth.config import StepsConfig
-
 STRATEGIES = ("paragraph", "line", "step-marker", "regex")
 
 _LINE = re.compile(r"\r\n|\n|\r")
@@ -34,6 +32,11 @@ def _compile_user_pattern(pattern: str) -> re.Pattern[str]:
         return re.compile(pattern)
     except re.error as e:
         raise ValueError(f"invalid steps pattern {pattern!r}: {e}") from None
+
+
+def check_pattern(pattern: str) -> None:
+    """Raise ValueError naming the problem if `pattern` is not a usable steps regex."""
+    _compile_user_pattern(pattern)
 
 
 def _boundary_regex(strategy: str, pattern: str | None) -> re.Pattern[str]:
@@ -64,18 +67,3 @@ def split_steps(text: str, strategy: str = "line", pattern: str | None = None) -
         return [text]  # all whitespace: one step, still lossless
     kept[0] = 0  # leading whitespace belongs to the first step
     return [text[a:b] for a, b in zip(kept, [*kept[1:], n], strict=True)]
-
-
-def split_by_config(text: str, config: StepsConfig) -> list[str]:
-    return split_steps(text, config.strategy, config.pattern)
-
-
-def join_steps(steps: list[str]) -> str:
-    return "".join(steps)
-
-
-def prefix_text(steps: list[str], i: int) -> str:
-    """The exact text of steps 0..i (the solution prefix a rollout continues from); i = -1 gives ""."""
-    if not -1 <= i < len(steps):
-        raise IndexError(f"step index {i} out of range for {len(steps)} steps")
-    return "".join(steps[: i + 1])

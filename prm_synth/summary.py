@@ -6,6 +6,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from prm_synth.annotate.labeler import make_labeler
+from prm_synth.config import ConfigError, validate_config
+from prm_synth.consensus import consensus_summary
+from prm_synth.schema import ShardStats
 from prm_synth.shards import iter_tables, read_manifest
 
 
@@ -42,40 +46,42 @@ def label_statistics(root: str | Path) -> dict[str, Any]:
 
 
 def summarize(root: str | Path) -> dict[str, Any]:
+    """The run summary: counts from the shard markers, whether they reconcile, label statistics."""
     manifest = read_manifest(root)
     totals = manifest["totals"]
-    stats = totals.get("stats", {})
+    stats = sum((ShardStats.from_dict(e.get("stats")) for e in manifest["shards"]), start=ShardStats())
     config = manifest.get("config", {})
     samples = config.get("sampling", {}).get("samples_per_problem", 1)
-    load_rejected = stats.get("inputs", 0) - stats.get("problems_loaded", 0)
-    if config.get("annotate", {}).get("method") == "omegaprm":
-        # A tree gives any number of rows: every problem has rows or a rejection (checked per shard).
-        reconciles = stats.get("problems_labeled", 0) + totals["rejected"] >= stats.get("inputs", 0)
-    else:
-        # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
-        reconciles = totals["rows"] + totals["rejected"] == load_rejected + stats.get("problems_loaded", 0) * samples
     return {
-        "problems_in": stats.get("inputs", 0),
-        "problems_loaded": stats.get("problems_loaded", 0),
+        "problems_in": stats.inputs,
+        "problems_loaded": stats.problems_loaded,
         "samples_per_problem": samples,
+        "solutions_sampled": stats.solutions_sampled,
         "rows": totals["rows"],
         "rejected": totals["rejected"],
-        "rejected_by_reason": stats.get("rejected_by_reason", {}),
-        "consensus": _consensus(stats.get("judge", {}).get("consensus")),
-        "problems_labeled": stats.get("problems_labeled", 0),
-        "reconciles": reconciles,
+        "rejected_by_reason": stats.rejected_by_reason,
+        "consensus": _consensus(stats.consensus),
+        "problems_labeled": stats.problems_labeled,
+        "reconciles": _reconciles(config, stats, totals["rows"], totals["rejected"], samples),
         "shards": totals["shards"],
-        "rollouts": stats.get("rollouts", 0),
-        "tokens": stats.get("tokens", 0),
+        "rollouts": stats.rollouts,
+        "tokens": stats.tokens,
         "config_fingerprint": manifest["config_fingerprint"],
         "labels": label_statistics(root),
     }
 
 
-def _consensus(counts: dict[str, Any] | None) -> dict[str, Any]:
+def _reconciles(config: dict[str, Any], stats: ShardStats, rows: int, rejected: int, samples: int) -> bool:
+    """The labeler's own rule for how rows relate to inputs (one row per solution, or per tree path)."""
+    try:
+        labeler = make_labeler(validate_config(config, check_paths=False))
+    except ConfigError:  # a folder whose stored config no longer validates: nothing to judge it by
+        return False
+    return labeler.reconciles(stats, rows, rejected, samples)
+
+
+def _consensus(counts: dict[str, Any]) -> dict[str, Any]:
     """Consensus counts summed over shards, with the fractions recomputed from them."""
     if not counts:
         return {}
-    from prm_synth.consensus import consensus_summary
-
     return counts | consensus_summary(counts)

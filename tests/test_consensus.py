@@ -166,8 +166,7 @@ def test_pipeline_with_judge_and_consensus_loses_nothing():
     assert all(r.judge_model == "simulated-judge" and len(r.judge_votes) == 3 for r in out.records)
     assert all(r.config_fingerprint == config.fingerprint() for r in out.rejected)
     assert len({r.id for r in out.records} | {r.id for r in consensus_rejects}) == 30
-    stats = out.stats["judge"]
-    assert stats["samples"] == 90 and stats["consensus"]["kept"] == len(out.records)
+    assert out.stats.judge["samples"] == 90 and out.stats.consensus["kept"] == len(out.records)
 
 
 def test_consensus_benchmark_raises_precision_above_both_labelers():

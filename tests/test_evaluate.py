@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from prm_synth.cli.eval import register
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines import build_engine
+from prm_synth.engines.simulated import SimulatedJudge
 from prm_synth.evaluate import (
     NotSimulatedError,
     bench_steps,
@@ -26,7 +27,6 @@ from prm_synth.evaluate import (
     processbench_metric,
     step_label_quality,
 )
-from prm_synth.judge import SimulatedJudge
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BENCH = FIXTURES / "processbench_small.json"
@@ -215,7 +215,7 @@ def make_dataset(root: Path, consensus: str | None = "agree") -> None:
             [r.to_row() for r in out.records],
             [r.to_row() for r in out.rejected],
             len(shard.items),
-            out.stats,
+            out.stats.to_dict(),
         )
     store.write_manifest()
 

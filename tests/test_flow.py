@@ -122,8 +122,8 @@ def test_broken_problem_rows_are_rejected_with_reasons(tmp_path):
 def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path):
     runner = CliRunner()
     cases = {
-        "unknown": ({"annotate__kk": 3}, "annotate.kk"),
-        "type": ({"annotate__k": "many"}, "annotate.k"),
+        "unknown": ({"annotate__kk": 3}, "annotate.mc.kk"),
+        "type": ({"annotate__k": "many"}, "annotate.mc.k"),
         "file": ({"problems": {"kind": "file", "path": "nope.jsonl"}}, "problems.file.path"),
     }
     for name, (changes, field) in cases.items():

@@ -15,17 +15,9 @@ from prm_synth import arithmetic
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, VLLMConfig
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, GenerationResult
-from prm_synth.judge import (
-    JUDGE_PROMPT_VERSION,
-    UNPARSEABLE,
-    SimulatedJudge,
-    judge_records,
-    judge_solutions,
-    majority_vote,
-    parse_judge_answer,
-    parse_judge_prompt,
-    render_judge_prompt,
-)
+from prm_synth.engines.simulated import SimulatedJudge
+from prm_synth.judge import UNPARSEABLE, judge_records, judge_solutions, majority_vote, parse_judge_answer
+from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
 from prm_synth.schema import LabeledRecord
 
 FIXTURE = Path(__file__).parent / "fixtures" / "processbench_small.json"
@@ -196,10 +188,11 @@ def test_judge_records_fills_fields_and_batches():
     assert all(isinstance(v, int | dict) for v in stats.values())
 
 
-def test_unknown_prompt_version_is_refused():
-    config = JudgeConfig(engine=SimulatedJudgeConfig(), prompt_version="v9")
-    with pytest.raises(ValueError, match="v9"):
-        judge_solutions(ScriptedEngine(["\\boxed{1}"]), [(QUESTION, STEPS)], config, 8)
+def test_unknown_prompt_version_is_refused_when_the_config_loads():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="v1"):
+        JudgeConfig(engine=SimulatedJudgeConfig(), prompt_version="v9")
 
 
 # ------------------------------------------------------------------ simulated judge
@@ -270,7 +263,7 @@ def demo_judge_engine():
     pytest.importorskip("vllm")
     from prm_synth.engines.vllm import VLLMEngine
 
-    engine = VLLMEngine(VLLMConfig(model="demo", demo=True, max_model_len=2048, seed=0))
+    engine = VLLMEngine(VLLMConfig(model="demo", max_model_len=2048, seed=0))
     yield engine
     engine.close()
 
@@ -280,7 +273,7 @@ def test_demo_model_judges_fixture_samples_end_to_end(demo_judge_engine):
     from prm_synth.evaluate import evaluate_judge, load_processbench
 
     samples = load_processbench(FIXTURE, limit=3)
-    config = JudgeConfig(engine=VLLMConfig(model="demo", demo=True), samples=2, max_tokens=32, temperature=0.7)
+    config = JudgeConfig(engine=VLLMConfig(model="demo"), samples=2, max_tokens=32, temperature=0.7)
     metric, predictions = evaluate_judge(demo_judge_engine, samples, config, max_batch_requests=2)
     assert len(predictions) == 3 and metric["n_error"] + metric["n_correct"] == 3
     assert metric["judge"]["samples"] == 6 and metric["judge"]["engine_calls"] == 2

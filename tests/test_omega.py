@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth import arithmetic
+from prm_synth.annotate.labeler import split_evenly
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.omega import (
     ROOT,
@@ -21,13 +22,12 @@ from prm_synth.annotate.omega import (
     omegaprm,
     q_value,
     save_tree,
-    split_evenly,
     tree_from_json,
     tree_to_json,
     u_value,
 )
 from prm_synth.annotate.scheduler import Probe, ProbeResult, ProbeScheduler, SolutionJob
-from prm_synth.config import AnnotateConfig, SimulatedPolicyConfig
+from prm_synth.config import OmegaConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.grading import grade
@@ -75,8 +75,8 @@ def drive(annotator, prober: Prober) -> OmegaResult:
         return stop.value
 
 
-def config(**kw) -> AnnotateConfig:
-    return AnnotateConfig(method="omegaprm", **kw)
+def config(**kw) -> OmegaConfig:
+    return OmegaConfig(method="omegaprm", **kw)
 
 
 # ---------------------------------------------------------------- a hand-built world
@@ -114,7 +114,7 @@ def prefix_of(*marks: str) -> str:
 
 def test_binary_search_finds_the_first_error_and_adds_the_states_along_the_path():
     prober = Prober(hand_world([(None, 10), (2, 10), (None, 10), (5, 10)]))
-    result = drive(omegaprm(config(omega_k=4, omega_search_limit=1), split_lines), prober)
+    result = drive(omegaprm(config(k=4, search_limit=1), split_lines), prober)
     # Root, then bisection of the rollout wrong at line 2 over positions 0..4 (5 is the rollout itself).
     assert [p.prefix for p in prober.asked] == [
         "",
@@ -149,7 +149,7 @@ def test_binary_search_finds_the_first_error_and_adds_the_states_along_the_path(
 
 def test_a_complete_rollout_is_never_resampled_its_verdict_is_the_last_step():
     prober = Prober(hand_world([(None, 10), (5, 10)]))
-    result = drive(omegaprm(config(omega_k=2, omega_search_limit=1), split_lines), prober)
+    result = drive(omegaprm(config(k=2, search_limit=1), split_lines), prober)
     probed = [lines(p.prefix) for p in prober.asked]
     assert probed == [0, 3, 4, 5]  # positions 2, 3, 4; never the six-line complete rollout
     wrong = next(p for p in result.paths() if p.final_status == "incorrect")
@@ -161,7 +161,7 @@ def test_a_complete_rollout_is_never_resampled_its_verdict_is_the_last_step():
 
 def test_shorter_rollout_of_the_same_state_is_selected_first():
     prober = Prober(hand_world([(None, 10), (1, 900), (2, 30)]))
-    result = drive(omegaprm(config(omega_k=3, omega_search_limit=1), split_lines), prober)
+    result = drive(omegaprm(config(k=3, search_limit=1), split_lines), prober)
     assert [c.text for c in result.selected] == [completion("", 2)]
 
 
@@ -175,7 +175,7 @@ def test_q_and_u_on_hand_values():
 
 
 def test_selection_uses_q_plus_u_and_pops_for_good():
-    search = OmegaSearch(config(omega_k=4), split_lines)
+    search = OmegaSearch(config(k=4), split_lines)
     for node, (mc, visits) in {1: (0.5, 3), 2: (0.5, 0), 3: (0.75, 0)}.items():
         search.tree.add_node(node, mc=mc, N=visits)
     search.tree.nodes[ROOT]["N"] = 1
@@ -202,7 +202,7 @@ def test_selection_uses_q_plus_u_and_pops_for_good():
 )
 def test_screening_keeps_only_questions_with_mixed_first_rollouts(root_plan, screened):
     prober = Prober(hand_world(root_plan))
-    result = drive(omegaprm(config(omega_k=4, omega_screen=True), split_lines), prober)
+    result = drive(omegaprm(config(k=4, screen=True), split_lines), prober)
     assert result.screened_out is screened
     if screened:
         assert [p.prefix for p in prober.asked] == [""]
@@ -211,16 +211,16 @@ def test_screening_keeps_only_questions_with_mixed_first_rollouts(root_plan, scr
 
 
 def test_states_with_mc_zero_or_one_feed_no_candidates():
-    all_right = drive(omegaprm(config(omega_k=4), split_lines), Prober(hand_world([(None, 5)])))
+    all_right = drive(omegaprm(config(k=4), split_lines), Prober(hand_world([(None, 5)])))
     assert all_right.stop_reason == "pool_empty" and all_right.selections == 0
     assert [p.final_status for p in all_right.paths()] == ["correct"]
-    all_wrong = drive(omegaprm(config(omega_k=4), split_lines), Prober(hand_world([(1, 5)])))
+    all_wrong = drive(omegaprm(config(k=4), split_lines), Prober(hand_world([(1, 5)])))
     assert all_wrong.stop_reason == "pool_empty" and all_wrong.paths() == []
 
 
 def test_budget_is_a_hard_limit_and_an_interrupted_search_claims_no_error():
     prober = Prober(hand_world([(None, 10), (2, 10)]))
-    result = drive(omegaprm(config(omega_k=4, omega_rollout_budget=10), split_lines), prober)
+    result = drive(omegaprm(config(k=4, rollout_budget=10), split_lines), prober)
     assert prober.total == result.rollouts == 10
     assert [(lines(p.prefix), p.k) for p in prober.asked] == [(0, 4), (3, 4), (1, 2)]  # the last gets what fits
     assert result.stop_reason == "budget"
@@ -232,7 +232,7 @@ def test_budget_is_a_hard_limit_and_an_interrupted_search_claims_no_error():
 def test_a_prefix_shared_by_two_rollouts_is_measured_once():
     # Both root rollouts go wrong after the same two good lines; the second search reuses them.
     prober = Prober(hand_world([(None, 10), (2, 10), (3, 11)]))
-    result = drive(omegaprm(config(omega_k=3, omega_search_limit=2), split_lines), prober)
+    result = drive(omegaprm(config(k=3, search_limit=2), split_lines), prober)
     prefixes = [p.prefix for p in prober.asked]
     assert len(prefixes) == len(set(prefixes))
     assert result.rollouts == prober.total
@@ -296,11 +296,11 @@ def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resamp
 ):
     prober = Prober(random_world(seed, length, p_error, recover=0.1))
     cfg = config(
-        omega_k=k,
-        omega_rollout_budget=budget,
-        omega_search_limit=limit,
-        omega_screen=screen,
-        omega_search_test=search_test,
+        k=k,
+        rollout_budget=budget,
+        search_limit=limit,
+        screen=screen,
+        search_test=search_test,
     )
     result = drive(omegaprm(cfg, split_lines, correct_leaves=leaves), prober)
     assert prober.total <= budget
@@ -319,7 +319,7 @@ def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resamp
 # ---------------------------------------------------------------- through the real scheduler
 def test_through_the_scheduler_with_the_simulated_policy():
     policy = SimulatedPolicy(SimulatedPolicyConfig(step_error=0.15, recover=0.05, seed=3))
-    cfg = config(omega_k=4, omega_rollout_budget=60, omega_search_limit=10)
+    cfg = config(k=4, rollout_budget=60, search_limit=10)
     problems = [arithmetic.generate(random.Random(i), 4, 9) for i in range(8)]
     jobs = [
         SolutionJob(f"q{i}", f"q{i}", policy_user_prompt(p.question()), str(p.answer), omegaprm(cfg, split_lines))
@@ -342,7 +342,7 @@ def test_through_the_scheduler_with_the_simulated_policy():
 # ---------------------------------------------------------------- saving trees
 def sample_tree():
     prober = Prober(hand_world([(None, 10), (2, 10), (5, 7)]))
-    return drive(omegaprm(config(omega_k=3, omega_search_limit=3), split_lines), prober).tree
+    return drive(omegaprm(config(k=3, search_limit=3), split_lines), prober).tree
 
 
 def same_tree(a, b) -> None:
@@ -385,7 +385,7 @@ def test_sequential_bisection_calls_a_lucky_wrong_prefix_bad_and_searches_nothin
 
     outcomes = {}
     for search_test in ("fixed", "sprt"):
-        cfg = config(omega_k=16, omega_rollout_budget=400, omega_search_limit=1, omega_search_test=search_test)
+        cfg = config(k=16, rollout_budget=400, search_limit=1, search_test=search_test)
         result = drive(omegaprm(cfg, split_lines, correct_leaves=0), Prober(rollout))
         (path,) = [p for p in result.paths() if "s1=bad" in p.text]
         labels = apply_rule(path.annotation, "hard").labels

@@ -167,7 +167,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     pytest.importorskip("vllm")
-    from prm_synth.models import demo_model_path
+    from prm_synth.demo_model import demo_model_path
 
     model = str(demo_model_path())
     port = _free_port()

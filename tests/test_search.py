@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.scheduler import ProbeResult
 from prm_synth.annotate.search import FixedTest, SequentialTest, binary_search
-from prm_synth.config import AnnotateConfig
+from prm_synth.config import BinaryConfig
 
 STEPS = [f"step {i}\n" for i in range(16)]
 
@@ -36,7 +36,7 @@ def drive(gen, success_rate, rng=None):
 
 
 def test_noise_free_bisection_finds_the_first_error_in_log_probes():
-    config = AnnotateConfig(method="binary", search_test="fixed", k=4, recheck=False)
+    config = BinaryConfig(method="binary", search_test="fixed", k=4, recheck=False)
     for error in range(15):
         ann, asked, _ = drive(binary_search(STEPS, "incorrect", config), lambda i, e=error: 1.0 if i < e else 0.0)
         lab = apply_rule(ann, "hard")
@@ -50,7 +50,7 @@ def test_noise_free_bisection_finds_the_first_error_in_log_probes():
 
 
 def test_correct_solution_spends_nothing_and_is_all_good():
-    config = AnnotateConfig(method="binary")
+    config = BinaryConfig(method="binary")
     ann, asked, _ = drive(binary_search(STEPS, "correct", config), lambda i: 1.0)
     assert asked == []
     assert apply_rule(ann, "hard").labels == [True] * 16
@@ -58,14 +58,14 @@ def test_correct_solution_spends_nothing_and_is_all_good():
 
 
 def test_verified_correct_solution_is_measured():
-    config = AnnotateConfig(method="binary", k=2)
+    config = BinaryConfig(method="binary", k=2)
     ann, asked, _ = drive(binary_search(STEPS[:4], "correct", config, verify=True), lambda i: 1.0)
     assert sorted(s for s, _ in asked) == [0, 1, 2]
     assert ann.label_source == ["mc", "mc", "mc", "verdict"]
 
 
 def test_unknown_verdict_may_conclude_no_error():
-    config = AnnotateConfig(method="binary", search_test="fixed", k=2, recheck=False)
+    config = BinaryConfig(method="binary", search_test="fixed", k=2, recheck=False)
     ann, _, _ = drive(binary_search(STEPS[:5], "unknown", config), lambda i: 1.0)
     assert apply_rule(ann, "hard").first_error == -1
 
@@ -83,7 +83,7 @@ def test_sprt_stops_early_on_clear_evidence():
 @settings(max_examples=60, deadline=None)
 @given(error=st.integers(0, 14), seed=st.integers(0, 1000), test=st.sampled_from(["sprt", "fixed"]))
 def test_labels_are_consistent_for_any_noise(error, seed, test):
-    config = AnnotateConfig(method="binary", search_test=test, k=4)
+    config = BinaryConfig(method="binary", search_test=test, k=4)
     rng = random.Random(seed)
     ann, asked, counts = drive(binary_search(STEPS, "incorrect", config), lambda i: 0.6 if i < error else 0.05, rng)
     lab = apply_rule(ann, "hard")
@@ -106,7 +106,7 @@ def test_sequential_search_beats_plain_bisection_on_noisy_prefixes():
         m = rng.randint(10, 20)
         error = rng.randrange(m - 1)
         for test in hits:
-            config = AnnotateConfig(method="binary", search_test=test, k=8)
+            config = BinaryConfig(method="binary", search_test=test, k=8)
             ann, _, _ = drive(
                 binary_search(STEPS[:m] + STEPS[: max(0, m - 16)], "incorrect", config),
                 lambda i, m=m, e=error: 0.9 ** (m - 1 - i) if i < e else 0.05,

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.config import StepsConfig
-from prm_synth.steps import STRATEGIES, join_steps, prefix_text, split_by_config, split_steps
+from prm_synth.steps import STRATEGIES, split_steps
 
 # Texts built from the pieces that matter to a splitter, plus arbitrary unicode.
 _PIECES = st.sampled_from(
@@ -40,7 +40,7 @@ SPLITS = [(s, None) for s in STRATEGIES if s != "regex"] + [
 
 
 def _check(text: str, steps: list[str]) -> None:
-    assert join_steps(steps) == text
+    assert "".join(steps) == text
     assert all(steps), "no empty step"
     if text and not text.isspace():
         assert not any(s.isspace() for s in steps), steps
@@ -104,16 +104,17 @@ def test_unknown_strategy_and_empty() -> None:
     assert split_steps("  \n\n ", "paragraph") == ["  \n\n "]
 
 
-def test_prefix_text_and_config() -> None:
-    steps = split_by_config("a\n\nb\n\nc", StepsConfig(strategy="paragraph"))
-    assert steps == ["a\n\n", "b\n\n", "c"]
-    assert prefix_text(steps, 0) == "a\n\n"
-    assert prefix_text(steps, 1) == "a\n\nb\n\n"
-    assert prefix_text(steps, 2) == "a\n\nb\n\nc"
-    assert prefix_text(steps, -1) == ""
-    with pytest.raises(IndexError):
-        prefix_text(steps, 3)
-    assert split_by_config("a1b1c", StepsConfig(strategy="regex", pattern="1")) == ["a1", "b1", "c"]
+def test_paragraphs_and_a_config_pattern() -> None:
+    assert split_steps("a\n\nb\n\nc", "paragraph") == ["a\n\n", "b\n\n", "c"]
+    config = StepsConfig(strategy="regex", pattern="1")
+    assert split_steps("a1b1c", config.strategy, config.pattern) == ["a1", "b1", "c"]
+
+
+def test_an_invalid_pattern_is_refused_when_the_config_loads() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="invalid steps pattern"):
+        StepsConfig(strategy="regex", pattern="(unclosed")
 
 
 def test_linear_on_large_input() -> None:

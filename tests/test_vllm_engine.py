@@ -18,7 +18,7 @@ PREFIX = "Step 1: Tom starts with 3 apples.\nStep 2:"
 def engine():
     from prm_synth.engines.vllm import VLLMEngine
 
-    eng = VLLMEngine(VLLMConfig(model="unused", demo=True, max_model_len=1024, seed=1))
+    eng = VLLMEngine(VLLMConfig(model="demo", max_model_len=1024, seed=1))
     yield eng
     eng.close()
 
@@ -26,7 +26,7 @@ def engine():
 def test_render_prompt_is_template_then_exact_prefix():
     from transformers import AutoTokenizer
 
-    from prm_synth.models import demo_model_path
+    from prm_synth.demo_model import demo_model_path
 
     tok = AutoTokenizer.from_pretrained(str(demo_model_path()))
     req = GenerationRequest(user=QUESTION, assistant_prefix=PREFIX, system="Be brief.")

@@ -42,7 +42,7 @@ import networkx as nx
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult
 from prm_synth.annotate.search import SequentialTest
-from prm_synth.config import AnnotateConfig
+from prm_synth.config import OmegaConfig
 
 METHOD = "omegaprm"
 ROOT = 0  # node id of the empty prefix
@@ -158,19 +158,11 @@ def _flatten(tree: nx.DiGraph, node_path: list[int], infer_good: bool) -> OmegaP
     return OmegaPath(steps, correct, total, ann.label_source, final_status, node_path, ann)
 
 
-def split_evenly(total: int, parts: int) -> list[int]:
-    """`total` cut into `parts` integer shares that add up exactly (earlier shares take the remainder)."""
-    if parts <= 0:
-        return []
-    share, extra = divmod(total, parts)
-    return [share + (i < extra) for i in range(parts)]
-
-
 # ------------------------------------------------------------------ the search
 class OmegaSearch:
     """The state of one question's search; `run()` is the annotator generator."""
 
-    def __init__(self, config: AnnotateConfig, split: Callable[[str], list[str]], correct_leaves: int = 1) -> None:
+    def __init__(self, config: OmegaConfig, split: Callable[[str], list[str]], correct_leaves: int = 1) -> None:
         self.config = config
         self.split = split
         self.correct_leaves = correct_leaves
@@ -194,17 +186,17 @@ class OmegaSearch:
         root = yield from self._measure("", -1)
         assert root is not None  # the budget is at least 1 and nothing was spent yet
         self._set_measurement(ROOT, root)
-        if cfg.omega_screen and root.correct in (0, root.total):
+        if cfg.screen and root.correct in (0, root.total):
             # All right or all wrong: the question teaches the PRM nothing at this policy's level.
             return self._result(screened_out=True, stop_reason="screened_out")
         self._harvest(ROOT)
 
         stop_reason = "search_limit"
-        while len(self.selected) < cfg.omega_search_limit:
+        while len(self.selected) < cfg.search_limit:
             if not self.pool:
                 stop_reason = "pool_empty"
                 break
-            if self.spent >= cfg.omega_rollout_budget:
+            if self.spent >= cfg.rollout_budget:
                 stop_reason = "budget"
                 break
             candidate = self._select()
@@ -222,8 +214,8 @@ class OmegaSearch:
 
         def score(c: Candidate) -> float:
             node = self.tree.nodes[c.state]
-            q = q_value(node["mc"], c.tokens, cfg.omega_alpha, cfg.omega_beta, cfg.omega_length)
-            return q + u_value(node["N"], total_visits, cfg.omega_c_puct)
+            q = q_value(node["mc"], c.tokens, cfg.alpha, cfg.beta, cfg.length)
+            return q + u_value(node["N"], total_visits, cfg.c_puct)
 
         # Scores change with every visit, so they are recomputed here rather than kept in a heap;
         # the pool is bounded by the rollout budget, so a linear scan is cheap.
@@ -274,11 +266,11 @@ class OmegaSearch:
     ) -> Generator[list[Probe], list[ProbeResult], tuple[bool, ProbeResult] | None]:
         """Good or bad, with the measurement behind it; None when the budget ran out first.
 
-        fixed: omega_k rollouts, good when MC > 0 (the paper). sprt: a few rollouts at a time until
+        fixed: k rollouts, good when MC > 0 (the paper). sprt: a few rollouts at a time until
         the sequential test of the binary annotator is sure, within the same hard budget.
         """
         cfg = self.config
-        if cfg.omega_search_test == "fixed":
+        if cfg.search_test == "fixed":
             result = yield from self._measure(prefix, step)
             return None if result is None else (result.correct > 0, result)
         test = self._test
@@ -299,12 +291,12 @@ class OmegaSearch:
     ) -> Generator[list[Probe], list[ProbeResult], ProbeResult | None]:
         """`want` (default k) rollouts of `prefix` in total, or as many as the budget still allows;
         None if none fit."""
-        want = self.config.omega_k if want is None else want
+        want = self.config.k if want is None else want
         have = self._known.get(prefix)
         have_total = have.total if have else 0
         if have is not None and have_total >= want:
             return have  # measured earlier in this question: free
-        room = self.config.omega_rollout_budget - self.spent
+        room = self.config.rollout_budget - self.spent
         new = min(want - have_total, room)
         if new <= 0:
             return None
@@ -323,7 +315,7 @@ class OmegaSearch:
             return self._by_text[prefix]  # reached again through another rollout: already harvested
         node = self._insert(prefix, steps, "state")
         self._set_measurement(node, result)
-        if self.config.omega_search_test == "sprt":
+        if self.config.search_test == "sprt":
             # The test's decision is the label (MC alone would call a lucky wrong prefix good).
             self.tree.nodes[node]["decided"] = good
         self._harvest(node)
@@ -431,13 +423,11 @@ def _node_attrs(prefix: str, steps: Steps, kind: str) -> dict[str, Any]:
         "mc": None,
         "rollouts": [],
         "final_status": None,
-        "decided": None,  # the sequential test's label of a state (omega_search_test: sprt)
+        "decided": None,  # the sequential test's label of a state (search_test: sprt)
     }
 
 
-def omegaprm(
-    config: AnnotateConfig, split: Callable[[str], list[str]], correct_leaves: int = 1
-) -> Annotator[OmegaResult]:
+def omegaprm(config: OmegaConfig, split: Callable[[str], list[str]], correct_leaves: int = 1) -> Annotator[OmegaResult]:
     """The OmegaPRM annotator for one question (drive it with the ProbeScheduler).
 
     `split` cuts a text into lossless steps (e.g. `functools.partial(split_steps, strategy=...)`).

@@ -16,7 +16,7 @@ from collections.abc import Generator
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult
-from prm_synth.config import AnnotateConfig
+from prm_synth.config import BinaryConfig
 
 Decision = Generator[list[Probe], list[ProbeResult], bool]
 
@@ -94,7 +94,7 @@ def bisect(
 
 
 def binary_search(
-    steps: list[str], final_status: str, config: AnnotateConfig, verify: bool = False
+    steps: list[str], final_status: str, config: BinaryConfig, verify: bool = False
 ) -> Annotator[Annotation]:
     n = len(steps)
     if final_status == "correct":

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from prm_synth.cli.common import fail
 
@@ -28,31 +27,8 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def load_judge_config(path: Path) -> Any:
-    """A JudgeConfig from a pipeline YAML (its `judge` section), a YAML holding only a `judge`
-    section, or a YAML that is a judge section itself."""
-    from pydantic import ValidationError
-
-    from prm_synth.config import ConfigError, JudgeConfig, format_validation_error, load_config
-
-    if not path.exists():
-        raise ConfigError(f"judge file not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping")
-    if "policy" in data or "problems" in data:
-        judge = load_config(path).judge
-        if judge is None:
-            raise ConfigError(f"pipeline {path} has no judge section")
-        return judge
-    try:
-        return JudgeConfig.model_validate(data.get("judge", data))
-    except ValidationError as e:
-        raise ConfigError(format_validation_error(e, str(path))) from None
-
-
 def _judge_config(judge: Path | None, model: str | None, max_model_len: int, overrides: dict[str, Any]) -> Any:
-    from prm_synth.config import ConfigError, JudgeConfig, VLLMConfig
+    from prm_synth.config import ConfigError, JudgeConfig, VLLMConfig, load_judge_config
 
     if (judge is None) == (model is None):
         fail("give exactly one of --judge FILE.yaml or --model (a local model folder, or 'demo')")
@@ -61,7 +37,7 @@ def _judge_config(judge: Path | None, model: str | None, max_model_len: int, ove
             config = load_judge_config(judge)
         else:
             assert model is not None
-            engine = VLLMConfig(model=model, demo=model == "demo", max_model_len=max_model_len)
+            engine = VLLMConfig(model=model, max_model_len=max_model_len)
             config = JudgeConfig(engine=engine)
     except ConfigError as e:
         fail(str(e))

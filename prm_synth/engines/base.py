@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from prm_synth.errors import PrmSynthError
+
 
 @dataclass(frozen=True)
 class SamplingOptions:
@@ -74,5 +76,5 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-class EngineError(RuntimeError):
+class EngineError(PrmSynthError, RuntimeError):
     """An engine could not produce results (after its own retries). The shard fails and is redone."""

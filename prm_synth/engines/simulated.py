@@ -1,4 +1,4 @@
-"""The simulated policy: a test and benchmark instrument with known ground truth.
+"""The simulated policy and judge: test and benchmark instruments with known ground truth.
 
 It writes real text for builtin problems (prm_synth.arithmetic): one equation `a <op> b = c` per
 step, the running value carried forward, ending with "The answer is N.". Each freshly written step
@@ -19,8 +19,9 @@ import random
 from collections.abc import Sequence
 
 from prm_synth import arithmetic
-from prm_synth.config import SimulatedPolicyConfig
+from prm_synth.config import SimulatedJudgeConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
+from prm_synth.prompts import parse_judge_prompt
 
 
 def digest(*parts: object) -> str:
@@ -104,3 +105,46 @@ class SimulatedPolicy:
         unit = math.prod(b for op, b in problem.ops[j + 1 :] if op == "÷")
         delta = unit * rng.choice((1, 2, 3))
         return c + delta if rng.random() < 0.5 or c - delta <= 0 else c - delta
+
+
+class SimulatedJudge:
+    """A judge engine that knows the truth: an instrument for measuring the consensus filter.
+
+    It reads its own prompt back, recomputes the true first error from the step text
+    (arithmetic.true_first_error), and names it with probability `accuracy`; otherwise it names
+    another index in [-1, len(steps) - 1], uniformly. Each sample's randomness comes from
+    (seed, prompt, sample index), so batching and order change nothing and re-runs repeat.
+    """
+
+    def __init__(self, config: SimulatedJudgeConfig | None = None) -> None:
+        self.config = config or SimulatedJudgeConfig()
+
+    @property
+    def model_name(self) -> str:
+        return self.config.model_name
+
+    def close(self) -> None:
+        pass
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        out = []
+        for req in requests:
+            parsed = parse_judge_prompt(req.user)
+            base = digest(self.config.seed, req.user)
+            texts = [self._answer(parsed, random.Random(f"{base}:{req.first_sample_index + i}")) for i in range(req.n)]
+            completions = tuple(Completion(t, len(t.split()), "stop") for t in texts)
+            out.append(GenerationResult(completions, len(req.user.split())))
+        return out
+
+    def _answer(self, parsed: tuple[str, list[str]] | None, rng: random.Random) -> str:
+        if parsed is None:
+            return "I cannot read this solution."
+        steps = parsed[1]
+        truth = arithmetic.true_first_error(steps)
+        if rng.random() < self.config.accuracy:
+            index = truth
+        else:
+            index = rng.choice([i for i in range(-1, len(steps)) if i != truth])
+        if index == -1:
+            return "Every paragraph's arithmetic checks out.\n\n\\boxed{-1}"
+        return f"The arithmetic in paragraph {index} is wrong.\n\n\\boxed{{{index}}}"

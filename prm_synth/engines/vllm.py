@@ -83,14 +83,15 @@ class VLLMEngine:
 
     def __init__(self, config: VLLMConfig, *, llm: Any = None) -> None:
         self.config = config
-        if config.demo:
-            from prm_synth.models import DEMO_MODEL_NAME, demo_model_path
+        from prm_synth.engines import model_name
+
+        self._model_name = model_name(config)
+        if config.is_demo:
+            from prm_synth.demo_model import demo_model_path
 
             self._model_path = str(demo_model_path())
-            self._model_name = DEMO_MODEL_NAME
         else:
             self._model_path = config.model
-            self._model_name = config.model
         self._owns_llm = llm is None
         self.start_seconds = 0.0
         if llm is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prm_synth import models
+from prm_synth import demo_model as models
 
 
 def _fake_convert(calls: list[Path]):

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from prm_synth.errors import PrmSynthError
+
 log = logging.getLogger(__name__)
 
 DEMO_MODEL_NAME = "smollm2-135m-instruct"
@@ -27,7 +29,7 @@ MARKER = ".prm-synth-complete"
 _TMP_PREFIX = f".{DEMO_MODEL_NAME}.tmp-"
 
 
-class DemoModelError(RuntimeError):
+class DemoModelError(PrmSynthError, RuntimeError):
     """The demo model cannot be prepared (package missing, conversion failed)."""
 
 

@@ -1,0 +1,332 @@
+"""Stage 3 of the data flow: label. The one place that decides what each annotate method means.
+
+Two kinds of labelers behind one interface:
+- per solution (mc, binary): the pipeline samples solutions first; each solution gets an annotator
+  and becomes exactly one row;
+- per question (omegaprm): the labeler draws its own rollouts from the bare question and builds a
+  tree; each root-to-leaf path becomes a row, and a question without a path is rejected.
+Each method also says what it costs (its budget line), how rows relate to inputs (the reconcile
+rule of `summary`) and how its labels were made (the dataset card). `make_labeler` is the only
+dispatch on `annotate.method` in the code base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.labels import apply_rule
+from prm_synth.annotate.mc import per_step_mc
+from prm_synth.annotate.omega import OmegaResult, omegaprm
+from prm_synth.annotate.scheduler import Annotator, ProbeScheduler, SchedulerStats, SolutionJob
+from prm_synth.annotate.search import binary_search
+from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
+from prm_synth.engines.base import Engine, SamplingOptions
+from prm_synth.grading import Verdict, grade
+from prm_synth.prompts import policy_user_prompt
+from prm_synth.sample import Solution
+from prm_synth.schema import LabeledRecord, Problem, RejectedRecord, ShardStats, reject
+from prm_synth.steps import split_steps
+
+Progress = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class LabelResult:
+    """What a labeler returns: rows in input order, rejections, the search trees, and the spend."""
+
+    records: list[LabeledRecord] = field(default_factory=list)
+    rejected: list[RejectedRecord] = field(default_factory=list)
+    trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
+    stats: SchedulerStats = field(default_factory=SchedulerStats)
+
+
+class Labeler(Protocol):
+    method: str
+    samples_solutions: bool  # True: label sampled solutions (one row each); False: label questions
+
+    def label(
+        self, engine: Engine, problems: list[Problem], solutions: list[Solution], progress: Progress = quiet
+    ) -> LabelResult: ...
+
+    def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
+        """An annotator for a solution we are given (evaluation on ProcessBench-format files)."""
+        ...
+
+    def budget_line(self) -> str: ...
+
+    def card_text(self) -> str: ...
+
+    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool: ...
+
+
+def make_labeler(config: PipelineConfig, fingerprint: str = "") -> Labeler:
+    """The labeler of `config.annotate`: the only place that branches on the annotate method."""
+    ann = config.annotate
+    if isinstance(ann, MCConfig | BinaryConfig):
+        return SolutionLabeler(config, fingerprint)
+    if isinstance(ann, OmegaConfig):
+        return TreeLabeler(config, fingerprint)
+    raise TypeError(f"no labeler for annotate config {type(ann).__name__}")
+
+
+def new_scheduler(engine: Engine, config: PipelineConfig) -> ProbeScheduler:
+    r = config.rollouts
+    return ProbeScheduler(
+        engine,
+        SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p),
+        max_batch_requests=config.run.max_batch_requests,
+        max_in_flight=config.run.max_in_flight,
+    )
+
+
+def sampled_share(key: str, share: float) -> bool:
+    """A stable pseudo-random choice of `share` of the keys (same choice on every re-run)."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < share
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """`total` cut into `parts` integer shares that add up exactly (earlier shares take the remainder)."""
+    if parts <= 0:
+        return []
+    share, extra = divmod(total, parts)
+    return [share + (i < extra) for i in range(parts)]
+
+
+def _report(progress: Progress, done: int, total: int, scheduler: ProbeScheduler) -> None:
+    """A line every tenth of the way (and at the end), so a slow engine shows it is working."""
+    if done == total or done % max(1, total // 10) == 0:
+        progress(f"annotated {done}/{total} ({scheduler.stats.rollouts} rollouts so far)")
+
+
+class _Base:
+    method: str
+
+    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
+        self.config = config
+        self.fingerprint = fingerprint
+
+    def _record(
+        self,
+        engine: Engine,
+        problem: Problem,
+        row_id: str,
+        steps: list[str],
+        verdict: Verdict,
+        ann: Annotation,
+        rollouts: int,
+        tokens: int,
+        complete: bool = True,
+    ) -> LabeledRecord:
+        rule = self.config.labels
+        lab = apply_rule(ann, rule.rule, rule.significance)
+        return LabeledRecord(
+            id=row_id,
+            problem_id=problem.id,
+            source=problem.source,
+            question=problem.question,
+            gold_answer=problem.gold_answer,
+            steps=steps,
+            final_answer=verdict.extracted if complete else None,
+            final_correct=None if verdict.status == "unknown" or not complete else verdict.status == "correct",
+            mc_values=lab.mc_values,
+            mc_correct=ann.mc_correct,
+            mc_total=ann.mc_total,
+            labels=lab.labels,
+            label_source=ann.label_source,
+            label_rule=rule.rule,
+            first_error_mc=lab.first_error,
+            annotator=ann.method,
+            policy_model=engine.model_name,
+            config_fingerprint=self.fingerprint,
+            rollouts=rollouts,
+            tokens=tokens,
+        )
+
+    def _jobs_run(
+        self, scheduler: ProbeScheduler, jobs: Iterable[SolutionJob[Any]], total: int, progress: Progress
+    ) -> dict[str, Any]:
+        results: dict[str, Any] = {}
+        for job, value in scheduler.run(jobs):
+            results[job.key] = value
+            _report(progress, len(results), total, scheduler)
+        return results
+
+
+class SolutionLabeler(_Base):
+    """mc and binary: one annotator and one row per sampled solution."""
+
+    samples_solutions = True
+
+    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
+        super().__init__(config, fingerprint)
+        self.annotate: MCConfig | BinaryConfig = config.annotate  # type: ignore[assignment]
+        self.method = self.annotate.method
+
+    def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
+        a = self.annotate
+        if isinstance(a, MCConfig):
+            return per_step_mc(steps, final_status, a.k, a.stop_at_first_zero)
+        return binary_search(steps, final_status, a, verify=sampled_share(key, a.verify_correct))
+
+    def label(
+        self, engine: Engine, problems: list[Problem], solutions: list[Solution], progress: Progress = quiet
+    ) -> LabelResult:
+        scheduler = new_scheduler(engine, self.config)
+        jobs = (
+            SolutionJob(
+                key=s.id,
+                problem_key=s.problem.id,
+                user_prompt=policy_user_prompt(s.problem.question),
+                gold=s.problem.gold_answer,
+                annotator=self.annotate_given(s.steps, s.verdict.status, s.id),
+            )
+            for s in solutions
+        )
+        annotations = self._jobs_run(scheduler, jobs, len(solutions), progress)
+        records = []
+        for s in solutions:  # input order, whatever order the annotators finished in
+            rollouts, tokens = scheduler.spend.get(s.id, [0, 0])
+            records.append(
+                self._record(
+                    engine, s.problem, s.id, s.steps, s.verdict, annotations[s.id], rollouts, tokens + s.tokens
+                )
+            )
+        return LabelResult(records=records, stats=scheduler.stats)
+
+    def budget_line(self) -> str:
+        a = self.annotate
+        if isinstance(a, MCConfig):
+            stop = ", stopping at the first prefix with MC 0" if a.stop_at_first_zero else ""
+            return f"k = {a.k} rollouts from every step prefix{stop}"
+        if a.search_test == "fixed":
+            return f"binary search, k = {a.k} rollouts a probe (good when MC > 0)"
+        return (
+            f"binary search, sequential test ({a.probe_batch} rollouts at a time, at most {a.probe_max_rollouts} a "
+            f"probe; bad_rate {a.bad_rate}, good_rate {a.good_rate})"
+        )
+
+    def card_text(self) -> str:
+        if isinstance(self.annotate, MCConfig):
+            return (
+                "Per-step Monte Carlo estimation (Math-Shepherd): every step prefix of a sampled solution is "
+                "continued by the policy and the share of continuations reaching the gold answer is its MC value."
+            )
+        return (
+            "Binary search for the first error (OmegaPRM's bisection): prefixes of a sampled solution are "
+            "continued by the policy, each decided good or bad by a test on its rollouts, and the search narrows "
+            "to the first bad step; steps before it are good, steps after it unlabeled."
+        )
+
+    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
+        # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
+        load_rejected = stats.inputs - stats.problems_loaded
+        return rows + rejected == load_rejected + stats.problems_loaded * samples_per_problem
+
+
+class TreeLabeler(_Base):
+    """omegaprm: one search tree per question (it draws its own rollouts), one row per root-to-leaf path."""
+
+    samples_solutions = False
+    method = "omegaprm"
+
+    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
+        super().__init__(config, fingerprint)
+        self.annotate: OmegaConfig = config.annotate  # type: ignore[assignment]
+
+    def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
+        """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""
+        a = self.annotate
+        bisection = BinaryConfig(
+            method="binary",
+            k=a.k,
+            search_test=a.search_test,
+            recheck=False,
+            bad_rate=a.bad_rate,
+            good_rate=a.good_rate,
+            sprt_error=a.sprt_error,
+            probe_batch=a.probe_batch,
+            probe_max_rollouts=a.probe_max_rollouts,
+        )
+        ann = yield from binary_search(steps, final_status, bisection)
+        ann.method = self.method
+        return ann
+
+    def label(
+        self, engine: Engine, problems: list[Problem], solutions: list[Solution], progress: Progress = quiet
+    ) -> LabelResult:
+        from prm_synth.annotate.omega import tree_to_json
+
+        scheduler = new_scheduler(engine, self.config)
+        split = partial(split_steps, strategy=self.config.steps.strategy, pattern=self.config.steps.pattern)
+        jobs = (
+            SolutionJob(
+                key=p.id,
+                problem_key=p.id,
+                user_prompt=policy_user_prompt(p.question),
+                gold=p.gold_answer,
+                annotator=omegaprm(self.annotate, split),
+            )
+            for p in problems
+        )
+        results: dict[str, OmegaResult] = self._jobs_run(scheduler, jobs, len(problems), progress)
+        out = LabelResult(stats=scheduler.stats)
+        for p in problems:  # input order
+            result = results[p.id]
+            if self.config.output.save_trees:
+                out.trees[p.id] = tree_to_json(result.tree)
+            paths = [] if result.screened_out else result.paths()
+            if not paths:
+                reason = "screened_out" if result.screened_out else "no_paths"
+                detail = (
+                    "the first rollouts were all right or all wrong (screening)"
+                    if result.screened_out
+                    else "no rollout of the question gave a state to label"
+                )
+                out.rejected.append(
+                    reject(f"{p.id}-t", p.id, p.source, "annotate", reason, detail, {"stop": result.stop_reason})
+                )
+                continue
+            rollouts, tokens = scheduler.spend.get(p.id, [0, 0])
+            shares = zip(paths, split_evenly(rollouts, len(paths)), split_evenly(tokens, len(paths)), strict=True)
+            for i, (path, r_share, t_share) in enumerate(shares):
+                complete = path.final_status is not None
+                verdict = (
+                    grade(path.text, p.gold_answer)
+                    if complete
+                    else Verdict(status="unknown", extracted=None, reason="partial_path")
+                )
+                out.records.append(
+                    self._record(
+                        engine, p, f"{p.id}-t{i}", path.steps, verdict, path.annotation, r_share, t_share, complete
+                    )
+                )
+        return out
+
+    def budget_line(self) -> str:
+        a = self.annotate
+        test = "k rollouts, good when MC > 0" if a.search_test == "fixed" else "a sequential test"
+        return (
+            f"OmegaPRM tree search, k = {a.k} rollouts a state ({test}), at most {a.rollout_budget} rollouts and "
+            f"{a.search_limit} selections a question"
+        )
+
+    def card_text(self) -> str:
+        return (
+            "OmegaPRM tree search: the policy's rollouts from each question grow a tree of solution prefixes; "
+            "each prefix's MC value comes from rollouts, a bisection locates first errors, and every "
+            "root-to-leaf path is one row."
+        )
+
+    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
+        # A tree gives any number of rows: every problem has rows or a rejection (checked per shard).
+        return stats.problems_labeled + rejected >= stats.inputs

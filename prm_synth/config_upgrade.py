@@ -1,0 +1,139 @@
+"""Pipeline files written for prm-synth 0.1 keep loading: their keys are moved to where they live now.
+
+0.1 kept every annotate knob in one flat section. Now `annotate` holds only its method's fields, and
+the rest moved (each move is logged once per load, naming the old and the new key):
+
+| 0.1 key | now |
+|---|---|
+| annotate.omega_k, omega_alpha, ... (method omegaprm) | annotate.k, annotate.alpha, ... |
+| annotate.rollout_max_tokens / rollout_temperature | rollouts.max_tokens / rollouts.temperature |
+| sampling.top_p (it also set the rollouts' top_p) | sampling.top_p and rollouts.top_p |
+| annotate.max_batch_requests / max_in_flight | run.max_batch_requests / run.max_in_flight |
+| annotate.save_trees | output.save_trees |
+| policy.demo: true (and judge.engine.demo) | policy.model: demo |
+| annotate without `method` | method: mc (0.1's default) |
+
+Knobs of another method (e.g. `search_test` under method mc) did nothing in 0.1; they are dropped with a
+note. Anything else unknown still fails validation, naming the key. One case cannot be told apart: 0.1
+ignored `annotate.k` under omegaprm (it used `omega_k`, default 16), while `k` is now OmegaPRM's own
+rollouts per state; a file with `omega_k` gets its value, a file with `k` alone gets the new meaning.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Every field 0.1's flat AnnotateConfig had, and which methods still use it under the same name.
+_SHARED = {"k"}
+_MC = {"stop_at_first_zero"}
+_TEST = {"bad_rate", "good_rate", "sprt_error", "probe_batch", "probe_max_rollouts"}
+_BINARY = {"search_test", "recheck", "verify_correct"}
+_OMEGA_PREFIXED = {
+    "omega_alpha": "alpha",
+    "omega_beta": "beta",
+    "omega_length": "length",
+    "omega_c_puct": "c_puct",
+    "omega_k": "k",
+    "omega_search_limit": "search_limit",
+    "omega_rollout_budget": "rollout_budget",
+    "omega_search_test": "search_test",
+    "omega_screen": "screen",
+}
+_FIELDS_OF = {
+    "mc": _SHARED | _MC,
+    "binary": _SHARED | _TEST | _BINARY,
+    "omegaprm": _TEST | set(_OMEGA_PREFIXED.values()),
+}
+_LEGACY_ANNOTATE = _SHARED | _MC | _TEST | _BINARY | set(_OMEGA_PREFIXED)
+_MOVED_OUT = {
+    "rollout_max_tokens": ("rollouts", "max_tokens"),
+    "rollout_temperature": ("rollouts", "temperature"),
+    "max_batch_requests": ("run", "max_batch_requests"),
+    "max_in_flight": ("run", "max_in_flight"),
+    "save_trees": ("output", "save_trees"),
+}
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `data` with 0.1 keys moved to their current place (see the module docstring)."""
+    data = dict(data)
+    notes: list[str] = []
+    _upgrade_annotate(data, notes)
+    _upgrade_top_p(data, notes)
+    if "policy" in data:
+        data["policy"] = _upgrade_demo(data["policy"], "policy", notes)
+    judge = data.get("judge")
+    if isinstance(judge, dict) and isinstance(judge.get("engine"), dict):
+        data["judge"] = dict(judge, engine=_upgrade_demo(judge["engine"], "judge.engine", notes))
+    for note in notes:
+        log.warning("pipeline config: %s", note)
+    return data
+
+
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    current = data.get(name)
+    section = dict(current) if isinstance(current, dict) else {}
+    data[name] = section
+    return section
+
+
+def _upgrade_annotate(data: dict[str, Any], notes: list[str]) -> None:
+    annotate = data.get("annotate")
+    if not isinstance(annotate, dict):
+        return
+    annotate = dict(annotate)
+    if "method" not in annotate:
+        annotate["method"] = "mc"
+    for old, (section, new) in _MOVED_OUT.items():
+        if old in annotate:
+            target = _section(data, section)
+            value = annotate.pop(old)
+            target.setdefault(new, value)
+            notes.append(f"annotate.{old} is now {section}.{new}")
+    method = annotate["method"]
+    keep = _FIELDS_OF.get(method)
+    if keep is None:  # an unknown method: validation names it
+        data["annotate"] = annotate
+        return
+    if method == "omegaprm" and any(key in annotate for key in _OMEGA_PREFIXED):
+        # A 0.1 file: its unprefixed `k` and `search_test` belonged to the other methods.
+        for key in ("k", "search_test"):
+            if key in annotate:
+                annotate.pop(key)
+                notes.append(f"annotate.{key} did nothing for omegaprm in 0.1: dropped")
+        for old, new in _OMEGA_PREFIXED.items():
+            if old in annotate:
+                annotate[new] = annotate.pop(old)
+                notes.append(f"annotate.{old} is now annotate.{new}")
+    for key in sorted(set(annotate) - keep - {"method"}):
+        if key in _LEGACY_ANNOTATE:
+            annotate.pop(key)
+            notes.append(f"annotate.{key} does nothing for method {method}: dropped")
+    data["annotate"] = annotate
+
+
+def _upgrade_top_p(data: dict[str, Any], notes: list[str]) -> None:
+    """0.1 sampled rollouts with sampling.top_p; keep that unless rollouts.top_p is set."""
+    sampling = data.get("sampling")
+    if not isinstance(sampling, dict) or "top_p" not in sampling:
+        return
+    rollouts = data.get("rollouts")
+    if isinstance(rollouts, dict) and "top_p" in rollouts:
+        return
+    if "rollouts" in data and not isinstance(rollouts, dict):
+        return  # malformed: validation names it
+    _section(data, "rollouts")["top_p"] = sampling["top_p"]
+    notes.append("sampling.top_p also sets rollouts.top_p (as in 0.1); set rollouts.top_p to choose it apart")
+
+
+def _upgrade_demo(engine: Any, where: str, notes: list[str]) -> Any:
+    if not isinstance(engine, dict) or "demo" not in engine:
+        return engine
+    engine = dict(engine)
+    if engine.pop("demo") is True:
+        engine["model"] = "demo"
+        notes.append(f"{where}.demo: true is now {where}.model: demo")
+    return engine

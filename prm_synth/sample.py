@@ -1,0 +1,85 @@
+"""Stage 2 of the data flow: sample solutions from the policy, split them into steps, grade them.
+
+n solutions per problem in as few engine calls as the batch size allows (one request of n samples a
+problem). A completion with no text to split is rejected (stage "split") with the text kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prm_synth.config import PipelineConfig
+from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
+from prm_synth.grading import Verdict, grade
+from prm_synth.prompts import policy_user_prompt
+from prm_synth.schema import Problem, RejectedRecord, reject
+from prm_synth.steps import split_steps
+
+
+def solution_id(problem_id: str, index: int) -> str:
+    """The stable id of a problem's index-th sampled solution (the row id, and its rejection's)."""
+    return f"{problem_id}-s{index}"
+
+
+@dataclass
+class Solution:
+    """One sampled solution, split into steps (losslessly) and graded."""
+
+    problem: Problem
+    index: int
+    steps: list[str]
+    verdict: Verdict
+    tokens: int  # its share of the sampling request's tokens (generated + prompt / n)
+
+    @property
+    def id(self) -> str:
+        return solution_id(self.problem.id, self.index)
+
+
+@dataclass
+class Sampled:
+    solutions: list[Solution] = field(default_factory=list)
+    rejected: list[RejectedRecord] = field(default_factory=list)
+    tokens: int = 0  # prompt + generated tokens of every sampling request
+    completions: int = 0  # solutions drawn, split or not
+
+
+def sample_solutions(engine: Engine, problems: list[Problem], config: PipelineConfig) -> Sampled:
+    sampling = SamplingOptions(
+        max_tokens=config.sampling.max_tokens,
+        temperature=config.sampling.temperature,
+        top_p=config.sampling.top_p,
+    )
+    out = Sampled()
+    step = config.run.max_batch_requests
+    for start in range(0, len(problems), step):
+        batch = problems[start : start + step]
+        requests = [
+            GenerationRequest(
+                user=policy_user_prompt(p.question), n=config.sampling.samples_per_problem, sampling=sampling
+            )
+            for p in batch
+        ]
+        for problem, result in zip(batch, engine.generate(requests), strict=True):
+            out.tokens += result.prompt_tokens + result.generated_tokens
+            out.completions += len(result.completions)
+            for j, completion in enumerate(result.completions):
+                steps = split_steps(completion.text, config.steps.strategy, config.steps.pattern)
+                if not steps:
+                    detail = "the policy produced no text to split into steps"
+                    out.rejected.append(
+                        reject(
+                            solution_id(problem.id, j),
+                            problem.id,
+                            problem.source,
+                            "split",
+                            "empty_solution",
+                            detail,
+                            {"text": completion.text},
+                        )
+                    )
+                    continue
+                verdict = grade(completion.text, problem.gold_answer)
+                share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
+                out.solutions.append(Solution(problem, j, steps, verdict, share))
+    return out
