@@ -28,6 +28,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q tests/test_layers.py  # the import-layer contract (README: Where things live)
 
 clean-venv:
 	rm -rf $(VENV)

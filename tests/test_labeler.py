@@ -1,0 +1,104 @@
+"""One labeler interface for every annotate method: rows, budget lines, reconcile rules, evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from prm_synth.annotate.labeler import SolutionLabeler, TreeLabeler, make_labeler
+from prm_synth.cli import app
+from prm_synth.config import validate_config
+from prm_synth.engines import build_engine
+from prm_synth.pipeline import iter_shards, process_shard
+from prm_synth.schema import ShardStats
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BENCH, GOLD = FIXTURES / "processbench_small.json", FIXTURES / "processbench_gold.jsonl"
+NOISE_FREE = {
+    "problems": {"kind": "builtin", "count": 20, "min_ops": 4, "max_ops": 8},
+    "policy": {"kind": "simulated", "step_error": 0.0, "recover": 0.0},
+}
+
+SIM = {
+    "problems": {"kind": "builtin", "count": 12, "min_ops": 3, "max_ops": 6},
+    "policy": {"kind": "simulated", "recover": 0.1},
+    "sampling": {"samples_per_problem": 2},
+    "output": {"shard_size": 12},
+}
+METHODS = {
+    "mc": {"method": "mc", "k": 4},
+    "binary": {"method": "binary", "k": 4},
+    "omegaprm": {"method": "omegaprm", "k": 4, "rollout_budget": 40},
+}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_labels_a_shard_whose_counts_reconcile(method):
+    config = validate_config(SIM | {"annotate": METHODS[method]})
+    labeler = make_labeler(config)
+    assert labeler.method == method
+    shard = next(iter_shards(config))
+    out = process_shard(build_engine(config.policy), config, shard, config.fingerprint())
+    assert out.records and all(r.annotator == method for r in out.records)
+    assert labeler.reconciles(out.stats, len(out.records), len(out.rejected), 2)
+    assert out.stats.rollouts == sum(r.rollouts for r in out.records)
+    assert out.stats.solutions_sampled == (0 if method == "omegaprm" else 24)
+
+
+def test_per_question_and_per_solution_labelers():
+    assert isinstance(make_labeler(validate_config(SIM | {"annotate": METHODS["binary"]})), SolutionLabeler)
+    tree = make_labeler(validate_config(SIM | {"annotate": METHODS["omegaprm"]}))
+    assert isinstance(tree, TreeLabeler) and not tree.samples_solutions
+
+
+def test_the_omegaprm_budget_line_names_its_own_k():
+    """Regression: the card printed the other methods' k for an OmegaPRM run."""
+    line = make_labeler(validate_config(SIM | {"annotate": {"method": "omegaprm", "k": 5}})).budget_line()
+    assert "k = 5 rollouts a state" in line and "at most 400 rollouts" in line
+    assert (
+        "k = 8"
+        in make_labeler(
+            validate_config(SIM | {"annotate": {"method": "binary", "k": 8, "search_test": "fixed"}})
+        ).budget_line()
+    )
+
+
+def test_eval_labels_works_with_omegaprm(tmp_path):
+    """Regression: `prm-synth eval labels` with an OmegaPRM pipeline ended in a traceback."""
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(yaml.safe_dump(NOISE_FREE | {"annotate": {"method": "omegaprm", "k": 4}}))
+    out = tmp_path / "labels.jsonl"
+    args = ["eval", "labels", str(BENCH), "--gold-answers", str(GOLD), "--pipeline", str(pipeline), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    # the noise-free policy: OmegaPRM's bisection finds every first error, as MC does
+    assert report["annotator"] == "omegaprm" and report["f1"] == 1.0 and report["rollouts_per_sample"] > 0
+
+
+counts = st.integers(min_value=0, max_value=10**6)
+stats = st.builds(
+    ShardStats,
+    inputs=counts,
+    rows=counts,
+    rollouts=counts,
+    sampling_tokens=counts,
+    rollout_tokens=counts,
+    rejected_by_reason=st.dictionaries(st.sampled_from(["a", "b", "c"]), counts, max_size=3),
+    judge=st.dictionaries(st.sampled_from(["tokens", "samples"]), counts, max_size=2),
+)
+
+
+@given(st.lists(stats, min_size=1, max_size=5))
+def test_run_stats_are_the_field_wise_sum_of_shard_stats(shards):
+    total = sum(shards, start=ShardStats())
+    assert total.rows == sum(s.rows for s in shards) and total.tokens == sum(s.tokens for s in shards)
+    for reason in "abc":
+        assert total.rejected_by_reason.get(reason, 0) == sum(s.rejected_by_reason.get(reason, 0) for s in shards)
+    assert ShardStats.from_dict(total.to_dict()) == total  # what the marker stores reads back

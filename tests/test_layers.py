@@ -1,0 +1,116 @@
+"""The room rules, checked: a module imports only from its own layer or the layers below it.
+
+Every module of `prm_synth` and `flows` must be named in LAYERS (a new module is placed on purpose),
+and every import is read from the source with `ast`, function-level imports included, so "what may I
+import from here" is checked, not remembered. README.md's "Where things live" says the same in words.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Top to bottom. A module may import from its own layer and any layer below, never from above.
+LAYERS: list[tuple[str, set[str]]] = [
+    ("commands", {"prm_synth.cli"}),
+    ("orchestration", {"flows"}),
+    ("products", {"prm_synth.export", "prm_synth.hub", "prm_synth.views", "prm_synth.evaluate", "prm_synth.summary"}),
+    ("shard pipeline", {"prm_synth.pipeline"}),
+    ("stages", {"prm_synth.annotate", "prm_synth.judge", "prm_synth.consensus", "prm_synth.sample"}),
+    (
+        "parts",
+        {
+            "prm_synth.engines",
+            "prm_synth.problems",
+            "prm_synth.grading",
+            "prm_synth.shards",
+            "prm_synth.arithmetic",
+            "prm_synth.demo_model",
+        },
+    ),
+    (
+        "contracts",
+        {
+            "=prm_synth",  # "=": this module only, not the package below it
+            "prm_synth.config",
+            "prm_synth.config_upgrade",
+            "prm_synth.schema",
+            "prm_synth.prompts",
+            "prm_synth.steps",
+            "prm_synth.errors",
+        },
+    ),
+]
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of a dotted module name: the longest package prefix named in LAYERS wins."""
+    best: tuple[int, int] | None = None
+    for index, (_, roots) in enumerate(LAYERS):
+        for root in roots:
+            exact = root.startswith("=")
+            root = root.lstrip("=")
+            matches = module == root or (not exact and module.startswith(root + "."))
+            if matches and (best is None or len(root) > best[1]):
+                best = (index, len(root))
+    return None if best is None else best[0]
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for package in ("prm_synth", "flows"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out.append((".".join(parts), path))
+    return out
+
+
+def imports_of(module: str, path: Path) -> list[tuple[str, int]]:
+    """(imported module, line) for every import of our own packages, relative ones resolved."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from pkg import name` may import a submodule: judge it by the most precise name.
+            for alias in node.names:
+                found.append(
+                    (f"{base}.{alias.name}" if layer_of(f"{base}.{alias.name}") is not None else base, node.lineno)
+                )
+    return [(name, line) for name, line in found if name.split(".")[0] in ("prm_synth", "flows")]
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m, _ in modules() if layer_of(m) is None]
+    assert not unplaced, f"place these modules in tests/test_layers.py LAYERS: {unplaced}"
+
+
+@pytest.mark.parametrize("module, path", modules(), ids=lambda x: x if isinstance(x, str) else "")
+def test_imports_point_down(module, path):
+    own = layer_of(module)
+    assert own is not None
+    upward = [
+        f"{path.relative_to(ROOT)}:{line} imports {name} ({LAYERS[layer_of(name)][0]} is above {LAYERS[own][0]})"
+        for name, line in imports_of(module, path)
+        if layer_of(name) is not None and layer_of(name) < own
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path):
+    fake = tmp_path / "grading.py"
+    fake.write_text("def f():\n    from prm_synth.pipeline import process_shard\n")
+    ((name, _),) = imports_of("prm_synth.grading", fake)
+    assert layer_of(name) < layer_of("prm_synth.grading")
