@@ -25,6 +25,7 @@ from prm_synth.annotate.labeler import make_labeler, new_scheduler
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.scheduler import SolutionJob
 from prm_synth.config import JudgeConfig, PipelineConfig
+from prm_synth.consensus import record_from_payload
 from prm_synth.engines.base import Engine
 from prm_synth.errors import PrmSynthError
 from prm_synth.grading import grade
@@ -332,7 +333,9 @@ def evaluate_dataset(root: str | Path) -> dict[str, Any]:
             "simulated policy on builtin problems"
         )
     kept = list(iter_records(root, "data"))
-    dropped = [json.loads(r["payload"]) for r in iter_records(root, "rejected") if r["stage"] == "consensus"]
+    dropped = [
+        record_from_payload(r["payload"]).to_row() for r in iter_records(root, "rejected") if r["stage"] == "consensus"
+    ]
     before, after = _quality(kept + dropped), _quality(kept)
     return {
         "before_consensus": before,

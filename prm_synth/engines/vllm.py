@@ -117,10 +117,6 @@ class VLLMEngine:
         return self._model_name
 
     @property
-    def llm(self) -> Any:
-        return self._llm
-
-    @property
     def tokenizer(self) -> Any:
         return self._tokenizer
 
