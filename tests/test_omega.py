@@ -394,3 +394,49 @@ def test_sequential_bisection_calls_a_lucky_wrong_prefix_bad_and_searches_nothin
     sprt_labels, sprt_sources = outcomes["sprt"]
     assert fixed_labels[1] is not False  # MC = 1/16 > 0: the paper's rule calls the wrong step good
     assert sprt_labels[1] is False and sprt_sources[1] == "test"  # the sequential test does not
+
+
+# ---------------------------------------------------------------- regressions
+def test_correct_leaves_are_the_first_correct_rollouts_not_the_first_new_text():
+    """Regression: a state's clean endings were already in the tree, so the odd (lucky) one became the leaf."""
+    length = 4
+    clean_root = "".join(f"s{j}=ok\n" for j in range(length))
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        start = lines(prefix)
+        if prefix == "":
+            text = clean_root if i % 2 == 0 else "s0=ok\ns1=ok\ns2=ok\ns3=bad\n"
+        elif start == 2 and i == 3:  # three clean endings, then an odd one that reaches the answer
+            text = "s2=odd\ns3=ok\n"
+        else:
+            text = "".join(f"s{j}=ok\n" for j in range(start, length))
+        return text, "incorrect" if "bad" in text else "correct", 5
+
+    result = drive(omegaprm(config(omega_k=4, omega_search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
+    assert prefix_of("ok", "ok") in {attrs["prefix"] for _, attrs in result.tree.nodes(data=True)}
+    complete_correct = [p.text for p in result.paths() if p.final_status == "correct"]
+    assert complete_correct == [clean_root]
+    assert all("odd" not in p.text for p in result.paths())
+
+
+def test_a_correct_leaf_never_lies_below_a_bad_state():
+    """Regression: steps A, X, C2, answer with labels [True, False, None, True] and final_correct=True."""
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        if prefix == "":
+            text = prefix_of("ok", "ok", "ok", "ok") if i % 2 == 0 else "s0=ok\ns1=bad\ns2=c1\ns3=ok\n"
+            return text, "correct" if i % 2 == 0 else "incorrect", 5
+        if prefix == prefix_of("ok"):  # the first ending holds the error and is lucky
+            text = "s1=bad\ns2=c2\ns3=ok\n" if i == 0 else "s1=ok\ns2=ok\ns3=ok\n"
+            return text, "correct", 5
+        return "s2=c3\ns3=ok\n", "incorrect", 5  # below the bad step X nothing reaches the answer
+
+    result = drive(omegaprm(config(omega_k=2, omega_search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
+    check_tree_and_paths(result)
+    assert result.pruned_lucky == 1
+    for path in result.paths():
+        labels = apply_rule(path.annotation, "hard").labels
+        if path.final_status == "correct":
+            assert False not in labels, (path.steps, labels)
+    (through_x,) = [p for p in result.paths() if "s1=bad" in p.text]
+    assert through_x.text == "s0=ok\ns1=bad\n" and apply_rule(through_x.annotation, "hard").labels == [True, False]

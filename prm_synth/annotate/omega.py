@@ -116,6 +116,7 @@ class OmegaResult:
     screened_out: bool
     stop_reason: str  # screened_out | search_limit | pool_empty | budget
     probes: list[ProbeRecord] = field(default_factory=list)
+    pruned_lucky: int = 0  # complete correct leaves dropped because they lay below a bad state
 
     def paths(self, infer_good: bool = False) -> list[OmegaPath]:
         """One entry per root-to-leaf path (leaves in node order); the bare root gives none.
@@ -176,6 +177,7 @@ class OmegaSearch:
         self.probes: list[ProbeRecord] = []
         self.spent = 0
         self.tokens = 0
+        self.pruned_lucky = 0  # correct leaves dropped because they lie below a bad state
         self._test = SequentialTest(
             config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
         )
@@ -318,6 +320,8 @@ class OmegaSearch:
         if self.config.search_test == "sprt":
             # The test's decision is the label (MC alone would call a lucky wrong prefix good).
             self.tree.nodes[node]["decided"] = good
+        if self._is_bad(node):
+            self._prune_lucky_leaves(node)
         self._harvest(node)
         return node
 
@@ -327,7 +331,10 @@ class OmegaSearch:
         self._seen_complete.add(full)
         if full in self._by_text:
             return self._by_text[full]
-        node = self._insert(full, base + tuple(self.split(text)), "rollout")
+        steps = base + tuple(self.split(text))
+        if status == "correct" and self._is_bad(self._deepest_prefix(steps)):
+            return -1  # a correct ending below a bad state got there by luck: not an all-good path
+        node = self._insert(full, steps, "rollout")
         self.tree.nodes[node].update(
             correct=int(status == "correct"),
             total=1,
@@ -344,6 +351,19 @@ class OmegaSearch:
         can fall inside an existing edge: the parent's children that extend it move under it.
         The tree stays a prefix tree: along every edge the parent's steps begin the child's.
         """
+        parent = self._deepest_prefix(steps)
+        node = max(self.tree.nodes) + 1  # ids stay unique when lucky leaves are pruned
+        self.tree.add_node(node, **_node_attrs(prefix, steps, kind))
+        for child in list(self.tree.successors(parent)):
+            if self.tree.nodes[child]["steps"][: len(steps)] == steps:
+                self.tree.remove_edge(parent, child)
+                self.tree.add_edge(node, child)
+        self.tree.add_edge(parent, node)
+        self._by_text[prefix] = node
+        return node
+
+    def _deepest_prefix(self, steps: Steps) -> int:
+        """The deepest node whose steps are a proper prefix of `steps`."""
         parent = ROOT
         descended = True
         while descended:
@@ -353,15 +373,31 @@ class OmegaSearch:
                 if len(child_steps) < len(steps) and steps[: len(child_steps)] == child_steps:
                     parent, descended = child, True
                     break
-        node = self.tree.number_of_nodes()
-        self.tree.add_node(node, **_node_attrs(prefix, steps, kind))
-        for child in list(self.tree.successors(parent)):
-            if self.tree.nodes[child]["steps"][: len(steps)] == steps:
-                self.tree.remove_edge(parent, child)
-                self.tree.add_edge(node, child)
-        self.tree.add_edge(parent, node)
-        self._by_text[prefix] = node
-        return node
+        return parent
+
+    def _is_bad(self, node: int) -> bool:
+        """A state labeled bad: decided so by a test, or (the paper's rule) measured with MC = 0."""
+        attrs = self.tree.nodes[node]
+        if node == ROOT or attrs["kind"] != "state":
+            return False
+        if attrs["decided"] is not None:
+            return not attrs["decided"]
+        return attrs["total"] > 0 and attrs["correct"] == 0
+
+    def _prune_lucky_leaves(self, node: int) -> None:
+        """Drop the complete correct leaves below a bad state (they moved there when it was inserted).
+
+        Their rows would say "the answer is right" after a step measured bad: either the state's
+        measurement or the leaf's all-good path is wrong, and with a luck rate above 0 it is the leaf
+        (a wrong prefix that reached the answer by luck). Without them the state is a leaf itself,
+        and its path names the first error.
+        """
+        for below in list(nx.descendants(self.tree, node)):
+            attrs = self.tree.nodes[below]
+            if attrs["kind"] == "rollout" and attrs["final_status"] == "correct" and not self.tree.out_degree(below):
+                self.tree.remove_node(below)
+                del self._by_text[attrs["prefix"]]
+                self.pruned_lucky += 1
 
     def _set_measurement(self, node: int, result: ProbeResult) -> None:
         self.tree.nodes[node].update(
@@ -387,14 +423,13 @@ class OmegaSearch:
                 if status == "incorrect" and text and prefix + text not in self._seen_complete:
                     self._seen_complete.add(prefix + text)
                     self.pool.append(Candidate(node, text, tokens))
-        # Complete correct rollouts give the dataset its all-good paths (as openr keeps them).
-        added = 0
-        for text, status, tokens in attrs["rollouts"]:
-            if added >= self.correct_leaves:
-                break
-            if status == "correct" and text and prefix + text not in self._by_text:
-                self._add_complete(steps, prefix, text, status, tokens)
-                added += 1
+        # Complete correct rollouts give the dataset its all-good paths (as openr keeps them): the
+        # first `correct_leaves` of them in sample order. One whose text is already in the tree still
+        # counts; skipping it for the next one would favour rollouts that differ from the common
+        # clean text, i.e. lucky ones that hold an error.
+        correct = [(text, tokens) for text, status, tokens in attrs["rollouts"] if status == "correct" and text]
+        for text, tokens in correct[: self.correct_leaves]:
+            self._add_complete(steps, prefix, text, "correct", tokens)
 
     def _result(self, screened_out: bool, stop_reason: str) -> OmegaResult:
         return OmegaResult(
@@ -406,6 +441,7 @@ class OmegaSearch:
             screened_out=screened_out,
             stop_reason=stop_reason,
             probes=self.probes,
+            pruned_lucky=self.pruned_lucky,
         )
 
 
