@@ -101,8 +101,20 @@ class SimulatedPolicyConfig(Strict):
     step_error: float = Field(0.1, ge=0.0, le=1.0)
     recover: float = Field(0.05, ge=0.0, le=1.0)
     seed: int = 0
+    # Per-problem difficulty: each problem's step error drawn uniformly from [lo, hi] (None: step_error).
+    step_error_range: tuple[float, float] | None = None
+    # True: a freshly written error is also recovered from within the same completion (at `recover`),
+    # so sampled solutions can reach the right answer by luck; False: only continuations of a prefix do.
+    recover_in_sample: bool = False
     step_format: Literal["line", "paragraph"] = "line"
     model_name: str = "simulated-arithmetic"
+
+    @field_validator("step_error_range")
+    @classmethod
+    def _range(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not 0.0 <= v[0] <= v[1] <= 1.0:
+            raise ValueError("step_error_range must be [lo, hi] with 0 <= lo <= hi <= 1")
+        return v
 
 
 class VLLMConfig(Strict):
