@@ -44,7 +44,7 @@ def apply_rule(ann: Annotation, rule: str, significance: float = 0.05) -> Labels
     prev: float | None = None  # MC of the previous measured prefix
     for i, source in enumerate(ann.label_source):
         value = mc_values[i]
-        if source in ("test", "inferred"):
+        if source in ("test", "inferred") or (source != "none" and i in ann.decided):
             labels.append(ann.decided[i])
         elif value is None or source == "none":
             labels.append(None)
