@@ -170,16 +170,13 @@ def label(policy: SimulatedPolicy, config: AnnotateConfig, rule: str, qs: list[Q
     scheduler = ProbeScheduler(policy, SamplingOptions(), max_batch_requests=256, max_in_flight=64)
     estimates = RunEstimates()
     if config.method == "omegaprm":
-        jobs = [SolutionJob(q.key, q.key, q.prompt, q.gold, omegaprm(config, split)) for q in qs]
+        jobs = [SolutionJob(q.key, q.key, q.prompt, q.gold, omegaprm(config, split, estimates=estimates)) for q in qs]
         for _, result in scheduler.run(jobs):
             for path in result.paths():
                 ann = path.annotation
                 yield Row(path.steps, apply_rule(ann, rule).labels, ann.p_good)
     else:
-        jobs = [
-            SolutionJob(q.key, q.key, q.prompt, q.gold, annotator(config, q, estimates))
-            for q in qs
-        ]
+        jobs = [SolutionJob(q.key, q.key, q.prompt, q.gold, annotator(config, q, estimates)) for q in qs]
         by_key = {q.key: q for q in qs}
         for job, ann in scheduler.run(jobs):
             yield Row(by_key[job.key].steps, apply_rule(ann, rule).labels, ann.p_good)

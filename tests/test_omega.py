@@ -256,7 +256,7 @@ def random_world(seed: int, length: int, p_error: float, recover: float) -> Roll
     return rollout
 
 
-def check_tree_and_paths(result: OmegaResult) -> None:
+def check_tree_and_paths(result: OmegaResult, calibrated: bool = False) -> None:
     tree = result.tree
     for node, attrs in tree.nodes(data=True):
         assert "".join(attrs["steps"]) == attrs["prefix"]
@@ -274,7 +274,16 @@ def check_tree_and_paths(result: OmegaResult) -> None:
             i = len(tree.nodes[node]["steps"]) - 1
             assert path.mc_total[i] == tree.nodes[node]["total"]
         for c, t, s in zip(path.mc_correct, path.mc_total, path.label_source, strict=True):
-            assert (t == 0) == (s == "none") and 0 <= c <= t
+            assert 0 <= c <= t
+            if calibrated:  # labels come from the posterior: unmeasured ones inferred, undecided ones none
+                assert s in ("none", "inferred", "test", "verdict") and (s != "inferred" or t == 0)
+            else:
+                assert (t == 0) == (s == "none")
+        if calibrated:
+            assert path.annotation.p_good is not None and len(path.annotation.p_good) == n
+            labels = apply_rule(path.annotation, "hard").labels
+            for label, p in zip(labels, path.annotation.p_good, strict=True):
+                assert label is None or (p if label else 1 - p) >= result.confidence
         assert (path.final_status is None) == (leaf["kind"] != "rollout")
         assert len(apply_rule(path.annotation, "hard").labels) == n
 
@@ -289,7 +298,7 @@ def check_tree_and_paths(result: OmegaResult) -> None:
     screen=st.booleans(),
     leaves=st.integers(0, 2),
     p_error=st.sampled_from([0.1, 0.3, 0.6]),
-    search_test=st.sampled_from(["fixed", "sprt"]),
+    search_test=st.sampled_from(["fixed", "sprt", "calibrated"]),
 )
 def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resampled(
     seed, length, budget, k, limit, screen, leaves, p_error, search_test
@@ -313,7 +322,7 @@ def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resamp
     assert len(completes) == len(set(completes))
     # Complete solutions have `length` lines: only their own verdict is ever used.
     assert all(lines(p.prefix) < length for p in prober.asked)
-    check_tree_and_paths(result)
+    check_tree_and_paths(result, calibrated=search_test == "calibrated")
 
 
 # ---------------------------------------------------------------- through the real scheduler
@@ -412,7 +421,7 @@ def test_correct_leaves_are_the_first_correct_rollouts_not_the_first_new_text():
             text = "".join(f"s{j}=ok\n" for j in range(start, length))
         return text, "incorrect" if "bad" in text else "correct", 5
 
-    result = drive(omegaprm(config(omega_k=4, omega_search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
+    result = drive(omegaprm(config(k=4, search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
     assert prefix_of("ok", "ok") in {attrs["prefix"] for _, attrs in result.tree.nodes(data=True)}
     complete_correct = [p.text for p in result.paths() if p.final_status == "correct"]
     assert complete_correct == [clean_root]
@@ -431,7 +440,7 @@ def test_a_correct_leaf_never_lies_below_a_bad_state():
             return text, "correct", 5
         return "s2=c3\ns3=ok\n", "incorrect", 5  # below the bad step X nothing reaches the answer
 
-    result = drive(omegaprm(config(omega_k=2, omega_search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
+    result = drive(omegaprm(config(k=2, search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
     check_tree_and_paths(result)
     assert result.pruned_lucky == 1
     for path in result.paths():
