@@ -133,10 +133,13 @@ class Evidence:
     correct: np.ndarray
     total: np.ndarray
     verdict: str  # correct | incorrect | unknown
+    # Steps of a complete solution, when the steps are only its beginning (a partial tree path):
+    # a prefix's clean rate depends on the steps still ahead of it, not on the path's own length.
+    horizon: int | None = None
 
     @classmethod
-    def empty(cls, n: int, verdict: str) -> Evidence:
-        return cls(n, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), verdict)
+    def empty(cls, n: int, verdict: str, horizon: int | None = None) -> Evidence:
+        return cls(n, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), verdict, horizon)
 
 
 def _binomial_pmf(b: int, rate: np.ndarray) -> np.ndarray:
@@ -157,7 +160,7 @@ class Posterior:
     def __init__(self, evidence: Evidence, estimates: RunEstimates) -> None:
         self.evidence = ev = evidence
         n = ev.n
-        remaining = n - np.arange(n)  # steps ahead of prefix j
+        remaining = max(n, ev.horizon or n) - np.arange(n)  # steps ahead of prefix j
         one_minus_p = 1.0 - P_GRID
         q = Q_GRID[None, None, :]
         # clean rate G[j, p, q]

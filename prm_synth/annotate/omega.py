@@ -150,7 +150,11 @@ class OmegaResult:
 def _label_by_posterior(tree: nx.DiGraph, path: OmegaPath, estimates: RunEstimates, confidence: float) -> None:
     """The calibrated search's labels for a path: the change-point posterior over its measured prefixes."""
     ann = path.annotation
-    post = Posterior(_evidence(tree, path.steps, path.final_status or "unknown"), estimates)
+    horizon = None
+    if path.final_status is None:  # a partial path: its prefixes have as many steps ahead as a complete one
+        lengths = sorted(len(a["steps"]) for _, a in tree.nodes(data=True) if a["kind"] == "rollout")
+        horizon = lengths[len(lengths) // 2] if lengths else None
+    post = Posterior(_evidence(tree, path.steps, path.final_status or "unknown", horizon=horizon), estimates)
     lab = labels_from_posterior(post.p_good.tolist(), confidence, UNDECIDED_BUDGET)
     ann.p_good = [float(p) for p in post.p_good]
     ann.unlabeled_reason = list(lab.reasons)
@@ -164,7 +168,11 @@ def _label_by_posterior(tree: nx.DiGraph, path: OmegaPath, estimates: RunEstimat
 
 
 def _evidence(
-    tree: nx.DiGraph, steps: Sequence[str], verdict: str, known: dict[str, ProbeResult] | None = None
+    tree: nx.DiGraph,
+    steps: Sequence[str],
+    verdict: str,
+    known: dict[str, ProbeResult] | None = None,
+    horizon: int | None = None,
 ) -> Evidence:
     """Counts of every measured prefix along `steps` (index j: the first j steps; 0 is the question),
     from the tree's states or, during the search, from every prefix measured so far (`known`)."""
@@ -173,7 +181,7 @@ def _evidence(
         if known is not None
         else {a["prefix"]: (a["correct"], a["total"]) for _, a in tree.nodes(data=True) if a["kind"] != "rollout"}
     )
-    ev = Evidence.empty(len(steps), verdict)
+    ev = Evidence.empty(len(steps), verdict, horizon)
     for j in range(len(steps)):
         c, t = counts.get("".join(steps[:j]), (0, 0))
         ev.correct[j], ev.total[j] = c, t
