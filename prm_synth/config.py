@@ -101,8 +101,20 @@ class SimulatedPolicyConfig(Strict):
     step_error: float = Field(0.1, ge=0.0, le=1.0)
     recover: float = Field(0.05, ge=0.0, le=1.0)
     seed: int = 0
+    # Per-problem difficulty: each problem's step error drawn uniformly from [lo, hi] (None: step_error).
+    step_error_range: tuple[float, float] | None = None
+    # True: a freshly written error is also recovered from within the same completion (at `recover`),
+    # so sampled solutions can reach the right answer by luck; False: only continuations of a prefix do.
+    recover_in_sample: bool = False
     step_format: Literal["line", "paragraph"] = "line"
     model_name: str = "simulated-arithmetic"
+
+    @field_validator("step_error_range")
+    @classmethod
+    def _range(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not 0.0 <= v[0] <= v[1] <= 1.0:
+            raise ValueError("step_error_range must be [lo, hi] with 0 <= lo <= hi <= 1")
+        return v
 
 
 class VLLMConfig(Strict):
@@ -205,6 +217,14 @@ class SequentialTestConfig(Strict):
     sprt_error: float = Field(0.1, gt=0.0, lt=0.5)  # both error probabilities of each test
     probe_batch: int = Field(2, ge=1, le=MAX_ROLLOUTS)
     probe_max_rollouts: int = Field(32, ge=1, le=MAX_ROLLOUTS)
+    # search_test calibrated (annotate/calibration.py): a posterior over the first error, with the
+    # luck rate and the problems' difficulty estimated from the run's own rollouts. A step is labeled
+    # only when the posterior says so with at least `confidence`; a solution's search stops at
+    # `calibrated_max_rollouts`, or when no probe is expected to remove `calibrated_min_gain` bits of
+    # label uncertainty per rollout (the steps left stay unlabeled, with the reason).
+    confidence: float = Field(0.9, gt=0.5, lt=1.0)
+    calibrated_max_rollouts: int = Field(96, ge=1, le=MAX_ROLLOUTS)
+    calibrated_min_gain: float = Field(0.02, ge=0.0)
 
     @model_validator(mode="after")
     def _rates(self) -> SequentialTestConfig:
@@ -229,7 +249,7 @@ class BinaryConfig(SequentialTestConfig):
 
     method: Literal["binary"]
     k: RolloutCount = 8
-    search_test: Literal["sprt", "fixed"] = "sprt"
+    search_test: Literal["sprt", "fixed", "calibrated"] = "sprt"
     recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
 
@@ -247,7 +267,7 @@ class OmegaConfig(SequentialTestConfig):
     rollout_budget: int = Field(400, ge=1, le=1_000_000)  # hard cap on rollouts per question
     # How the bisection decides a prefix: `fixed` is the paper (k rollouts, MC > 0 good);
     # `sprt` uses the sequential test (bad_rate / good_rate above).
-    search_test: Literal["fixed", "sprt"] = "fixed"
+    search_test: Literal["fixed", "sprt", "calibrated"] = "fixed"
     screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
 
 

@@ -61,6 +61,11 @@ RECORD_SCHEMA = pa.schema(
         pa.field("config_fingerprint", pa.string(), nullable=False),
         pa.field("rollouts", pa.int64(), nullable=False),
         pa.field("tokens", pa.int64(), nullable=False),
+        # Per step, the posterior probability that its prefix is still correct (calibrated search);
+        # null for methods that do not estimate it. Added after the first release: older shards lack it.
+        pa.field("p_good", pa.list_(pa.float64())),
+        # Per step, why it has no label (null where labeled or where the method gives no reason).
+        pa.field("unlabeled_reason", pa.list_(pa.string())),
     ]
 )
 
@@ -107,6 +112,8 @@ class LabeledRecord:
     judge_prompt_version: str | None = None
     consensus: bool | None = None
     judge_model: str | None = None
+    p_good: list[float] | None = None  # from Annotation.p_good
+    unlabeled_reason: list[str | None] | None = None  # from Annotation.unlabeled_reason
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

@@ -75,8 +75,31 @@ def test_hard_labels_agree_with_counts(pairs):
     total = [t for _, t in pairs]
     ann = Annotation("mc", correct, total, ["mc" if t else "none" for t in total])
     lab = apply_rule(ann, "hard")
-    for c, t, v, label in zip(correct, total, lab.mc_values, lab.labels, strict=True):
+    first_zero = next((i for i, (c, t) in enumerate(zip(correct, total, strict=True)) if t and c == 0), len(pairs))
+    for i, (c, t, v, label) in enumerate(zip(correct, total, lab.mc_values, lab.labels, strict=True)):
         assert (v is None) == (t == 0) == (label is None)
         if t:
-            assert label == (c > 0) and v == c / t
+            # MC > 0 is good, up to the first prefix with MC = 0; every measured step after it is bad
+            assert label == (c > 0 and i < first_zero) and v == c / t
     assert lab.first_error == next((i for i, x in enumerate(lab.labels) if x is False), -1)
+
+
+def test_relative_rule_keeps_later_prefixes_bad_after_the_drop():
+    """Regression: the drop step was bad and the steps after it went back to good."""
+    ann = Annotation("mc", [6, 1, 1, 1], [8, 8, 8, 8], ["mc"] * 4)
+    lab = apply_rule(ann, "relative")
+    assert lab.labels == [True, False, False, False] and lab.first_error == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["mc", "verdict", "none"])), min_size=1, max_size=12),
+    st.sampled_from(["hard", "soft", "relative"]),
+)
+def test_no_rule_calls_a_step_good_after_the_first_bad_one(steps, rule):
+    correct = [c for c, _ in steps]
+    sources = [s for _, s in steps]
+    total = [0 if s == "none" else 8 for s in sources]
+    lab = apply_rule(Annotation("mc", correct, total, sources), rule)
+    if lab.first_error >= 0:
+        assert all(x is not True for x in lab.labels[lab.first_error :])

@@ -256,7 +256,7 @@ def random_world(seed: int, length: int, p_error: float, recover: float) -> Roll
     return rollout
 
 
-def check_tree_and_paths(result: OmegaResult) -> None:
+def check_tree_and_paths(result: OmegaResult, calibrated: bool = False) -> None:
     tree = result.tree
     for node, attrs in tree.nodes(data=True):
         assert "".join(attrs["steps"]) == attrs["prefix"]
@@ -274,7 +274,16 @@ def check_tree_and_paths(result: OmegaResult) -> None:
             i = len(tree.nodes[node]["steps"]) - 1
             assert path.mc_total[i] == tree.nodes[node]["total"]
         for c, t, s in zip(path.mc_correct, path.mc_total, path.label_source, strict=True):
-            assert (t == 0) == (s == "none") and 0 <= c <= t
+            assert 0 <= c <= t
+            if calibrated:  # labels come from the posterior: unmeasured ones inferred, undecided ones none
+                assert s in ("none", "inferred", "test", "verdict") and (s != "inferred" or t == 0)
+            else:
+                assert (t == 0) == (s == "none")
+        if calibrated:
+            assert path.annotation.p_good is not None and len(path.annotation.p_good) == n
+            labels = apply_rule(path.annotation, "hard").labels
+            for label, p in zip(labels, path.annotation.p_good, strict=True):
+                assert label is None or (p if label else 1 - p) >= result.confidence
         assert (path.final_status is None) == (leaf["kind"] != "rollout")
         assert len(apply_rule(path.annotation, "hard").labels) == n
 
@@ -289,7 +298,7 @@ def check_tree_and_paths(result: OmegaResult) -> None:
     screen=st.booleans(),
     leaves=st.integers(0, 2),
     p_error=st.sampled_from([0.1, 0.3, 0.6]),
-    search_test=st.sampled_from(["fixed", "sprt"]),
+    search_test=st.sampled_from(["fixed", "sprt", "calibrated"]),
 )
 def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resampled(
     seed, length, budget, k, limit, screen, leaves, p_error, search_test
@@ -313,7 +322,7 @@ def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resamp
     assert len(completes) == len(set(completes))
     # Complete solutions have `length` lines: only their own verdict is ever used.
     assert all(lines(p.prefix) < length for p in prober.asked)
-    check_tree_and_paths(result)
+    check_tree_and_paths(result, calibrated=search_test == "calibrated")
 
 
 # ---------------------------------------------------------------- through the real scheduler
@@ -394,3 +403,49 @@ def test_sequential_bisection_calls_a_lucky_wrong_prefix_bad_and_searches_nothin
     sprt_labels, sprt_sources = outcomes["sprt"]
     assert fixed_labels[1] is not False  # MC = 1/16 > 0: the paper's rule calls the wrong step good
     assert sprt_labels[1] is False and sprt_sources[1] == "test"  # the sequential test does not
+
+
+# ---------------------------------------------------------------- regressions
+def test_correct_leaves_are_the_first_correct_rollouts_not_the_first_new_text():
+    """Regression: a state's clean endings were already in the tree, so the odd (lucky) one became the leaf."""
+    length = 4
+    clean_root = "".join(f"s{j}=ok\n" for j in range(length))
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        start = lines(prefix)
+        if prefix == "":
+            text = clean_root if i % 2 == 0 else "s0=ok\ns1=ok\ns2=ok\ns3=bad\n"
+        elif start == 2 and i == 3:  # three clean endings, then an odd one that reaches the answer
+            text = "s2=odd\ns3=ok\n"
+        else:
+            text = "".join(f"s{j}=ok\n" for j in range(start, length))
+        return text, "incorrect" if "bad" in text else "correct", 5
+
+    result = drive(omegaprm(config(k=4, search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
+    assert prefix_of("ok", "ok") in {attrs["prefix"] for _, attrs in result.tree.nodes(data=True)}
+    complete_correct = [p.text for p in result.paths() if p.final_status == "correct"]
+    assert complete_correct == [clean_root]
+    assert all("odd" not in p.text for p in result.paths())
+
+
+def test_a_correct_leaf_never_lies_below_a_bad_state():
+    """Regression: steps A, X, C2, answer with labels [True, False, None, True] and final_correct=True."""
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        if prefix == "":
+            text = prefix_of("ok", "ok", "ok", "ok") if i % 2 == 0 else "s0=ok\ns1=bad\ns2=c1\ns3=ok\n"
+            return text, "correct" if i % 2 == 0 else "incorrect", 5
+        if prefix == prefix_of("ok"):  # the first ending holds the error and is lucky
+            text = "s1=bad\ns2=c2\ns3=ok\n" if i == 0 else "s1=ok\ns2=ok\ns3=ok\n"
+            return text, "correct", 5
+        return "s2=c3\ns3=ok\n", "incorrect", 5  # below the bad step X nothing reaches the answer
+
+    result = drive(omegaprm(config(k=2, search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
+    check_tree_and_paths(result)
+    assert result.pruned_lucky == 1
+    for path in result.paths():
+        labels = apply_rule(path.annotation, "hard").labels
+        if path.final_status == "correct":
+            assert False not in labels, (path.steps, labels)
+    (through_x,) = [p for p in result.paths() if "s1=bad" in p.text]
+    assert through_x.text == "s0=ok\ns1=bad\n" and apply_rule(through_x.annotation, "hard").labels == [True, False]

@@ -78,3 +78,45 @@ def test_same_seed_same_text_and_sample_index_continues_the_sequence():
 def test_unknown_question_gives_an_answerless_completion():
     (res,) = SimulatedPolicy().generate([GenerationRequest("What is the meaning of life?")])
     assert "The answer is" not in res.completions[0].text
+
+
+def test_per_problem_difficulty_is_drawn_once_per_problem_within_the_range():
+    engine = SimulatedPolicy(SimulatedPolicyConfig(step_error_range=(0.03, 0.2), seed=5))
+    rates = [engine.step_error(_problem(seed, 10, 20)) for seed in range(300)]
+    assert all(0.03 <= r <= 0.2 for r in rates)
+    assert max(rates) - min(rates) > 0.1  # they vary from problem to problem
+    assert engine.step_error(_problem(4, 10, 20)) == rates[4]  # and stay fixed for one problem
+    assert SimulatedPolicy(SimulatedPolicyConfig(step_error=0.07)).step_error(_problem(4)) == 0.07
+
+
+def test_default_config_writes_the_same_text_as_before():
+    """The new options default off: rows pinned against today's simulator must not change."""
+    p = _problem(11, 10, 20)
+    prompt = policy_user_prompt(p.question())
+    plain = SimulatedPolicy(SimulatedPolicyConfig(step_error=0.1, recover=0.2, seed=2))
+    explicit = SimulatedPolicy(
+        SimulatedPolicyConfig(step_error=0.1, recover=0.2, seed=2, step_error_range=None, recover_in_sample=False)
+    )
+    (a,) = plain.generate([GenerationRequest(prompt, n=50)])
+    (b,) = explicit.generate([GenerationRequest(prompt, n=50)])
+    assert [c.text for c in a.completions] == [c.text for c in b.completions]
+    assert not any(  # without in-sample recovery a sampled solution with an error is never right
+        arithmetic.true_first_error(_lines(c.text)) >= 0 and c.text.endswith(f"The answer is {p.answer}.")
+        for c in a.completions
+    )
+
+
+def test_in_sample_recovery_makes_lucky_solutions_at_the_configured_rate():
+    p = _problem(12, 10, 10)
+    engine = SimulatedPolicy(SimulatedPolicyConfig(step_error=0.3, recover=0.3, recover_in_sample=True, seed=1))
+    (res,) = engine.generate([GenerationRequest(policy_user_prompt(p.question()), n=3000)])
+    wrong = [c.text for c in res.completions if arithmetic.true_first_error(_lines(c.text)) >= 0]
+    lucky = [t for t in wrong if t.endswith(f"The answer is {p.answer}.")]
+    assert len(wrong) > 2000
+    assert 0.26 < len(lucky) / len(wrong) < 0.34
+    # a lucky solution's prefixes between its error and its last step still carry the wrong value
+    for text in lucky[:50]:
+        steps = _lines(text)
+        first = arithmetic.true_first_error(steps)
+        for i in range(first, len(steps) - 1):
+            assert arithmetic.last_value("".join(steps[: i + 1])) != p.values()[i]

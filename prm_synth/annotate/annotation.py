@@ -18,6 +18,7 @@ class Annotation:
       "test"     measured, and the search's sequential test decided the label (in `decided`);
       "inferred" not measured: the search concluded it from its neighbours (in `decided`);
       "none"     unlabeled (counts may still be recorded).
+    A label in `decided` stands under every labeling rule, whatever its source.
     """
 
     method: str
@@ -26,6 +27,10 @@ class Annotation:
     label_source: list[str]
     decided: dict[int, bool] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Per step, the posterior probability that its prefix is still correct (None: not estimated).
+    p_good: list[float] | None = None
+    # Per step, why it is unlabeled (None where labeled, or where the method gives no reason).
+    unlabeled_reason: list[str | None] | None = None
 
     @classmethod
     def empty(cls, method: str, n_steps: int) -> Annotation:

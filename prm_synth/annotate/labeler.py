@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.calibration import RunEstimates
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
@@ -150,6 +151,8 @@ class _Base:
             config_fingerprint=self.fingerprint,
             rollouts=rollouts,
             tokens=tokens,
+            p_good=ann.p_good,
+            unlabeled_reason=ann.unlabeled_reason,
         )
 
     def _jobs_run(
@@ -171,12 +174,14 @@ class SolutionLabeler(_Base):
         super().__init__(config, fingerprint)
         self.annotate: MCConfig | BinaryConfig = config.annotate  # type: ignore[assignment]
         self.method = self.annotate.method
+        # search_test calibrated: the luck and difficulty estimates every annotator of a run pools
+        self.estimates = RunEstimates()
 
     def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
         a = self.annotate
         if isinstance(a, MCConfig):
             return per_step_mc(steps, final_status, a.k, a.stop_at_first_zero)
-        return binary_search(steps, final_status, a, verify=sampled_share(key, a.verify_correct))
+        return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), self.estimates, key)
 
     def label(
         self, engine: Engine, problems: list[Problem], solutions: list[Solution], progress: Progress = quiet
@@ -242,6 +247,7 @@ class TreeLabeler(_Base):
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         super().__init__(config, fingerprint)
         self.annotate: OmegaConfig = config.annotate  # type: ignore[assignment]
+        self.estimates = RunEstimates()  # search_test calibrated: pooled by every question's search
 
     def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
         """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""
@@ -256,8 +262,11 @@ class TreeLabeler(_Base):
             sprt_error=a.sprt_error,
             probe_batch=a.probe_batch,
             probe_max_rollouts=a.probe_max_rollouts,
+            confidence=a.confidence,
+            calibrated_max_rollouts=a.calibrated_max_rollouts,
+            calibrated_min_gain=a.calibrated_min_gain,
         )
-        ann = yield from binary_search(steps, final_status, bisection)
+        ann = yield from binary_search(steps, final_status, bisection, estimates=self.estimates, key=key)
         ann.method = self.method
         return ann
 
@@ -274,7 +283,7 @@ class TreeLabeler(_Base):
                 problem_key=p.id,
                 user_prompt=policy_user_prompt(p.question),
                 gold=p.gold_answer,
-                annotator=omegaprm(self.annotate, split),
+                annotator=omegaprm(self.annotate, split, estimates=self.estimates),
             )
             for p in problems
         )

@@ -8,6 +8,10 @@
   lucky recovery hides from the hard rule.
 Labels a search decided ("test", "inferred") are kept as they are under every rule; the rule
 applies to measured steps ("mc", "verdict").
+
+Under every rule, a step after the first bad step is never good: its prefix still holds that error
+(a later prefix that reaches the answer only recovered by luck), so such a label becomes bad.
+Unlabeled steps stay unlabeled.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def apply_rule(ann: Annotation, rule: str, significance: float = 0.05) -> Labels
     prev: float | None = None  # MC of the previous measured prefix
     for i, source in enumerate(ann.label_source):
         value = mc_values[i]
-        if source in ("test", "inferred"):
+        if source in ("test", "inferred") or (source != "none" and i in ann.decided):
             labels.append(ann.decided[i])
         elif value is None or source == "none":
             labels.append(None)
@@ -60,4 +64,6 @@ def apply_rule(ann: Annotation, rule: str, significance: float = 0.05) -> Labels
         if value is not None and source == "mc":
             prev = value
     first_error = next((i for i, lab in enumerate(labels) if lab is False), -1)
+    if first_error >= 0:  # after the first error every later prefix holds it
+        labels = labels[:first_error] + [None if lab is None else False for lab in labels[first_error:]]
     return Labels(mc_values, labels, first_error)

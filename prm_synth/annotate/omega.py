@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,13 @@ from typing import Any
 import networkx as nx
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.calibration import (
+    UNDECIDED_BUDGET,
+    Evidence,
+    Posterior,
+    RunEstimates,
+    labels_from_posterior,
+)
 from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult
 from prm_synth.annotate.search import SequentialTest
 from prm_synth.config import OmegaConfig
@@ -116,6 +123,10 @@ class OmegaResult:
     screened_out: bool
     stop_reason: str  # screened_out | search_limit | pool_empty | budget
     probes: list[ProbeRecord] = field(default_factory=list)
+    pruned_lucky: int = 0  # complete correct leaves dropped because they lay below a bad state
+    # calibrated search: the run's estimates, and the confidence a step label needs (paths get p_good)
+    estimates: RunEstimates | None = None
+    confidence: float = 0.9
 
     def paths(self, infer_good: bool = False) -> list[OmegaPath]:
         """One entry per root-to-leaf path (leaves in node order); the bare root gives none.
@@ -129,8 +140,52 @@ class OmegaResult:
             if leaf == ROOT or self.tree.out_degree(leaf):
                 continue
             node_path = nx.shortest_path(self.tree, ROOT, leaf)[1:]
-            out.append(_flatten(self.tree, node_path, infer_good))
+            path = _flatten(self.tree, node_path, infer_good)
+            if self.estimates is not None:
+                _label_by_posterior(self.tree, path, self.estimates, self.confidence)
+            out.append(path)
         return out
+
+
+def _label_by_posterior(tree: nx.DiGraph, path: OmegaPath, estimates: RunEstimates, confidence: float) -> None:
+    """The calibrated search's labels for a path: the change-point posterior over its measured prefixes."""
+    ann = path.annotation
+    horizon = None
+    if path.final_status is None:  # a partial path: its prefixes have as many steps ahead as a complete one
+        lengths = sorted(len(a["steps"]) for _, a in tree.nodes(data=True) if a["kind"] == "rollout")
+        horizon = lengths[len(lengths) // 2] if lengths else None
+    post = Posterior(_evidence(tree, path.steps, path.final_status or "unknown", horizon=horizon), estimates)
+    lab = labels_from_posterior(post.p_good.tolist(), confidence, UNDECIDED_BUDGET)
+    ann.p_good = [float(p) for p in post.p_good]
+    ann.unlabeled_reason = list(lab.reasons)
+    ann.decided.clear()
+    for i, label in enumerate(lab.labels):
+        if label is None:
+            ann.label_source[i] = "none"
+        else:
+            source = ann.label_source[i]
+            ann.decide(i, label, "verdict" if source == "verdict" else "test" if ann.mc_total[i] else "inferred")
+
+
+def _evidence(
+    tree: nx.DiGraph,
+    steps: Sequence[str],
+    verdict: str,
+    known: dict[str, ProbeResult] | None = None,
+    horizon: int | None = None,
+) -> Evidence:
+    """Counts of every measured prefix along `steps` (index j: the first j steps; 0 is the question),
+    from the tree's states or, during the search, from every prefix measured so far (`known`)."""
+    counts = (
+        {prefix: (r.correct, r.total) for prefix, r in known.items()}
+        if known is not None
+        else {a["prefix"]: (a["correct"], a["total"]) for _, a in tree.nodes(data=True) if a["kind"] != "rollout"}
+    )
+    ev = Evidence.empty(len(steps), verdict, horizon)
+    for j in range(len(steps)):
+        c, t = counts.get("".join(steps[:j]), (0, 0))
+        ev.correct[j], ev.total[j] = c, t
+    return ev
 
 
 def _flatten(tree: nx.DiGraph, node_path: list[int], infer_good: bool) -> OmegaPath:
@@ -162,8 +217,16 @@ def _flatten(tree: nx.DiGraph, node_path: list[int], infer_good: bool) -> OmegaP
 class OmegaSearch:
     """The state of one question's search; `run()` is the annotator generator."""
 
-    def __init__(self, config: OmegaConfig, split: Callable[[str], list[str]], correct_leaves: int = 1) -> None:
+    def __init__(
+        self,
+        config: OmegaConfig,
+        split: Callable[[str], list[str]],
+        correct_leaves: int = 1,
+        estimates: RunEstimates | None = None,
+    ) -> None:
         self.config = config
+        calibrated = config.search_test == "calibrated"
+        self.estimates = (estimates or RunEstimates()) if calibrated else None
         self.split = split
         self.correct_leaves = correct_leaves
         self.tree = nx.DiGraph()
@@ -176,6 +239,7 @@ class OmegaSearch:
         self.probes: list[ProbeRecord] = []
         self.spent = 0
         self.tokens = 0
+        self.pruned_lucky = 0  # correct leaves dropped because they lie below a bad state
         self._test = SequentialTest(
             config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
         )
@@ -238,7 +302,9 @@ class OmegaSearch:
         bad: dict[int, ProbeResult] = {}
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            decision = yield from self._decide(state["prefix"] + "".join(steps[: mid + 1]), len(base) + mid)
+            decision = yield from self._decide(
+                state["prefix"] + "".join(steps[: mid + 1]), len(base) + mid, base + tuple(steps)
+            )
             if decision is None:
                 break
             is_good, result = decision
@@ -262,17 +328,21 @@ class OmegaSearch:
         return True
 
     def _decide(
-        self, prefix: str, step: int
+        self, prefix: str, step: int, rollout_steps: Steps = ()
     ) -> Generator[list[Probe], list[ProbeResult], tuple[bool, ProbeResult] | None]:
         """Good or bad, with the measurement behind it; None when the budget ran out first.
 
         fixed: k rollouts, good when MC > 0 (the paper). sprt: a few rollouts at a time until
         the sequential test of the binary annotator is sure, within the same hard budget.
+        calibrated: a few rollouts at a time until the change-point posterior of the whole rollout
+        (annotate/calibration.py) is sure of this prefix; None (undecided) at probe_max_rollouts.
         """
         cfg = self.config
         if cfg.search_test == "fixed":
             result = yield from self._measure(prefix, step)
             return None if result is None else (result.correct > 0, result)
+        if cfg.search_test == "calibrated":
+            return (yield from self._decide_calibrated(prefix, step, rollout_steps))
         test = self._test
         have = self._known.get(prefix)
         while True:
@@ -282,6 +352,25 @@ class OmegaSearch:
                 if verdict is not None:
                     return verdict, have
             have = yield from self._measure(prefix, step, want=total + test.batch)
+            if have is None or have.total == total:
+                return None
+
+    def _decide_calibrated(
+        self, prefix: str, step: int, rollout_steps: Steps
+    ) -> Generator[list[Probe], list[ProbeResult], tuple[bool, ProbeResult] | None]:
+        assert self.estimates is not None
+        cfg = self.config
+        have = self._known.get(prefix)
+        while True:
+            total = have.total if have else 0
+            post = Posterior(_evidence(self.tree, rollout_steps, "incorrect", self._known), self.estimates)
+            self.estimates.update(f"omega-{id(self)}-{rollout_steps!r}", post)
+            p_good = float(post.p_good[step])
+            if have is not None and max(p_good, 1.0 - p_good) >= cfg.confidence:
+                return p_good >= cfg.confidence, have
+            if total >= cfg.probe_max_rollouts:
+                return None  # the evidence cannot decide this prefix within the probe's cap
+            have = yield from self._measure(prefix, step, want=total + max(cfg.probe_batch, 3))
             if have is None or have.total == total:
                 return None
 
@@ -315,9 +404,11 @@ class OmegaSearch:
             return self._by_text[prefix]  # reached again through another rollout: already harvested
         node = self._insert(prefix, steps, "state")
         self._set_measurement(node, result)
-        if self.config.search_test == "sprt":
+        if self.config.search_test in ("sprt", "calibrated"):
             # The test's decision is the label (MC alone would call a lucky wrong prefix good).
             self.tree.nodes[node]["decided"] = good
+        if self._is_bad(node):
+            self._prune_lucky_leaves(node)
         self._harvest(node)
         return node
 
@@ -327,7 +418,10 @@ class OmegaSearch:
         self._seen_complete.add(full)
         if full in self._by_text:
             return self._by_text[full]
-        node = self._insert(full, base + tuple(self.split(text)), "rollout")
+        steps = base + tuple(self.split(text))
+        if status == "correct" and self._is_bad(self._deepest_prefix(steps)):
+            return -1  # a correct ending below a bad state got there by luck: not an all-good path
+        node = self._insert(full, steps, "rollout")
         self.tree.nodes[node].update(
             correct=int(status == "correct"),
             total=1,
@@ -344,6 +438,19 @@ class OmegaSearch:
         can fall inside an existing edge: the parent's children that extend it move under it.
         The tree stays a prefix tree: along every edge the parent's steps begin the child's.
         """
+        parent = self._deepest_prefix(steps)
+        node = max(self.tree.nodes) + 1  # ids stay unique when lucky leaves are pruned
+        self.tree.add_node(node, **_node_attrs(prefix, steps, kind))
+        for child in list(self.tree.successors(parent)):
+            if self.tree.nodes[child]["steps"][: len(steps)] == steps:
+                self.tree.remove_edge(parent, child)
+                self.tree.add_edge(node, child)
+        self.tree.add_edge(parent, node)
+        self._by_text[prefix] = node
+        return node
+
+    def _deepest_prefix(self, steps: Steps) -> int:
+        """The deepest node whose steps are a proper prefix of `steps`."""
         parent = ROOT
         descended = True
         while descended:
@@ -353,15 +460,31 @@ class OmegaSearch:
                 if len(child_steps) < len(steps) and steps[: len(child_steps)] == child_steps:
                     parent, descended = child, True
                     break
-        node = self.tree.number_of_nodes()
-        self.tree.add_node(node, **_node_attrs(prefix, steps, kind))
-        for child in list(self.tree.successors(parent)):
-            if self.tree.nodes[child]["steps"][: len(steps)] == steps:
-                self.tree.remove_edge(parent, child)
-                self.tree.add_edge(node, child)
-        self.tree.add_edge(parent, node)
-        self._by_text[prefix] = node
-        return node
+        return parent
+
+    def _is_bad(self, node: int) -> bool:
+        """A state labeled bad: decided so by a test, or (the paper's rule) measured with MC = 0."""
+        attrs = self.tree.nodes[node]
+        if node == ROOT or attrs["kind"] != "state":
+            return False
+        if attrs["decided"] is not None:
+            return not attrs["decided"]
+        return attrs["total"] > 0 and attrs["correct"] == 0
+
+    def _prune_lucky_leaves(self, node: int) -> None:
+        """Drop the complete correct leaves below a bad state (they moved there when it was inserted).
+
+        Their rows would say "the answer is right" after a step measured bad: either the state's
+        measurement or the leaf's all-good path is wrong, and with a luck rate above 0 it is the leaf
+        (a wrong prefix that reached the answer by luck). Without them the state is a leaf itself,
+        and its path names the first error.
+        """
+        for below in list(nx.descendants(self.tree, node)):
+            attrs = self.tree.nodes[below]
+            if attrs["kind"] == "rollout" and attrs["final_status"] == "correct" and not self.tree.out_degree(below):
+                self.tree.remove_node(below)
+                del self._by_text[attrs["prefix"]]
+                self.pruned_lucky += 1
 
     def _set_measurement(self, node: int, result: ProbeResult) -> None:
         self.tree.nodes[node].update(
@@ -387,14 +510,13 @@ class OmegaSearch:
                 if status == "incorrect" and text and prefix + text not in self._seen_complete:
                     self._seen_complete.add(prefix + text)
                     self.pool.append(Candidate(node, text, tokens))
-        # Complete correct rollouts give the dataset its all-good paths (as openr keeps them).
-        added = 0
-        for text, status, tokens in attrs["rollouts"]:
-            if added >= self.correct_leaves:
-                break
-            if status == "correct" and text and prefix + text not in self._by_text:
-                self._add_complete(steps, prefix, text, status, tokens)
-                added += 1
+        # Complete correct rollouts give the dataset its all-good paths (as openr keeps them): the
+        # first `correct_leaves` of them in sample order. One whose text is already in the tree still
+        # counts; skipping it for the next one would favour rollouts that differ from the common
+        # clean text, i.e. lucky ones that hold an error.
+        correct = [(text, tokens) for text, status, tokens in attrs["rollouts"] if status == "correct" and text]
+        for text, tokens in correct[: self.correct_leaves]:
+            self._add_complete(steps, prefix, text, "correct", tokens)
 
     def _result(self, screened_out: bool, stop_reason: str) -> OmegaResult:
         return OmegaResult(
@@ -406,6 +528,9 @@ class OmegaSearch:
             screened_out=screened_out,
             stop_reason=stop_reason,
             probes=self.probes,
+            pruned_lucky=self.pruned_lucky,
+            estimates=self.estimates,
+            confidence=self.config.confidence,
         )
 
 
@@ -427,16 +552,22 @@ def _node_attrs(prefix: str, steps: Steps, kind: str) -> dict[str, Any]:
     }
 
 
-def omegaprm(config: OmegaConfig, split: Callable[[str], list[str]], correct_leaves: int = 1) -> Annotator[OmegaResult]:
+def omegaprm(
+    config: OmegaConfig,
+    split: Callable[[str], list[str]],
+    correct_leaves: int = 1,
+    estimates: RunEstimates | None = None,
+) -> Annotator[OmegaResult]:
     """The OmegaPRM annotator for one question (drive it with the ProbeScheduler).
 
     `split` cuts a text into lossless steps (e.g. `functools.partial(split_steps, strategy=...)`).
     `correct_leaves`: how many complete correct rollouts of each state become leaves (all-good
-    paths); 0 keeps only what the search measured.
+    paths); 0 keeps only what the search measured. `estimates`: the run's shared luck and difficulty
+    estimates (search_test: calibrated; one object for every question of a run).
     """
     if correct_leaves < 0:
         raise ValueError("correct_leaves must be >= 0")
-    return OmegaSearch(config, split, correct_leaves).run()
+    return OmegaSearch(config, split, correct_leaves, estimates).run()
 
 
 # ------------------------------------------------------------------ saving trees

@@ -14,6 +14,7 @@ import math
 from collections.abc import Generator
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.calibration import RunEstimates, SearchSettings, calibrated_search
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult
 from prm_synth.config import BinaryConfig
@@ -94,8 +95,17 @@ def bisect(
 
 
 def binary_search(
-    steps: list[str], final_status: str, config: BinaryConfig, verify: bool = False
+    steps: list[str],
+    final_status: str,
+    config: BinaryConfig,
+    verify: bool = False,
+    estimates: RunEstimates | None = None,
+    key: str = "",
 ) -> Annotator[Annotation]:
+    """The first-error search for one solution. search_test calibrated: `calibration.calibrated_search`
+    with the run's shared `estimates` (pass one RunEstimates to every solution of a run or shard)."""
+    if config.search_test == "calibrated":
+        return (yield from calibrated_search(steps, final_status, SearchSettings.of(config), estimates, key))
     n = len(steps)
     if final_status == "correct":
         if verify:  # a sample of correct solutions is checked by rollouts instead of trusted

@@ -7,6 +7,12 @@ wrong step carries the wrong value on, except that with probability `recover` it
 to the right value and reaches the gold answer. The true first error of any solution is therefore
 recomputable from its text alone (arithmetic.true_first_error).
 
+Two options make it more like a real policy: `step_error_range` draws each problem's step error
+(its difficulty) uniformly from a range, and `recover_in_sample` lets a completion that makes a
+fresh error still end on the gold answer, with probability `recover` (its last equation lands on it):
+sampled solutions can then be right by luck, and every prefix between the error and the end still
+reaches the answer only at the luck rate.
+
 Randomness is derived from (seed, prompt, prefix, sample index), so results do not depend on how
 requests are batched or ordered, and a re-run reproduces every sample.
 """
@@ -67,6 +73,7 @@ class SimulatedPolicy:
         if problem is None:
             return "I do not know how to solve this problem."
         truth = problem.values()
+        step_error = self.step_error(problem)
         done = arithmetic.count_equations(prefix)
         if done >= len(problem.ops):
             return "" if "The answer is" in prefix else f" The answer is {arithmetic.last_value(prefix)}."
@@ -79,21 +86,32 @@ class SimulatedPolicy:
         else:
             fresh_errors = not wrong
         lines = []
+        lucky = False  # recover_in_sample: this completion's own error will end on the gold answer
         for j in range(done, len(problem.ops)):
             op, b = problem.ops[j]
             try:
                 c = arithmetic.apply(value, op, b)
             except ValueError:  # a foreign prefix made the division inexact: the step is wrong
                 c = value // b
-            if fresh_errors and rng.random() < self.config.step_error:
+            if fresh_errors and rng.random() < step_error:
                 c = self._wrong_value(c, problem, j, rng)
                 fresh_errors = False  # from now on the wrong value is carried on
+                lucky = self.config.recover_in_sample and rng.random() < self.config.recover
+            if lucky and j == len(problem.ops) - 1:
+                c = truth[-1]  # the last (false) equation happens to land on the gold answer
             lines.append(arithmetic.equation_text(value, op, b, c))
             value = c
         text = self.sep.join(lines) + ". " + arithmetic.answer_text(value)
         if prefix and not prefix.endswith("\n"):
             text = self.sep + text
         return text
+
+    def step_error(self, problem: arithmetic.ChainProblem) -> float:
+        """This problem's step error: fixed, or drawn once per problem from `step_error_range`."""
+        if self.config.step_error_range is None:
+            return self.config.step_error
+        lo, hi = self.config.step_error_range
+        return random.Random(digest(self.config.seed, "difficulty", problem)).uniform(lo, hi)
 
     @staticmethod
     def _wrong_value(c: int, problem: arithmetic.ChainProblem, j: int, rng: random.Random) -> int:
