@@ -249,7 +249,9 @@ class BinaryConfig(SequentialTestConfig):
 
     method: Literal["binary"]
     k: RolloutCount = 8
-    search_test: Literal["sprt", "fixed", "calibrated"] = "sprt"
+    # The default (fidelity benchmark, README "Which annotate method"): calibrated holds when the policy
+    # gets lucky and gives every label a calibrated p_good, at ~25 rollouts a solution.
+    search_test: Literal["sprt", "fixed", "calibrated"] = "calibrated"
     recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
 
@@ -302,7 +304,7 @@ class PipelineConfig(Strict):
     sampling: SamplingConfig = SamplingConfig()
     steps: StepsConfig = StepsConfig()
     rollouts: RolloutConfig = RolloutConfig()
-    annotate: AnnotateConfig = MCConfig()
+    annotate: AnnotateConfig = BinaryConfig(method="binary")
     labels: LabelConfig = LabelConfig()
     judge: JudgeConfig | None = None
     consensus: ConsensusConfig | None = None

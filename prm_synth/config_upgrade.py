@@ -11,7 +11,7 @@ the rest moved (each move is logged once per load, naming the old and the new ke
 | annotate.max_batch_requests / max_in_flight | run.max_batch_requests / run.max_in_flight |
 | annotate.save_trees | output.save_trees |
 | policy.demo: true (and judge.engine.demo) | policy.model: demo |
-| annotate without `method` | method: mc (0.1's default) |
+| annotate without `method` | refused: 0.1's default was mc, today's is binary; the message says to add one |
 
 Knobs of another method (e.g. `search_test` under method mc) did nothing in 0.1; they are dropped with a
 note. Anything else unknown still fails validation, naming the key. One case cannot be told apart: 0.1
@@ -86,7 +86,11 @@ def _upgrade_annotate(data: dict[str, Any], notes: list[str]) -> None:
         return
     annotate = dict(annotate)
     if "method" not in annotate:
-        annotate["method"] = "mc"
+        # 0.1's default was mc and today's is binary: guessing would change what an old file means.
+        raise ValueError(
+            "annotate needs a `method`: add `method: mc` to keep what a 0.1 file meant, or `method: binary` "
+            "(the calibrated search, today's default)"
+        )
     for old, (section, new) in _MOVED_OUT.items():
         if old in annotate:
             target = _section(data, section)

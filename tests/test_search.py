@@ -50,7 +50,7 @@ def test_noise_free_bisection_finds_the_first_error_in_log_probes():
 
 
 def test_correct_solution_spends_nothing_and_is_all_good():
-    config = BinaryConfig(method="binary")
+    config = BinaryConfig(method="binary", search_test="sprt")
     ann, asked, _ = drive(binary_search(STEPS, "correct", config), lambda i: 1.0)
     assert asked == []
     assert apply_rule(ann, "hard").labels == [True] * 16
@@ -58,7 +58,7 @@ def test_correct_solution_spends_nothing_and_is_all_good():
 
 
 def test_verified_correct_solution_is_measured():
-    config = BinaryConfig(method="binary", k=2)
+    config = BinaryConfig(method="binary", search_test="sprt", k=2)
     ann, asked, _ = drive(binary_search(STEPS[:4], "correct", config, verify=True), lambda i: 1.0)
     assert sorted(s for s, _ in asked) == [0, 1, 2]
     assert ann.label_source == ["mc", "mc", "mc", "verdict"]
@@ -92,8 +92,8 @@ def test_labels_are_consistent_for_any_noise(error, seed, test):
     assert lab.labels[:first] == [True] * first and lab.labels[first] is False
     for step, (c, t) in counts.items():  # every measured count is in the record
         assert ann.mc_correct[step] == c and ann.mc_total[step] == t
-    if test == "fixed":  # plain bisection: labels are the hard rule on the counts
-        for i, source in enumerate(ann.label_source):
+    if test == "fixed":  # plain bisection: labels up to the first error are the hard rule on the counts
+        for i, source in enumerate(ann.label_source[: first + 1]):
             if source == "mc":
                 assert lab.labels[i] == (ann.mc_correct[i] > 0)
 
