@@ -1,22 +1,36 @@
-"""The probe scheduler: many sequential annotators, one engine batch.
+"""The probe scheduler: many sequential annotators, one engine kept full.
 
 An annotator is a generator. It yields a list of `Probe`s (prefix text, rollouts wanted) and is
 sent back one `ProbeResult` per probe, in the same order; when it returns, its return value is the
 annotation. Binary search and MCTS stay plain sequential code, while the scheduler keeps many
-solutions in flight, gathers every pending probe into one engine call, estimates each distinct
-prefix of a problem once (a later probe of the same prefix reuses and, if it wants more rollouts,
-extends the earlier estimate), grades the rollouts, and resumes each annotator.
+solutions in flight, estimates each distinct prefix of a problem once (a later probe of the same
+prefix reuses and, if it wants more rollouts, extends the earlier estimate; a probe of a prefix that
+is being sampled right now waits for that estimate instead of sampling it again), grades the
+rollouts, and resumes each annotator.
+
+Two modes:
+- `stream` (default): every probe's request goes into the engine's stream (engines/stream.py) at
+  once, and an annotator resumes as soon as the rollouts of its own probes are back and graded. The
+  engine holds up to its capacity of sequences the whole time; nothing waits for the slowest rollout
+  of a round. Jobs may also arrive while the scheduler runs (`JobsAfter`: the annotators of a
+  problem whose solutions are still being sampled), so sampling and annotation share the engine.
+- `rounds`: the former behaviour, kept for comparison: gather every pending probe, send them as
+  one batch, wait for all of it, resume everyone.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
-from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
+from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
+from prm_synth.engines.stream import GenerationStream, stream_for
 from prm_synth.grading import grade
+from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot, WindowSummary
 
 T = TypeVar("T")
 
@@ -70,24 +84,61 @@ class SolutionJob(Generic[T]):
 
 
 @dataclass
+class JobsAfter:
+    """Jobs that exist once `future` is done (e.g. a problem's solutions, still being sampled):
+    `make(future.result())` builds them. Put it in the job source of `ProbeScheduler.run`; the
+    scheduler admits those jobs as soon as the future resolves. Until then it counts as one job in
+    flight, so `max_in_flight` bounds how far ahead the source is read."""
+
+    future: Future[Any]
+    make: Callable[[Any], Iterable[SolutionJob[Any]]]
+
+
+@dataclass
 class SchedulerStats:
-    engine_calls: int = 0
+    engine_calls: int = 0  # batches of requests handed to the engine (stream: submissions; rounds: calls)
     requests: int = 0
     rollouts: int = 0
     generated_tokens: int = 0
     prompt_tokens: int = 0
     probes_asked: int = 0
     probes_reused: int = 0  # answered from an earlier estimate of the same prefix, no new rollouts
+    probes_shared: int = 0  # waited on an estimate another annotator had in flight, no new rollouts
+    annotators_started: int = 0
+    annotators_done: int = 0
+    seconds: float = 0.0  # wall time of run()
+    # The engine over the same time (all of its users: other shards' work shares the engine).
+    engine: WindowSummary | None = None
+
+
+Mode = Literal["stream", "rounds"]
+ProgressCallback = Callable[[ProgressSnapshot], None]
+_Key = tuple[str, str]  # (problem key, prefix text)
 
 
 @dataclass
 class _Pending:
     job: SolutionJob[Any]
     probes: list[Probe]
+    need: dict[_Key, int] = field(default_factory=dict)  # prefixes still short of rollouts -> k wanted
+
+
+@dataclass
+class _Sent:
+    """One request of the scheduler's in the engine."""
+
+    key: _Key
+    job: SolutionJob[Any]  # the annotator whose probe caused it (its spend)
+    n: int
 
 
 class ProbeScheduler:
-    """Drives annotators in flight; see the module docstring."""
+    """Drives annotators in flight; see the module docstring.
+
+    max_in_flight: annotators running at once. max_batch_requests: requests in one engine call
+    (rounds) or in the engine at once for this scheduler (stream). on_progress: called at least
+    every `progress_interval_s` seconds while work is going on, and once at the end.
+    """
 
     def __init__(
         self,
@@ -96,40 +147,213 @@ class ProbeScheduler:
         max_batch_requests: int = 256,
         max_in_flight: int = 64,
         grader: Callable[[str, str], str] | None = None,
+        *,
+        mode: Mode = "stream",
+        on_progress: ProgressCallback | None = None,
+        progress_interval_s: float = 2.0,
+        label: str = "annotate",
     ) -> None:
+        if mode not in ("stream", "rounds"):
+            raise ValueError(f"unknown scheduler mode {mode!r} (stream or rounds)")
         self.engine = engine
+        self.stream: GenerationStream = stream_for(engine)
         self.sampling = sampling
         self.max_batch_requests = max_batch_requests
         self.max_in_flight = max_in_flight
         self.grader = grader or (lambda text, gold: grade(text, gold).status)
+        self.mode = mode
+        self.on_progress = on_progress
+        self.progress_interval_s = progress_interval_s
+        self.label = label
         self.stats = SchedulerStats()
         # (problem_key, prefix text) -> accumulated estimate; lives for one run of the scheduler.
-        self._estimates: dict[tuple[str, str], ProbeResult] = {}
+        self._estimates: dict[_Key, ProbeResult] = {}
         # Per-solution spend: rollouts and tokens that this solution's probes caused.
         self.spend: dict[str, list[int]] = {}
+        # stream mode: samples asked and not back yet, who waits for which prefix, requests out
+        self._inflight: dict[_Key, int] = {}
+        self._waiters: dict[_Key, list[_Pending]] = {}
+        self._sent: dict[Future[GenerationResult], _Sent] = {}
+        self._unsent: deque[tuple[GenerationRequest, _Sent]] = deque()
+        self._resumable: deque[_Pending] = deque()
+        self._total: int | None = None
+        self._started = self._last_report = 0.0
 
-    def run(self, jobs: Iterable[SolutionJob[T]]) -> Iterator[tuple[SolutionJob[T], T]]:
-        """Yield (job, annotation) as annotators finish; at most max_in_flight run at once."""
-        source = iter(jobs)
-        waiting: deque[_Pending] = deque()
+    @property
+    def telemetry(self) -> EngineTelemetry:
+        return self.stream.telemetry
+
+    def submit(self, requests: Sequence[GenerationRequest]) -> list[Future[GenerationResult]]:
+        """Plain requests (e.g. a shard's solution sampling) into the same engine stream; one future
+        each. They run beside the probes, so the engine does not drain between stages."""
+        return self.stream.submit_all(requests)
+
+    def run(
+        self, jobs: Iterable[SolutionJob[T] | JobsAfter], total: int | None = None
+    ) -> Iterator[tuple[SolutionJob[T], T]]:
+        """Yield (job, annotation) as annotators finish; at most max_in_flight run at once.
+
+        total: how many jobs to expect (for progress only)."""
+        self._total = total
+        self._started = self._last_report = time.perf_counter()
+        engine_start = self.telemetry.totals()
+        try:
+            if self.mode == "rounds":
+                yield from self._run_rounds(iter(jobs))
+            else:
+                yield from self._run_stream(iter(jobs))
+        finally:
+            self.stats.seconds = time.perf_counter() - self._started
+            self.stats.engine = EngineTelemetry.window(engine_start, self.telemetry.totals())
+            self._report(finished=True)
+
+    # ------------------------------------------------------------ stream mode
+    def _run_stream(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T]]:
+        ready: deque[SolutionJob[Any]] = deque()  # jobs made by a resolved JobsAfter
+        deferred: dict[Future[Any], JobsAfter] = {}
         exhausted = False
         in_flight = 0
         while True:
-            while not exhausted and in_flight < self.max_in_flight:
-                job = next(source, None)
-                if job is None:
-                    exhausted = True
-                    break
-                self.spend[job.key] = [0, 0]
+            while in_flight + len(deferred) < self.max_in_flight and (ready or not exhausted):
+                if ready:
+                    job = ready.popleft()
+                else:
+                    item = next(source, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    if isinstance(item, JobsAfter):
+                        deferred[item.future] = item
+                        continue
+                    job = item
                 in_flight += 1
-                done, value = self._advance(job, None)
+                done, value = self._start(job)
+                if done:
+                    in_flight -= 1
+                    yield job, value
+            while self._resumable:
+                pending = self._resumable.popleft()
+                results = [self._result(pending.job, probe) for probe in pending.probes]
+                done, value = self._advance(pending.job, results)
+                if done:
+                    in_flight -= 1
+                    yield pending.job, value
+            if in_flight + len(deferred) < self.max_in_flight and (ready or not exhausted):
+                continue  # room for more annotators before waiting on the engine
+            self._send()
+            if not self._sent and not deferred:
+                if in_flight == 0 and exhausted and not ready:
+                    return
+                raise RuntimeError(f"{in_flight} annotator(s) wait on nothing: a scheduler bug")
+            self._wait_stream(deferred, ready)
+
+    def _start(self, job: SolutionJob[Any]) -> tuple[bool, Any]:
+        self.spend[job.key] = [0, 0]
+        self.stats.annotators_started += 1
+        return self._advance(job, None)
+
+    def _advance(self, job: SolutionJob[Any], results: list[ProbeResult] | None) -> tuple[bool, Any]:
+        """Resume the annotator; a new probe list is registered (stream) or returned (rounds)."""
+        try:
+            probes = next(job.annotator) if results is None else job.annotator.send(results)
+        except StopIteration as stop:
+            self.stats.annotators_done += 1
+            return True, stop.value
+        for probe in probes:
+            if probe.k < 1:
+                raise ValueError(f"annotator of {job.key} asked for an invalid probe {probe}")
+        self.stats.probes_asked += len(probes)
+        if self.mode == "stream":
+            self._register(_Pending(job, probes))
+        return False, probes
+
+    def _register(self, pending: _Pending) -> None:
+        """Ask the engine for what no estimate (done or in flight) of each prefix covers."""
+        job = pending.job
+        for probe in pending.probes:
+            key = (job.problem_key, probe.prefix)
+            est = self._estimates.get(key)
+            have = est.total if est else 0
+            if have >= probe.k:
+                self.stats.probes_reused += 1
+                continue
+            coming = self._inflight.get(key, 0)
+            if have + coming >= probe.k:
+                self.stats.probes_shared += 1
+            else:
+                n = probe.k - have - coming
+                self._inflight[key] = coming + n
+                self._unsent.append((self._request(job, key[1], n, have + coming), _Sent(key, job, n)))
+            if pending.need.get(key, 0) < probe.k:
+                if key not in pending.need:
+                    self._waiters.setdefault(key, []).append(pending)
+                pending.need[key] = probe.k
+        if not pending.need:
+            self._resumable.append(pending)
+
+    def _send(self) -> None:
+        """Hand queued requests to the stream, up to max_batch_requests of ours in the engine."""
+        if not self._unsent or len(self._sent) >= self.max_batch_requests:
+            return
+        self.stats.engine_calls += 1
+        while self._unsent and len(self._sent) < self.max_batch_requests:
+            request, sent = self._unsent.popleft()
+            self._sent[self.stream.submit(request)] = sent
+            self.stats.requests += 1
+
+    def _wait_stream(self, deferred: dict[Future[Any], JobsAfter], ready: deque[SolutionJob[Any]]) -> None:
+        timeout = None
+        if self.on_progress is not None:
+            timeout = max(0.0, self._last_report + self.progress_interval_s - time.perf_counter())
+        self.stream.wait([*self._sent, *deferred], timeout=timeout)
+        done = [f for f in self._sent if f.done()]  # dicts keep submission order: deterministic
+        for future in done:
+            sent = self._sent.pop(future)
+            self._inflight[sent.key] -= sent.n
+            self._absorb(sent.key, sent.job, future.result(), sent.n)
+            still = []
+            for pending in self._waiters.pop(sent.key, []):
+                if self._estimates[sent.key].total >= pending.need[sent.key]:
+                    del pending.need[sent.key]
+                    if not pending.need:
+                        self._resumable.append(pending)
+                else:
+                    still.append(pending)
+            if still:
+                self._waiters[sent.key] = still
+        for future in [f for f in deferred if f.done()]:
+            ready.extend(deferred.pop(future).make(future.result()))
+        self._report()
+
+    # ------------------------------------------------------------ rounds mode
+    def _run_rounds(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T]]:
+        waiting: deque[_Pending] = deque()
+        ready: deque[SolutionJob[Any]] = deque()
+        exhausted = False
+        in_flight = 0
+        while True:
+            while (ready or not exhausted) and in_flight < self.max_in_flight:
+                if ready:
+                    job = ready.popleft()
+                else:
+                    item = next(source, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    if isinstance(item, JobsAfter):  # rounds wait for everything anyway
+                        self.stream.wait([item.future])
+                        ready.extend(item.make(item.future.result()))
+                        continue
+                    job = item
+                in_flight += 1
+                done, value = self._start(job)
                 if done:
                     in_flight -= 1
                     yield job, value
                 else:
                     waiting.append(_Pending(job, value))
             if not waiting:
-                if exhausted:
+                if exhausted and not ready:
                     return
                 continue
             batch = self._take_batch(waiting)
@@ -142,18 +366,6 @@ class ProbeScheduler:
                     yield pending.job, value
                 else:
                     waiting.append(_Pending(pending.job, value))
-
-    # ------------------------------------------------------------ internals
-    def _advance(self, job: SolutionJob[Any], results: list[ProbeResult] | None) -> tuple[bool, Any]:
-        try:
-            probes = next(job.annotator) if results is None else job.annotator.send(results)
-        except StopIteration as stop:
-            return True, stop.value
-        for probe in probes:
-            if probe.k < 1:
-                raise ValueError(f"annotator of {job.key} asked for an invalid probe {probe}")
-        self.stats.probes_asked += len(probes)
-        return False, probes
 
     def _take_batch(self, waiting: deque[_Pending]) -> list[_Pending]:
         """Pending annotators whose new requests fit one engine call (at least one annotator)."""
@@ -173,7 +385,7 @@ class ProbeScheduler:
 
     def _estimate(self, wanted: list[tuple[SolutionJob[Any], Probe]]) -> None:
         """Sample what is missing for every wanted prefix: one request per distinct prefix, one call."""
-        need: dict[tuple[str, str], tuple[SolutionJob[Any], int]] = {}
+        need: dict[_Key, tuple[SolutionJob[Any], int]] = {}
         for job, probe in wanted:
             key = (job.problem_key, probe.prefix)
             missing = self._missing(job, probe)
@@ -182,46 +394,82 @@ class ProbeScheduler:
                 continue
             if key not in need or need[key][1] < missing:
                 need[key] = (job, missing)
-        if not need:
-            return
         keys = list(need)
-        requests = [
-            GenerationRequest(
-                user=need[k][0].user_prompt,
-                assistant_prefix=k[1],
-                system=need[k][0].system_prompt,
-                n=need[k][1],
-                sampling=self.sampling,
-                first_sample_index=self._estimates[k].total if k in self._estimates else 0,
-            )
-            for k in keys
-        ]
-        for start in range(0, len(requests), self.max_batch_requests):
-            chunk = requests[start : start + self.max_batch_requests]
-            results = self.engine.generate(chunk)
-            if len(results) != len(chunk):
-                raise RuntimeError(f"engine returned {len(results)} results for {len(chunk)} requests")
+        for start in range(0, len(keys), self.max_batch_requests):
+            chunk = keys[start : start + self.max_batch_requests]
+            requests = [self._request(need[k][0], k[1], need[k][1], self._have(k)) for k in chunk]
+            futures = self.stream.submit_all(requests)
             self.stats.engine_calls += 1
             self.stats.requests += len(chunk)
-            for key, request, result in zip(keys[start : start + len(chunk)], chunk, results, strict=True):
-                job = need[key][0]
-                est = self._estimates.setdefault(key, ProbeResult(step=-1))
-                for completion in result.completions:
-                    status = self.grader(key[1] + completion.text, job.gold)
-                    est.total += 1
-                    est.correct += status == "correct"
-                    est.unknown += status == "unknown"
-                    est.tokens += completion.generated_tokens
-                    est.rollouts.append((completion.text, status, completion.generated_tokens))
-                self.stats.rollouts += len(result.completions)
-                self.stats.generated_tokens += result.generated_tokens
-                self.stats.prompt_tokens += result.prompt_tokens
-                spend = self.spend.setdefault(job.key, [0, 0])
-                spend[0] += len(result.completions)
-                spend[1] += result.generated_tokens + result.prompt_tokens
-                if len(result.completions) != request.n:
-                    raise RuntimeError(f"engine returned {len(result.completions)} completions, asked {request.n}")
+            while not self.stream.wait(futures, timeout=self._until_report(), all_of=True):
+                self._report()
+            for key, future in zip(chunk, futures, strict=True):
+                self._absorb(key, need[key][0], future.result(), need[key][1])
+            self._report()
+
+    # ------------------------------------------------------------ shared
+    def _have(self, key: _Key) -> int:
+        est = self._estimates.get(key)
+        return est.total if est else 0
+
+    def _request(self, job: SolutionJob[Any], prefix: str, n: int, first_sample_index: int) -> GenerationRequest:
+        return GenerationRequest(
+            user=job.user_prompt,
+            assistant_prefix=prefix,
+            system=job.system_prompt,
+            n=n,
+            sampling=self.sampling,
+            first_sample_index=first_sample_index,
+        )
+
+    def _absorb(self, key: _Key, job: SolutionJob[Any], result: GenerationResult, asked: int) -> None:
+        """Grade a request's rollouts into the prefix's estimate; charge them to the job that asked."""
+        if len(result.completions) != asked:
+            raise RuntimeError(f"engine returned {len(result.completions)} completions, asked {asked}")
+        est = self._estimates.setdefault(key, ProbeResult(step=-1))
+        for completion in result.completions:
+            status = self.grader(key[1] + completion.text, job.gold)
+            est.total += 1
+            est.correct += status == "correct"
+            est.unknown += status == "unknown"
+            est.tokens += completion.generated_tokens
+            est.rollouts.append((completion.text, status, completion.generated_tokens))
+        self.stats.rollouts += len(result.completions)
+        self.stats.generated_tokens += result.generated_tokens
+        self.stats.prompt_tokens += result.prompt_tokens
+        spend = self.spend.setdefault(job.key, [0, 0])
+        spend[0] += len(result.completions)
+        spend[1] += result.generated_tokens + result.prompt_tokens
 
     def _result(self, job: SolutionJob[Any], probe: Probe) -> ProbeResult:
         est = self._estimates[(job.problem_key, probe.prefix)]
         return ProbeResult(probe.step, est.correct, est.total, est.unknown, est.tokens, list(est.rollouts))
+
+    def _until_report(self) -> float | None:
+        if self.on_progress is None:
+            return None
+        return max(0.0, self._last_report + self.progress_interval_s - time.perf_counter())
+
+    def snapshot(self, finished: bool = False) -> ProgressSnapshot:
+        elapsed = time.perf_counter() - self._started if self._started else 0.0
+        return ProgressSnapshot(
+            label=self.label,
+            elapsed_s=elapsed,
+            annotators_done=self.stats.annotators_done,
+            annotators_started=self.stats.annotators_started,
+            annotators_total=self._total,
+            rollouts=self.stats.rollouts,
+            generated_tokens=self.stats.generated_tokens,
+            tokens_per_s=self.stats.generated_tokens / elapsed if elapsed > 0 else 0.0,
+            engine_running=self.stream.running(),
+            engine_capacity=self.stream.capacity,
+            finished=finished,
+        )
+
+    def _report(self, finished: bool = False) -> None:
+        if self.on_progress is None:
+            return
+        now = time.perf_counter()
+        if finished or now - self._last_report >= self.progress_interval_s:
+            self._last_report = now
+            self.on_progress(self.snapshot(finished))

@@ -78,3 +78,26 @@ class Engine(Protocol):
 
 class EngineError(PrmSynthError, RuntimeError):
     """An engine could not produce results (after its own retries). The shard fails and is redone."""
+
+
+@runtime_checkable
+class StreamingEngine(Protocol):
+    """An engine that keeps a running batch and takes new requests while it works (continuous batching).
+
+    Driven from one thread at a time (the `GenerationStream` in engines/stream.py serializes access):
+    `add` hands a request in, `step` advances the engine until at least one request has finished (or
+    a short while has passed) and returns the finished ones with their results. `capacity` is how many
+    sequences the engine runs at once, `running` how many it runs now, and `clock` the engine's time
+    (wall seconds for a real engine, modelled time for the simulated one), used for telemetry.
+    """
+
+    @property
+    def capacity(self) -> int: ...
+
+    def add(self, request_id: int, request: GenerationRequest) -> None: ...
+
+    def step(self) -> list[tuple[int, GenerationResult]]: ...
+
+    def running(self) -> int: ...
+
+    def clock(self) -> float: ...

@@ -1,0 +1,254 @@
+"""What the engine did over time, and what a run shows while it works.
+
+`EngineTelemetry` records, on the engine's own clock (wall seconds for a real engine, modelled time
+for the simulated one), how many sequences were running and how many tokens finished, in buckets of
+time that widen as the run grows (at most `max_buckets` are kept, so a day-long run stays small). From
+it come the run's picture (occupancy and tokens/s over time: a PNG, JSON and CSV) and the mean
+occupancy a benchmark reports. `ProgressSnapshot` is what the probe scheduler hands its progress
+callback every few seconds.
+
+Tokens are counted when their sequence finishes (an engine reports a sequence once, when it is done),
+so tokens/s is exact over a bucket of a few seconds and bursty below that.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TelemetryTotals:
+    """Running totals at one moment; the difference of two is a window (see `EngineTelemetry.window`)."""
+
+    t: float  # engine clock
+    busy: float  # integral of running sequences over time (sequence-seconds)
+    tokens: int  # generated tokens of finished sequences
+    sequences: int  # finished sequences
+    capacity: int
+
+
+@dataclass(frozen=True)
+class WindowSummary:
+    seconds: float
+    tokens: int
+    sequences: int
+    tokens_per_s: float
+    mean_running: float
+    occupancy: float  # mean running sequences / capacity
+
+
+@dataclass(frozen=True)
+class ProgressSnapshot:
+    """A scheduler's progress, for bars, logs and artifacts (wall seconds; engine figures on its clock)."""
+
+    label: str
+    elapsed_s: float
+    annotators_done: int
+    annotators_started: int
+    annotators_total: int | None  # None: the job source does not say how many
+    rollouts: int
+    generated_tokens: int
+    tokens_per_s: float  # this scheduler's generated tokens per wall second, since it started
+    engine_running: int
+    engine_capacity: int
+    finished: bool = False
+
+    def line(self) -> str:
+        total = "?" if self.annotators_total is None else str(self.annotators_total)
+        return (
+            f"{self.label}: annotated {self.annotators_done}/{total} ({self.annotators_started} started), "
+            f"{self.rollouts} rollouts, {self.generated_tokens} tokens, {self.tokens_per_s:.1f} tok/s, "
+            f"engine {self.engine_running}/{self.engine_capacity} sequences running"
+        )
+
+
+class EngineTelemetry:
+    """Occupancy and finished tokens over the engine's clock; see the module docstring.
+
+    `advance(t, running, ...)` says: from the previous call until `t`, `running` sequences were in
+    the engine; `tokens`/`sequences` finished at `t`. The stream that drives the engine calls it.
+    """
+
+    def __init__(self, bucket_s: float = 1.0, max_buckets: int = 1200) -> None:
+        self._lock = threading.Lock()
+        self.width = bucket_s
+        self.max_buckets = max_buckets
+        self.origin: float | None = None
+        self.last_t = 0.0
+        self.capacity = 0
+        self._busy = 0.0
+        self._tokens = 0
+        self._sequences = 0
+        # per bucket: [busy sequence-seconds, tokens, sequences, capacity]
+        self._buckets: list[list[float]] = []
+
+    def advance(self, t: float, running: int, capacity: int, tokens: int = 0, sequences: int = 0) -> None:
+        with self._lock:
+            if self.origin is None:
+                self.origin = self.last_t = t
+            t = max(t, self.last_t)  # clocks never run backwards here
+            self.capacity = max(self.capacity, capacity)
+            start = self.last_t
+            self._busy += running * (t - start)
+            while start < t:  # spread the interval over the buckets it covers
+                index = int((start - self.origin) / self.width)
+                end = min(t, self.origin + (index + 1) * self.width)
+                self._bucket(index)[0] += running * (end - start)
+                self._bucket(index)[3] = max(self._bucket(index)[3], capacity)
+                start = end
+            if tokens or sequences:
+                bucket = self._bucket(int((t - self.origin) / self.width))
+                bucket[1] += tokens
+                bucket[2] += sequences
+            self._tokens += tokens
+            self._sequences += sequences
+            self.last_t = t
+            while len(self._buckets) > self.max_buckets:
+                self._merge()
+
+    def totals(self) -> TelemetryTotals:
+        with self._lock:
+            return TelemetryTotals(self.last_t, self._busy, self._tokens, self._sequences, self.capacity)
+
+    @staticmethod
+    def window(start: TelemetryTotals, end: TelemetryTotals) -> WindowSummary:
+        """Tokens/s and mean occupancy between two `totals()` (e.g. a run's annotation phase)."""
+        seconds = max(0.0, end.t - start.t)
+        busy = end.busy - start.busy
+        mean = busy / seconds if seconds > 0 else 0.0
+        tokens = end.tokens - start.tokens
+        return WindowSummary(
+            seconds=seconds,
+            tokens=tokens,
+            sequences=end.sequences - start.sequences,
+            tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+            mean_running=mean,
+            occupancy=mean / end.capacity if end.capacity else 0.0,
+        )
+
+    def series(self, since: float | None = None) -> list[dict[str, float]]:
+        """One row per bucket: start time (relative to `since`, default the first record), mean running
+        sequences, capacity, occupancy, tokens/s and finished sequences."""
+        with self._lock:
+            if self.origin is None:
+                return []
+            origin, width, buckets, last = self.origin, self.width, [list(b) for b in self._buckets], self.last_t
+        zero = origin if since is None else since
+        rows = []
+        for i, (busy, tokens, sequences, capacity) in enumerate(buckets):
+            start = origin + i * width
+            if since is not None and start + width <= since:
+                continue
+            covered = max(1e-9, min(width, last - start))  # the last bucket is partly filled
+            rows.append(
+                {
+                    "t": round(start - zero, 6),
+                    "running": busy / covered,
+                    "capacity": capacity,
+                    "occupancy": busy / covered / capacity if capacity else 0.0,
+                    "tokens_per_s": tokens / covered,
+                    "sequences": sequences,
+                }
+            )
+        return rows
+
+    def save(self, folder: str | Path, name: str = "engine", start: TelemetryTotals | None = None) -> dict[str, Path]:
+        """Write `<name>.json` (summary and series), `<name>.csv` and, with matplotlib, `<name>.png`.
+
+        `start`: an earlier `totals()`; only what happened after it is saved (one run of a long-lived engine).
+        """
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = self.series(None if start is None else start.t)
+        summary = asdict(self.window(start or self._first(), self.totals()))
+        paths = {"json": folder / f"{name}.json", "csv": folder / f"{name}.csv"}
+        paths["json"].write_text(json.dumps({"summary": summary, "bucket_s": self.width, "series": rows}, indent=1))
+        with paths["csv"].open("w", newline="") as f:
+            writer = csv.DictWriter(
+                f, fieldnames=["t", "running", "capacity", "occupancy", "tokens_per_s", "sequences"]
+            )
+            writer.writeheader()
+            writer.writerows(rows)
+        png = folder / f"{name}.png"
+        if plot_series(rows, png, title=f"engine: mean occupancy {summary['occupancy']:.0%}"):
+            paths["png"] = png
+        return paths
+
+    # ------------------------------------------------------------ internals
+    def _bucket(self, index: int) -> list[float]:
+        while len(self._buckets) <= index:
+            self._buckets.append([0.0, 0, 0, self.capacity])
+        return self._buckets[index]
+
+    def _merge(self) -> None:
+        """Halve the resolution: pairs of buckets become one of twice the width."""
+        merged = []
+        for i in range(0, len(self._buckets), 2):
+            pair = self._buckets[i : i + 2]
+            merged.append(
+                [sum(b[0] for b in pair), sum(b[1] for b in pair), sum(b[2] for b in pair), max(b[3] for b in pair)]
+            )
+        self._buckets = merged
+        self.width *= 2
+
+    def _first(self) -> TelemetryTotals:
+        return TelemetryTotals(self.origin or 0.0, 0.0, 0, 0, self.capacity)
+
+
+def plot_series(rows: list[dict[str, float]], path: Path, title: str = "engine") -> bool:
+    """Occupancy (sequences running, capacity) and tokens/s over time as a PNG; False without matplotlib."""
+    if not rows:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display; safe in worker threads
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: %s not drawn (the JSON and CSV have the numbers)", path)
+        return False
+    t = [r["t"] for r in rows]
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 5.5))
+    top.step(t, [r["running"] for r in rows], where="post", label="sequences running (mean)")
+    top.step(t, [r["capacity"] for r in rows], where="post", linestyle="--", color="grey", label="capacity")
+    top.set_ylabel("sequences")
+    top.set_ylim(bottom=0)
+    top.legend(loc="lower right")
+    top.set_title(title)
+    bottom.step(t, [r["tokens_per_s"] for r in rows], where="post", color="tab:green")
+    bottom.set_ylabel("generated tokens/s")
+    bottom.set_xlabel("time (engine clock, s)")
+    bottom.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def summary_markdown(summary: dict[str, Any], paths: dict[str, Path]) -> str:
+    """The run picture as a markdown artifact: the headline numbers and where the files are."""
+    lines = [
+        "# Engine occupancy and throughput",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| seconds | {summary['seconds']:.1f} |",
+        f"| generated tokens | {summary['tokens']} |",
+        f"| sequences finished | {summary['sequences']} |",
+        f"| tokens/s | {summary['tokens_per_s']:.1f} |",
+        f"| mean running sequences | {summary['mean_running']:.1f} |",
+        f"| occupancy (mean running / capacity) | {summary['occupancy']:.1%} |",
+        "",
+        *(f"- {kind}: `{path}`" for kind, path in sorted(paths.items())),
+    ]
+    if "png" in paths:
+        lines += ["", f"![engine occupancy and tokens/s]({paths['png'].resolve().as_uri()})"]
+    return "\n".join(lines)
