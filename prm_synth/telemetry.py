@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -105,7 +106,8 @@ class EngineTelemetry:
                 self._bucket(index)[3] = max(self._bucket(index)[3], capacity)
                 start = end
             if tokens or sequences:
-                bucket = self._bucket(int((t - self.origin) / self.width))
+                # credited to the bucket whose time just ended (t on a boundary closes the earlier one)
+                bucket = self._bucket(max(0, math.ceil((t - self.origin) / self.width) - 1))
                 bucket[1] += tokens
                 bucket[2] += sequences
             self._tokens += tokens

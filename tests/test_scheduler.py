@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,11 +43,18 @@ probe_st = st.builds(lambda step, k: Probe.of_steps(STEPS, step, k), st.integers
 job_st = st.tuples(st.integers(0, 2), st.lists(st.lists(probe_st, max_size=4), max_size=4))
 
 
-@settings(max_examples=80, deadline=None)
-@given(jobs=st.lists(job_st, min_size=1, max_size=12), in_flight=st.integers(1, 5), batch=st.integers(1, 7))
-def test_every_probe_is_answered_once_in_order_and_duplicates_are_estimated_once(jobs, in_flight, batch):
+@settings(max_examples=60, deadline=None)
+@given(
+    jobs=st.lists(job_st, min_size=1, max_size=12),
+    in_flight=st.integers(1, 5),
+    batch=st.integers(1, 7),
+    mode=st.sampled_from(["stream", "rounds"]),
+)
+def test_every_probe_is_answered_once_in_order_and_duplicates_are_estimated_once(jobs, in_flight, batch, mode):
     engine = CountingEngine()
-    sched = ProbeScheduler(engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=grader)
+    sched = ProbeScheduler(
+        engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=grader, mode=mode
+    )
     logs = [[] for _ in jobs]
     specs = [
         SolutionJob(f"j{i}", f"p{problem}", "Q", "1", scripted(rounds, logs[i]))
@@ -75,9 +83,12 @@ def test_every_probe_is_answered_once_in_order_and_duplicates_are_estimated_once
     assert total == sum(biggest.values()) == sched.stats.rollouts
 
 
-def test_probes_of_many_problems_share_one_engine_call():
+@pytest.mark.parametrize("mode", ["stream", "rounds"])
+def test_probes_of_many_problems_share_one_engine_call(mode):
     engine = CountingEngine()
-    sched = ProbeScheduler(engine, SamplingOptions(), max_batch_requests=100, max_in_flight=50, grader=grader)
+    sched = ProbeScheduler(
+        engine, SamplingOptions(), max_batch_requests=100, max_in_flight=50, grader=grader, mode=mode
+    )
     rounds = [[Probe.of_steps(STEPS, 0, 2)], [Probe.of_steps(STEPS, 1, 2)]]
     specs = [SolutionJob(f"j{i}", f"p{i}", "Q", "1", scripted(rounds, [])) for i in range(30)]
     assert len(list(sched.run(specs))) == 30
@@ -85,9 +96,10 @@ def test_probes_of_many_problems_share_one_engine_call():
     assert all(len(call) == 30 for call in engine.calls)
 
 
-def test_more_rollouts_on_a_known_prefix_only_samples_the_missing_ones():
+@pytest.mark.parametrize("mode", ["stream", "rounds"])
+def test_more_rollouts_on_a_known_prefix_only_samples_the_missing_ones(mode):
     engine = CountingEngine()
-    sched = ProbeScheduler(engine, SamplingOptions(), grader=grader)
+    sched = ProbeScheduler(engine, SamplingOptions(), grader=grader, mode=mode)
     log: list = []
     rounds = [[Probe.of_steps(STEPS, 0, k)] for k in (4, 10, 3)]
     spec = SolutionJob("j", "p", "Q", "1", scripted(rounds, log))

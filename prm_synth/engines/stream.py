@@ -143,9 +143,11 @@ class GenerationStream:
         futures = list(futures)
         deadline = None if timeout is None else time.monotonic() + timeout
         check = all if all_of else any
+        first = True  # the engine always gets one step, however short the timeout
         while not (check(f.done() for f in futures) if futures else True):
-            if deadline is not None and time.monotonic() >= deadline:
+            if not first and deadline is not None and time.monotonic() >= deadline:
                 return False
+            first = False
             if self._drive_lock.acquire(blocking=False):
                 try:
                     stepped = self._drive_once()

@@ -1,0 +1,305 @@
+"""The engine stream, its adapters, the continuous-batching time model, and the barrier-free scheduler on it.
+
+Timing claims are made on the modelled clock of `TimedEngine` (one time unit per decode step), never
+on the wall clock.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prm_synth.annotate import make_annotator
+from prm_synth.annotate.scheduler import Annotator, JobsAfter, Probe, ProbeScheduler, SolutionJob
+from prm_synth.arithmetic import generate as make_chain
+from prm_synth.config import AnnotateConfig, SimulatedPolicyConfig
+from prm_synth.engines.base import (
+    Completion,
+    EngineError,
+    GenerationRequest,
+    GenerationResult,
+    SamplingOptions,
+    StreamingEngine,
+)
+from prm_synth.engines.simulated import SimulatedPolicy
+from prm_synth.engines.stream import BatchAdapter, FutureAdapter, GenerationStream, as_streaming, stream_for
+from prm_synth.engines.timed import TimedEngine
+from prm_synth.grading import grade
+from prm_synth.prompts import policy_user_prompt
+from prm_synth.steps import split_steps
+
+
+class LengthEngine:
+    """Instant; every completion of a prompt is as long as `length(prefix)` tokens; records requests."""
+
+    model_name = "length"
+
+    def __init__(self, length=lambda prefix: 10) -> None:
+        self.length = length
+        self.requests: list[GenerationRequest] = []
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.requests += requests
+        return [
+            GenerationResult(tuple(Completion("x", self.length(r.assistant_prefix)) for _ in range(r.n)), 1)
+            for r in requests
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+def always_correct(text: str, gold: str) -> str:
+    return "correct"
+
+
+def scripted(rounds: list[list[Probe]], log: list | None = None) -> Annotator[list]:
+    log = [] if log is None else log
+    for probes in rounds:
+        log.append((probes, (yield probes)))
+    return log
+
+
+def job(key: str, rounds: list[list[Probe]], problem: str | None = None, log: list | None = None) -> SolutionJob:
+    return SolutionJob(key, problem or key, "Q", "1", scripted(rounds, log))
+
+
+# ---------------------------------------------------------------- the time model
+def test_timed_engine_runs_capacity_sequences_per_step_and_fills_free_slots():
+    timed = TimedEngine(LengthEngine(lambda p: int(p)), capacity=2)
+    assert isinstance(timed, StreamingEngine)
+    for i, prefix in enumerate(["3", "5", "2"]):
+        timed.add(i, GenerationRequest("Q", prefix))
+    assert timed.running() == 2
+    assert [rid for rid, _ in timed.step()] == [0] and timed.clock() == 3
+    # the third sequence took the free slot at t=3 and needs 2 steps; the second has 2 left as well
+    assert sorted(rid for rid, _ in timed.step()) == [1, 2] and timed.clock() == 5
+    assert timed.running() == 0 and timed.step() == []
+
+
+def test_a_request_finishes_with_its_last_sample():
+    timed = TimedEngine(LengthEngine(lambda p: 4), capacity=1)
+    timed.add(7, GenerationRequest("Q", "p", n=3))
+    assert timed.step() == [] and timed.step() == []
+    ((rid, result),) = timed.step()
+    assert rid == 7 and len(result.completions) == 3 and timed.clock() == 12
+
+
+# ---------------------------------------------------------------- the stream
+def test_stream_futures_resolve_and_telemetry_counts_tokens_and_occupancy():
+    timed = TimedEngine(LengthEngine(lambda p: int(p)), capacity=4)
+    stream = GenerationStream(timed)
+    futures = stream.submit_all(GenerationRequest("Q", str(n)) for n in (2, 4, 4, 8))
+    assert stream.wait(futures[:1])
+    assert futures[0].done() and not futures[3].done()
+    stream.wait(futures, all_of=True)
+    assert [f.result().generated_tokens for f in futures] == [2, 4, 4, 8]
+    totals = stream.telemetry.totals()
+    assert totals.tokens == 18 and totals.sequences == 4 and totals.t == 8
+    # running: 4 sequences for 2 units, 3 for 2, 1 for 4 = 18 sequence-units of 4 x 8 possible
+    assert totals.busy == pytest.approx(18)
+
+
+def test_a_failing_engine_fails_the_futures_with_an_engine_error():
+    class Broken(LengthEngine):
+        def generate(self, requests):
+            raise RuntimeError("device lost")
+
+    stream = GenerationStream(BatchAdapter(Broken()))
+    (future,) = stream.submit_all([GenerationRequest("Q")])
+    stream.wait([future])
+    with pytest.raises(EngineError, match="device lost"):
+        future.result()
+
+
+def test_future_adapter_returns_requests_as_they_complete():
+    release = threading.Event()
+
+    class PerRequest(LengthEngine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = ThreadPoolExecutor(2)
+
+        def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
+            def work() -> GenerationResult:
+                if request.assistant_prefix == "slow":
+                    release.wait(30)
+                return self.generate([request])[0]
+
+            return self.pool.submit(work)
+
+    engine = PerRequest()
+    adapted = as_streaming(engine, capacity=8)
+    assert isinstance(adapted, FutureAdapter)
+    stream = GenerationStream(adapted)
+    slow, fast = stream.submit_all([GenerationRequest("Q", "slow"), GenerationRequest("Q", "fast")])
+    assert stream.wait([fast], timeout=30)
+    assert not slow.done()  # the fast request came back on its own
+    release.set()
+    assert stream.wait([slow], timeout=30)
+    engine.pool.shutdown()
+
+
+def test_threads_share_one_stream_per_engine():
+    engine = TimedEngine(LengthEngine(lambda p: len(p) + 1), capacity=8)
+    assert stream_for(engine) is stream_for(engine)
+    results: dict[int, list[int]] = {}
+
+    def worker(i: int) -> None:
+        sched = ProbeScheduler(engine, SamplingOptions(), grader=always_correct)
+        jobs = [job(f"t{i}-{j}", [[Probe("a" * j, 2)], [Probe("b" * j, 3)]]) for j in range(10)]
+        results[i] = [len(log) for _, log in sched.run(jobs)]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == {i: [2] * 10 for i in range(3)}
+
+
+# ---------------------------------------------------------------- the scheduler on the stream
+def test_an_annotator_resumes_while_another_ones_long_rollout_still_runs():
+    lengths = {"long": 100, "a": 5, "ab": 5, "abc": 5}
+    engine = TimedEngine(LengthEngine(lambda p: lengths[p]), capacity=8)
+    sched = ProbeScheduler(engine, SamplingOptions(), grader=always_correct)
+    jobs = [job("slow", [[Probe("long", 1)]]), job("quick", [[Probe("a", 1)], [Probe("ab", 1)], [Probe("abc", 1)]])]
+    order = [j.key for j, _ in sched.run(jobs)]
+    assert order == ["quick", "slow"]
+    assert engine.clock() == 100  # the quick annotator's three rounds ran beside the long rollout
+
+    rounds = TimedEngine(LengthEngine(lambda p: lengths[p]), capacity=8)
+    list(ProbeScheduler(rounds, SamplingOptions(), grader=always_correct, mode="rounds").run(jobs_again(lengths)))
+    assert rounds.clock() == 110  # round one waits for the long rollout, then two more rounds
+
+
+def jobs_again(lengths: dict[str, int]) -> list[SolutionJob]:
+    return [job("slow", [[Probe("long", 1)]]), job("quick", [[Probe("a", 1)], [Probe("ab", 1)], [Probe("abc", 1)]])]
+
+
+def test_a_prefix_in_flight_is_waited_on_not_sampled_again():
+    engine = LengthEngine(lambda p: 3)
+    timed = TimedEngine(engine, capacity=8)
+    sched = ProbeScheduler(timed, SamplingOptions(), grader=always_correct)
+    first: list = []
+    second: list = []
+    jobs = [
+        job("a", [[Probe("shared", 4)]], problem="p", log=first),
+        job("b", [[Probe("shared", 3)]], problem="p", log=second),
+        job("c", [[Probe("shared", 6)]], problem="p"),
+    ]
+    assert len(list(sched.run(jobs))) == 3
+    # a asks 4; b is covered by a's request in flight; c asks only the 2 that are still missing
+    assert [(r.n, r.first_sample_index) for r in engine.requests] == [(4, 0), (2, 4)]
+    assert sched.stats.probes_shared == 1 and sched.stats.rollouts == 6
+    assert second[0][1][0].total >= 3
+
+
+def test_jobs_after_sampling_start_as_their_own_problem_is_sampled():
+    """Sampling requests and annotation share the stream: a problem's annotators start when its own
+    solutions are back, while the other problems' sampling still runs."""
+    engine = TimedEngine(LengthEngine(lambda p: 50 if p == "" else 5), capacity=8)
+    sched = ProbeScheduler(engine, SamplingOptions(), grader=always_correct)
+    sampling = sched.submit([GenerationRequest(f"problem {i}", n=1) for i in range(3)])
+    started_at: dict[str, float] = {}
+
+    def jobs_of(i: int):
+        def make(result: GenerationResult) -> list[SolutionJob]:
+            started_at[f"p{i}"] = engine.clock()
+            return [job(f"p{i}-s{j}", [[Probe(f"{i}{j}", 2)]], problem=f"p{i}") for j in range(len(result.completions))]
+
+        return make
+
+    source = [JobsAfter(sampling[i], jobs_of(i)) for i in range(3)]
+    done = [j.key for j, _ in sched.run(source, total=3)]
+    assert sorted(done) == ["p0-s0", "p1-s0", "p2-s0"]
+    assert engine.clock() == 55  # 50 steps of sampling, then one 5-step round of probes for all three
+
+
+def test_progress_is_reported_during_the_run_and_at_the_end():
+    engine = TimedEngine(LengthEngine(lambda p: 2), capacity=4)
+    seen = []
+    sched = ProbeScheduler(
+        engine, SamplingOptions(), grader=always_correct, on_progress=seen.append, progress_interval_s=0.0
+    )
+    jobs = [job(f"j{i}", [[Probe("a", 2)], [Probe("ab", 2)]], problem=f"p{i}") for i in range(5)]
+    assert len(list(sched.run(jobs, total=5))) == 5
+    assert len(seen) >= 3 and seen[-1].finished and not seen[0].finished
+    assert [s.rollouts for s in seen] == sorted(s.rollouts for s in seen)
+    last = seen[-1]
+    assert (last.annotators_done, last.annotators_total, last.rollouts) == (5, 5, 20)
+    assert "annotated 5/5" in last.line()
+
+
+def test_an_engine_error_ends_the_run():
+    class Broken(LengthEngine):
+        def generate(self, requests):
+            raise EngineError("server gone")
+
+    sched = ProbeScheduler(Broken(), SamplingOptions(), grader=always_correct)
+    with pytest.raises(EngineError, match="server gone"):
+        list(sched.run([job("j", [[Probe("a", 1)]])]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 60), min_size=8, max_size=8),
+    rounds=st.lists(st.integers(1, 5), min_size=6, max_size=12),
+)
+def test_streaming_never_takes_longer_than_rounds(lengths, rounds):
+    """On the modelled clock, with any mix of rollout lengths: resuming annotators as their own
+    probes return is never slower than waiting for whole rounds (no request waits on another's)."""
+
+    def jobs() -> list[SolutionJob]:
+        return [job(f"j{i}", [[Probe(f"{i}:{r}", 1)] for r in range(n)], problem=f"p{i}") for i, n in enumerate(rounds)]
+
+    def length(prefix: str) -> int:
+        i, r = map(int, prefix.split(":"))
+        return lengths[(i + r) % len(lengths)]
+
+    clocks = {}
+    for mode in ("stream", "rounds"):
+        engine = TimedEngine(LengthEngine(length), capacity=len(rounds))  # every annotator fits the batch
+        list(ProbeScheduler(engine, SamplingOptions(), grader=always_correct, mode=mode).run(jobs()))
+        clocks[mode] = engine.clock()
+    assert clocks["stream"] <= clocks["rounds"]
+
+
+# ---------------------------------------------------------------- binary search on the simulated policy
+def simulated_jobs(policy: SimulatedPolicy, count: int) -> list[SolutionJob]:
+    config = AnnotateConfig(method="binary", probe_batch=2)
+    jobs = []
+    for i in range(count):
+        chain = make_chain(random.Random(f"stream-test:{i}"), 4, 12)
+        user = policy_user_prompt(chain.question())
+        (result,) = policy.generate([GenerationRequest(user, n=2, first_sample_index=0)])
+        for j, completion in enumerate(result.completions):
+            steps = split_steps(completion.text, "line")
+            status = grade(completion.text, str(chain.answer)).status
+            key = f"q{i}-s{j}"
+            jobs.append(SolutionJob(key, f"q{i}", user, str(chain.answer), make_annotator(config, steps, status, key)))
+    return jobs
+
+
+def test_binary_search_keeps_the_engine_fuller_and_finishes_sooner_than_rounds():
+    """The issue's claim on the simulated policy: solutions of 4 to 12 steps, binary search asking
+    2 rollouts at a time, rollouts as long as what is left of the solution. Same labels either way."""
+    policy = SimulatedPolicy(SimulatedPolicyConfig(step_error=0.2, seed=3))
+    outcome = {}
+    for mode in ("stream", "rounds"):
+        engine = TimedEngine(policy, capacity=32)
+        sched = ProbeScheduler(engine, SamplingOptions(), max_in_flight=24, mode=mode)
+        labels = {j.key: tuple(ann.label_source) for j, ann in sched.run(simulated_jobs(policy, 20))}
+        window = sched.stats.engine
+        assert window is not None
+        outcome[mode] = (engine.clock(), window.occupancy, labels, sched.stats.rollouts)
+    stream, rounds = outcome["stream"], outcome["rounds"]
+    assert stream[0] < 0.8 * rounds[0]  # fewer modelled time units
+    assert stream[1] > rounds[1] + 0.1  # a fuller engine
+    assert len(stream[2]) == len(rounds[2]) == 40

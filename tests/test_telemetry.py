@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot, summary_markdown
+
+events_st = st.lists(
+    st.tuples(st.floats(0.0, 7.0), st.integers(0, 16), st.integers(0, 500), st.integers(0, 4)), min_size=1, max_size=60
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(events=events_st, max_buckets=st.integers(2, 12))
+def test_buckets_keep_every_token_and_every_sequence_second_whatever_the_merging(events, max_buckets):
+    tel = EngineTelemetry(bucket_s=0.5, max_buckets=max_buckets)
+    t = 100.0
+    busy = 0.0
+    tel.advance(t, 0, 16)
+    for dt, running, tokens, seqs in events:
+        t += dt
+        tel.advance(t, running, 16, tokens, seqs)
+        busy += running * dt
+    rows = tel.series()
+    assert len(rows) <= max_buckets
+    totals = tel.totals()
+    assert totals.tokens == sum(e[2] for e in events)
+    assert totals.busy == pytest.approx(busy)
+    width = tel.width
+    covered = [min(width, (totals.t - 100.0) - r["t"]) for r in rows]
+    assert sum(r["tokens_per_s"] * max(c, 1e-9) for r, c in zip(rows, covered, strict=True)) == pytest.approx(
+        totals.tokens, rel=1e-6, abs=1e-6
+    )
+    assert sum(r["running"] * max(c, 1e-9) for r, c in zip(rows, covered, strict=True)) == pytest.approx(
+        busy, rel=1e-6, abs=1e-6
+    )
+
+
+def test_window_between_two_totals():
+    tel = EngineTelemetry()
+    tel.advance(0.0, 0, 8)
+    tel.advance(10.0, 4, 8, tokens=100, sequences=2)  # 4 of 8 running for 10 s
+    start = tel.totals()
+    tel.advance(20.0, 8, 8, tokens=300, sequences=5)  # full for 10 s
+    window = EngineTelemetry.window(start, tel.totals())
+    assert (window.seconds, window.tokens, window.sequences) == (10.0, 300, 5)
+    assert window.occupancy == 1.0 and window.tokens_per_s == 30.0
+    whole = EngineTelemetry.window(EngineTelemetry().totals(), tel.totals())
+    assert whole.occupancy == pytest.approx(0.75)
+
+
+def test_save_writes_the_numbers_and_the_picture(tmp_path):
+    tel = EngineTelemetry()
+    tel.advance(0.0, 0, 4)
+    start = tel.totals()
+    for i in range(1, 30):
+        tel.advance(float(i), i % 5, 4, tokens=10 * (i % 5), sequences=i % 2)
+    paths = tel.save(tmp_path, start=start)
+    data = json.loads(paths["json"].read_text())
+    assert data["summary"]["tokens"] == sum(10 * (i % 5) for i in range(1, 30))
+    assert len(data["series"]) == 29
+    rows = list(csv.DictReader(paths["csv"].open()))
+    assert [float(r["tokens_per_s"]) for r in rows] == [r["tokens_per_s"] for r in data["series"]]
+    pytest.importorskip("matplotlib")
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = summary_markdown(data["summary"], paths)
+    assert "occupancy" in text and "engine.png" in text
+
+
+def test_progress_line_says_what_is_done():
+    snap = ProgressSnapshot("shard 3", 12.0, 5, 9, None, 120, 4000, 333.3, 30, 64)
+    assert snap.line() == (
+        "shard 3: annotated 5/? (9 started), 120 rollouts, 4000 tokens, 333.3 tok/s, engine 30/64 sequences running"
+    )
