@@ -89,3 +89,27 @@ def test_a_prompt_longer_than_the_context_does_not_fail_the_batch(engine):
     assert len(ok.completions) == 2 and ok.prompt_tokens > 0
     assert [c.finish_reason for c in skipped.completions] == ["prompt_too_long"] * 2
     assert all(c.text == "" and c.generated_tokens == 0 for c in skipped.completions)
+
+
+@pytest.mark.slow
+def test_requests_stream_a_short_one_returns_while_a_long_one_runs(engine):
+    from prm_synth.engines.base import StreamingEngine
+    from prm_synth.engines.stream import stream_for
+
+    assert isinstance(engine, StreamingEngine) and engine.capacity >= 2
+    stream = stream_for(engine)
+    before = stream.telemetry.totals()
+    long, short = stream.submit_all(
+        [
+            GenerationRequest("Write a long story about a dragon.", sampling=SamplingOptions(max_tokens=64)),
+            GenerationRequest("Say hi.", n=2, sampling=SamplingOptions(max_tokens=1)),
+        ]
+    )
+    assert stream.wait([short], timeout=120)
+    assert [c.generated_tokens for c in short.result().completions] == [1, 1]
+    assert not long.done()  # it keeps running; nobody waited for it to finish the batch
+    assert stream.wait([long], timeout=120)
+    after = stream.telemetry.totals()
+    assert after.sequences - before.sequences == 3
+    assert after.tokens - before.tokens == 2 + long.result().generated_tokens
+    assert after.busy > before.busy

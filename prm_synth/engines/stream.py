@@ -168,13 +168,13 @@ class GenerationStream:
         with self._submit_lock:
             new, self._submitted = self._submitted, []
         engine = self.engine
-        try:
-            for request_id, request, future in new:
-                self._inflight[request_id] = (request, future)
+        for request_id, request, future in new:
+            try:
                 engine.add(request_id, request)
-        except Exception as e:
-            self._fail_all(e)
-            return True
+            except Exception as e:  # this request is refused; the others go on
+                future.set_exception(e if isinstance(e, EngineError) else EngineError(f"request refused: {e}"))
+                continue
+            self._inflight[request_id] = (request, future)
         if not self._inflight:
             self._record(0, 0, 0)
             return False

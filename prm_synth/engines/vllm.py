@@ -1,8 +1,15 @@
 """`VLLMEngine`: the engine protocol over an in-process `vllm.LLM`.
 
-One `generate` call renders every request with the chat template and hands them all to a single
-`LLM.generate`, so vLLM schedules the whole batch; `n` samples of a request go through
-`SamplingParams(n=...)` (one prefill, shared by prefix caching), never as duplicated prompts.
+The engine streams (engines/base.py `StreamingEngine`): requests enter vLLM's running batch while
+it works (`LLMEngine.add_request`), and each `step` returns the requests whose samples have all
+finished, so the probe scheduler resumes an annotator as soon as its own rollouts are back and the
+batch never drains while there is work. All use goes through the engine's one stream
+(engines/stream.py): `generate` is "submit all, wait for all" on it, so a judge or a sampling call
+from another shard shares the running batch instead of competing for the `LLM`.
+
+Each of a request's `n` samples is its own vLLM request on the same prompt tokens (vLLM fans `n`
+out the same way internally; the shared prefix is prefilled once, by prefix caching), so occupancy
+is counted per sequence and a request is done when its last sample is.
 
 On a machine without a GPU (vLLM's CPU build) the defaults are the ones measured to work:
 float32 (bf16 is 5x slower on AVX2), eager mode (no 220 s compile), a quarter of RAM for the
@@ -14,14 +21,15 @@ from __future__ import annotations
 
 import gc
 import logging
-import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prm_synth.config import VLLMConfig
 from prm_synth.engines.base import Completion, EngineError, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.engines.chat import TOKENIZATION_KWARGS, render_prompt
+from prm_synth.engines.stream import stream_for
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +68,27 @@ def vllm_n(request: GenerationRequest) -> int:
     return 1 if request.sampling.temperature == 0 else request.n
 
 
-def sampling_params(request: GenerationRequest) -> Any:
+def sampling_params(request: GenerationRequest, n: int | None = None) -> Any:
     from vllm import SamplingParams
 
     s: SamplingOptions = request.sampling
     # no per-request seed: the engine is seeded (per-request seeds crash vLLM's CPU sampler)
     return SamplingParams(
-        n=vllm_n(request),
+        n=vllm_n(request) if n is None else n,
         max_tokens=s.max_tokens,
         temperature=s.temperature,
         top_p=s.top_p,
         stop=list(s.stop) or None,
     )
+
+
+@dataclass
+class _Open:
+    """A request in vLLM: its samples as they finish."""
+
+    request: GenerationRequest
+    prompt_tokens: int
+    samples: list[Completion | None]
 
 
 class VLLMEngine:
@@ -108,9 +125,12 @@ class VLLMEngine:
             log.info("vLLM ready in %.1f s", self.start_seconds)
         self._llm = llm
         self._tokenizer = llm.get_tokenizer()
-        # `LLM` is not thread-safe; shard tasks in one process share the engine and take turns.
-        self._lock = threading.Lock()
         self._max_model_len = int(llm.llm_engine.model_config.max_model_len)
+        self._capacity = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
+        # Streaming state, touched only by the thread that drives the stream (one at a time).
+        self._open: dict[int, _Open] = {}
+        self._answered: list[tuple[int, GenerationResult]] = []  # finished without running (too long)
+        self._sequences = 0  # samples in vLLM now
 
     @property
     def model_name(self) -> str:
@@ -124,48 +144,72 @@ class VLLMEngine:
         return render_prompt(self._tokenizer, request, self.config.system_prompt)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """One result per request, in order; the requests join whatever else the engine is running."""
         if not requests:
             return []
         if self._llm is None:
             raise EngineError("VLLMEngine is closed")
-        prompts = [self.render(r) for r in requests]
-        # A prompt that does not fit the context would fail the whole batch in vLLM: it gets empty
-        # completions instead (graded "unknown", never correct), and the rest of the batch runs.
-        lengths = [len(self._tokenizer(p, **TOKENIZATION_KWARGS).input_ids) for p in prompts]
-        fits = [i for i, n in enumerate(lengths) if n < self._max_model_len]
-        outputs: list[Any] = []
-        if fits:
-            try:
-                with self._lock:
-                    outputs = self._llm.generate(
-                        [prompts[i] for i in fits],
-                        [sampling_params(requests[i]) for i in fits],
-                        use_tqdm=False,
-                        tokenization_kwargs=dict(TOKENIZATION_KWARGS),
-                    )
-            except Exception as e:
-                raise EngineError(f"vLLM generate failed for {len(fits)} requests: {e}") from e
-            if len(outputs) != len(fits):
-                raise EngineError(f"vLLM returned {len(outputs)} outputs for {len(fits)} requests")
-        by_index = dict(zip(fits, outputs, strict=True))
-        results = []
-        for i, req in enumerate(requests):
-            out = by_index.get(i)
-            if out is None:
-                log.warning("prompt of %d tokens does not fit max_model_len %d", lengths[i], self._max_model_len)
-                empty = Completion(text="", generated_tokens=0, finish_reason="prompt_too_long")
-                results.append(GenerationResult(completions=(empty,) * req.n, prompt_tokens=lengths[i]))
+        return stream_for(self).generate(requests)
+
+    # ------------------------------------------------------------ StreamingEngine
+    @property
+    def capacity(self) -> int:
+        """Sequences vLLM runs at once (`max_num_seqs`)."""
+        return self._capacity
+
+    def running(self) -> int:
+        return min(self._capacity, self._sequences)
+
+    def clock(self) -> float:
+        return time.perf_counter()
+
+    def add(self, request_id: int, request: GenerationRequest) -> None:
+        from vllm.sampling_params import RequestOutputKind
+
+        if self._llm is None:
+            raise EngineError("VLLMEngine is closed")
+        ids = self._tokenizer(self.render(request), **TOKENIZATION_KWARGS).input_ids
+        if len(ids) >= self._max_model_len:
+            # vLLM would refuse it: empty completions instead (graded "unknown", never correct)
+            log.warning("prompt of %d tokens does not fit max_model_len %d", len(ids), self._max_model_len)
+            empty = Completion(text="", generated_tokens=0, finish_reason="prompt_too_long")
+            self._answered.append((request_id, GenerationResult((empty,) * request.n, prompt_tokens=len(ids))))
+            return
+        samples = vllm_n(request)
+        self._open[request_id] = _Open(request, len(ids), [None] * samples)
+        try:
+            for i in range(samples):
+                params = sampling_params(request, n=1)
+                params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per sample, when it is done
+                self._llm.llm_engine.add_request(f"{request_id}.{i}", {"prompt_token_ids": ids}, params)
+                self._sequences += 1
+        except Exception as e:
+            raise EngineError(f"vLLM refused a request: {e}") from e
+
+    def step(self) -> list[tuple[int, GenerationResult]]:
+        finished, self._answered = self._answered, []
+        if finished or not self._sequences:
+            return finished
+        try:
+            outputs = self._llm.llm_engine.step()
+        except Exception as e:
+            raise EngineError(f"vLLM step failed: {e}") from e
+        for out in outputs:
+            if not out.finished:
                 continue
-            comps = tuple(
-                Completion(text=c.text, generated_tokens=len(c.token_ids), finish_reason=c.finish_reason)
-                for c in sorted(out.outputs, key=lambda c: c.index)
-            )
-            if vllm_n(req) != req.n and len(comps) == 1:
-                comps = comps * req.n
-            if len(comps) != req.n:
-                raise EngineError(f"vLLM returned {len(comps)} completions for a request with n={req.n}")
-            results.append(GenerationResult(completions=comps, prompt_tokens=len(out.prompt_token_ids or ())))
-        return results
+            rid, _, index = out.request_id.rpartition(".")
+            request_id = int(rid)
+            state = self._open[request_id]
+            c = out.outputs[0]
+            state.samples[int(index)] = Completion(c.text, len(c.token_ids), c.finish_reason)
+            self._sequences -= 1
+            if all(sample is not None for sample in state.samples):
+                del self._open[request_id]
+                comps = tuple(sample for sample in state.samples if sample is not None)
+                if len(comps) != state.request.n:  # greedy: one decode stands for all n samples
+                    comps = comps * state.request.n
+                finished.append((request_id, GenerationResult(comps, prompt_tokens=state.prompt_tokens)))
+        return finished
 
     def close(self) -> None:
         """Shut the engine core (and its worker processes) down and free the model. Idempotent."""
