@@ -226,3 +226,9 @@ def stream_for(engine: Any) -> GenerationStream:
         if stream is None:
             stream = _streams[engine] = GenerationStream(as_streaming(engine))
         return stream
+
+
+def streams_now() -> list[tuple[Any, GenerationStream]]:
+    """Every engine of this process that has a stream, with it (for a run's telemetry)."""
+    with _streams_lock:
+        return list(_streams.items())
