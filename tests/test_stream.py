@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate import make_annotator
 from prm_synth.annotate.scheduler import Annotator, JobsAfter, Probe, ProbeScheduler, SolutionJob
+from prm_synth.annotate.search import binary_search
 from prm_synth.arithmetic import generate as make_chain
-from prm_synth.config import AnnotateConfig, SimulatedPolicyConfig
+from prm_synth.config import BinaryConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import (
     Completion,
     EngineError,
@@ -273,7 +273,7 @@ def test_streaming_never_takes_longer_than_rounds(lengths, rounds):
 
 # ---------------------------------------------------------------- binary search on the simulated policy
 def simulated_jobs(policy: SimulatedPolicy, count: int) -> list[SolutionJob]:
-    config = AnnotateConfig(method="binary", probe_batch=2)
+    config = BinaryConfig(method="binary", probe_batch=2)
     jobs = []
     for i in range(count):
         chain = make_chain(random.Random(f"stream-test:{i}"), 4, 12)
@@ -283,7 +283,9 @@ def simulated_jobs(policy: SimulatedPolicy, count: int) -> list[SolutionJob]:
             steps = split_steps(completion.text, "line")
             status = grade(completion.text, str(chain.answer)).status
             key = f"q{i}-s{j}"
-            jobs.append(SolutionJob(key, f"q{i}", user, str(chain.answer), make_annotator(config, steps, status, key)))
+            jobs.append(
+                SolutionJob(key, f"q{i}", user, str(chain.answer), binary_search(steps, status, config, key=key))
+            )
     return jobs
 
 
