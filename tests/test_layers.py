@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "prm_synth.shards",
             "prm_synth.arithmetic",
             "prm_synth.demo_model",
+            "prm_synth.telemetry",
         },
     ),
     (
