@@ -1,9 +1,14 @@
-"""What a run shows while and after it works: a progress bar, a progress artifact, summary artifacts."""
+"""What a run shows while and after it works: a progress bar, a progress artifact, summary artifacts,
+and the picture of the engine's occupancy and tokens/s over the run."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prefect.artifacts import (
@@ -17,33 +22,138 @@ from rich.progress import Progress
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import PipelineConfig
 from prm_synth.engines import model_name
+from prm_synth.engines.stream import streams_now
+from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, summary_markdown
+
+# The Prefect progress artifact is a server call: at most one update this often (seconds).
+ARTIFACT_INTERVAL_S = 5.0
 
 
 class ShardProgress:
-    """Shards done out of the expected total (None when the source cannot say how many)."""
+    """Shards done out of the expected total (None when the source cannot say how many), and what the
+    shards in flight are doing: each one's probe scheduler reports a `ProgressSnapshot` every few
+    seconds through `shard_callback(index)` (thread-safe), shown per shard and summed for the run in
+    the terminal bar and in the Prefect progress artifact's description."""
 
     def __init__(self, total: int | None, terminal: bool) -> None:
         self.total, self.done = total, 0
+        self.started = time.perf_counter()
+        self._lock = threading.Lock()
+        self._live: dict[int, ProgressSnapshot] = {}  # shards being labeled: their latest snapshot
+        self._finished = [0, 0, 0]  # annotators, rollouts, generated tokens of shards that finished
+        self._last_artifact = 0.0
         self.artifact = create_progress_artifact(0.0, description="shards finished or resumed")
         self.bar: Progress | None = None
+        self._shard_tasks: dict[int, Any] = {}
         if terminal:
             self.bar = Progress(transient=False)
             self.bar.start()
             self.task = self.bar.add_task("labeling shards", total=total)
 
     def advance(self) -> None:
-        self.done += 1
+        with self._lock:
+            self.done += 1
         if self.bar:
             self.bar.advance(self.task)
-        if self.total:
-            with contextlib.suppress(Exception):  # progress is best effort; the run is what matters
-                update_progress_artifact(self.artifact, min(100.0, 100.0 * self.done / self.total))
+        self._publish(force=True)
+
+    def shard_callback(self, shard_index: int) -> Callable[[ProgressSnapshot], None]:
+        """What a shard's probe scheduler calls with its progress (`ProbeScheduler(on_progress=...)`)."""
+        return lambda snapshot: self.update(shard_index, snapshot)
+
+    def update(self, shard_index: int, snapshot: ProgressSnapshot) -> None:
+        with self._lock:
+            if snapshot.finished:
+                self._live.pop(shard_index, None)
+                self._finished[0] += snapshot.annotators_done
+                self._finished[1] += snapshot.rollouts
+                self._finished[2] += snapshot.generated_tokens
+            else:
+                self._live[shard_index] = snapshot
+        if self.bar:
+            self._show_shard(shard_index, snapshot)
+            self.bar.update(self.task, description=f"labeling shards: {self.run_line()}")
+        self._publish()
+
+    def run_line(self) -> str:
+        """The run so far: annotators finished, rollouts, tokens, tokens/s, engine occupancy."""
+        with self._lock:
+            live = list(self._live.values())
+            annotators, rollouts, tokens = self._finished
+        annotators += sum(s.annotators_done for s in live)
+        rollouts += sum(s.rollouts for s in live)
+        tokens += sum(s.generated_tokens for s in live)
+        rate = tokens / max(1e-9, time.perf_counter() - self.started)
+        engine = f", engine {live[-1].engine_running}/{live[-1].engine_capacity} running" if live else ""
+        return f"{annotators} annotated, {rollouts} rollouts, {tokens} tokens, {rate:.1f} tok/s{engine}"
+
+    def fraction(self) -> float:
+        """Finished shards plus the finished share of the shards in flight, out of the expected total."""
+        if not self.total:
+            return 0.0
+        with self._lock:
+            partial = sum(s.annotators_done / s.annotators_total for s in self._live.values() if s.annotators_total)
+            return min(1.0, (self.done + partial) / self.total)
 
     def close(self) -> None:
         if self.bar:
             self.bar.stop()
         with contextlib.suppress(Exception):
-            update_progress_artifact(self.artifact, 100.0)
+            update_progress_artifact(self.artifact, 100.0, description=self._description())
+
+    def _show_shard(self, shard_index: int, snapshot: ProgressSnapshot) -> None:
+        assert self.bar is not None
+        task = self._shard_tasks.get(shard_index)
+        if snapshot.finished:
+            if task is not None:
+                self.bar.remove_task(self._shard_tasks.pop(shard_index))
+            return
+        if task is None:
+            task = self._shard_tasks[shard_index] = self.bar.add_task("", total=snapshot.annotators_total)
+        self.bar.update(
+            task, completed=snapshot.annotators_done, description=f"  shard {shard_index}: {snapshot.line()}"
+        )
+
+    def _description(self) -> str:
+        with self._lock:
+            shards = [f"shard {i}: {s.line()}" for i, s in sorted(self._live.items())]
+        return "; ".join([f"{self.done} shard(s) done; {self.run_line()}", *shards])
+
+    def _publish(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            if not force and now - self._last_artifact < ARTIFACT_INTERVAL_S:
+                return
+            self._last_artifact = now
+        with contextlib.suppress(Exception):  # progress is best effort; the run is what matters
+            update_progress_artifact(self.artifact, 100.0 * self.fraction(), description=self._description())
+
+
+def engine_totals() -> dict[int, TelemetryTotals]:
+    """Where each engine of this process stands now (call at the start of a run; see publish_engine_pictures)."""
+    return {id(engine): stream.telemetry.totals() for engine, stream in streams_now()}
+
+
+def publish_engine_pictures(
+    out_dir: str | Path, before: dict[int, TelemetryTotals], config: PipelineConfig
+) -> list[Path]:
+    """Save each engine's occupancy and tokens/s since `before` (PNG, JSON, CSV under
+    `out_dir/telemetry/`) and attach them to the flow run as a markdown artifact. Returns the PNGs."""
+    pngs = []
+    for engine, stream in streams_now():
+        if stream.telemetry.totals().sequences == (before[id(engine)].sequences if id(engine) in before else 0):
+            continue  # this engine did nothing in this run
+        name = _slug(str(getattr(engine, "model_name", "engine")))
+        paths = stream.telemetry.save(Path(out_dir) / "telemetry", name=name, start=before.get(id(engine)))
+        summary = json.loads(paths["json"].read_text())["summary"]
+        pngs += [paths["png"]] if "png" in paths else []
+        with contextlib.suppress(Exception):  # an artifact is best effort; the files are saved
+            create_markdown_artifact(
+                summary_markdown(summary, paths),
+                key=f"{_slug(config.name)}-engine-{name}",
+                description=f"engine occupancy and tokens/s over the run ({name})",
+            )
+    return pngs
 
 
 def _slug(name: str) -> str:

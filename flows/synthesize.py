@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
 from prefect.futures import PrefectFuture
 
-from flows.reporting import ShardProgress, publish_run_artifacts
+from flows.reporting import ShardProgress, engine_totals, publish_engine_pictures, publish_run_artifacts
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
@@ -110,6 +110,7 @@ def synthesize(
     """
     logger = get_run_logger()
     started = time.time()
+    engines_before = engine_totals()  # this run's share of a long-lived process's engines
     tmp = tempfile.TemporaryDirectory(prefix="prm-synth-dry-run-") if dry_run else None
     target = tmp.name if tmp else out_dir
     fingerprint = config.fingerprint()
@@ -163,6 +164,8 @@ def synthesize(
         "dry_run": dry_run,
     }
     publish_run_artifacts(summary, config)
+    if not dry_run:
+        publish_engine_pictures(target, engines_before, config)
     if tmp:
         tmp.cleanup()
     if failed:
