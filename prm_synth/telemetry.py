@@ -152,7 +152,7 @@ class EngineTelemetry:
             covered = max(1e-9, min(width, last - start))  # the last bucket is partly filled
             rows.append(
                 {
-                    "t": round(start - zero, 6),
+                    "t": round(max(0.0, start - zero), 6),  # a bucket begun before `since` shows at 0
                     "running": busy / covered,
                     "capacity": capacity,
                     "occupancy": busy / covered / capacity if capacity else 0.0,
