@@ -84,6 +84,23 @@ def test_order_concurrency_and_plain_fallback(fake, caplog):
         engine.close()
 
 
+def test_per_request_futures_feed_the_engine_stream(fake):
+    from prm_synth.engines.stream import FutureAdapter, stream_for
+
+    engine = _engine(fake.url, max_concurrency=4)
+    try:
+        stream = stream_for(engine)
+        assert isinstance(stream.engine, FutureAdapter) and stream.capacity == 4
+        reqs = _requests(10)
+        futures = stream.submit_all(reqs)
+        assert stream.wait(futures, timeout=60, all_of=True)
+        _assert_fake_results(reqs, [f.result() for f in futures])
+        assert fake.max_in_flight <= 4
+        assert stream.telemetry.totals().sequences == sum(r.n for r in reqs)
+    finally:
+        engine.close()
+
+
 def test_faults_are_retried_nothing_lost_or_duplicated(fake):
     with FaultProxy(fake.url, FAULTS, delay_s=1.5) as proxy:
         engine = _engine(proxy.url, timeout_s=1.0, max_concurrency=4)

@@ -139,6 +139,21 @@ class OpenAIEngine:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
+    @property
+    def capacity(self) -> int:
+        """Requests in flight at once (`max_concurrency`): the stream's occupancy scale."""
+        return self.config.max_concurrency
+
+    def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
+        """One request, one future, done when this request's reply is in (whatever the others do):
+        the engine stream (engines/stream.py) resumes an annotator as soon as its own rollouts are back."""
+        return asyncio.run_coroutine_threadsafe(self._submitted(request), self._ensure_loop())
+
+    async def _submitted(self, request: GenerationRequest) -> GenerationResult:
+        if self._sem is None:  # the same engine-wide bound as `agenerate`
+            self._sem = asyncio.Semaphore(self.config.max_concurrency)
+        return await self._one(0, request, self._sem)
+
     def close(self) -> None:
         """Close the HTTP client and stop the private loop thread. Idempotent."""
         with self._lock:
