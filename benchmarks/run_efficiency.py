@@ -12,8 +12,9 @@ the same length (min_tokens = max_tokens = its length, EOS ignored) as in the st
 submitted at once, from the first submission to the last completion. The two annotation runs are
 measured by the engine stream's telemetry (engines/stream.py) from the scheduler's start to its
 end: generated tokens over that time, mean sequences in vLLM (at most max_num_seqs) / max_num_seqs.
-Order: stream first, so the later runs (rounds, ceiling) find the rollouts' prompts in the prefix
-cache; that favours the two the streaming run is compared with.
+vLLM's prefix cache is emptied before each of the three, so none finds the others' prompts cached
+(rollout prompts are prefill-heavy: a question and a partial solution for a few dozen new tokens, and
+both modes probe the same prefixes, so a warm cache would favour whichever runs later).
 
 Usage: python benchmarks/run_efficiency.py [--problems 8] [--samples 2] [--capacity 16] [--out DIR]
 The last line printed is one JSON object:
@@ -130,6 +131,7 @@ def main() -> None:
         sched = ProbeScheduler(
             engine, sampling, config.run.max_batch_requests, config.run.max_in_flight, mode=mode, label=mode
         )
+        llm.reset_prefix_cache()
         before = stream.telemetry.totals()
         t = time.perf_counter()
         done = sum(1 for _ in sched.run(jobs()))
@@ -141,6 +143,7 @@ def main() -> None:
             "annotated": done,
             "rollouts": sched.stats.rollouts,
             "tokens": window.tokens,
+            "prompt_tokens": sched.stats.prompt_tokens,
             "seconds": wall,
             "tokens_per_s": window.tokens_per_s,
             "occupancy": window.occupancy,
@@ -154,6 +157,7 @@ def main() -> None:
     sequences = [(req, c.generated_tokens) for req, res in engine.seen for c in res.completions]
     tok = engine.tokenizer
     prompts = [tok(engine.render(req), **TOKENIZATION_KWARGS).input_ids for req, _ in sequences]
+    llm.reset_prefix_cache()
     t = time.perf_counter()
     for i, ((_req, length), ids) in enumerate(zip(sequences, prompts, strict=True)):
         params = SamplingParams(max_tokens=max(1, length), min_tokens=max(1, length), ignore_eos=True, temperature=0.8)
