@@ -37,7 +37,7 @@ def variants(tmp: Path) -> dict[str, Path]:
         "simulated-consensus": ROOT / "pipelines/simulated-consensus.yaml",
     }
     for name, annotate in {
-        "simulated-binary": {"method": "binary", "k": 8},
+        "simulated-binary": {"method": "binary", "k": 8, "search_test": "sprt"},
         # Written in the pre-0.2 layout on purpose: old pipeline files must keep loading.
         "simulated-omegaprm": {"method": "omegaprm", "omega_k": 8, "omega_rollout_budget": 120, "save_trees": True},
     }.items():

@@ -4,7 +4,9 @@ load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ check
 
 1 load       the shard's source rows: problems, and rows the loader already rejected (problems.py)
 2 sample     solutions from the policy, split and graded (sample.py; per-question labelers skip it)
-3 label      the method's annotators behind the batching probe scheduler (annotate/labeler.py)
+3 label      the method's annotators behind the probe scheduler (annotate/labeler.py); sampling goes
+             through the same scheduler, so a problem's annotators start as soon as its solutions are
+             back and the engine never drains between the two
 4 judge      an LLM judge names each row's first error (judge.py; only with a `judge` section)
 5 consensus  keep the rows where MC and the judge agree, reject the others (consensus.py)
 6 check      every problem ends as rows or a rejection with a reason, or the shard is not written
@@ -23,12 +25,12 @@ from itertools import islice
 from typing import Any
 
 from prm_synth.annotate.labeler import Progress, make_labeler, quiet
+from prm_synth.annotate.scheduler import ProgressCallback
 from prm_synth.config import PipelineConfig
 from prm_synth.consensus import apply_consensus
 from prm_synth.engines.base import Engine
 from prm_synth.judge import judge_records
 from prm_synth.problems import iter_problems
-from prm_synth.sample import Sampled, sample_solutions
 from prm_synth.schema import Item, LabeledRecord, Problem, RejectedRecord, ShardStats
 
 
@@ -65,18 +67,15 @@ def process_shard(
     fingerprint: str,
     judge_engine: Engine | None = None,
     progress: Progress = quiet,
+    on_progress: ProgressCallback | None = None,
 ) -> ShardOutput:
     clock = _Clock()
     problems = [it for it in shard.items if isinstance(it, Problem)]
     load_rejected = [it for it in shard.items if isinstance(it, RejectedRecord)]
 
-    labeler = make_labeler(config, fingerprint)
-    sampled = sample_solutions(engine, problems, config) if labeler.samples_solutions else Sampled()
-    if labeler.samples_solutions:
-        progress(f"sampled {len(sampled.solutions)} solutions of {len(problems)} problems; annotating")
-    clock.lap("sample")
-    labeled = labeler.label(engine, problems, sampled.solutions, progress)
-    clock.lap("label")
+    labeled = make_labeler(config, fingerprint).label(engine, problems, progress, on_progress)
+    sampled = labeled.sampled
+    clock.lap("sample_and_label")
     judge_stats = (
         judge_records(judge_engine, labeled.records, config.judge, config.run.max_batch_requests)
         if config.judge is not None and judge_engine is not None

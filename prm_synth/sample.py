@@ -1,7 +1,9 @@
 """Stage 2 of the data flow: sample solutions from the policy, split them into steps, grade them.
 
-n solutions per problem in as few engine calls as the batch size allows (one request of n samples a
-problem). A completion with no text to split is rejected (stage "split") with the text kept.
+One request of n samples a problem. In the pipeline these requests go into the labeler's probe
+scheduler (`ProbeScheduler.submit`), so a problem's annotators start as soon as its own solutions are
+back and the engine never drains between sampling and labeling. A completion with no text to split is
+rejected (stage "split") with the text kept.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prm_synth.config import PipelineConfig
-from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
+from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.grading import Verdict, grade
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.schema import Problem, RejectedRecord, reject
@@ -43,43 +45,59 @@ class Sampled:
     tokens: int = 0  # prompt + generated tokens of every sampling request
     completions: int = 0  # solutions drawn, split or not
 
+    def __iadd__(self, other: Sampled) -> Sampled:
+        self.solutions += other.solutions
+        self.rejected += other.rejected
+        self.tokens += other.tokens
+        self.completions += other.completions
+        return self
 
-def sample_solutions(engine: Engine, problems: list[Problem], config: PipelineConfig) -> Sampled:
+
+def sampling_request(problem: Problem, config: PipelineConfig) -> GenerationRequest:
+    """The one request (n = samples per problem) that samples a problem's solutions."""
     sampling = SamplingOptions(
         max_tokens=config.sampling.max_tokens,
         temperature=config.sampling.temperature,
         top_p=config.sampling.top_p,
     )
+    return GenerationRequest(
+        user=policy_user_prompt(problem.question), n=config.sampling.samples_per_problem, sampling=sampling
+    )
+
+
+def read_solutions(problem: Problem, result: GenerationResult, config: PipelineConfig) -> Sampled:
+    """A problem's sampling result, split into steps and graded; an empty completion is rejected."""
+    out = Sampled(tokens=result.prompt_tokens + result.generated_tokens, completions=len(result.completions))
+    for j, completion in enumerate(result.completions):
+        steps = split_steps(completion.text, config.steps.strategy, config.steps.pattern)
+        if not steps:
+            detail = "the policy produced no text to split into steps"
+            out.rejected.append(
+                reject(
+                    solution_id(problem.id, j),
+                    problem.id,
+                    problem.source,
+                    "split",
+                    "empty_solution",
+                    detail,
+                    {"text": completion.text},
+                )
+            )
+            continue
+        verdict = grade(completion.text, problem.gold_answer)
+        share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
+        out.solutions.append(Solution(problem, j, steps, verdict, share))
+    return out
+
+
+def sample_solutions(engine: Engine, problems: list[Problem], config: PipelineConfig) -> Sampled:
+    """Every problem's solutions in as few engine calls as the batch size allows (benchmarks, tools;
+    the pipeline samples through the labeler's scheduler so sampling and labeling share the engine)."""
     out = Sampled()
     step = config.run.max_batch_requests
     for start in range(0, len(problems), step):
         batch = problems[start : start + step]
-        requests = [
-            GenerationRequest(
-                user=policy_user_prompt(p.question), n=config.sampling.samples_per_problem, sampling=sampling
-            )
-            for p in batch
-        ]
-        for problem, result in zip(batch, engine.generate(requests), strict=True):
-            out.tokens += result.prompt_tokens + result.generated_tokens
-            out.completions += len(result.completions)
-            for j, completion in enumerate(result.completions):
-                steps = split_steps(completion.text, config.steps.strategy, config.steps.pattern)
-                if not steps:
-                    detail = "the policy produced no text to split into steps"
-                    out.rejected.append(
-                        reject(
-                            solution_id(problem.id, j),
-                            problem.id,
-                            problem.source,
-                            "split",
-                            "empty_solution",
-                            detail,
-                            {"text": completion.text},
-                        )
-                    )
-                    continue
-                verdict = grade(completion.text, problem.gold_answer)
-                share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
-                out.solutions.append(Solution(problem, j, steps, verdict, share))
+        results = engine.generate([sampling_request(p, config) for p in batch])
+        for problem, result in zip(batch, results, strict=True):
+            out += read_solutions(problem, result, config)
     return out

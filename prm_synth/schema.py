@@ -195,7 +195,7 @@ class ShardStats:
     sampling_tokens: int = 0
     rollout_tokens: int = 0
     judge_tokens: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)  # per stage: sample, label, judge, consensus
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage: sample_and_label, judge, consensus
     judge: dict[str, Any] = field(default_factory=dict)  # JudgeStats counts (empty without a judge)
     consensus: dict[str, Any] = field(default_factory=dict)  # consensus counts (empty without consensus)
 

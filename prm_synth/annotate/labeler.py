@@ -23,13 +23,20 @@ from prm_synth.annotate.calibration import RunEstimates
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
-from prm_synth.annotate.scheduler import Annotator, ProbeScheduler, SchedulerStats, SolutionJob
+from prm_synth.annotate.scheduler import (
+    Annotator,
+    JobsAfter,
+    ProbeScheduler,
+    ProgressCallback,
+    SchedulerStats,
+    SolutionJob,
+)
 from prm_synth.annotate.search import binary_search
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
-from prm_synth.engines.base import Engine, SamplingOptions
+from prm_synth.engines.base import Engine, GenerationResult, SamplingOptions
 from prm_synth.grading import Verdict, grade
 from prm_synth.prompts import policy_user_prompt
-from prm_synth.sample import Solution
+from prm_synth.sample import Sampled, Solution, read_solutions, sampling_request
 from prm_synth.schema import LabeledRecord, Problem, RejectedRecord, ShardStats, reject
 from prm_synth.steps import split_steps
 
@@ -48,6 +55,7 @@ class LabelResult:
     rejected: list[RejectedRecord] = field(default_factory=list)
     trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
     stats: SchedulerStats = field(default_factory=SchedulerStats)
+    sampled: Sampled = field(default_factory=Sampled)  # the solutions sampled for it (none per question)
 
 
 class Labeler(Protocol):
@@ -55,8 +63,14 @@ class Labeler(Protocol):
     samples_solutions: bool  # True: label sampled solutions (one row each); False: label questions
 
     def label(
-        self, engine: Engine, problems: list[Problem], solutions: list[Solution], progress: Progress = quiet
-    ) -> LabelResult: ...
+        self,
+        engine: Engine,
+        problems: list[Problem],
+        progress: Progress = quiet,
+        on_progress: ProgressCallback | None = None,
+    ) -> LabelResult:
+        """Label a shard's problems (sampling their solutions first where the method needs them)."""
+        ...
 
     def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
         """An annotator for a solution we are given (evaluation on ProcessBench-format files)."""
@@ -79,13 +93,16 @@ def make_labeler(config: PipelineConfig, fingerprint: str = "") -> Labeler:
     raise TypeError(f"no labeler for annotate config {type(ann).__name__}")
 
 
-def new_scheduler(engine: Engine, config: PipelineConfig) -> ProbeScheduler:
+def new_scheduler(
+    engine: Engine, config: PipelineConfig, on_progress: ProgressCallback | None = None
+) -> ProbeScheduler:
     r = config.rollouts
     return ProbeScheduler(
         engine,
         SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p),
         max_batch_requests=config.run.max_batch_requests,
         max_in_flight=config.run.max_in_flight,
+        on_progress=on_progress,
     )
 
 
@@ -184,29 +201,43 @@ class SolutionLabeler(_Base):
         return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), self.estimates, key)
 
     def label(
-        self, engine: Engine, problems: list[Problem], solutions: list[Solution], progress: Progress = quiet
+        self,
+        engine: Engine,
+        problems: list[Problem],
+        progress: Progress = quiet,
+        on_progress: ProgressCallback | None = None,
     ) -> LabelResult:
-        scheduler = new_scheduler(engine, self.config)
-        jobs = (
-            SolutionJob(
-                key=s.id,
-                problem_key=s.problem.id,
-                user_prompt=policy_user_prompt(s.problem.question),
-                gold=s.problem.gold_answer,
-                annotator=self.annotate_given(s.steps, s.verdict.status, s.id),
-            )
-            for s in solutions
-        )
-        annotations = self._jobs_run(scheduler, jobs, len(solutions), progress)
+        """Sample each problem's solutions and label them, sharing one engine stream: a problem's
+        annotators start as soon as its own solutions are back (no drain between the two stages)."""
+        scheduler = new_scheduler(engine, self.config, on_progress)
+        futures = scheduler.submit([sampling_request(p, self.config) for p in problems])
+        by_problem: dict[str, Sampled] = {}
+
+        def jobs_of(problem: Problem, result: GenerationResult) -> list[SolutionJob[Annotation]]:
+            sampled = by_problem[problem.id] = read_solutions(problem, result, self.config)
+            return [self._job(s) for s in sampled.solutions]
+
+        jobs = (JobsAfter(future, partial(jobs_of, problem)) for problem, future in zip(problems, futures, strict=True))
+        total = len(problems) * self.config.sampling.samples_per_problem
+        annotations = self._jobs_run(scheduler, jobs, total, progress)
+        sampled = Sampled()
+        for problem in problems:  # input order, whatever order the annotators finished in
+            sampled += by_problem[problem.id]
         records = []
-        for s in solutions:  # input order, whatever order the annotators finished in
+        for s in sampled.solutions:
             rollouts, tokens = scheduler.spend.get(s.id, [0, 0])
-            records.append(
-                self._record(
-                    engine, s.problem, s.id, s.steps, s.verdict, annotations[s.id], rollouts, tokens + s.tokens
-                )
-            )
-        return LabelResult(records=records, stats=scheduler.stats)
+            ann = annotations[s.id]
+            records.append(self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, rollouts, tokens + s.tokens))
+        return LabelResult(records=records, stats=scheduler.stats, sampled=sampled)
+
+    def _job(self, s: Solution) -> SolutionJob[Annotation]:
+        return SolutionJob(
+            key=s.id,
+            problem_key=s.problem.id,
+            user_prompt=policy_user_prompt(s.problem.question),
+            gold=s.problem.gold_answer,
+            annotator=self.annotate_given(s.steps, s.verdict.status, s.id),
+        )
 
     def budget_line(self) -> str:
         a = self.annotate
@@ -215,6 +246,11 @@ class SolutionLabeler(_Base):
             return f"k = {a.k} rollouts from every step prefix{stop}"
         if a.search_test == "fixed":
             return f"binary search, k = {a.k} rollouts a probe (good when MC > 0)"
+        if a.search_test == "calibrated":
+            return (
+                f"binary search with a calibrated posterior (labels at confidence {a.confidence}, at most "
+                f"{a.calibrated_max_rollouts} rollouts a solution; luck and difficulty estimated from the run)"
+            )
         return (
             f"binary search, sequential test ({a.probe_batch} rollouts at a time, at most {a.probe_max_rollouts} a "
             f"probe; bad_rate {a.bad_rate}, good_rate {a.good_rate})"
@@ -271,11 +307,15 @@ class TreeLabeler(_Base):
         return ann
 
     def label(
-        self, engine: Engine, problems: list[Problem], solutions: list[Solution], progress: Progress = quiet
+        self,
+        engine: Engine,
+        problems: list[Problem],
+        progress: Progress = quiet,
+        on_progress: ProgressCallback | None = None,
     ) -> LabelResult:
         from prm_synth.annotate.omega import tree_to_json
 
-        scheduler = new_scheduler(engine, self.config)
+        scheduler = new_scheduler(engine, self.config, on_progress)
         split = partial(split_steps, strategy=self.config.steps.strategy, pattern=self.config.steps.pattern)
         jobs = (
             SolutionJob(
