@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
-from prm_synth.grading import grade
+from prm_synth.grading import grade, is_truncated
 
 T = TypeVar("T")
 
@@ -207,7 +207,8 @@ class ProbeScheduler:
                 job = need[key][0]
                 est = self._estimates.setdefault(key, ProbeResult(step=-1))
                 for completion in result.completions:
-                    status = self.grader(key[1] + completion.text, job.gold)
+                    truncated = is_truncated(completion.finish_reason)  # cut by max_tokens: never correct
+                    status = "unknown" if truncated else self.grader(key[1] + completion.text, job.gold)
                     est.total += 1
                     est.correct += status == "correct"
                     est.unknown += status == "unknown"
