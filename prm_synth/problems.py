@@ -28,6 +28,7 @@ from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
 from prm_synth.errors import PrmSynthError
 from prm_synth.grading import last_boxed
 from prm_synth.schema import Item, Problem, RejectedRecord, reject
+from prm_synth.shards import storable
 
 PAYLOAD_CHARS = 2000
 PARQUET_BATCH_ROWS = 1024
@@ -101,15 +102,6 @@ def gold_from_field(value: Any, answer_format: str) -> tuple[str | None, str | N
         text = boxed
     text = text.strip()
     return (text, None) if text else (None, "empty_answer")
-
-
-def storable(text: str) -> str:
-    """`text` if it encodes as UTF-8, else the same text with the offending characters backslash-escaped."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _payload(row: Any) -> str:
