@@ -196,3 +196,45 @@ def test_a_row_that_cannot_be_stored_becomes_a_rejected_row_and_the_shard_surviv
     assert moved["reason"] == "unencodable_text" and moved["stage"] == "write" and "steps[1]" in moved["detail"]
     assert "\\ud800" in moved["payload"]  # the offending text, escaped
     assert rejected["r1"]["problem_id"] == "p \\udfff" and rejected["r1"]["detail"] == "detail \\ud800"
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_run_over_hostile_rows_and_a_damaged_shard_end_to_end(tmp_path: Path) -> None:
+    """The issue's probes through the real flow: hostile rows are rejected and the run goes on; a flipped byte
+    in a finished run stops `inspect`; a re-run redoes that shard alone and the folder reads again."""
+    import random
+
+    from flows.synthesize import synthesize
+    from prm_synth import arithmetic
+    from prm_synth.config import load_config
+
+    def row(seed: int) -> str:
+        chain = arithmetic.generate(random.Random(seed), 2, 3)
+        return json.dumps({"question": chain.question(), "answer": f"work\n#### {chain.answer}"})
+
+    lines = [
+        row(0),
+        "[" * 100_000 + "]" * 100_000,
+        json.dumps({"question": "bad \ud800", "answer": "#### 1"}),
+        json.dumps({"question": "What is 0/0?", "answer": float("nan")}),
+        row(4),
+        row(5),
+    ]
+    problems = tmp_path / "problems.jsonl"
+    problems.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+    data = yaml.safe_load((ROOT / "pipelines" / "simulated.yaml").read_text())
+    data["problems"] = {"kind": "file", "path": str(problems), "preset": "gsm8k"}
+    data["output"] = {"shard_size": 2}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    config = load_config(tmp_path / "p.yaml")
+    out = tmp_path / "out"
+    summary = synthesize(config=config, out_dir=str(out))
+    assert summary["problems_in"] == 6 and summary["rows"] == 3 and summary["reconciles"]
+    reasons = {r["id"]: r["reason"] for r in iter_records(out, "rejected")}
+    assert reasons == {"problems:1": "broken_line", "problems:2": "bad_text", "problems:3": "unparseable_answer"}
+
+    _flip_byte(out / "data" / "shard-00002.arrow")
+    _one_line_error(CliRunner().invoke(app, ["inspect", str(out)]), 2, "shard-00002.arrow")
+    again = synthesize(config=config, out_dir=str(out))
+    assert again["shards_run"] == 1 and again["shards_skipped"] == 2
+    assert CliRunner().invoke(app, ["inspect", str(out), "--json"]).exit_code == 0
