@@ -29,10 +29,12 @@ limit applies before any loop over the text, so extraction is linear in the text
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import logging
 import os
+import queue
 import re
 import select
 import subprocess
@@ -40,6 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -305,13 +308,24 @@ def grade_many(
 
 
 # ---------------------------------------------------------------- math-verify worker processes
-def _worker_main() -> None:  # pragma: no cover - runs in the worker process
+def _worker_main(parent_pid: int) -> None:  # pragma: no cover - runs in the worker process
     """A worker: read `[gold, extracted]` JSON lines on stdin, answer `[status, reason]` lines on stdout.
 
-    Ctrl-C goes to the parent (which owns the run); a closed stdin (the parent exited) ends the worker."""
+    Ctrl-C goes to the parent (which owns the run). The worker never outlives its parent: a closed stdin
+    ends it, and on Linux the kernel kills it when the parent dies even in the middle of a computation
+    that would not look at stdin for minutes (PR_SET_PDEATHSIG)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        return  # the parent died before the line above took effect
     try:
         import resource
 
@@ -364,13 +378,10 @@ class _Worker:
     def __init__(self) -> None:
         package_root = str(Path(__file__).resolve().parents[1])  # the worker imports this very module
         env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        code = f"from prm_synth.grading import _worker_main; _worker_main({os.getpid()})"
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", "from prm_synth.grading import _worker_main; _worker_main()"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=env,
-                bufsize=0,
+            self.process = _SPAWNER.popen(
+                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0
             )
         except OSError as e:
             raise GraderUnavailableError(f"cannot start a grading worker ({sys.executable}): {e}") from e
@@ -423,6 +434,37 @@ class _Worker:
                 pipe.close()
 
 
+class _Spawner:
+    """Starts worker processes from one thread that lives as long as the process. PR_SET_PDEATHSIG
+    fires when the *thread* that started a child ends, and grading runs in pool threads that come and go."""
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], list[str], dict[str, Any]]]
+        self._requests = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="prm-synth-grader-spawner", daemon=True)
+                self._thread.start()
+        future: Future[subprocess.Popen[bytes]] = Future()
+        self._requests.put((future, args, kwargs))
+        return future.result()
+
+    def _run(self) -> None:
+        while True:
+            future, args, kwargs = self._requests.get()
+            try:
+                future.set_result(subprocess.Popen(args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                future.set_exception(e)
+
+
+_SPAWNER = _Spawner()
+
+
 class _WorkerPool:
     """At most `size` workers, started on demand; a caller waits for a free one (that wait is not
     part of its deadline). A worker that misses a deadline or dies is killed and forgotten."""
@@ -430,6 +472,7 @@ class _WorkerPool:
     def __init__(self, size: int) -> None:
         self.size = size
         self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
         self._count = 0
         self._cond = threading.Condition()
 
@@ -450,7 +493,10 @@ class _WorkerPool:
                 return self._idle.pop()
             self._count += 1
         try:
-            return _Worker()  # started outside the lock: others keep grading meanwhile
+            worker = _Worker()  # started outside the lock: others keep grading meanwhile
+            with self._cond:
+                self._all.add(worker)
+            return worker
         except BaseException:
             with self._cond:
                 self._count -= 1
@@ -465,16 +511,26 @@ class _WorkerPool:
                 self._idle.append(worker)
             else:
                 self._count -= 1
+                self._all.discard(worker)
             self._cond.notify()
 
     def shutdown(self) -> None:
-        """Stop the idle workers (busy ones end with their callers); the pool can start new ones later."""
+        """Stop the idle workers (busy ones are stopped by their callers); the pool can start new ones later."""
         with self._cond:
             idle, self._idle = self._idle, []
             self._count -= len(idle)
+            self._all.difference_update(idle)
         for worker in idle:
             worker.kill()
 
+    def kill_all(self) -> None:
+        """At exit: stop every worker, busy ones too (their callers then see a dead worker)."""
+        with self._cond:
+            workers = list(self._all)
+        for worker in workers:
+            with contextlib.suppress(OSError):
+                worker.process.kill()
+
 
 _POOL = _WorkerPool(GRADER_PROCESSES)
-atexit.register(_POOL.shutdown)
+atexit.register(_POOL.kill_all)

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
@@ -297,3 +301,61 @@ def test_a_dead_worker_gives_unknown_not_a_crash(monkeypatch: pytest.MonkeyPatch
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         grade("#### 1", "1", timeout_s=0)
+
+
+def test_a_worker_outlives_the_thread_that_started_it() -> None:
+    """PR_SET_PDEATHSIG fires when the starting *thread* ends: workers are started by a long-lived thread."""
+    grading._POOL.shutdown()
+    grading._judge.cache_clear()
+    thread = threading.Thread(target=lambda: grade("\\boxed{v+1}", "1+v"))
+    thread.start()
+    thread.join()
+    (worker,) = grading._POOL._idle
+    assert grade("\\boxed{v+2}", "2+v").status == "correct"
+    assert worker.process.poll() is None and grading._POOL._idle == [worker]
+
+
+_ORPHAN = """
+import sys, threading
+from prm_synth import grading
+threading.Thread(target=lambda: grading.grade("\\\\boxed{\\\\Gamma(99999997)}", "2", timeout_s=600), daemon=True).start()
+while not grading._POOL._all:
+    threading.Event().wait(0.05)
+(worker,) = grading._POOL._all
+print(worker.process.pid, flush=True)
+threading.Event().wait(600)
+"""
+
+
+def test_a_busy_worker_dies_with_its_parent() -> None:
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])
+    }
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN], stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert parent.stdout is not None
+        worker_pid = int(parent.stdout.readline())
+        deadline = time.monotonic() + 60
+        while _cpu_ticks(worker_pid) < 30 and time.monotonic() < deadline:  # busy with the comparison
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while _alive(worker_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker_pid), "the grading worker outlived its killed parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"  # a zombie waiting for init counts as gone
+    except FileNotFoundError:
+        return False
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().split(") ", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
