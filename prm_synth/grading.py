@@ -531,6 +531,21 @@ class _WorkerPool:
             with contextlib.suppress(OSError):
                 worker.process.kill()
 
+    def forget(self) -> None:
+        """In a forked child: the workers (and their pipes) belong to the parent; start afresh."""
+        self._idle, self._all, self._count = [], set(), 0
+        self._cond = threading.Condition()
+
 
 _POOL = _WorkerPool(GRADER_PROCESSES)
 atexit.register(_POOL.kill_all)
+
+
+def _after_fork_in_child() -> None:
+    global _SPAWNER
+    _POOL.forget()
+    _SPAWNER = _Spawner()  # the spawner thread does not survive a fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

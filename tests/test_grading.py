@@ -359,3 +359,24 @@ def _cpu_ticks(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().split(") ", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def test_a_forked_child_grades_with_its_own_workers() -> None:
+    """A fork copies the pool; the child must not talk to the parent's workers over the shared pipes."""
+    import multiprocessing
+
+    assert grade("\\boxed{u+1}", "1+u").status == "correct"  # the parent has a worker now
+    parent_workers = {w.process.pid for w in grading._POOL._all}
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        status, child_workers = pool.apply(_grade_in_child)
+    assert status == "correct" and not (set(child_workers) & parent_workers)
+    assert grade("\\boxed{u+3}", "3+u").status == "correct"  # the parent's workers are untouched
+
+
+def _grade_in_child() -> tuple[str, list[int]]:
+    grading._judge.cache_clear()
+    status = grade("\\boxed{u+2}", "2+u").status
+    pids = [w.process.pid for w in grading._POOL._all]
+    grading._POOL.kill_all()
+    return status, pids
