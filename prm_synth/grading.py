@@ -1,45 +1,65 @@
 """Answer extraction and three-valued grading: correct, incorrect, or unknown.
 
-Extraction is ours (last \\boxed{} wins, then "the answer is", then "####", then the last number);
-equivalence is exact Fraction arithmetic when both sides are plain numbers, else math-verify.
-Model text is never evaluated as code: the only parser that sees it is math-verify's LaTeX parser.
+Extraction is ours; earlier rules win over later ones:
+1. the last top-level \\boxed{} (or \\fbox{});
+2. the last "answer is ..." / "answer: ..." up to the end of its sentence, then the text after the last "####";
+3. the last-number fallback, which reads only the text's *final line*, and only when that line reads as an
+   answer sentence: at most `FALLBACK_LINE_CHARS` characters, nothing that looks like code or LaTeX
+   (`_`, backticks, braces, brackets, backslashes, quotes, `name(`), and the number ends the line: either
+   nothing but closing punctuation follows it ("total 7.", "= -4", "**18**") or at most four words and a
+   full stop do ("So she has 1,234 marbles."). A number anywhere else in the text (a path, an unfinished
+   sentence, an earlier step of off-topic text) is never an answer, so such text is unknown, not correct.
 
-math-verify bounds its work with signal.alarm, which only works in the main thread, and grading
-runs in worker threads. So off the main thread we call it without a timeout and bound the cost
-ourselves: overlong answers and the few shapes that make sympy run for minutes (power towers,
-huge exponents and factorials) are refused as unknown before math-verify sees them. The guard runs
-in every thread, so a verdict does not depend on which thread computed it.
+A completion that stopped because it hit `max_tokens` (finish reason "length") is unknown ("truncated")
+whatever it says: use `grade_completion` wherever an engine's completion is graded.
+
+Equivalence is exact Fraction arithmetic when both sides are plain numbers (in-process, microseconds),
+else math-verify (sympy). Model text is never evaluated as code: the only parser that sees it is
+math-verify's LaTeX parser.
+
+The time bound is hard and the same in every thread: math-verify runs in a small pool of worker processes
+(`python -c`, started on first use, at most `GRADER_PROCESSES`), and a comparison that is not answered
+within `timeout_s` is unknown ("timeout") and its worker is killed and replaced. (math-verify's own timeout
+uses signal.alarm, which works only in the main thread, and a C-level sympy computation such as a huge
+factorial cannot be interrupted at all; a process can always be killed.) A cheap in-process guard still
+refuses the shapes known to run for minutes ("too_complex") so they do not cost a worker. Every length
+limit applies before any loop over the text, so extraction is linear in the text's length.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
+import json
 import logging
-import math
+import os
+import queue
 import re
+import select
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
-
-from math_verify import parse, verify
-from math_verify.errors import TimeoutException
+from pathlib import Path
+from typing import Any, Literal
 
 Status = Literal["correct", "incorrect", "unknown"]
-MAX_ANSWER_CHARS = 1000  # longer extracted answers are unknown ("too_long"): bounds parser cost
+MAX_ANSWER_CHARS = 1000  # longer extracted (or gold) answers are unknown ("too_long"): bounds parser cost
+FALLBACK_LINE_CHARS = 200  # a longer final line is not an answer sentence
 CACHE_SIZE = 100_000
+TRUNCATED_FINISH_REASONS = frozenset({"length"})  # vLLM and the OpenAI API: the max_tokens limit was hit
+GRADER_PROCESSES = max(1, min(4, os.cpu_count() or 1))
+WORKER_START_TIMEOUT_S = 120.0  # importing sympy on a loaded machine; not part of a comparison's deadline
+WORKER_MEMORY_BYTES = 4 << 30  # address-space cap of a worker: a runaway sympy gets MemoryError, not the host
 
 
-class _NoTimeoutNotice(logging.Filter):
-    """math-verify warns once that running without a timeout is unsafe; we bound the cost ourselves."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Timeout is disabled")
-
-
-for _name in ("math_verify.parser", "math_verify.grader"):
-    logging.getLogger(_name).addFilter(_NoTimeoutNotice())
+class GraderUnavailableError(RuntimeError):
+    """No grading worker process could be started (a broken environment, not a verdict)."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +77,14 @@ _SENTENCE = re.compile(r"(.*?)\.(?:\s|$)")
 # A number not glued to a word on either side ("x2", "3rd", "v1.2" hold none); "-" only when it
 # cannot be a binary minus ("5-3" ends in 3, not -3).
 _LAST_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?(?!\w)")
+# What may follow the fallback's number: closing punctuation only, or up to four words (a unit) and a full stop.
+_BARE_TAIL = re.compile(r"[\s%$*).!]*")
+_UNIT_TAIL = re.compile(r"\s*%?(?:\s+[A-Za-z][A-Za-z'\u2019]*){1,4}\s*[*)$]*[.!][\s*)$]*")
+_NOT_PROSE = re.compile(r"[_`{}\[\]<>|\\;\"@#~]|[A-Za-z]\(")
 _WRAP_OPEN = ("**", "$", "\\(", "\\[", ":", "*")
 _WRAP_CLOSE = ("**", "$", "\\)", "\\]", ".", "*")
+# An answer line is read this far at most: anything longer is too long to be an answer anyway.
+_ANSWER_LINE_CHARS = 2 * MAX_ANSWER_CHARS + 16
 
 
 def last_boxed(text: str) -> str | None:
@@ -85,16 +111,31 @@ def last_boxed(text: str) -> str | None:
 
 
 def _clean(answer: str) -> str:
-    """Strip the wrappers people put around a final answer: $...$, **...**, \\(...\\), a period."""
-    prev = None
-    while prev != answer:
-        prev = answer
-        answer = answer.strip()
+    """Strip the wrappers people put around a final answer: $...$, **...**, \\(...\\), a period.
+
+    Moves two indices instead of re-slicing, so it is linear however many wrappers there are."""
+    start, end = 0, len(answer)
+    changed = True
+    while changed:
+        changed = False
+        while start < end and answer[start].isspace():
+            start += 1
+        while end > start and answer[end - 1].isspace():
+            end -= 1
         for w in _WRAP_OPEN:
-            answer = answer.removeprefix(w)
+            if answer.startswith(w, start, end):
+                start += len(w)
+                changed = True
         for w in _WRAP_CLOSE:
-            answer = answer.removesuffix(w)
-    return answer
+            if end - start >= len(w) and answer.endswith(w, start, end):
+                end -= len(w)
+                changed = True
+    return answer[start:end]
+
+
+def _answer_line(text: str, start: int) -> str:
+    """The rest of the line from `start`, read at most `_ANSWER_LINE_CHARS` far."""
+    return text[start : start + _ANSWER_LINE_CHARS].split("\n", 1)[0]
 
 
 def _after_answer_is(text: str) -> str | None:
@@ -103,8 +144,10 @@ def _after_answer_is(text: str) -> str | None:
         pass
     if last is None:
         return None
-    line = text[last.end() :].split("\n", 1)[0]
+    line = _answer_line(text, last.end())
     m = _SENTENCE.match(line)  # up to the first sentence end; "3.5" has no space after its dot
+    if m is None and len(line) == _ANSWER_LINE_CHARS:
+        return line  # no sentence end within the bound: too long to be an answer (graded too_long)
     return _clean(m.group(1) if m else line) or None
 
 
@@ -112,25 +155,43 @@ def _after_hashes(text: str) -> str | None:
     i = text.rfind("####")
     if i < 0:
         return None
-    return _clean(text[i + 4 :].split("\n", 1)[0]) or None
+    line = _answer_line(text, i + 4)
+    if len(line) == _ANSWER_LINE_CHARS:
+        return line  # too long to be an answer (graded too_long)
+    return _clean(line) or None
 
 
-def _last_number(text: str) -> str | None:
+def _final_line_number(text: str) -> str | None:
+    """The fallback: the number that ends the text's final line, when that line reads as an answer sentence."""
+    end = len(text)
+    while end and text[end - 1].isspace():
+        end -= 1
+    start = text.rfind("\n", max(0, end - FALLBACK_LINE_CHARS - 1), end) + 1
+    if start == 0 and end > FALLBACK_LINE_CHARS:
+        return None  # the final line is longer than an answer sentence
+    line = text[start:end]
+    if _NOT_PROSE.search(line):
+        return None
     last = None
-    for last in _LAST_NUMBER.finditer(text):  # noqa: B007 - we want the last match
+    for last in _LAST_NUMBER.finditer(line):  # noqa: B007 - we want the last match
         pass
-    return last.group() if last else None
+    if last is None:
+        return None
+    tail = line[last.end() :]
+    if _BARE_TAIL.fullmatch(tail) or _UNIT_TAIL.fullmatch(tail):
+        return last.group()
+    return None
 
 
 def extract_answer(text: str, last_number_fallback: bool = True) -> str | None:
-    """The final answer a solution states, or None. Earlier rules win over later ones."""
+    """The final answer a solution states, or None. Earlier rules win over later ones (module doc)."""
     boxed = last_boxed(text)
     if boxed is not None and boxed.strip():
         return boxed.strip()
     answer = _after_answer_is(text) or _after_hashes(text)
     if answer is not None:
         return answer
-    return _last_number(text) if last_number_fallback else None
+    return _final_line_number(text) if last_number_fallback else None
 
 
 # ---------------------------------------------------------------- equivalence
@@ -138,12 +199,15 @@ _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _SLASH = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
 _TEX_FRAC = re.compile(r"([+-]?)\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+_NUMBER_CHARS = 100  # a plain number longer than this is not worth the fast path
 
 
 def as_number(s: str) -> Fraction | None:
     """A plain number (72, -3.5, 1,234, 3/4, \\frac{3}{4}, $5, 50%) as an exact Fraction, else None."""
+    if len(s) > 4 * _NUMBER_CHARS:
+        return None
     s = _clean(s).replace("\u2212", "-").replace("{,}", ",").replace("\\!", "")
-    if len(s) > 100:
+    if len(s) > _NUMBER_CHARS:
         return None
     for prefix in ("\\$", "$"):
         s = s.removeprefix(prefix)
@@ -170,7 +234,8 @@ _BINOM = re.compile(r"\\[dt]?binom\s*\{\s*(\d+)")
 
 
 def _too_complex(expr: str) -> bool:
-    """Shapes on which sympy can run for minutes: power towers, big symbolic powers, big factorials."""
+    """Shapes on which sympy runs for minutes (power towers, big symbolic powers, big factorials): refused
+    up front so they do not cost a worker its deadline. Only a shortcut: the worker deadline is the bound."""
     if _BIG_FACTORIAL.search(expr):
         return True
     if any(len(m[1]) > 5 for m in _BINOM.finditer(expr)):
@@ -194,6 +259,109 @@ def _too_complex(expr: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _judge(gold: str, extracted: str, timeout_s: float) -> Verdict:
+    def unknown(reason: str) -> Verdict:
+        return Verdict("unknown", extracted, reason)
+
+    if len(extracted) > MAX_ANSWER_CHARS:
+        return unknown("too_long")
+    if len(gold) > MAX_ANSWER_CHARS:
+        return unknown("gold_too_long")
+    g, e = as_number(gold), as_number(extracted)
+    if g is not None and e is not None:
+        return Verdict("correct" if g == e else "incorrect", extracted, "numeric")
+    if _too_complex(extracted) or _too_complex(gold):
+        return unknown("too_complex")
+    status, reason = _POOL.compare(gold, extracted, timeout_s)
+    return Verdict(status, extracted, reason)  # type: ignore[arg-type]
+
+
+def grade(response_text: str, gold: str, *, last_number_fallback: bool = True, timeout_s: float = 2.0) -> Verdict:
+    """Grade a full solution text against the gold answer; unknown is never counted as correct.
+
+    `timeout_s` bounds one math-verify comparison (worker start-up and waiting for a free worker excluded)."""
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
+    extracted = extract_answer(response_text, last_number_fallback)
+    if extracted is None:
+        return Verdict("unknown", None, "no_answer")
+    return _judge(gold.strip(), extracted, float(timeout_s))
+
+
+def is_truncated(finish_reason: str | None) -> bool:
+    """Did the engine stop this completion because it hit `max_tokens`?"""
+    return finish_reason in TRUNCATED_FINISH_REASONS
+
+
+def grade_completion(text: str, gold: str, finish_reason: str | None, **kwargs: Any) -> Verdict:
+    """Grade an engine's completion: one cut off by `max_tokens` is unknown ("truncated"), never correct."""
+    if is_truncated(finish_reason):
+        return Verdict("unknown", None, "truncated")
+    return grade(text, gold, **kwargs)
+
+
+def grade_many(
+    texts: Iterable[str], gold: str, *, last_number_fallback: bool = True, timeout_s: float = 2.0
+) -> list[Verdict]:
+    return [grade(t, gold, last_number_fallback=last_number_fallback, timeout_s=timeout_s) for t in texts]
+
+
+# ---------------------------------------------------------------- math-verify worker processes
+def _worker_main(parent_pid: int) -> None:  # pragma: no cover - runs in the worker process
+    """A worker: read `[gold, extracted]` JSON lines on stdin, answer `[status, reason]` lines on stdout.
+
+    Ctrl-C goes to the parent (which owns the run). The worker never outlives its parent: a closed stdin
+    ends it, and on Linux the kernel kills it when the parent dies even in the middle of a computation
+    that would not look at stdin for minutes (PR_SET_PDEATHSIG)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        return  # the parent died before the line above took effect
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY or soft > WORKER_MEMORY_BYTES:
+            resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+    logging.disable(logging.CRITICAL)  # math-verify warns about every unparseable answer
+    from math_verify import parse, verify
+
+    @functools.lru_cache(maxsize=4096)
+    def parsed(expr: str) -> list:
+        return parse(_for_math_verify(expr), parsing_timeout=None, raise_on_error=True)
+
+    def compare(gold: str, extracted: str) -> tuple[str, str]:
+        try:
+            parsed_gold, parsed_answer = parsed(gold), parsed(extracted)
+            if not parsed_gold:
+                return "unknown", "unparseable_gold"
+            if not parsed_answer:
+                return "unknown", "unparseable"
+            same = verify(parsed_gold, parsed_answer, timeout_seconds=None, raise_on_error=True)
+        except Exception as exc:  # a parser or sympy failure (MemoryError included) is not a verdict
+            return "unknown", f"error:{type(exc).__name__}"
+        return ("correct" if same else "incorrect"), "math_verify"
+
+    out = sys.stdout.buffer
+    out.write(b'"ready"\n')
+    out.flush()
+    for line in sys.stdin.buffer:
+        gold, extracted = json.loads(line)
+        out.write(json.dumps(compare(gold, extracted)).encode() + b"\n")
+        out.flush()
+
+
 def _for_math_verify(expr: str) -> str:
     """math-verify reads LaTeX inside a box or math delimiters; a box needs balanced braces."""
     depth = 0
@@ -204,54 +372,180 @@ def _for_math_verify(expr: str) -> str:
     return f"\\boxed{{{expr}}}" if depth == 0 else f"${expr}$"
 
 
-@functools.lru_cache(maxsize=CACHE_SIZE)
-def _parse(expr: str, timeout: int | None) -> list:
-    return parse(_for_math_verify(expr), parsing_timeout=timeout, raise_on_error=True)
+class _Worker:
+    """One math-verify process, spoken to over pipes; killed when it misses a deadline."""
+
+    def __init__(self) -> None:
+        package_root = str(Path(__file__).resolve().parents[1])  # the worker imports this very module
+        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        code = f"from prm_synth.grading import _worker_main; _worker_main({os.getpid()})"
+        try:
+            self.process = _SPAWNER.popen(
+                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0
+            )
+        except OSError as e:
+            raise GraderUnavailableError(f"cannot start a grading worker ({sys.executable}): {e}") from e
+        self._buffer = b""
+        try:
+            ready = self._read_line(WORKER_START_TIMEOUT_S)
+        except EOFError:
+            ready = None
+        if ready != '"ready"':
+            self.kill()
+            raise GraderUnavailableError(
+                f"a grading worker ({sys.executable} -c ...prm_synth.grading._worker_main) did not start "
+                f"within {WORKER_START_TIMEOUT_S:g} s; is math-verify installed?"
+            )
+
+    def _read_line(self, timeout_s: float) -> str | None:
+        """One reply line, or None when the deadline passes; EOFError when the worker has died."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise EOFError("the grading worker exited")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def compare(self, gold: str, extracted: str, timeout_s: float) -> tuple[str, str] | None:
+        """(status, reason); ("unknown", "worker_died") if it died; None if it missed the deadline."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps([gold, extracted]).encode() + b"\n")
+            line = self._read_line(timeout_s)
+        except (OSError, EOFError):
+            return "unknown", "worker_died"
+        if line is None:
+            return None
+        status, reason = json.loads(line)
+        return status, reason
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
-@functools.lru_cache(maxsize=CACHE_SIZE)
-def _judge(gold: str, extracted: str, timeout: int | None) -> Verdict:
-    def unknown(reason: str) -> Verdict:
-        return Verdict("unknown", extracted, reason)
+class _Spawner:
+    """Starts worker processes from one thread that lives as long as the process. PR_SET_PDEATHSIG
+    fires when the *thread* that started a child ends, and grading runs in pool threads that come and go."""
 
-    if len(extracted) > MAX_ANSWER_CHARS:
-        return unknown("too_long")
-    g, e = as_number(gold), as_number(extracted)
-    if g is not None and e is not None:
-        return Verdict("correct" if g == e else "incorrect", extracted, "numeric")
-    if _too_complex(extracted) or _too_complex(gold):
-        return unknown("too_complex")
-    try:
-        parsed_gold = _parse(gold, timeout)
-        parsed = _parse(extracted, timeout)
-        if not parsed_gold:
-            return unknown("unparseable_gold")
-        if not parsed:
-            return unknown("unparseable")
-        same = verify(parsed_gold, parsed, timeout_seconds=timeout, raise_on_error=True)
-    except TimeoutException:
-        return unknown("timeout")
-    except Exception as exc:  # a parser or sympy failure is not a verdict
-        return unknown(f"error:{type(exc).__name__}")
-    return Verdict("correct" if same else "incorrect", extracted, "math_verify")
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], list[str], dict[str, Any]]]
+        self._requests = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
 
+    def popen(self, args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="prm-synth-grader-spawner", daemon=True)
+                self._thread.start()
+        future: Future[subprocess.Popen[bytes]] = Future()
+        self._requests.put((future, args, kwargs))
+        return future.result()
 
-def _effective_timeout(timeout_s: float) -> int | None:
-    # signal.alarm takes whole seconds and works only in the main thread.
-    if timeout_s <= 0 or threading.current_thread() is not threading.main_thread():
-        return None
-    return max(1, math.ceil(timeout_s))
+    def _run(self) -> None:
+        while True:
+            future, args, kwargs = self._requests.get()
+            try:
+                future.set_result(subprocess.Popen(args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                future.set_exception(e)
 
 
-def grade(response_text: str, gold: str, *, last_number_fallback: bool = True, timeout_s: float = 2.0) -> Verdict:
-    """Grade a full solution text against the gold answer; unknown is never counted as correct."""
-    extracted = extract_answer(response_text, last_number_fallback)
-    if extracted is None:
-        return Verdict("unknown", None, "no_answer")
-    return _judge(gold.strip(), extracted, _effective_timeout(timeout_s))
+_SPAWNER = _Spawner()
 
 
-def grade_many(
-    texts: Iterable[str], gold: str, *, last_number_fallback: bool = True, timeout_s: float = 2.0
-) -> list[Verdict]:
-    return [grade(t, gold, last_number_fallback=last_number_fallback, timeout_s=timeout_s) for t in texts]
+class _WorkerPool:
+    """At most `size` workers, started on demand; a caller waits for a free one (that wait is not
+    part of its deadline). A worker that misses a deadline or dies is killed and forgotten."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._count = 0
+        self._cond = threading.Condition()
+
+    def compare(self, gold: str, extracted: str, timeout_s: float) -> tuple[str, str]:
+        worker = self._acquire()
+        answer: tuple[str, str] | None = None
+        try:
+            answer = worker.compare(gold, extracted, timeout_s)
+        finally:
+            self._release(worker, healthy=answer is not None and answer[1] != "worker_died")
+        return answer if answer is not None else ("unknown", "timeout")
+
+    def _acquire(self) -> _Worker:
+        with self._cond:
+            while not self._idle and self._count >= self.size:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._count += 1
+        try:
+            worker = _Worker()  # started outside the lock: others keep grading meanwhile
+            with self._cond:
+                self._all.add(worker)
+            return worker
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+
+    def _release(self, worker: _Worker, healthy: bool) -> None:
+        if not healthy:
+            worker.kill()
+        with self._cond:
+            if healthy:
+                self._idle.append(worker)
+            else:
+                self._count -= 1
+                self._all.discard(worker)
+            self._cond.notify()
+
+    def shutdown(self) -> None:
+        """Stop the idle workers (busy ones are stopped by their callers); the pool can start new ones later."""
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            self._all.difference_update(idle)
+        for worker in idle:
+            worker.kill()
+
+    def kill_all(self) -> None:
+        """At exit: stop every worker, busy ones too (their callers then see a dead worker)."""
+        with self._cond:
+            workers = list(self._all)
+        for worker in workers:
+            with contextlib.suppress(OSError):
+                worker.process.kill()
+
+    def forget(self) -> None:
+        """In a forked child: the workers (and their pipes) belong to the parent; start afresh."""
+        self._idle, self._all, self._count = [], set(), 0
+        self._cond = threading.Condition()
+
+
+_POOL = _WorkerPool(GRADER_PROCESSES)
+atexit.register(_POOL.kill_all)
+
+
+def _after_fork_in_child() -> None:
+    global _SPAWNER
+    _POOL.forget()
+    _SPAWNER = _Spawner()  # the spawner thread does not survive a fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -4,11 +4,19 @@
 usable row and a `RejectedRecord` (stage "load", with a reason code) for every other one, so the
 count of input rows always reconciles with what comes out. Nothing reads a whole file at once
 except a .json file, whose format leaves no other choice.
+
+A row is rejected, never allowed to stop the run, when its line is not JSON (or is nested too deeply to
+parse: "broken_line", with `file:line` in the detail), when its question, answer or id holds text that
+cannot be stored as UTF-8 (a lone surrogate such as "\ud800", which JSON allows: "bad_text"), and when
+its answer is not a finite number (JSON NaN or Infinity: "unparseable_answer"). A UTF-8 byte-order mark
+at the start of a file is skipped. The payload of a rejected row is always storable: text that is not
+valid Unicode is written with backslash escapes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from collections.abc import Iterable, Iterator
@@ -20,6 +28,7 @@ from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
 from prm_synth.errors import PrmSynthError
 from prm_synth.grading import last_boxed
 from prm_synth.schema import Item, Problem, RejectedRecord, reject
+from prm_synth.shards import storable
 
 PAYLOAD_CHARS = 2000
 PARQUET_BATCH_ROWS = 1024
@@ -79,6 +88,8 @@ def gold_from_field(value: Any, answer_format: str) -> tuple[str | None, str | N
         return None, "missing_answer"
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None, "unparseable_answer"
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, "unparseable_answer"  # JSON NaN / Infinity: "nan" is no gold answer
     text = str(value)
     if answer_format == "gsm8k":
         if "####" not in text:
@@ -94,13 +105,37 @@ def gold_from_field(value: Any, answer_format: str) -> tuple[str | None, str | N
 
 
 def _payload(row: Any) -> str:
-    return json.dumps(row, ensure_ascii=False, default=str)[:PAYLOAD_CHARS]
+    try:
+        text = json.dumps(row, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):  # a circular or absurdly deep structure
+        text = repr(type(row))
+    return storable(text[:PAYLOAD_CHARS])
 
 
 def _reject(
     source: str, index: int, reason: str, detail: str, payload: str, problem_id: str | None = None
 ) -> RejectedRecord:
-    return reject(f"{source}:{index}", problem_id, source, "load", reason, detail, payload)
+    def text(value: str | None) -> str | None:
+        return None if value is None else storable(value)
+
+    return reject(
+        storable(f"{source}:{index}"),
+        text(problem_id),
+        storable(source),
+        "load",
+        reason,
+        storable(detail),
+        text(payload),
+    )
+
+
+def _bad_text(value: str) -> str | None:
+    """Why `value` cannot be stored (a lone surrogate, at which position), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"character {e.start} is {value[e.start]!r} ({e.reason})"
+    return None
 
 
 class _RowReader:
@@ -136,6 +171,9 @@ class _RowReader:
             }
             reason = reason or "unparseable_answer"
             return reject(reason, details.get(reason, f"row {index}: no {m.answer_format} answer in {m.answer!r}"))
+        for name, value in (("id", pid), (m.question, question), (m.answer, gold)):
+            if (why := _bad_text(value)) is not None:
+                return reject("bad_text", f"row {index}: {name!r} cannot be stored as UTF-8: {why}")
         if pid in self.seen:
             return reject("duplicate_id", f"row {index}: id {pid!r} was already used by an earlier row")
         self.seen.add(pid)
@@ -166,16 +204,24 @@ def _jsonl_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
         # Bytes, decoded line by line: one bad line (even bad UTF-8) is rejected, the rest continue.
         with path.open("rb") as f:
             for index, raw in enumerate(f):
+                if index == 0:
+                    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
                 if not raw.strip():
                     continue  # a blank line holds no row
+                where = f"{path}:{index + 1}"
                 try:
                     row = json.loads(raw.decode("utf-8"))
                 except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                    text = raw.decode("utf-8", errors="replace")[:PAYLOAD_CHARS]
-                    yield index, _reject(source, index, "broken_line", f"line {index + 1} is not valid JSON: {e}", text)
+                    text = raw[:PAYLOAD_CHARS].decode("utf-8", errors="replace")
+                    yield index, _reject(source, index, "broken_line", f"{where}: not valid JSON: {e}", text)
+                    continue
+                except RecursionError:
+                    text = raw[:PAYLOAD_CHARS].decode("utf-8", errors="replace")
+                    detail = f"{where}: JSON nested too deeply to read ({len(raw)} bytes)"
+                    yield index, _reject(source, index, "broken_line", detail, text)
                     continue
                 if not isinstance(row, dict):
-                    detail = f"line {index + 1} is a JSON {type(row).__name__}, not an object"
+                    detail = f"{where}: a JSON {type(row).__name__}, not an object"
                     yield index, _reject(source, index, "broken_line", detail, _payload(row))
                     continue
                 yield index, row
@@ -186,9 +232,11 @@ def _jsonl_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
 def _json_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
     try:
         with path.open("rb") as f:
-            data = json.load(f)  # JSON has no streaming form in the standard library
+            data = json.loads(f.read().decode("utf-8-sig"))  # no streaming JSON in the standard library
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ProblemSourceError(f"cannot read problem file {path}: {e}") from e
+    except RecursionError:
+        raise ProblemSourceError(f"cannot read problem file {path}: JSON nested too deeply") from None
     if isinstance(data, dict):
         data = next((data[k] for k in ("data", "rows") if isinstance(data.get(k), list)), None)
     if not isinstance(data, list):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from prm_synth.config import PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
-from prm_synth.grading import Verdict, grade
+from prm_synth.grading import Verdict, grade_completion
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.schema import Problem, RejectedRecord, reject
 from prm_synth.steps import split_steps
@@ -84,7 +84,7 @@ def read_solutions(problem: Problem, result: GenerationResult, config: PipelineC
                 )
             )
             continue
-        verdict = grade(completion.text, problem.gold_answer)
+        verdict = grade_completion(completion.text, problem.gold_answer, completion.finish_reason)
         share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
         out.solutions.append(Solution(problem, j, steps, verdict, share))
     return out

@@ -9,20 +9,40 @@ Layout of an output folder:
     OUT/shards/shard-00000.json  the shard's commit marker: counts, hashes, stats
     OUT/trees/shard-00000.json   OmegaPRM search trees of the shard (output.save_trees; hashed in its marker)
 
+    OUT/.lock                    held (flock) by the run writing the folder
+
 A shard is finished exactly when its marker exists and its files match the marker's hashes. The
 marker is written last (temporary name, fsync, rename), so a run killed at any moment leaves either
 a finished shard or one that the next run redoes from scratch. manifest.json is rebuilt from the
-markers and is a convenience, never the source of truth.
+markers and is a convenience, never the source of truth: a damaged one is rebuilt by the next run.
+
+Readers (`iter_tables`, `iter_records`, `data_files`, and so `summary`, the views and export) take
+the shard list from the markers and check every file against its marker's sha256 before using it:
+a damaged, truncated or replaced file raises `CorruptShardError` naming it (a re-run of the same
+config redoes that shard). Counts of rows are taken from the checked data, never from a marker.
+
+A run holds an advisory lock (`fcntl.flock` on OUT/.lock, taken by `ShardStore.prepare`), so a
+second run into the same folder fails at once with `OutputLockedError`; the kernel releases the lock
+with the file descriptor, so a crashed or killed run never leaves it behind. Within one process the
+lock is shared (a re-run in the same process, e.g. after an error, is not refused).
+
+Files are created with the usual umask-respecting mode (0644 under umask 022). A row that cannot be
+stored as UTF-8 (a lone surrogate in model output) becomes a rejected row ("unencodable_text"); the
+text fields of rejected rows are stored with such characters backslash-escaped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
+import logging
 import os
-import tempfile
+import secrets
+import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,14 +50,34 @@ from typing import Any
 
 import pyarrow as pa
 
-from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA
+from prm_synth.errors import PrmSynthError
+from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, reject
 
 FORMAT = "prm-synth/1"
 MANIFEST = "manifest.json"
+LOCK = ".lock"
+
+log = logging.getLogger(__name__)
 
 
-class OutputMismatchError(RuntimeError):
+class OutputFolderError(PrmSynthError, RuntimeError):
+    """The output folder cannot be used as asked."""
+
+
+class OutputMismatchError(OutputFolderError):
     """The output folder holds a dataset made with a different config."""
+
+
+class OutputLockedError(OutputFolderError):
+    """Another run is writing into the output folder."""
+
+
+class DatasetError(PrmSynthError, ValueError):
+    """An output folder that cannot be read as a dataset: not one, or damaged."""
+
+
+class CorruptShardError(DatasetError):
+    """A shard file does not match its marker's checksum (damaged, truncated or replaced)."""
 
 
 @dataclass
@@ -72,7 +112,10 @@ def _fsync_dir(path: Path) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    # os.open with 0o666 lets the umask decide (0644 under 022), as for any file a tool writes;
+    # mkstemp would make every output file 0600, unreadable to anyone else.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -88,6 +131,64 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def storable(text: str) -> str:
+    """`text` if it encodes as UTF-8, else the same text with the offending characters backslash-escaped."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _bad_text(value: Any, where: str) -> str | None:
+    """The first place in a row's value holding text that cannot be stored as UTF-8, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return f"{where} (character {e.start}: {e.reason})"
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if (bad := _bad_text(item, f"{where}[{i}]")) is not None:
+                return bad
+    return None
+
+
+def _storable_rows(
+    records: list[Mapping[str, Any]], rejected: list[Mapping[str, Any]], fingerprint: str
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[str]]:
+    """Labeled rows that cannot be stored become rejected rows; rejected rows get escaped text.
+
+    Returns the rows to write and the reasons of the rows moved (for the shard's stats)."""
+    kept: list[Mapping[str, Any]] = []
+    moved: list[Mapping[str, Any]] = []
+    for row in records:
+        bad = next((b for k, v in row.items() if (b := _bad_text(v, k)) is not None), None)
+        if bad is None:
+            kept.append(row)
+            continue
+        detail = f"{bad} holds text that is not valid Unicode (a lone surrogate); the row cannot be stored"
+        rejection = reject(
+            str(row.get("id", "")),
+            row.get("problem_id"),
+            str(row.get("source", "")),
+            "write",
+            "unencodable_text",
+            detail,
+            dict(row),
+        )
+        moved.append(rejection.to_row() | {"config_fingerprint": fingerprint})
+    escaped = [{k: storable(v) if isinstance(v, str) else v for k, v in row.items()} for row in [*rejected, *moved]]
+    return kept, escaped, ["unencodable_text"] * len(moved)
+
+
+def _tree_bytes(trees: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(trees, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate in model text: JSON's \uXXXX escapes store it
+        return json.dumps(trees).encode()
 
 
 def _table_bytes(rows: list[Mapping[str, Any]], schema: pa.Schema) -> bytes:
@@ -108,19 +209,26 @@ class ShardStore:
     def __init__(self, root: str | Path, fingerprint: str) -> None:
         self.root = Path(root)
         self.fingerprint = fingerprint
+        self._lock: _OutputLock | None = None
 
     # ------------------------------------------------------------ set-up
     def prepare(self, config_dump: dict[str, Any], config_yaml: str, overwrite: bool = False) -> None:
-        """Create the folder, refuse to mix configs, clear half-written temporaries."""
-        existing = read_manifest(self.root) if (self.root / MANIFEST).exists() else None
-        if existing and existing.get("config_fingerprint") != self.fingerprint:
+        """Lock the folder, create it, refuse to mix configs, clear half-written temporaries.
+
+        A damaged manifest.json does not block the run: the markers say which config made the folder,
+        and the manifest is rebuilt from them."""
+        self.lock()
+        existing = self._existing_manifest()
+        other = existing.get("config_fingerprint") if existing else self._marker_fingerprint()
+        if other is not None and other != self.fingerprint:
             if not overwrite:
                 raise OutputMismatchError(
                     f"{self.root} holds a dataset made with another config "
-                    f"(fingerprint {existing.get('config_fingerprint')}, this config {self.fingerprint}); "
+                    f"(fingerprint {other}, this config {self.fingerprint}); "
                     "use another --out folder, or --overwrite to replace it"
                 )
             self._clear()
+            existing = None
         for sub in ("data", "rejected", "shards"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
             for tmp in (self.root / sub).glob(".*.tmp"):
@@ -128,6 +236,31 @@ class ShardStore:
         atomic_write_bytes(self.root / "config.yaml", config_yaml.encode())
         if not existing or existing.get("config_fingerprint") != self.fingerprint:
             self.write_manifest(config_dump)
+
+    def lock(self) -> None:
+        """Take the folder's run lock (see the module doc); OutputLockedError if another run holds it."""
+        if self._lock is None:
+            self._lock = _OutputLock.acquire(self.root)
+
+    def release(self) -> None:
+        """Let go of the run lock (it also goes when this store is garbage-collected or the process ends)."""
+        self._lock = None
+
+    def _existing_manifest(self) -> dict[str, Any] | None:
+        if not (self.root / MANIFEST).exists():
+            return None
+        try:
+            return read_manifest(self.root)
+        except DatasetError as e:
+            log.warning("%s; rebuilding it from the shard markers", e)
+            return None
+
+    def _marker_fingerprint(self) -> str | None:
+        """The config fingerprint of the folder's shard markers, when a readable marker says one."""
+        for marker in sorted((self.root / "shards").glob("shard-*.json")):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                return json.loads(marker.read_text()).get("config_fingerprint")
+        return None
 
     def _clear(self) -> None:
         for sub in ("data", "rejected", "shards", "trees"):
@@ -148,9 +281,15 @@ class ShardStore:
         """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
         JSON) go to trees/shard-NNNNN.json and are part of the shard (hashed in its marker)."""
         name = shard_name(index)
-        extra_files = {f"trees/{name}.json": json.dumps(trees, ensure_ascii=False).encode()} if trees else {}
-        data_bytes = _table_bytes(records, RECORD_SCHEMA)
-        rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
+        extra_files = {f"trees/{name}.json": _tree_bytes(trees)} if trees else {}
+        try:
+            data_bytes = _table_bytes(records, RECORD_SCHEMA)
+            rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
+        except UnicodeEncodeError:  # rare: find the rows at fault, keep the rest
+            records, rejected, moved = _storable_rows(records, rejected, self.fingerprint)
+            stats = _count_moved(stats or {}, moved)
+            data_bytes = _table_bytes(records, RECORD_SCHEMA)
+            rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
         data_rel, rej_rel = f"data/{name}.arrow", f"rejected/{name}.arrow"
         atomic_write_bytes(self.root / data_rel, data_bytes)
         atomic_write_bytes(self.root / rej_rel, rej_bytes)
@@ -199,7 +338,7 @@ class ShardStore:
 
     def write_manifest(self, config_dump: dict[str, Any] | None = None) -> dict[str, Any]:
         """Rebuild manifest.json from the shard markers."""
-        old = read_manifest(self.root) if (self.root / MANIFEST).exists() else {}
+        old = self._existing_manifest() or {}
         entries = sorted(self.finished(verify=False).values(), key=lambda e: e.shard)
         manifest = {
             "format": FORMAT,
@@ -239,20 +378,77 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     path = Path(root) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"no {MANIFEST} in {root}: not a prm-synth output folder")
-    return json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as e:
+        raise DatasetError(
+            f"{path} is damaged ({type(e).__name__}: {e}); re-run the same config into {root} to rebuild it"
+        ) from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("config_fingerprint"), str):
+        raise DatasetError(f"{path} is not a prm-synth manifest; re-run the same config into {root} to rebuild it")
+    return manifest
 
 
-def _read_stream(path: Path) -> pa.Table:
-    with pa.ipc.open_stream(pa.memory_map(str(path), "r")) as reader:
-        return reader.read_all()
+def dataset_shards(root: str | Path) -> list[ShardEntry]:
+    """The finished shards of a dataset, from their markers (the source of truth), in shard order.
+
+    Only the markers of the manifest's config count; a marker that cannot be read raises DatasetError."""
+    root = Path(root)
+    fingerprint = read_manifest(root)["config_fingerprint"]
+    entries = []
+    for marker in sorted((root / "shards").glob("shard-*.json")):
+        try:
+            entry = ShardEntry(**json.loads(marker.read_bytes()))
+        except (OSError, ValueError, TypeError, RecursionError) as e:
+            raise DatasetError(
+                f"shard marker {marker} is damaged ({type(e).__name__}); re-run the same config into {root} "
+                "to redo that shard"
+            ) from None
+        if entry.config_fingerprint == fingerprint:
+            entries.append(entry)
+    return sorted(entries, key=lambda e: e.shard)
+
+
+def _verified_buffer(root: Path, entry: ShardEntry, rel: str) -> pa.Buffer:
+    """The bytes of one shard file, checked against its marker's sha256 (memory-mapped, read once)."""
+    path = root / rel
+    marker = root / "shards" / f"{shard_name(entry.shard)}.json"
+    redo = f"re-run the same config into {root} to redo the shard"
+    expected = entry.sha256.get(rel) if isinstance(entry.sha256, dict) else None
+    if expected is None:
+        raise CorruptShardError(f"{marker} holds no checksum for {rel}; {redo}")
+    try:
+        buffer = pa.memory_map(str(path), "r").read_buffer()
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptShardError(f"{path} cannot be read ({type(e).__name__}: {e}); {redo}") from None
+    if hashlib.sha256(buffer).hexdigest() != expected:
+        raise CorruptShardError(
+            f"{path} does not match the checksum in its marker {marker} (damaged, truncated or changed "
+            f"after it was written); {redo}"
+        )
+    return buffer
+
+
+def _read_stream(buffer: pa.Buffer, path: Path) -> pa.Table:
+    try:
+        with pa.ipc.open_stream(buffer) as reader:
+            return reader.read_all()
+    except pa.ArrowException as e:  # checksum right, content not Arrow: the marker was made to match
+        raise CorruptShardError(f"{path} is not a readable Arrow stream ({e})") from None
+
+
+def _shard_file(entry: ShardEntry, kind: str) -> str:
+    if kind not in ("data", "rejected"):
+        raise ValueError(f"kind must be 'data' or 'rejected', not {kind!r}")
+    return entry.data if kind == "data" else entry.rejected_file
 
 
 def iter_tables(root: str | Path, kind: str = "data") -> Iterator[pa.Table]:
-    """One table per finished shard, in shard order (kind: "data" or "rejected")."""
-    manifest = read_manifest(root)
-    for entry in manifest["shards"]:
-        rel = entry["data"] if kind == "data" else entry["rejected_file"]
-        yield _read_stream(Path(root) / rel)
+    """One table per finished shard, in shard order (kind: "data" or "rejected"), each checked first."""
+    root = Path(root)
+    for entry in dataset_shards(root):
+        rel = _shard_file(entry, kind)
+        yield _read_stream(_verified_buffer(root, entry, rel), root / rel)
 
 
 def iter_records(root: str | Path, kind: str = "data") -> Iterator[dict[str, Any]]:
@@ -262,7 +458,67 @@ def iter_records(root: str | Path, kind: str = "data") -> Iterator[dict[str, Any
 
 
 def data_files(root: str | Path, kind: str = "data") -> list[str]:
-    """Paths to pass to `datasets.load_dataset("arrow", data_files=...)`."""
-    manifest = read_manifest(root)
-    key = "data" if kind == "data" else "rejected_file"
-    return [str(Path(root) / e[key]) for e in manifest["shards"]]
+    """Paths to pass to `datasets.load_dataset("arrow", data_files=...)`, each checked first."""
+    root = Path(root)
+    out = []
+    for entry in dataset_shards(root):
+        rel = _shard_file(entry, kind)
+        _verified_buffer(root, entry, rel)
+        out.append(str(root / rel))
+    return out
+
+
+def _count_moved(stats: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
+    """The shard's stats with the rows moved to rejected at write time counted by reason."""
+    by_reason = dict(stats.get("rejected_by_reason") or {})
+    for reason in reasons:
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+    out = stats | {"rejected_by_reason": by_reason}
+    if isinstance(stats.get("rows"), int) and isinstance(stats.get("rejected"), int):
+        out |= {"rows": stats["rows"] - len(reasons), "rejected": stats["rejected"] + len(reasons)}
+    return out
+
+
+class _OutputLock:
+    """An exclusive flock on OUT/.lock, shared by every store of this process that writes the folder."""
+
+    _held: weakref.WeakValueDictionary[str, _OutputLock] = weakref.WeakValueDictionary()
+    _guard = threading.Lock()
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+
+    @classmethod
+    def acquire(cls, root: Path) -> _OutputLock:
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / LOCK
+        key = str(path.resolve())
+        with cls._guard:
+            held = cls._held.get(key)
+            if held is not None:
+                return held
+            file = open(path, "a+")  # noqa: SIM115 - the lock lives as long as this object
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                file.seek(0)
+                holder = file.read().strip()[:40]
+                file.close()
+                raise OutputLockedError(
+                    f"{root} is in use by another prm-synth run"
+                    + (f" (pid {holder})" if holder else "")
+                    + "; wait for it to finish, or use another --out folder"
+                ) from None
+            except OSError as e:  # a file system without flock: run unlocked rather than not at all
+                log.warning("cannot lock %s (%s): running without the lock", path, e)
+            file.seek(0)
+            file.truncate()
+            file.write(f"{os.getpid()}\n")
+            file.flush()
+            lock = cls(file)
+            cls._held[key] = lock
+            return lock
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.file.close()  # closing the descriptor releases the flock

@@ -1,4 +1,8 @@
-"""Counts and label statistics of an output folder (the run summary and `prm-synth inspect`)."""
+"""Counts and label statistics of an output folder (the run summary and `prm-synth inspect`).
+
+Row counts are those of the shard files, each checked against its marker's checksum (a damaged file
+raises `shards.CorruptShardError`); a marker's own row counts are not trusted. The other counts
+(inputs, rollouts, tokens) are the markers' stats, summed."""
 
 from __future__ import annotations
 
@@ -10,11 +14,16 @@ from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import ConfigError, validate_config
 from prm_synth.consensus import consensus_summary
 from prm_synth.schema import ShardStats
-from prm_synth.shards import iter_tables, read_manifest
+from prm_synth.shards import dataset_shards, iter_tables, read_manifest
 
 
 def label_statistics(root: str | Path) -> dict[str, Any]:
     """Streams the finished shards column-wise; memory holds one shard at a time."""
+    return _label_statistics(root)[0]
+
+
+def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
+    """The label statistics and the number of rows they were computed from."""
     steps = labeled = bad = rows = with_error = 0
     final = Counter()
     first_errors: Counter[int] = Counter()
@@ -42,14 +51,21 @@ def label_statistics(root: str | Path) -> dict[str, Any]:
         "first_error_histogram": {str(k): v for k, v in sorted(first_errors.items())},
         "label_sources": dict(sources),
         "final": dict(final),
-    }
+    }, rows
 
 
 def summarize(root: str | Path) -> dict[str, Any]:
-    """The run summary: counts from the shard markers, whether they reconcile, label statistics."""
+    """The run summary: row counts from the checked data, the other counts from the shard markers,
+    whether they reconcile, label statistics."""
     manifest = read_manifest(root)
-    totals = manifest["totals"]
-    stats = sum((ShardStats.from_dict(e.get("stats")) for e in manifest["shards"]), start=ShardStats())
+    entries = dataset_shards(root)
+    labels, rows = _label_statistics(root)
+    totals = {
+        "shards": len(entries),
+        "rows": rows,
+        "rejected": sum(table.num_rows for table in iter_tables(root, "rejected")),
+    }
+    stats = sum((ShardStats.from_dict(e.stats) for e in entries), start=ShardStats())
     config = manifest.get("config", {})
     samples = config.get("sampling", {}).get("samples_per_problem", 1)
     return {
@@ -67,7 +83,7 @@ def summarize(root: str | Path) -> dict[str, Any]:
         "rollouts": stats.rollouts,
         "tokens": stats.tokens,
         "config_fingerprint": manifest["config_fingerprint"],
-        "labels": label_statistics(root),
+        "labels": labels,
     }
 
 

@@ -11,7 +11,15 @@ repeats when `repeat=True`, else requests past its end pass). Actions:
 - "drop_after": forward (the server does the work) and close before relaying the answer, the case
   that duplicates results when a client counts the lost answer and its retry both;
 - "echo_500": answer 500 with the request's headers in the body (the API key included), to prove
-  engines never repeat a server's echo of the key.
+  engines never repeat a server's echo of the key;
+- "echo_text": answer 200, a well-formed completion whose every choice's text is the request's headers
+  (the API key included): the key must not reach the dataset;
+- "drip": forward, then relay the answer one byte every `drip_s` seconds (a read never waits long, so
+  only a total deadline stops it);
+- "huge": answer 200 with a well-formed completion of `huge_bytes` bytes, streamed (a size cap stops it);
+- malformed answers, status 200: "html" (an HTML page), "choices_oops" (`"choices": "oops"`),
+  "text_dict" (a choice whose text is an object), "truncated_json" (half a reply), "empty" (no body),
+  "deep_json" (JSON nested 100,000 deep).
 
 Both servers run on their own event loop in a daemon thread, on 127.0.0.1 with a free port.
 """
@@ -47,12 +55,21 @@ class _LoopThread:
 
 class FaultProxy:
     def __init__(
-        self, upstream: str, schedule: Sequence[str] = (), *, repeat: bool = False, delay_s: float = 5.0
+        self,
+        upstream: str,
+        schedule: Sequence[str] = (),
+        *,
+        repeat: bool = False,
+        delay_s: float = 5.0,
+        drip_s: float = 0.2,
+        huge_bytes: int = 8 << 20,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.schedule = list(schedule)
         self.repeat = repeat
         self.delay_s = delay_s
+        self.drip_s = drip_s
+        self.huge_bytes = huge_bytes
         self.actions: Counter[str] = Counter()  # what was done, by action
         self.forwarded = 0  # POSTs that reached the upstream
         self._posts = 0
@@ -121,6 +138,15 @@ class FaultProxy:
                 if action == "echo_500":
                     await self._respond(writer, 500, json.dumps({"error": {"message": f"bad request {headers}"}}))
                     continue
+                if action in MALFORMED:
+                    await self._respond(writer, 200, MALFORMED[action], {"content-type": "text/html"})
+                    continue
+                if action == "echo_text":
+                    await self._respond(writer, 200, json.dumps(_completion(body, str(headers))))
+                    continue
+                if action == "huge":
+                    await self._send_huge(writer, body)
+                    return
                 if action.isdigit():
                     extra = {"retry-after": "0"} if action == "429" else {}
                     msg = json.dumps({"error": {"message": f"injected {action}", "type": "injected"}})
@@ -134,12 +160,38 @@ class FaultProxy:
                 if action == "drop_after":
                     writer.transport.abort()
                     return
+                if action == "drip":
+                    await self._drip(writer, resp.status_code, resp.content)
+                    return
                 await self._respond(writer, resp.status_code, resp.content, {"content-type": "application/json"})
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
+
+    async def _drip(self, writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+        head = f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        data = head.encode("latin-1") + body
+        for i in range(len(data)):
+            writer.write(data[i : i + 1])
+            await writer.drain()
+            await asyncio.sleep(self.drip_s)
+
+    async def _send_huge(self, writer: asyncio.StreamWriter, request_body: bytes) -> None:
+        """A well-formed reply of `huge_bytes` bytes, written in chunks (never held whole in memory)."""
+        reply = json.dumps(_completion(request_body, "@@TEXT@@")).encode()
+        before, after = reply.split(b"@@TEXT@@", 1)  # n = 1: one text to inflate
+        filler = self.huge_bytes - len(before) - len(after)
+        head = f"HTTP/1.1 200 X\r\ncontent-type: application/json\r\ncontent-length: {self.huge_bytes}\r\n\r\n"
+        writer.write(head.encode("latin-1") + before)
+        chunk = b"a" * 65536
+        while filler > 0:
+            writer.write(chunk[:filler])
+            filler -= min(filler, len(chunk))
+            await writer.drain()
+        writer.write(after)
+        await writer.drain()
 
     @staticmethod
     async def _respond(writer: asyncio.StreamWriter, status: int, body: str | bytes, extra=None) -> None:
@@ -149,6 +201,23 @@ class FaultProxy:
         head = f"HTTP/1.1 {status} X\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n"
         writer.write(head.encode("latin-1") + data)
         await writer.drain()
+
+
+MALFORMED: dict[str, bytes] = {
+    "html": b"<html><body><h1>502 Bad Gateway</h1></body></html>",
+    "choices_oops": b'{"id": "x", "choices": "oops"}',
+    "text_dict": b'{"id": "x", "choices": [{"index": 0, "text": {"a": 1}, "finish_reason": "stop"}]}',
+    "truncated_json": b'{"id": "x", "choices": [{"index": 0, "text": "hal',
+    "empty": b"",
+    "deep_json": b"[" * 100_000 + b"]" * 100_000,
+}
+
+
+def _completion(request_body: bytes, text: str) -> dict[str, Any]:
+    """A well-formed completions reply to the request, every choice's text `text`."""
+    n = json.loads(request_body).get("n") or 1
+    choices = [{"index": i, "text": text, "finish_reason": "stop", "logprobs": None} for i in range(n)]
+    return {"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "x", "choices": choices}
 
 
 class FakeCompletionsServer:

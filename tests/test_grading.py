@@ -1,11 +1,27 @@
+import os
+import subprocess
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from prm_synth.grading import Verdict, as_number, extract_answer, grade, grade_many, last_boxed
+from prm_synth import grading
+from prm_synth.grading import (
+    Verdict,
+    as_number,
+    extract_answer,
+    grade,
+    grade_completion,
+    grade_many,
+    is_truncated,
+    last_boxed,
+)
 
 
 @pytest.mark.parametrize(
@@ -28,13 +44,34 @@ from prm_synth.grading import Verdict, as_number, extract_answer, grade, grade_m
         ("We have 3 apples and 4 pears, total 7.", "7"),
         ("5-3 = 2", "2"),
         ("it is -4", "-4"),
-        ("cost 1,234.50 dollars", "1,234.50"),
+        ("It costs 1,234.50 dollars.", "1,234.50"),
+        ("So the total is **18**", "18"),
+        ("Step 1: 3 + 4 = 7\nStep 2: 7 × 2 = 14\n", "14"),
         ("a ratio of 3/4", "3/4"),
         ("no numbers at all", None),
     ],
 )
 def test_extract_answer(text: str, expected: str | None) -> None:
     assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cost 1,234.50 dollars",  # words after the number and no full stop: an unfinished sentence
+        "Step 1: 3 + 4 = 7\nStep 2: then we multiply 7 by",  # unfinished: stopped mid-sentence
+        "First we find 7 apples.\nNow let us think about the pears",  # the number is not on the final line
+        "7 * 3 =",
+        "Is it 7?",
+        "__import__('os').system('touch /tmp/pytest-0/test0/pwned')",  # a path holds a number
+        "eval(0)",
+        "$\\frac{1}{2}$",  # LaTeX: the last number of it would be 2, which is wrong
+        "x" * 300 + " 7",  # a final line longer than an answer sentence
+        "the value 7 and then many more words follow it here.",  # more than four words after the number
+    ],
+)
+def test_last_number_fallback_reads_only_an_answer_like_final_line(text: str) -> None:
+    assert extract_answer(text) is None
 
 
 def test_extract_answer_precedence_and_fallback() -> None:
@@ -101,7 +138,10 @@ def test_unknowns() -> None:
 
 
 def test_model_text_is_never_executed(tmp_path: Path) -> None:
-    marker = tmp_path / "pwned"
+    # The folder name holds a number equal to the gold answer, as pytest's first temp folder "pytest-0" does:
+    # the verdict must not depend on where the test happens to run.
+    marker = tmp_path / "pytest-0" / "pwned"
+    marker.parent.mkdir()
     payload = f"__import__('os').system('touch {marker}')"
     for text in (payload, f"\\boxed{{{payload}}}", f"The answer is {payload}.", f"#### {payload}"):
         for gold in ("0", "x+1"):
@@ -126,13 +166,23 @@ def test_interval_set_tuple_latex_never_crash() -> None:
 
 
 def test_huge_text_is_fast() -> None:
-    texts = ["word " * 200_000 + "#### 7", "1 " * 500_000, "\\boxed{" * 140_000, "{" * 1_000_000, "x" * 1_000_000]
+    texts = [
+        "word " * 200_000 + "#### 7",
+        "1 " * 500_000 + "\n7",
+        "1 " * 500_000,  # one final line far longer than an answer sentence: no fallback
+        "\\boxed{" * 140_000,
+        "{" * 1_000_000,
+        "x" * 1_000_000,
+        "The answer is " + "$" * 1_000_000,  # wrapper stripping once ran before the length limit: quadratic
+        "#### " + "$" * 1_000_000,
+        "The answer is " + "**" * 500_000 + "7",
+    ]
     start = time.perf_counter()
     verdicts = [grade(t, "7") for t in texts]
     assert time.perf_counter() - start < 5
-    assert verdicts[0].status == "correct"
-    assert verdicts[1].status == "incorrect"
-    assert all(v.status == "unknown" for v in verdicts[2:])
+    assert [v.status for v in verdicts[:2]] == ["correct", "correct"]
+    assert all(v.status == "unknown" for v in verdicts[2:]), verdicts
+    assert verdicts[6].reason == verdicts[7].reason == verdicts[8].reason == "too_long"
 
 
 def test_grading_from_worker_threads() -> None:
@@ -158,3 +208,175 @@ def test_grade_many_and_as_number() -> None:
     assert as_number("1/0") is None
     assert as_number("x") is None
     assert as_number("1,23") is None
+
+
+# ---------------------------------------------------------------- the last-number fallback
+_prose = st.text(alphabet=st.sampled_from("abcdefgh ,.:+-=0123456789"), max_size=80)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    earlier=st.lists(_prose, max_size=5),
+    final=st.text(alphabet=st.sampled_from("abcdefgh ,.:+-="), max_size=60).filter(str.strip),
+)
+def test_fallback_never_reads_a_number_before_the_final_line(earlier: list[str], final: str) -> None:
+    """Numbers on earlier lines are never an answer: a final (non-blank) line without one gives no answer."""
+    assert extract_answer("\n".join([*earlier, final])) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=st.text(max_size=300), number=st.integers(-(10**6), 10**6))
+def test_an_appended_answer_line_is_always_read(prefix: str, number: int) -> None:
+    """Whatever came before, a final line "The answer is N." (the simulated policy's) grades N."""
+    text = prefix.replace("\\", "/") + f"\nThe answer is {number}."
+    if "\\boxed" in text or "\\fbox" in text:
+        return
+    assert grade(text, str(number)).status == "correct"
+
+
+def test_truncated_completions_are_unknown_never_correct() -> None:
+    assert is_truncated("length") and not is_truncated("stop") and not is_truncated(None)
+    assert grade_completion("The answer is 7.", "7", "length") == Verdict("unknown", None, "truncated")
+    assert grade_completion("The answer is 7.", "7", "stop").status == "correct"
+    assert grade_completion("The answer is 7.", "7", None).status == "correct"
+
+
+# ---------------------------------------------------------------- the time bound
+HOSTILE = [
+    ("\\boxed{100!!}", "2"),
+    ("\\boxed{9!!!}", "2"),
+    ("\\boxed{\\Gamma(99999999)}", "2"),
+    (
+        "\\boxed{\\det\\begin{pmatrix}"
+        + "\\\\".join("&".join(f"x_{{{i}{j}}}" for j in range(9)) for i in range(9))
+        + "\\end{pmatrix}}",
+        "2",
+    ),
+]
+
+
+def _timed_grades(cases: list[tuple[str, str]]) -> list[tuple[Verdict, float]]:
+    out = []
+    for text, gold in cases:
+        start = time.perf_counter()
+        out.append((grade(text, gold, timeout_s=1.0), time.perf_counter() - start))
+    return out
+
+
+def test_hostile_answers_are_bounded_and_agree_across_threads() -> None:
+    """The bound holds in every thread (math-verify's own alarm works only in the main one), same verdicts."""
+    grading._judge.cache_clear()
+    on_main = _timed_grades(HOSTILE)
+    grading._judge.cache_clear()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        in_thread = pool.submit(_timed_grades, HOSTILE).result(timeout=300)
+    for (main_verdict, main_s), (thread_verdict, thread_s) in zip(on_main, in_thread, strict=True):
+        assert main_verdict == thread_verdict
+        assert main_verdict.status == "unknown", main_verdict
+        # 1 s of work, plus starting a fresh worker after a kill: generous for a loaded machine
+        assert main_s < 60 and thread_s < 60
+
+
+def test_a_killed_worker_is_replaced_and_grading_goes_on() -> None:
+    grading._judge.cache_clear()
+    assert grade("\\boxed{\\Gamma(99999998)}", "2", timeout_s=0.5).reason == "timeout"
+    assert grade("\\boxed{z+1}", "1+z").status == "correct"
+    with ThreadPoolExecutor(max_workers=4) as pool:  # more callers than workers: they wait their turn
+        got = list(pool.map(lambda i: grade(f"\\boxed{{z+{i}}}", f"{i}+z").status, range(8)))
+    assert got == ["correct"] * 8
+    assert grading._POOL._count <= grading.GRADER_PROCESSES
+
+
+def test_a_dead_worker_gives_unknown_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    grading._judge.cache_clear()
+    worker = grading._POOL._acquire()
+    worker.process.kill()
+    worker.process.wait()
+    grading._POOL._release(worker, healthy=True)  # the pool does not know yet
+    assert grade("\\boxed{w+1}", "1+w") == Verdict("unknown", "w+1", "worker_died")
+    grading._judge.cache_clear()
+    assert grade("\\boxed{w+1}", "1+w").status == "correct"
+
+
+def test_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="timeout_s"):
+        grade("#### 1", "1", timeout_s=0)
+
+
+def test_a_worker_outlives_the_thread_that_started_it() -> None:
+    """PR_SET_PDEATHSIG fires when the starting *thread* ends: workers are started by a long-lived thread."""
+    grading._POOL.shutdown()
+    grading._judge.cache_clear()
+    thread = threading.Thread(target=lambda: grade("\\boxed{v+1}", "1+v"))
+    thread.start()
+    thread.join()
+    (worker,) = grading._POOL._idle
+    assert grade("\\boxed{v+2}", "2+v").status == "correct"
+    assert worker.process.poll() is None and grading._POOL._idle == [worker]
+
+
+_ORPHAN = """
+import sys, threading
+from prm_synth import grading
+threading.Thread(target=lambda: grading.grade("\\\\boxed{\\\\Gamma(99999997)}", "2", timeout_s=600), daemon=True).start()
+while not grading._POOL._all:
+    threading.Event().wait(0.05)
+(worker,) = grading._POOL._all
+print(worker.process.pid, flush=True)
+threading.Event().wait(600)
+"""
+
+
+def test_a_busy_worker_dies_with_its_parent() -> None:
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])
+    }
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN], stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert parent.stdout is not None
+        worker_pid = int(parent.stdout.readline())
+        deadline = time.monotonic() + 60
+        while _cpu_ticks(worker_pid) < 30 and time.monotonic() < deadline:  # busy with the comparison
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while _alive(worker_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker_pid), "the grading worker outlived its killed parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"  # a zombie waiting for init counts as gone
+    except FileNotFoundError:
+        return False
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().split(") ", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def test_a_forked_child_grades_with_its_own_workers() -> None:
+    """A fork copies the pool; the child must not talk to the parent's workers over the shared pipes."""
+    import multiprocessing
+
+    assert grade("\\boxed{u+1}", "1+u").status == "correct"  # the parent has a worker now
+    parent_workers = {w.process.pid for w in grading._POOL._all}
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        status, child_workers = pool.apply(_grade_in_child)
+    assert status == "correct" and not (set(child_workers) & parent_workers)
+    assert grade("\\boxed{u+3}", "3+u").status == "correct"  # the parent's workers are untouched
+
+
+def _grade_in_child() -> tuple[str, list[int]]:
+    grading._judge.cache_clear()
+    status = grade("\\boxed{u+2}", "2+u").status
+    pids = [w.process.pid for w in grading._POOL._all]
+    grading._POOL.kill_all()
+    return status, pids

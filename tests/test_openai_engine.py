@@ -144,6 +144,75 @@ def test_client_error_is_not_retried(fake):
     assert engine.attempts == 1 and proxy.forwarded == 0
 
 
+def test_a_dripping_server_meets_the_total_deadline_then_a_retry(fake):
+    # one byte every 0.2 s: no single read waits the 1 s timeout, so only a total deadline ends the attempt
+    with FaultProxy(fake.url, ["drip"], drip_s=0.2) as proxy:
+        engine = _engine(proxy.url, timeout_s=1.0)
+        try:
+            start = time.monotonic()
+            results = engine.generate(_requests(1))
+            elapsed = time.monotonic() - start
+        finally:
+            engine.close()
+    _assert_fake_results(_requests(1), results)
+    assert engine.retries == 1 and proxy.actions["drip"] == 1
+    assert elapsed < 30  # the dripped reply alone would take minutes
+
+
+def test_an_oversized_reply_is_refused_retried_then_an_engine_error(fake):
+    with FaultProxy(fake.url, ["huge"], huge_bytes=8 << 20) as proxy:
+        engine = _engine(proxy.url)
+        try:
+            _assert_fake_results(_requests(1), engine.generate(_requests(1)))
+        finally:
+            engine.close()
+    assert engine.retries == 1
+    with FaultProxy(fake.url, ["huge"], repeat=True, huge_bytes=8 << 20) as proxy:
+        engine = _engine(proxy.url, max_retries=1)
+        try:
+            with pytest.raises(EngineError, match="larger than") as info:
+                engine.generate(_requests(1))
+        finally:
+            engine.close()
+    assert proxy.url in str(info.value) and "2 attempt" in str(info.value)
+
+
+def test_a_key_echoed_into_a_completion_never_reaches_the_results(fake, monkeypatch):
+    monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)
+    with FaultProxy(fake.url, ["echo_text"], repeat=True) as proxy:
+        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY")
+        try:
+            results = engine.generate(_requests(3))
+        finally:
+            engine.close()
+    texts = [c.text for r in results for c in r.completions]
+    assert len(texts) == 1 + 2 + 3 and all("authorization" in t for t in texts)  # the server did echo
+    assert all(FAKE_KEY not in t and "***" in t for t in texts)
+
+
+@pytest.mark.parametrize("fault", ["html", "choices_oops", "text_dict", "truncated_json", "empty", "deep_json"])
+def test_malformed_replies_are_retried_then_a_clear_engine_error(fake, monkeypatch, fault):
+    monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)
+    with FaultProxy(fake.url, [fault]) as proxy:
+        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY")
+        try:
+            reqs = _requests(2)
+            _assert_fake_results(reqs, engine.generate(reqs))
+        finally:
+            engine.close()
+    assert engine.retries == 1
+    with FaultProxy(fake.url, [fault], repeat=True) as proxy:
+        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY", max_retries=2)
+        try:
+            with pytest.raises(EngineError) as info:
+                engine.generate(_requests(1))
+        finally:
+            engine.close()
+    message = str(info.value)
+    assert "malformed reply" in message and proxy.url in message and "3 attempt" in message
+    assert FAKE_KEY not in message and len(message) < 1000
+
+
 def test_generate_from_running_loop_and_threads(fake):
     engine = _engine(fake.url)
     reqs = _requests(4)

@@ -202,3 +202,68 @@ def test_hf_errors_name_the_dataset(local_hf_dataset: Path, tmp_path: Path) -> N
     missing = str(tmp_path / "no-such-dataset")
     with pytest.raises(ProblemSourceError, match="no-such-dataset"):
         iter_problems(HFSource(path=missing))
+
+
+# ---------------------------------------------------------------- hostile input files
+def _source(path: Path) -> FileSource:
+    return FileSource(path=path, fields=FieldMapping(id="id"))
+
+
+def _write_lines(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def _row(i: int, **fields: object) -> bytes:
+    return json.dumps({"id": f"r{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} | fields).encode()
+
+
+def test_a_deeply_nested_line_is_rejected_with_file_and_line_and_the_rest_kept(tmp_path: Path) -> None:
+    path = _write_lines(tmp_path / "deep.jsonl", [_row(0), b"[" * 100_000 + b"]" * 100_000, _row(2)])
+    problems, rejected = _split(list(iter_problems(_source(path))))
+    assert [p.id for p in problems] == ["r0", "r2"]
+    (bad,) = rejected
+    assert bad.reason == "broken_line" and f"{path}:2" in bad.detail and "nested too deeply" in bad.detail
+    assert len(bad.payload) <= 2000
+
+
+def test_a_deeply_nested_json_file_is_a_clear_source_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(ProblemSourceError, match="nested too deeply"):
+        iter_problems(_source(path))
+
+
+@pytest.mark.parametrize("field", ["id", "question", "answer"])
+def test_a_lone_surrogate_is_rejected_at_read_time_and_the_rejection_is_storable(tmp_path: Path, field: str) -> None:
+    bad = {"id": "bad \ud800", "question": "What is \ud800?", "answer": "\udfff"}[field]
+    path = _write_lines(tmp_path / "sur.jsonl", [_row(0), _row(1, **{field: bad}), _row(2)])
+    assert b"\\ud800" in path.read_bytes() or b"\\udfff" in path.read_bytes()  # legal JSON: an escape
+    problems, rejected = _split(list(iter_problems(_source(path))))
+    assert [p.id for p in problems] == ["r0", "r2"]
+    (rej,) = rejected
+    assert rej.reason == "bad_text" and repr(field) in rej.detail
+    for value in rej.to_row().values():  # the rejected row itself can be written
+        if isinstance(value, str):
+            value.encode("utf-8")
+    pa.Table.from_pylist([rej.to_row()])
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_non_finite_json_answers_are_rejected(tmp_path: Path, constant: bytes) -> None:
+    row = b'{"id": "n", "question": "What is 0/0?", "answer": ' + constant + b"}"
+    path = _write_lines(tmp_path / "nan.jsonl", [row, _row(1)])
+    problems, rejected = _split(list(iter_problems(_source(path))))
+    assert [p.id for p in problems] == ["r1"]
+    assert [r.reason for r in rejected] == ["unparseable_answer"]
+
+
+def test_a_byte_order_mark_does_not_cost_the_first_row(tmp_path: Path) -> None:
+    jsonl = tmp_path / "bom.jsonl"
+    jsonl.write_bytes(b"\xef\xbb\xbf" + _row(0) + b"\n" + _row(1) + b"\n")
+    problems, rejected = _split(list(iter_problems(_source(jsonl))))
+    assert [p.id for p in problems] == ["r0", "r1"] and rejected == []
+    array = tmp_path / "bom.json"
+    array.write_bytes(b"\xef\xbb\xbf[" + _row(0) + b"]")
+    problems, rejected = _split(list(iter_problems(_source(array))))
+    assert [p.id for p in problems] == ["r0"] and rejected == []

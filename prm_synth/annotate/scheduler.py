@@ -29,7 +29,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.engines.stream import GenerationStream, stream_for
-from prm_synth.grading import grade
+from prm_synth.grading import grade, is_truncated
 from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot, WindowSummary
 
 T = TypeVar("T")
@@ -428,7 +428,8 @@ class ProbeScheduler:
             raise RuntimeError(f"engine returned {len(result.completions)} completions, asked {asked}")
         est = self._estimates.setdefault(key, ProbeResult(step=-1))
         for completion in result.completions:
-            status = self.grader(key[1] + completion.text, job.gold)
+            truncated = is_truncated(completion.finish_reason)  # cut by max_tokens: never correct
+            status = "unknown" if truncated else self.grader(key[1] + completion.text, job.gold)
             est.total += 1
             est.correct += status == "correct"
             est.unknown += status == "unknown"

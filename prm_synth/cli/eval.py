@@ -147,10 +147,11 @@ def dataset_cmd(
 ) -> None:
     """Bad-label precision/recall of a simulated-policy dataset against the recomputed truth."""
     from prm_synth.evaluate import NotSimulatedError, evaluate_dataset
+    from prm_synth.shards import DatasetError
 
     try:
         report = evaluate_dataset(directory)
-    except (FileNotFoundError, NotSimulatedError) as e:
+    except (FileNotFoundError, NotSimulatedError, DatasetError) as e:
         fail(str(e))
     typer.echo(f"{'':18}{'rows':>7}{'exact':>8}{'fe prec':>9}{'fe rec':>8}{'step prec':>11}{'step rec':>10}")
     for name in ("before_consensus", "after_consensus"):

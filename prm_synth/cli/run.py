@@ -62,7 +62,7 @@ def run(
     """Run a pipeline as a one-off local Prefect flow run and print a summary."""
     from prm_synth.config import ConfigError, load_config
     from prm_synth.problems import ProblemSourceError
-    from prm_synth.shards import OutputMismatchError
+    from prm_synth.shards import OutputFolderError
 
     try:
         config = load_config(pipeline)
@@ -83,7 +83,7 @@ def run(
             dry_run=dry_run,
             show_progress=not json_out,
         )
-    except (OutputMismatchError, ProblemSourceError) as e:
+    except (OutputFolderError, ProblemSourceError) as e:
         fail(str(e))
     except RuntimeError as e:
         fail(str(e), code=1)
@@ -130,11 +130,12 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
+    from prm_synth.shards import DatasetError
     from prm_synth.summary import summarize
 
     try:
         summary = summarize(directory)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, DatasetError) as e:
         fail(str(e))
     if json_out:
         typer.echo(json.dumps(summary, sort_keys=True))

@@ -9,22 +9,31 @@ The prompt is rendered with the chat template of a local tokenizer (`config.toke
 exactly the templated question plus the prefix. Without any tokenizer a plain rendering is used.
 
 Retries are ours, not the client's (`max_retries=0` on the client), so they are tested: 408, 409,
-429, 5xx, timeouts and dropped connections are retried with capped exponential backoff and full
-jitter (a server's Retry-After is honoured up to the cap); anything else, or running out of retries,
-raises `EngineError`. The API key is read from the environment and scrubbed from every message.
+429, 5xx, timeouts, dropped connections and malformed replies are retried with capped exponential
+backoff and full jitter (a server's Retry-After is honoured up to the cap); anything else, or running
+out of retries, raises `EngineError` naming the server. Every attempt has a total deadline of
+`timeout_s` (the HTTP client's own timeout is per read, which a server dripping one byte a second
+never trips), and a reply larger than any honest answer to the request (`_max_reply_bytes`) is
+refused. A reply is read as JSON and checked field by field, never trusted to have the right shape.
+The API key is read from the environment and scrubbed from every message and every completion text
+(a server that echoes it must not put it into the dataset).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from prm_synth.config import OpenAIConfig
 from prm_synth.engines.base import Completion, EngineError, GenerationRequest, GenerationResult
@@ -238,20 +247,34 @@ class OpenAIEngine:
             )
         )
 
-    async def _call(self, prompt: str, request: GenerationRequest) -> Any:
+    async def _call(self, prompt: str, request: GenerationRequest) -> _Reply:
+        """One attempt: the whole exchange within `timeout_s` (the client's own timeout is per read, which a
+        server dripping a byte a second never trips), at most `_max_reply_bytes` read, the reply validated."""
         import openai
 
         s = request.sampling
+        limit = _max_reply_bytes(request)
         try:
-            return await self._get_client().completions.create(
-                model=self.config.model,
-                prompt=prompt,
-                n=_server_n(request),
-                max_tokens=s.max_tokens,
-                temperature=s.temperature,
-                top_p=s.top_p,
-                stop=list(s.stop) or None,
-            )
+            async with asyncio.timeout(self.config.timeout_s):
+                async with self._get_client().completions.with_streaming_response.create(
+                    model=self.config.model,
+                    prompt=prompt,
+                    n=_server_n(request),
+                    max_tokens=s.max_tokens,
+                    temperature=s.temperature,
+                    top_p=s.top_p,
+                    stop=list(s.stop) or None,
+                ) as response:
+                    body = bytearray()
+                    async for chunk in response.iter_bytes():
+                        body += chunk
+                        if len(body) > limit:
+                            raise _Retryable(
+                                f"reply larger than {limit} bytes (n={_server_n(request)}, "
+                                f"max_tokens={s.max_tokens}): refused"
+                            )
+        except TimeoutError as e:
+            raise _Retryable(f"no complete reply within {self.config.timeout_s:g} s") from e
         except openai.APITimeoutError as e:
             raise _Retryable(f"timed out after {self.config.timeout_s:g} s") from e
         except openai.APIConnectionError as e:
@@ -262,35 +285,38 @@ class OpenAIEngine:
             if e.status_code in RETRY_STATUS:
                 raise _Retryable(detail, _retry_after(e)) from e
             raise EngineError(self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {detail}")) from None
-        except openai.OpenAIError as e:  # a malformed answer and the like: not worth repeating
+        except httpx.HTTPError as e:  # the body broke off mid-way
+            raise _Retryable(f"reading the reply failed ({type(e).__name__})") from e
+        except openai.OpenAIError as e:  # anything else the client refuses: not worth repeating
             raise EngineError(
                 self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {type(e).__name__}: {_short(e)}")
             ) from None
+        return _parse_reply(bytes(body))
 
-    def _result(self, prompt: str, request: GenerationRequest, response: Any) -> GenerationResult:
-        choices = sorted(response.choices or [], key=lambda c: c.index)
+    def _result(self, prompt: str, request: GenerationRequest, reply: _Reply) -> GenerationResult:
+        choices = sorted(reply.choices, key=lambda c: c.index)
         wanted = _server_n(request)
         if [c.index for c in choices] != list(range(wanted)):
             raise _Retryable(f"incomplete response: choices {[c.index for c in choices]} for n={wanted}")
-        usage = getattr(response, "usage", None)
-        prompt_tokens = getattr(usage, "prompt_tokens", None)
+        prompt_tokens = reply.prompt_tokens
         if prompt_tokens is None:
             prompt_tokens = count_tokens(self._tokenizer, prompt) if self._tokenizer is not None else 0
-        counts = self._completion_tokens(choices, usage, request.sampling.max_tokens)
+        counts = self._completion_tokens(choices, reply.completion_tokens, request.sampling.max_tokens)
         comps = tuple(
-            Completion(text=c.text or "", generated_tokens=k, finish_reason=c.finish_reason)
+            # a server that echoes the key into its text must not put it into the dataset
+            Completion(text=self._scrub(c.text), generated_tokens=k, finish_reason=c.finish_reason)
             for c, k in zip(choices, counts, strict=True)
         )
         if wanted != request.n:  # greedy: one decode stands for all n samples
             comps = comps * request.n
         return GenerationResult(completions=comps, prompt_tokens=int(prompt_tokens))
 
-    def _completion_tokens(self, choices: list[Any], usage: Any, max_tokens: int) -> list[int]:
+    def _completion_tokens(self, choices: list[_Choice], total: int | None, max_tokens: int) -> list[int]:
         """Generated tokens per choice. Servers report only the total (`usage.completion_tokens`), so:
         exact where a choice carries its tokens; a choice cut by the length limit has exactly
         `max_tokens`; the others share what is left of the total in proportion to an estimate
         (their retokenized text, or its length without a tokenizer). The sum always equals usage."""
-        exact = [_choice_tokens(c) for c in choices]
+        exact = [c.tokens for c in choices]
         if all(k is not None for k in exact):
             return [int(k) for k in exact]  # type: ignore[arg-type]
         exact = [
@@ -298,11 +324,10 @@ class OpenAIEngine:
         ]
         open_ = [i for i, k in enumerate(exact) if k is None]
         if self._tokenizer is not None:
-            guess = {i: count_tokens(self._tokenizer, choices[i].text or "") for i in open_}
+            guess = {i: count_tokens(self._tokenizer, choices[i].text) for i in open_}
         else:
-            guess = {i: max(1, len((choices[i].text or "").split())) for i in open_}
-        total = getattr(usage, "completion_tokens", None)
-        left = int(total) - sum(k for k in exact if k is not None) if total is not None else None
+            guess = {i: max(1, len(choices[i].text.split())) for i in open_}
+        left = total - sum(k for k in exact if k is not None) if total is not None else None
         if open_ and left is not None and left >= 0:
             weight = sum(guess.values()) or len(open_)
             shares = {i: left * (guess[i] if sum(guess.values()) else 1) // weight for i in open_}
@@ -313,19 +338,94 @@ class OpenAIEngine:
         return [int(guess[i]) if k is None else int(k) for i, k in enumerate(exact)]
 
 
+# ---------------------------------------------------------------- the reply, read and checked
+REPLY_BASE_BYTES = 1 << 20
+REPLY_BYTES_PER_TOKEN = 64  # a token is a few bytes of text; JSON escapes (\uXXXX) make it at most ~12 per char
+
+
+def _max_reply_bytes(request: GenerationRequest) -> int:
+    """The most a well-behaved server can send for this request, with room to spare; more is refused."""
+    return REPLY_BASE_BYTES + _server_n(request) * request.sampling.max_tokens * REPLY_BYTES_PER_TOKEN
+
+
+@dataclass(frozen=True)
+class _Choice:
+    index: int
+    text: str
+    finish_reason: str | None
+    tokens: int | None  # where the server reports them (vLLM's `token_ids`, logprobs tokens)
+
+
+@dataclass(frozen=True)
+class _Reply:
+    choices: list[_Choice]
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+def _parse_reply(body: bytes) -> _Reply:
+    """A completions reply, checked field by field; anything malformed (HTML, truncated JSON, `choices`
+    that is not a list, a text that is not a string) is a retryable fault with a short description."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        what = "an empty body" if not body.strip() else f"not JSON: {_short(body[:200].decode('utf-8', 'replace'))}"
+        raise _Retryable(f"malformed reply ({what})") from None
+    if not isinstance(data, dict):
+        raise _Retryable(f"malformed reply (a JSON {type(data).__name__}, not an object)")
+    raw_choices = data.get("choices")
+    if not isinstance(raw_choices, list):
+        raise _Retryable(f"malformed reply ('choices' is {_kind(raw_choices)}, not a list)")
+    choices = [_parse_choice(i, c) for i, c in enumerate(raw_choices)]
+    usage = data.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        raise _Retryable(f"malformed reply ('usage' is {_kind(usage)})")
+    usage = usage or {}
+    return _Reply(
+        choices,
+        _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        _count(usage.get("completion_tokens"), "usage.completion_tokens"),
+    )
+
+
+def _parse_choice(position: int, c: Any) -> _Choice:
+    where = f"choices[{position}]"
+    if not isinstance(c, dict):
+        raise _Retryable(f"malformed reply ({where} is {_kind(c)}, not an object)")
+    index, text, finish = c.get("index"), c.get("text"), c.get("finish_reason")
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise _Retryable(f"malformed reply ({where}.index is {_kind(index)})")
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        raise _Retryable(f"malformed reply ({where}.text is {_kind(text)}, not a string)")
+    if finish is not None and not isinstance(finish, str):
+        raise _Retryable(f"malformed reply ({where}.finish_reason is {_kind(finish)})")
+    tokens: int | None = None
+    ids = c.get("token_ids")
+    logprobs = c.get("logprobs")
+    if isinstance(ids, list):
+        tokens = len(ids)
+    elif isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
+        tokens = len(logprobs["tokens"])
+    return _Choice(index, text, finish, tokens)
+
+
+def _count(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _Retryable(f"malformed reply ({name} is {_kind(value)})")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "missing" if value is None else f"a {type(value).__name__}"
+
+
 def _server_n(request: GenerationRequest) -> int:
     """Greedy decoding is deterministic and servers (vLLM) refuse n > 1 with it: ask once, repeat."""
     return 1 if request.sampling.temperature == 0 else request.n
-
-
-def _choice_tokens(choice: Any) -> int | None:
-    """Per-choice token counts where a server reports them (vLLM's `token_ids`, logprobs tokens)."""
-    ids = getattr(choice, "token_ids", None)
-    if ids is not None:
-        return len(ids)
-    logprobs = getattr(choice, "logprobs", None)
-    tokens = getattr(logprobs, "tokens", None) if logprobs is not None else None
-    return len(tokens) if tokens is not None else None
 
 
 def _retry_after(e: Any) -> float | None:
@@ -336,6 +436,6 @@ def _retry_after(e: Any) -> float | None:
         return None
 
 
-def _short(text: str, limit: int = 300) -> str:
+def _short(text: object, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[:limit] + "..."

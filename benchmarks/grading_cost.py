@@ -1,0 +1,87 @@
+"""What one `grade` call costs on each path: the in-process exact-number path and the math-verify worker path.
+
+- numeric: "... The answer is N." against an integer gold (the simulated policy's and GSM8K's shape);
+- worker: a LaTeX answer that needs math-verify (sympy) in a worker process, every call a cache miss;
+- cached: the same LaTeX comparison again (the verdict cache);
+- start: starting one worker process (once per worker, and after each kill on a missed deadline);
+- hostile: a comparison that misses its deadline (`timeout_s`), then the worker is killed and replaced.
+
+    .venv/bin/python benchmarks/grading_cost.py [--calls 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from prm_synth import grading
+from prm_synth.grading import grade
+
+
+def _per_call(texts_and_golds: list[tuple[str, str]]) -> list[float]:
+    out = []
+    for text, gold in texts_and_golds:
+        start = time.perf_counter()
+        grade(text, gold)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=300)
+    args = parser.parse_args()
+    n = args.calls
+
+    grading._judge.cache_clear()
+    numeric = _per_call([(f"Step 1: {i} + 1 = {i + 1}.\nThe answer is {i + 1}.", str(i + 1)) for i in range(n)])
+
+    start = time.perf_counter()
+    worker = grading._Worker()
+    start_s = time.perf_counter() - start
+    worker.kill()
+
+    grade("\\boxed{x+1}", "1+x")  # the pool's first worker starts here, outside the measurement
+    latex = [(f"\\boxed{{\\frac{{x+{i}}}{{2}}}}", f"\\frac{{{i}+x}}{{2}}") for i in range(n)]
+    worker_path = _per_call(latex)
+    cached = _per_call(latex)
+
+    hostile = []
+    for i in range(3):
+        start = time.perf_counter()
+        grade(f"\\boxed{{\\Gamma({99999990 + i})}}", "2", timeout_s=1.0)
+        grade("\\boxed{y+1}", "1+y")  # includes replacing the killed worker
+        hostile.append(time.perf_counter() - start)
+    grading._POOL.shutdown()
+
+    def ms(xs: list[float]) -> tuple[float, float]:
+        return statistics.median(xs) * 1e3, sorted(xs)[int(0.95 * (len(xs) - 1))] * 1e3
+
+    rows = [
+        ("numeric (in-process)", *ms(numeric)),
+        ("worker (math-verify)", *ms(worker_path)),
+        ("cached verdict", *ms(cached)),
+        ("worker start", start_s * 1e3, start_s * 1e3),
+        ("hostile (1 s deadline + respawn)", *ms(hostile)),
+    ]
+    print(f"{'path':36} {'median ms':>10} {'p95 ms':>10}")
+    for name, med, p95 in rows:
+        print(f"{name:36} {med:10.3f} {p95:10.3f}")
+    print(
+        json.dumps(
+            {
+                "calls": n,
+                "numeric_ms": round(ms(numeric)[0], 4),
+                "worker_ms": round(ms(worker_path)[0], 3),
+                "cached_ms": round(ms(cached)[0], 4),
+                "worker_start_ms": round(start_s * 1e3, 1),
+                "hostile_ms": round(ms(hostile)[0], 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
