@@ -4,11 +4,14 @@ Shards are submitted through a bounded window, so memory holds at most `run.max_
 shards whatever the dataset size. Finished shards (by manifest marker) are skipped: a re-run of the
 same config, scheduled or by hand, redoes only what is missing. A failing shard does not stop the
 others; the flow ends failed and names the failed shards.
+
+No `from __future__ import annotations` here: Prefect builds the flow's parameter model from the
+annotations, and a flow loaded from its entrypoint (a served or deployed run) cannot resolve them
+when they are strings ("SynthesizeModel is not fully defined").
 """
 
-from __future__ import annotations
-
 import contextlib
+import itertools
 import math
 import sys
 import tempfile
@@ -33,6 +36,10 @@ from prm_synth.shards import ShardStore
 from prm_synth.summary import summarize
 
 DRY_RUN_PROBLEMS = 8
+
+
+class ShardsFailedError(RuntimeError):
+    """Some shards failed; the others are kept, and the next run redoes only the failed ones."""
 
 
 @task(
@@ -110,6 +117,11 @@ def synthesize(
     """
     logger = get_run_logger()
     started = time.time()
+    # Open the problem source before anything is written: a broken source leaves no folder behind
+    # that a corrected config would then be refused from as "another config".
+    shards = _dry_run_shards(config) if dry_run else iter_shards(config, limit)
+    first = next(shards, None)
+    shards = itertools.chain([first] if first is not None else [], shards)
     engines_before = engine_totals()  # this run's share of a long-lived process's engines
     tmp = tempfile.TemporaryDirectory(prefix="prm-synth-dry-run-") if dry_run else None
     target = tmp.name if tmp else out_dir
@@ -138,7 +150,6 @@ def synthesize(
             logger.error("shard %d failed: %s", index, failed[index])
         progress.advance()
 
-    shards = _dry_run_shards(config) if dry_run else iter_shards(config, limit)
     for shard in shards:
         entry = finished.get(shard.index)
         # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
@@ -158,6 +169,7 @@ def synthesize(
     store.write_manifest(config_dump)
     summary = summarize(target) | {
         "wall_seconds": round(time.time() - started, 3),
+        "started_at": started,
         "shards_run": done,
         "shards_skipped": skipped,
         "shards_failed": sorted(failed),
@@ -170,7 +182,7 @@ def synthesize(
         tmp.cleanup()
     if failed:
         details = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(failed.items()))
-        raise RuntimeError(f"{len(failed)} shard(s) failed and will be redone on the next run: {details}")
+        raise ShardsFailedError(f"{len(failed)} shard(s) failed and will be redone on the next run: {details}")
     return summary
 
 

@@ -6,27 +6,48 @@ holds what they share. Commands parse arguments and report; the work lives in th
 
 from __future__ import annotations
 
-import os
+import sys
+from typing import Annotated
 
-import typer
+from prm_synth.cli.environment import prepare_environment
 
-# No network here or in CI: Prefect must not try to phone home. Set before Prefect is imported.
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-# vLLM logs to stdout by default; stdout is for results (the summary, --json), logs go to stderr.
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+prepare_environment()  # before anything imports Prefect or vLLM: they read it at import
 
-from prm_synth.cli import eval as eval_commands  # noqa: E402 - after the environment above
+import typer  # noqa: E402
+
+from prm_synth import __version__  # noqa: E402
+from prm_synth.cli import eval as eval_commands  # noqa: E402
 from prm_synth.cli import export as export_commands  # noqa: E402
 from prm_synth.cli import run as run_commands  # noqa: E402
+from prm_synth.cli import supervise  # noqa: E402
 from prm_synth.cli.common import fail  # noqa: E402
 
 __all__ = ["app", "fail", "main"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.split("\n\n")[0])
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"prm-synth {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Synthesize step-level training data for process reward models."""
+
+
 run_commands.register(app)
 export_commands.register(app)
 eval_commands.register(app)
 
 
 def main() -> None:
+    # The command line as typed: `prm-synth run` hands it to its worker child (see supervise.py).
+    supervise.ENTRY_ARGV = sys.argv[1:]
     app()

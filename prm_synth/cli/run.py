@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from prm_synth.cli import preflight, supervise
 from prm_synth.cli.common import fail
+from prm_synth.cli.environment import (
+    COMMAND_STARTED_AT,
+    EPHEMERAL_TIMEOUT,
+    STARTUP_TIMEOUT_ENV,
+    quiet_expected_failures,
+)
+
+if TYPE_CHECKING:
+    from prm_synth.config import PipelineConfig
 
 models_app = typer.Typer(no_args_is_help=True, help="Models that ship with prm-synth.")
 
@@ -39,7 +51,7 @@ def _print_summary(summary: dict) -> None:
             if (c := summary.get("consensus")) and c.get("rows")
             else []
         ),
-        ("wall time", f"{summary.get('wall_seconds', 0):.1f} s"),
+        ("wall time", f"{summary.get('wall_seconds', 0):.1f} s ({summary.get('startup_seconds', 0):.1f} s start-up)"),
     ]
     width = max(len(k) for k, _ in lines)
     typer.echo("\nsummary")
@@ -59,38 +71,34 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Run a pipeline as a one-off local Prefect flow run and print a summary."""
-    from prm_synth.config import ConfigError, load_config
-    from prm_synth.problems import ProblemSourceError
-    from prm_synth.shards import OutputFolderError
+    """Run a pipeline as a one-off local Prefect flow run and print a summary.
 
-    try:
-        config = load_config(pipeline)
-    except ConfigError as e:
-        fail(str(e))
+    Ctrl-C (or SIGTERM) stops the run and its engine; finished shards are kept and the same command
+    resumes. The work runs in a child process that cannot outlive the command (see prm_synth.lifeline).
+    """
+    started = supervise.started_at() or COMMAND_STARTED_AT
+    config = _load(pipeline)
     if runner not in ("threads", "ray"):
         fail(f"--runner must be 'threads' or 'ray', not {runner!r}")
-    out_dir = out or Path("runs") / config.name
-    from flows.synthesize import synthesize_with_runner
-
-    flow = synthesize_with_runner(runner, ray_address)
     try:
-        summary = flow(
-            config=config,
-            out_dir=str(out_dir),
-            limit=limit,
-            overwrite=overwrite,
-            dry_run=dry_run,
-            show_progress=not json_out,
-        )
-    except (OutputFolderError, ProblemSourceError) as e:
+        out_dir = out if out is not None else preflight.default_out_dir(config)
+        if not dry_run:
+            preflight.check_output_folder(out_dir)
+            if not overwrite:
+                preflight.check_same_config(out_dir, config)
+        preflight.check_problem_source(config)
+    except preflight.PreflightError as e:
         fail(str(e))
-    except RuntimeError as e:
-        fail(str(e), code=1)
-    finally:
-        from prm_synth.engines import close_engines
-
-        close_engines()  # shut engines down before the summary, not in the middle of it
+    if supervise.should_supervise():
+        raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))
+    if supervise.is_worker():
+        supervise.become_worker()
+    try:
+        summary = _run_flow(config, out_dir, limit, overwrite, dry_run, runner, ray_address, not json_out)
+    except KeyboardInterrupt as e:
+        _stop_interrupted(str(e) or "SIGINT")
+    summary["startup_seconds"] = round(max(0.0, summary.pop("started_at", started) - started), 3)
+    summary["wall_seconds"] = round(time.time() - started, 3)
     if json_out:
         typer.echo(json.dumps(summary, sort_keys=True))
         return
@@ -99,6 +107,77 @@ def run(
         typer.echo("\ndry run: nothing was written")
     else:
         typer.echo(f"\ndataset: {out_dir}  (load: datasets.load_dataset('arrow', data_files='{out_dir}/data/*.arrow'))")
+
+
+def _load(pipeline: Path) -> PipelineConfig:
+    from prm_synth.config import ConfigError, load_config
+
+    try:
+        preflight.check_pipeline_path(pipeline)
+        return load_config(pipeline)
+    except (ConfigError, preflight.PreflightError) as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"cannot read pipeline file {pipeline}: {e.strerror or e}")
+
+
+def _run_flow(
+    config: PipelineConfig,
+    out_dir: Path,
+    limit: int | None,
+    overwrite: bool,
+    dry_run: bool,
+    runner: str,
+    ray_address: str | None,
+    show_progress: bool,
+) -> dict[str, Any]:
+    from prm_synth.problems import ProblemSourceError
+    from prm_synth.shards import OutputFolderError
+
+    quiet_expected_failures()
+    from flows.synthesize import synthesize_with_runner
+
+    flow = synthesize_with_runner(runner, ray_address)
+    try:
+        return flow(
+            config=config,
+            out_dir=str(out_dir),
+            limit=limit,
+            overwrite=overwrite,
+            dry_run=dry_run,
+            show_progress=show_progress,
+        )
+    except (OutputFolderError, ProblemSourceError) as e:
+        fail(str(e))
+    except RuntimeError as e:
+        if EPHEMERAL_TIMEOUT in str(e):
+            fail(
+                "Prefect's temporary API server did not start within "
+                f"{os.environ.get(STARTUP_TIMEOUT_ENV)} s (a busy machine?): raise {STARTUP_TIMEOUT_ENV}, "
+                "or point PREFECT_API_URL at a running server (prefect server start)",
+                code=1,
+            )
+        fail(str(e), code=1)
+    finally:
+        from prm_synth.engines import close_engines
+
+        close_engines()  # shut engines down before the summary, not in the middle of it
+
+
+def _stop_interrupted(signal_name: str) -> NoReturn:
+    """After SIGINT/SIGTERM: shut the engines down (bounded), say how to resume, exit 130."""
+    from prm_synth.engines import close_engines
+
+    typer.echo(f"\nstopping ({signal_name}): shutting the engine down", err=True)
+    clean = supervise.stop_within(close_engines)
+    typer.echo(
+        "error: interrupted; finished shards are kept, run the same command again to resume"
+        + ("" if clean else " (the engine did not stop in time and was killed)"),
+        err=True,
+    )
+    if supervise.is_worker():
+        supervise.exit_now(supervise.EXIT_INTERRUPTED)
+    raise typer.Exit(supervise.EXIT_INTERRUPTED)
 
 
 def serve(
@@ -130,12 +209,11 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
-    from prm_synth.shards import DatasetError
     from prm_synth.summary import summarize
 
     try:
         summary = summarize(directory)
-    except (FileNotFoundError, DatasetError) as e:
+    except FileNotFoundError as e:
         fail(str(e))
     if json_out:
         typer.echo(json.dumps(summary, sort_keys=True))

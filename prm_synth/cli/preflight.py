@@ -1,0 +1,98 @@
+"""Checks `prm-synth run` makes before any work (and before Prefect is imported): each bad input ends
+in one line naming what is wrong, instead of a traceback after a server start."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from prm_synth.config import FileSource, PipelineConfig
+from prm_synth.config_diff import differing_keys, without_sections
+
+# Sections that do not change the rows (left out of the fingerprint): never a reason to refuse.
+RUNTIME_SECTIONS = ("run",)
+OUTPUT_SUBFOLDERS = ("data", "rejected", "shards", "trees")
+MANIFEST = "manifest.json"
+
+
+class PreflightError(ValueError):
+    """An input that would fail the run; the message is one line."""
+
+
+def default_out_dir(config: PipelineConfig) -> Path:
+    """runs/<name>, for a name that is a plain folder name (so no name can write outside runs/)."""
+    name = config.name
+    if name in ("", ".", "..") or any(c in name for c in ("/", "\\", "\0")) or name != name.strip():
+        raise PreflightError(
+            f"pipeline name {name!r} is not a plain folder name, and without --out it names the output "
+            "folder runs/<name>: rename it or pass --out"
+        )
+    return Path("runs") / name
+
+
+def check_pipeline_path(path: Path) -> None:
+    if path.is_dir():
+        raise PreflightError(f"pipeline path {path} is a folder; give the pipeline's YAML file")
+
+
+def check_output_folder(out: Path) -> None:
+    """The folder (or the first existing folder above it) must be a writable folder, and so must its
+    data/rejected/shards/trees subfolders where they exist."""
+    if out.exists() and not out.is_dir():
+        raise PreflightError(f"--out {out} is a file, not a folder")
+    if out.exists():
+        for sub in OUTPUT_SUBFOLDERS:
+            if (out / sub).exists() and not (out / sub).is_dir():
+                raise PreflightError(f"{out / sub} is a file where the output needs a folder; use another --out")
+        for folder in [out, *(out / s for s in OUTPUT_SUBFOLDERS if (out / s).is_dir())]:
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise PreflightError(f"output folder {folder} is not writable")
+        return
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise PreflightError(f"--out {out} lies under {parent}, which is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PreflightError(f"cannot create --out {out}: {parent} is not writable")
+
+
+def check_same_config(out: Path, config: PipelineConfig) -> None:
+    """Refuse an output folder that holds a dataset of another config, naming the keys that differ."""
+    path = out / MANIFEST
+    if not path.exists():
+        return
+    try:
+        manifest = json.loads(path.read_text())
+        old_fingerprint = manifest["config_fingerprint"]
+        old_config = manifest.get("config") or {}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PreflightError(
+            f"{path} is unreadable ({type(e).__name__}); use another --out, or --overwrite to replace the folder"
+        ) from None
+    if old_fingerprint == config.fingerprint():
+        return
+    keys = without_sections(differing_keys(old_config, config.model_dump(mode="json")), RUNTIME_SECTIONS)
+    if keys:
+        why = "differs in " + ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+    else:
+        why = f"fingerprint {old_fingerprint}, this config {config.fingerprint()}"
+    raise PreflightError(
+        f"{out} holds a dataset made with another config ({why}); use another --out, or --overwrite to replace it"
+    )
+
+
+def check_problem_source(config: PipelineConfig) -> None:
+    """Open a problem file (cheap) so that a missing or unsupported one fails before anything is written.
+    Hugging Face sources are opened by the run itself (opening one can mean a download)."""
+    if not isinstance(config.problems, FileSource):
+        return
+    from prm_synth.problems import ProblemSourceError, iter_problems
+
+    try:
+        next(iter(iter_problems(config.problems)), None)
+    except ProblemSourceError as e:
+        raise PreflightError(str(e)) from None
+    except OSError as e:
+        raise PreflightError(f"problem file {config.problems.path}: {e.strerror or e}") from None
