@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -55,7 +57,7 @@ def prefect_server(tmp_path_factory):
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    deadline = time.time() + 90
+    deadline = time.time() + 300  # a busy machine takes minutes, not seconds
     import urllib.request
 
     while True:
@@ -152,9 +154,53 @@ print(json.dumps({"states": [r.state.type.value for r in done], "artifacts": sor
     assert manifest["totals"]["problems"] == 2 and manifest["totals"]["rows"] >= 1
 
 
+def _flow_run_states(env, deployment: str) -> list[str]:
+    """States of the flow runs of a deployment (by its name, without the flow's)."""
+    return _client_call(
+        env,
+        f"""
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["{deployment}"])))
+print(json.dumps([r.state.type.value if r.state else "NONE" for r in runs]))
+""",
+    )
+
+
+def _wait_until(condition, deadline_s: float, what: str, poll_s: float = 2.0, alive=None):
+    """Poll `condition` until it returns a truthy value; fail naming `what` after a generous deadline,
+    or at once when the process `alive` (a Popen) has exited."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if alive is not None and alive.poll() is not None:
+            raise AssertionError(f"{what}: the process exited with {alive.returncode} first")
+        time.sleep(poll_s)
+    raise AssertionError(f"{what}: not within {deadline_s} s")
+
+
+def _run_finished(env, deployment: str):
+    states = _flow_run_states(env, deployment)
+    final = [s for s in states if s in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")]
+    return final or None
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
 @pytest.mark.slow
-def test_serve_registers_its_schedule(prefect_server, tmp_path):
+def test_serve_registers_its_schedule_and_its_runs_complete(prefect_server, tmp_path):
     env = prefect_server
+    served = tmp_path / "served"
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [
             str(BIN / "prm-synth"),
@@ -165,20 +211,18 @@ def test_serve_registers_its_schedule(prefect_server, tmp_path):
             "--name",
             "served-simulated",
             "--out",
-            str(tmp_path / "served"),
+            str(served),
         ],
         env=env,
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
-        deadline = time.time() + 120
-        crons: list = []
-        while time.time() < deadline and not crons:
-            time.sleep(2)
-            crons = _client_call(
+
+        def schedule():
+            return _client_call(
                 env,
                 f"""
 try:
@@ -188,7 +232,89 @@ except Exception:
     print("[]")
 """,
             )
-        assert crons == ["*/30 * * * *"]
+
+        assert _wait_until(schedule, 300, "the served deployment is registered", alive=proc) == ["*/30 * * * *"]
+        _prefect(env, "deployment", "run", f"{FLOW}/served-simulated", "--param", "limit=20")
+        states = _wait_until(lambda: _run_finished(env, "served-simulated"), 600, "the triggered run ends", alive=proc)
+        assert states == ["COMPLETED"], (tmp_path / "serve.log").read_text()[-3000:]
+        manifest = json.loads((served / "manifest.json").read_text())
+        assert manifest["totals"]["problems"] == 20
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        _stop_group(proc)
+        log.close()
+
+
+def _readme_block(heading: str) -> str:
+    """The first fenced bash block under a README heading, exactly as written there."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split(heading, 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, f"no bash block under {heading!r}"
+    return block.group(1)
+
+
+@pytest.mark.slow
+def test_the_readme_scheduling_block_works_as_written(tmp_path):
+    """The README's deploy -> worker lines, run by bash against a fresh loopback server; only the port
+    (4200, which may be taken here) is changed. Then a triggered run must complete."""
+    block = _readme_block("### 2. Scheduled deployments")
+    assert "prefect server start" in block and "export PREFECT_API_URL=" in block
+    port = _free_port()
+    script = block.replace("127.0.0.1:4200", f"127.0.0.1:{port}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")} | {
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_SERVER_API_PORT": str(port),  # `prefect server start` listens here
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+    }
+    log = open(tmp_path / "readme.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        ["bash", "-e", "-c", script], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    client_env = env | {"PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
+    try:
+
+        def deployed():
+            return _client_call(
+                client_env,
+                f"""
+try:
+    d = await client.read_deployment_by_name("{FLOW}/simulated-nightly")
+    pool = await client.read_work_pool("prm-synth-process")
+    print(json.dumps({{"cron": d.schedules[0].schedule.cron, "limit": pool.concurrency_limit}}))
+except Exception:
+    print("null")
+""",
+            )
+
+        def deployed_or_none():
+            try:
+                return deployed()
+            except AssertionError:  # the server is not up yet
+                return None
+
+        try:
+            found = _wait_until(deployed_or_none, 600, "the README's lines deploy simulated-nightly", alive=proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{(tmp_path / 'readme.log').read_text()[-3000:]}") from None
+        assert found == {"cron": "0 3 * * *", "limit": 1}
+        out = tmp_path / "nightly"
+        _prefect(
+            client_env,
+            "deployment",
+            "run",
+            f"{FLOW}/simulated-nightly",
+            "--param",
+            "limit=30",
+            "--param",
+            f"out_dir={out}",
+        )
+        states = _wait_until(
+            lambda: _run_finished(client_env, "simulated-nightly"), 600, "the triggered run ends", alive=proc
+        )
+        assert states == ["COMPLETED"], (tmp_path / "readme.log").read_text()[-3000:]
+        assert json.loads((out / "manifest.json").read_text())["totals"]["problems"] == 30
+    finally:
+        _stop_group(proc)
+        log.close()

@@ -150,26 +150,76 @@ def test_an_unreadable_problem_source_is_a_clear_error(tmp_path):
     assert "problems.csv" in result.output
 
 
+def _tree(pid: int) -> set[int]:
+    """The process and its descendants now."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return {pid, *(p.pid for p in root.children(recursive=True))}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def _alive(pids: set[int]) -> set[int]:
+    import psutil
+
+    alive = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_for(condition, deadline_s: float, what: str, poll_s: float = 0.05):
+    """Poll until `condition()` is truthy; the deadline is generous (a busy machine is slow), never a sleep."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"{what}: not within {deadline_s} s")
+
+
 @pytest.mark.slow
 def test_sigkill_part_way_then_rerun_loses_and_duplicates_nothing(tmp_path):
-    """A real `prm-synth run` process, killed with SIGKILL after a few shards, then run again."""
+    """A real `prm-synth run` process, killed with SIGKILL after a few shards, then run again.
+
+    The kill comes when 5 shard markers exist, however long that takes; the killed command's worker,
+    watchdog and Prefect server must all be gone before the rerun (nothing survives a SIGKILL).
+    """
     path = write_pipeline(tmp_path, problems__count=3000, output__shard_size=20)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(path), "--out", str(out), "--json"]
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list((out / "shards").glob("*.json"))) < 5:
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
+    log = tmp_path / "killed.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    seen: set[int] = set()
+
+    def five_markers() -> bool:
+        seen.update(_tree(proc.pid))
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before it was killed:\n{log.read_text()[-3000:]}")
+        return len(list((out / "shards").glob("*.json"))) >= 5
+
+    wait_for(five_markers, 600, "5 shard markers")
+    seen.update(_tree(proc.pid))
+    os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    wait_for(lambda: not _alive(seen), 120, f"every process of the killed run ends ({_alive(seen)} alive)", 0.2)
     finished_before = len(list((out / "shards").glob("*.json")))
     assert 5 <= finished_before < 150, "the run was not killed part-way"
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["shards_skipped"] >= finished_before - 2  # a marker written as it was killed may be torn
     assert summary["problems_in"] == 3000 and summary["rows"] + summary["rejected"] == 3000
+    assert summary["wall_seconds"] >= summary["startup_seconds"] > 0
     check_dataset(out)
     manifest = read_manifest(out)
     assert [s["shard"] for s in manifest["shards"]] == list(range(150))
