@@ -59,7 +59,9 @@ def test_another_configs_folder_is_refused_at_once_naming_the_keys_that_differ(t
     old = load_config(pipeline(tmp_path, filename="old.yaml"))
     dump = old.model_dump(mode="json")
     ShardStore(out, old.fingerprint()).prepare(dump, yaml.safe_dump(dump))
-    new = pipeline(tmp_path, filename="new.yaml", annotate={"k": 4}, problems={"count": 7}, run={"max_parallel_shards": 3})
+    new = pipeline(
+        tmp_path, filename="new.yaml", annotate={"k": 4}, problems={"count": 7}, run={"max_parallel_shards": 3}
+    )
     result = run_cli("run", str(new), "--out", str(out))
     line = one_line_error(result)
     assert "another config" in line and "annotate.k" in line and "problems.count" in line, line
