@@ -220,3 +220,21 @@ def test_changing_one_leaf_names_exactly_its_path(config, data):
     node[leaf] = ["a value no strategy draws"]
     assert differing_keys(config, changed) == [target]
     assert without_sections(differing_keys(config, changed), [target.split(".")[0]]) == []
+
+
+def test_failed_shards_end_in_one_error_line_and_no_traceback(tmp_path):
+    """A server that does not answer fails every shard: Prefect logs each failure in one line, the
+    command ends with one error line and exit 1, and no traceback hides it."""
+    path = pipeline(
+        tmp_path,
+        policy={"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 2},
+        problems={"count": 2},
+        output={"shard_size": 1},
+    )
+    env = os.environ | {"PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path / "prefect")}
+    cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(path), "--out", str(tmp_path / "out")]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "2 shard(s) failed" in errors[0] and "127.0.0.1:9" in errors[0]

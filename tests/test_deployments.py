@@ -76,7 +76,7 @@ def prefect_server(tmp_path_factory):
     log.close()
 
 
-def _prefect(env, *args, check=True, timeout=120):
+def _prefect(env, *args, check=True, timeout=300):
     proc = subprocess.run(
         [str(BIN / "prefect"), *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
@@ -95,7 +95,7 @@ def _client_call(env, code: str):
         + "".join(f"        {line}\n" for line in code.strip().splitlines())
         + "asyncio.run(main())\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -142,6 +142,24 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path):
 
 
 @pytest.mark.usefixtures("prefect_harness")
+def test_a_broken_problem_source_writes_nothing_so_the_corrected_config_runs_into_the_same_folder(tmp_path):
+    """The flow itself (as a deployment runs it, without the CLI's checks) opens the source first."""
+    from flows.synthesize import synthesize
+    from prm_synth.problems import ProblemSourceError
+
+    out = tmp_path / "out"
+    (tmp_path / "problems.csv").write_text("question,answer\nWhat is 2+3?,5\n")
+    broken = load_config(write_pipeline(tmp_path, problems={"kind": "file", "path": str(tmp_path / "problems.csv")}))
+    with pytest.raises(ProblemSourceError):
+        synthesize(config=broken, out_dir=str(out))  # .csv is not a supported problem file
+    assert not out.exists()
+    (tmp_path / "problems.jsonl").write_text(json.dumps({"question": "What is 2+3?", "answer": "5"}) + "\n")
+    fixed = load_config(write_pipeline(tmp_path, problems={"kind": "file", "path": str(tmp_path / "problems.jsonl")}))
+    summary = synthesize(config=fixed, out_dir=str(out))
+    assert summary["problems_in"] == 1 and summary["rows"] + summary["rejected"] == 1
+
+
+@pytest.mark.usefixtures("prefect_harness")
 def test_an_unreadable_problem_source_is_a_clear_error(tmp_path):
     (tmp_path / "problems.csv").write_text("question,answer\n")
     path = write_pipeline(tmp_path, problems={"kind": "file", "path": str(tmp_path / "problems.csv")})

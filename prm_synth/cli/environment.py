@@ -49,9 +49,12 @@ class _NoTracebackFor(logging.Filter):
 def quiet_expected_failures() -> None:
     """Drop Prefect's tracebacks of the failures `prm-synth run` reports in one line itself."""
     from flows.synthesize import ShardsFailedError
+    from prm_synth.engines.base import EngineError
     from prm_synth.problems import ProblemSourceError
     from prm_synth.shards import OutputFolderError
 
-    quiet = _NoTracebackFor((ShardsFailedError, ProblemSourceError, OutputFolderError, KeyboardInterrupt))
+    # EngineError: a server that does not answer, a model that does not load; its message says so.
+    expected = (ShardsFailedError, EngineError, ProblemSourceError, OutputFolderError, KeyboardInterrupt)
+    quiet = _NoTracebackFor(expected)
     for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.flow_engine", "prefect.task_engine"):
         logging.getLogger(name).addFilter(quiet)
