@@ -30,7 +30,7 @@ def main() -> None:
     from prm_synth.grading import grade
     from prm_synth.prompts import policy_user_prompt
 
-    engine = VLLMEngine(VLLMConfig(kind="vllm", model="smollm2-135m-instruct", demo=True, max_model_len=2048))
+    engine = VLLMEngine(VLLMConfig(kind="vllm", model="demo", max_model_len=2048))
     rows = []
     try:
         for ops in args.ops:

@@ -29,6 +29,7 @@ from prefect.futures import PrefectFuture
 from flows.reporting import ShardProgress, engine_totals, publish_engine_pictures, publish_run_artifacts
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
+from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems import count_hint
 from prm_synth.schema import Item
@@ -38,7 +39,7 @@ from prm_synth.summary import summarize
 DRY_RUN_PROBLEMS = 8
 
 
-class ShardsFailedError(RuntimeError):
+class ShardsFailedError(PrmSynthError, RuntimeError):
     """Some shards failed; the others are kept, and the next run redoes only the failed ones."""
 
 

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "prm_synth.arithmetic",
             "prm_synth.demo_model",
             "prm_synth.telemetry",
+            "prm_synth.lifeline",
         },
     ),
     (
@@ -43,6 +44,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "prm_synth.prompts",
             "prm_synth.steps",
             "prm_synth.errors",
+            "prm_synth.config_diff",
         },
     ),
 ]

@@ -28,7 +28,8 @@ def small_demo(tmp_path: Path) -> Path:
     data = yaml.safe_load((ROOT / "pipelines" / "demo.yaml").read_text())
     data["problems"]["count"] = PROBLEMS
     data["sampling"] |= {"samples_per_problem": 1, "max_tokens": 48}
-    data["annotate"] |= {"k": 2, "rollout_max_tokens": 24}
+    data["annotate"] |= {"k": 2}
+    data["rollouts"] = {"max_tokens": 24}
     data["output"] = {"shard_size": 1}
     path = tmp_path / "demo-small.yaml"
     path.write_text(yaml.safe_dump(data))

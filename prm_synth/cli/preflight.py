@@ -9,6 +9,7 @@ from pathlib import Path
 
 from prm_synth.config import FileSource, PipelineConfig
 from prm_synth.config_diff import differing_keys, without_sections
+from prm_synth.errors import PrmSynthError
 
 # Sections that do not change the rows (left out of the fingerprint): never a reason to refuse.
 RUNTIME_SECTIONS = ("run",)
@@ -16,7 +17,7 @@ OUTPUT_SUBFOLDERS = ("data", "rejected", "shards", "trees")
 MANIFEST = "manifest.json"
 
 
-class PreflightError(ValueError):
+class PreflightError(PrmSynthError, ValueError):
     """An input that would fail the run; the message is one line."""
 
 
