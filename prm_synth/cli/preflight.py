@@ -4,6 +4,7 @@ in one line naming what is wrong, instead of a traceback after a server start.""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def check_same_config(out: Path, config: PipelineConfig) -> None:
         ) from None
     if old_fingerprint == config.fingerprint():
         return
-    keys = without_sections(differing_keys(old_config, config.model_dump(mode="json")), RUNTIME_SECTIONS)
+    keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)
     if keys:
         why = "differs in " + ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
     else:
@@ -82,6 +83,21 @@ def check_same_config(out: Path, config: PipelineConfig) -> None:
     raise PreflightError(
         f"{out} holds a dataset made with another config ({why}); use another --out, or --overwrite to replace it"
     )
+
+
+def _current_form(old: dict) -> dict:
+    """An older folder's config in today's layout with defaults filled in, so that only real changes
+    show as differences; as stored where it no longer validates (its problem file moved, say)."""
+    from prm_synth.config import validate_config
+    from prm_synth.config_upgrade import upgrade
+
+    logging.disable(logging.WARNING)  # the upgrade's notes are for loading a file, not for this
+    try:
+        return validate_config(upgrade(old)).model_dump(mode="json")
+    except Exception:  # noqa: BLE001 - any old config that does not validate is compared as stored
+        return old
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def check_problem_source(config: PipelineConfig) -> None:
