@@ -94,10 +94,10 @@ def _alive(pid: int) -> bool:
     return _pgid_of(pid) is not None
 
 
-def start_watchdog(command_pid: int) -> subprocess.Popen[bytes]:
+def start_watchdog(command_pid: int, grace_s: float = GRACE_S) -> subprocess.Popen[bytes]:
     """Start the watchdog for this process (the worker, leader of its own process group)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "prm_synth.lifeline", str(os.getpid()), str(command_pid)],
+        [sys.executable, "-m", "prm_synth.lifeline", str(os.getpid()), str(command_pid), repr(grace_s)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         close_fds=True,
@@ -123,4 +123,4 @@ def watch(worker_pid: int, command_pid: int, grace_s: float = GRACE_S) -> None:
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), int(sys.argv[2]))
+    watch(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else GRACE_S)
