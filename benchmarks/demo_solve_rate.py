@@ -4,6 +4,7 @@ Samples `--samples` solutions for each of `--count` builtin problems per operati
 with the pipeline's grader, and prints a table of solve rates per (ops, temperature). The demo pipeline
 picks its problems from this table, so the model solves some but not all of them.
 Usage: python benchmarks/demo_solve_rate.py --ops 1 2 --count 12 --samples 4
+       python benchmarks/demo_solve_rate.py --ops 1 --seeds 0 1 2 --count 6 --samples 8
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import time
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ops", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--count", type=int, default=12)
+    parser.add_argument("--count", type=int, default=12, help="problems per seed")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="builtin generator seeds")
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.7])
     parser.add_argument("--max-tokens", type=int, default=160)
@@ -34,7 +36,12 @@ def main() -> None:
     rows = []
     try:
         for ops in args.ops:
-            problems = [arithmetic.generate(random.Random(f"0:{i}"), ops, ops) for i in range(args.count)]
+            # the builtin source's problems: problem i of seed s comes from Random(f"{s}:{i}")
+            problems = [
+                arithmetic.generate(random.Random(f"{seed}:{i}"), ops, ops)
+                for seed in args.seeds
+                for i in range(args.count)
+            ]
             for temperature in args.temperatures:
                 t0 = time.perf_counter()
                 requests = [
