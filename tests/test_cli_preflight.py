@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -251,3 +252,12 @@ def test_failed_shards_end_in_one_error_line_and_no_traceback(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "2 shard(s) failed" in errors[0] and "127.0.0.1:9" in errors[0]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_summary_counts_the_start_up_in_the_wall_time(tmp_path):
+    result = CliRunner().invoke(app, ["run", str(SIMULATED), "--out", str(tmp_path / "out"), "--limit", "5", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert 0 <= summary["startup_seconds"] <= summary["wall_seconds"]
+    assert "started_at" not in summary
