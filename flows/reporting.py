@@ -29,6 +29,16 @@ from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, summary_markd
 ARTIFACT_INTERVAL_S = 5.0
 
 
+_ACTIVE: ShardProgress | None = None  # the run's progress in this process (set by the flow)
+
+
+def active_shard_callback(shard_index: int) -> Callable[[ProgressSnapshot], None] | None:
+    """What a shard task passes to its scheduler: the running flow's progress, if it is in this process.
+
+    A module-level handle rather than a task parameter: Prefect parameters must be serializable."""
+    return _ACTIVE.shard_callback(shard_index) if _ACTIVE is not None else None
+
+
 class ShardProgress:
     """Shards done out of the expected total (None when the source cannot say how many), and what the
     shards in flight are doing: each one's probe scheduler reports a `ProgressSnapshot` every few
@@ -56,6 +66,12 @@ class ShardProgress:
         if self.bar:
             self.bar.advance(self.task)
         self._publish(force=True)
+
+    def activate(self) -> None:
+        """Make this the run's progress for shard tasks in this process (the thread runner); a task on
+        a Ray worker finds none and reports through its log lines only."""
+        global _ACTIVE
+        _ACTIVE = self
 
     def shard_callback(self, shard_index: int) -> Callable[[ProgressSnapshot], None]:
         """What a shard's probe scheduler calls with its progress (`ProbeScheduler(on_progress=...)`)."""
@@ -96,6 +112,9 @@ class ShardProgress:
             return min(1.0, (self.done + partial) / self.total)
 
     def close(self) -> None:
+        global _ACTIVE
+        if _ACTIVE is self:
+            _ACTIVE = None
         if self.bar:
             self.bar.stop()
         with contextlib.suppress(Exception):

@@ -26,7 +26,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
 from prefect.futures import PrefectFuture
 
-from flows.reporting import ShardProgress, engine_totals, publish_engine_pictures, publish_run_artifacts
+from flows.reporting import (
+    ShardProgress,
+    active_shard_callback,
+    engine_totals,
+    publish_engine_pictures,
+    publish_run_artifacts,
+)
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
 from prm_synth.errors import PrmSynthError
@@ -66,6 +72,7 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
             fingerprint,
             judge_engine,
             progress=lambda msg: logger.info("shard %d: %s", shard_index, msg),
+            on_progress=active_shard_callback(shard_index),
         )
     entry = ShardStore(out_dir, fingerprint).write_shard(
         shard_index,
@@ -135,6 +142,7 @@ def synthesize(
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), out_dir)
 
     progress = ShardProgress(1 if dry_run else _expected_shards(config, limit), show_progress and sys.stderr.isatty())
+    progress.activate()
     window: deque[tuple[int, PrefectFuture[dict[str, Any]]]] = deque()
     failed: dict[int, str] = {}
     done = skipped = 0

@@ -67,3 +67,13 @@ def test_the_engine_picture_is_saved_and_attached(artifacts, tmp_path):
     assert "occupancy" in markdown[1][0] and markdown[2]["key"] == "pic-engine-length"
     # a second run of the same process with nothing new for this engine adds no picture
     assert reporting.publish_engine_pictures(tmp_path / "again", reporting.engine_totals(), config) == []
+
+
+def test_shard_tasks_of_this_process_report_to_the_running_flows_progress(artifacts):
+    progress = reporting.ShardProgress(total=2, terminal=False)
+    assert reporting.active_shard_callback(0) is None  # no run in this process: log lines only
+    progress.activate()
+    reporting.active_shard_callback(1)(snap(3, 6, 20))
+    assert "20" in progress.run_line()
+    progress.close()
+    assert reporting.active_shard_callback(0) is None
