@@ -1,6 +1,6 @@
 """The export flow: trainer-ready views of a finished dataset, to a folder or the Hugging Face Hub.
 
-The work lives in prm_synth.hub. The Hub token is never a flow parameter (parameters are stored by
+The work lives in prm_synth.export.hub. The Hub token is never a flow parameter (parameters are stored by
 the Prefect server and shown in its UI): it comes from HF_TOKEN or the worker's Hugging Face login.
 """
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from prefect import flow
 
-from prm_synth.hub import export_to_dir, export_to_hub
-from prm_synth.views import VIEW_NAMES
+from prm_synth.export.hub import export_to_dir, export_to_hub
+from prm_synth.export.views import VIEW_NAMES
 
 
 @flow(name="export-dataset", log_prints=True)  # prints become run logs (and work when called as .fn)

@@ -19,10 +19,11 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import EntryNotFoundError
 from typer.testing import CliRunner
 
-from prm_synth import hub
 from prm_synth.cli.export import register
-from prm_synth.hub import HubExportError, export_to_dir, export_to_hub, redact, resolve_token, source_facts
-from prm_synth.views import VIEW_NAMES
+from prm_synth.export import card
+from prm_synth.export.card import redact, source_facts
+from prm_synth.export.hub import HubExportError, export_to_dir, export_to_hub, resolve_token
+from prm_synth.export.views import VIEW_NAMES
 
 TOKEN = "hf_PLANTEDsecret123"
 
@@ -152,8 +153,8 @@ def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, plante
         "marker_in_text 1, no_labeled_steps 12",
         'load_dataset("me/prm-data", "trl")',
         "```yaml\nannotate:",
-        hub.BEGIN,
-        hub.END,
+        card.BEGIN,
+        card.END,
     ):
         assert needle in body, needle
 
@@ -224,10 +225,10 @@ def test_an_existing_card_is_merged_not_overwritten(dataset, planted):
     assert [i["config_name"] for i in meta["dataset_info"]] == ["raw"]  # stale info of our config dropped
     assert list(meta)[:3] == ["license", "language", "tags"]  # the existing key order is kept
 
-    assert body.startswith("\n# My PRM data\n\nA hand-written introduction.\n\n" + hub.BEGIN)
+    assert body.startswith("\n# My PRM data\n\nA hand-written introduction.\n\n" + card.BEGIN)
     assert body.rstrip().endswith("## Citation\n\nPlease cite us.")
     assert "stale generated text" not in body
-    assert body.count(hub.BEGIN) == body.count(hub.END) == 1
+    assert body.count(card.BEGIN) == body.count(card.END) == 1
     assert "raw/a.jsonl" in api.files  # files of other configs are not ours to delete
     assert "trl/train-00000-of-00009.parquet" not in api.files  # a stale shard of our view is
 
@@ -238,7 +239,7 @@ def test_an_existing_card_is_merged_not_overwritten(dataset, planted):
     api = FakeHfApi(files={"README.md": b"# Notes only\n\nNo markers, no YAML.\n"})
     export_to_hub(dataset, "me/prm-data", api=api, license="mit")
     meta, body = _card(api.files["README.md"].decode())
-    assert meta["license"] == "mit" and body.startswith("# Notes only\n\nNo markers, no YAML.\n\n" + hub.BEGIN)
+    assert meta["license"] == "mit" and body.startswith("# Notes only\n\nNo markers, no YAML.\n\n" + card.BEGIN)
 
 
 def test_errors_are_wrapped_and_scrubbed(dataset, planted, caplog):

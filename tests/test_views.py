@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from _dataset_fixture import TAGGED_ROW, expected_labels, make_dataset
 
-from prm_synth.views import (
+from prm_synth.export.views import (
     VIEW_NAMES,
     VIEW_SCHEMAS,
     SkipRow,
@@ -199,7 +199,7 @@ def test_load_dataset_by_config_name_from_the_repo_folder(dataset, tmp_path):
     """The README `configs:` metadata written with the export makes `load_dataset(folder, view)` work."""
     from datasets import load_dataset
 
-    from prm_synth.hub import export_to_dir
+    from prm_synth.export.hub import export_to_dir
 
     root, rows = dataset
     export_to_dir(root, tmp_path / "repo", test_fraction=0.3)

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from prm_synth.cli.common import fail
-from prm_synth.views import VIEW_NAMES
+from prm_synth.export.views import VIEW_NAMES
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +39,7 @@ def export(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen) as Parquet with a dataset card."""
-    from prm_synth.hub import HubExportError, export_to_dir, export_to_hub
+    from prm_synth.export.hub import HubExportError, export_to_dir, export_to_hub
 
     if (to_dir is None) == (repo_id is None):
         fail("give exactly one of --to-dir OUT and --repo-id ORG/NAME")

@@ -22,7 +22,7 @@ Export writes the layout `datasets.push_to_hub` creates for a config, one folder
     OUT/<view>/test-00000-of-00001.parquet
 
 so `load_dataset("parquet", data_files={"train": "OUT/trl/train-*.parquet"})` reads it, and with the
-README `configs:` metadata written by prm_synth.hub, `load_dataset("OUT", "trl")` does too.
+README `configs:` metadata written by prm_synth.export.card, `load_dataset("OUT", "trl")` does too.
 """
 
 from __future__ import annotations

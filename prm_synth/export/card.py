@@ -1,30 +1,19 @@
-"""Publishing a finished dataset: the views as Parquet configs plus a dataset card, to a folder or the Hub.
+"""The dataset card: facts read from the run, HF metadata, the rendered template, merging into an
+existing card, and redaction of secrets in the published config.
 
-One code path writes the repo layout (`export_to_dir`): `<view>/<split>-*.parquet` for each view and
-a README.md whose YAML `configs:` make `load_dataset(repo, "<view>")` work. `export_to_hub` writes
-that same layout into a staging folder and uploads it in one commit with `upload_folder`, so the
-Hub repo and a `--to-dir` folder hold the same files, and data and card never disagree mid-upload.
-(`Dataset.push_to_hub` writes the same layout, but builds its own HfApi, so it cannot be pointed at
-a test stand-in, and it needs each split as one in-memory or cached Dataset; the views stream.)
-
-The card is rendered from a Jinja2 template in data_cards/. An existing card is merged, never
-replaced: unknown YAML fields and every line of text outside the
+The card is rendered from a Jinja2 template shipped as package data (`templates/`). An existing card
+is merged, never replaced: unknown YAML fields and every line of text outside the
 `<!-- prm-synth:begin -->` / `<!-- prm-synth:end -->` markers are kept.
-
-The Hub token comes from the argument, HF_TOKEN, or the saved `huggingface-cli login`. It is handed
-only to the HfApi calls; every message that leaves this module is scrubbed of it.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow.compute as pc
 import yaml
@@ -32,36 +21,23 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from prm_synth.shards import iter_tables, read_manifest
 from prm_synth.summary import summarize
-from prm_synth.views import VIEW_NAMES, VIEWS, export_view
 
-logger = logging.getLogger(__name__)
-
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "data_cards" / "prm_dataset_card.md.j2"
+TEMPLATE_NAME = "prm_dataset_card.md.j2"
 BEGIN = "<!-- prm-synth:begin -->"
 END = "<!-- prm-synth:end -->"
-CARD = "README.md"
 TAGS = ["process-reward-model", "prm-synth", "trl", "synthetic", "math"]
 TASK_CATEGORIES = ["token-classification"]  # PRMs are trained as token classifiers (TRL, OpenRLHF)
 REDACTED = "***"
 LOAD_PLACEHOLDER = "ORG/NAME"
 
 
-class HubExportError(RuntimeError):
-    """The export to the Hub failed; the message never holds the token."""
-
-
-class HubApi(Protocol):
-    """The part of `huggingface_hub.HfApi` the export uses (tests pass a recording stand-in)."""
-
-    def create_repo(self, repo_id: str, **kwargs: Any) -> Any: ...
-    def repo_info(self, repo_id: str, **kwargs: Any) -> Any: ...
-    def hf_hub_download(self, repo_id: str, filename: str, **kwargs: Any) -> Any: ...
-    def upload_folder(self, **kwargs: Any) -> Any: ...
+def default_template() -> str:
+    """The card template shipped inside the package (works from a wheel or a zip too)."""
+    return resources.files("prm_synth.export").joinpath("templates", TEMPLATE_NAME).read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------- secrets
 _SECRET_PARTS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth"}
-_HF_TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{20,}")
 
 
 def is_secret_key(key: str) -> bool:
@@ -81,24 +57,6 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [redact(v) for v in obj]
     return obj
-
-
-def scrub(text: str, token: str | None) -> str:
-    """Remove the token (and anything shaped like a Hub token) from a message."""
-    if token:
-        text = text.replace(token, REDACTED)
-    return _HF_TOKEN_RE.sub(REDACTED, text)
-
-
-def resolve_token(token: str | None = None) -> str | None:
-    """The argument, else HF_TOKEN, else the token saved by `huggingface-cli login` (None: anonymous)."""
-    if token:
-        return token
-    if os.environ.get("HF_TOKEN"):
-        return os.environ["HF_TOKEN"]
-    from huggingface_hub import get_token
-
-    return get_token()
 
 
 # ---------------------------------------------------------------- facts for the card
@@ -304,7 +262,7 @@ def render_card(
     existing: str | None = None,
     repo_id: str | None = None,
     license: str | None = None,
-    template: str | Path = DEFAULT_TEMPLATE,
+    template: str | Path | None = None,
 ) -> str:
     """The README.md for the exported views: rendered from the template, merged into `existing`."""
     manifest = read_manifest(dataset_dir)
@@ -332,7 +290,8 @@ def render_card(
         "repo_id": repo_id or LOAD_PLACEHOLDER,
         "config_yaml": yaml.safe_dump(redact(config), sort_keys=False, allow_unicode=True),
     }
-    fresh = DatasetCard.from_template(DatasetCardData(**meta), template_path=str(template), **context)
+    template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
+    fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)
     if not existing:
         return fresh.content
     # Start from the existing card, so its key order, line endings and text survive.
@@ -341,118 +300,3 @@ def render_card(
     card.data = DatasetCardData(**merged, ignore_metadata_errors=True)
     card.text = merge_text(card.text, fresh.text)
     return card.content
-
-
-# ---------------------------------------------------------------- export
-def _check_formats(formats: Iterable[str]) -> list[str]:
-    formats = list(dict.fromkeys(formats))  # keep order, drop repeats
-    unknown = [f for f in formats if f not in VIEWS]
-    if unknown or not formats:
-        raise ValueError(f"unknown view(s) {unknown or formats}; choose from {', '.join(VIEW_NAMES)}")
-    return formats
-
-
-def export_to_dir(
-    dataset_dir: str | Path,
-    out_dir: str | Path,
-    formats: Iterable[str] = VIEW_NAMES,
-    test_fraction: float = 0.1,
-    seed: int = 0,
-    repo_id: str | None = None,
-    license: str | None = None,
-    existing_card: str | None = None,
-    template: str | Path = DEFAULT_TEMPLATE,
-) -> dict[str, Any]:
-    """Write the Hub repo layout (views + README.md) to `out_dir`; a README.md already there is merged.
-
-    `existing_card` (the text of a card to merge into) overrides the README.md found in `out_dir`.
-    """
-    formats = _check_formats(formats)
-    read_manifest(dataset_dir)  # fail before writing anything when this is not a dataset folder
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    readme = out / CARD
-    if existing_card is None and readme.exists():
-        existing_card = readme.read_text(encoding="utf-8")
-    exports = []
-    for fmt in formats:
-        logger.info("writing view %s", fmt)
-        exports.append(export_view(dataset_dir, fmt, out, test_fraction=test_fraction, seed=seed))
-    card = render_card(dataset_dir, exports, existing_card, repo_id=repo_id, license=license, template=template)
-    readme.write_text(card, encoding="utf-8")
-    files = [p for ex in exports for split in ex["splits"].values() for p in split["files"]] + [CARD]
-    return {"out_dir": str(out), "views": {ex["view"]: ex for ex in exports}, "files": files}
-
-
-def _fetch_card(api: HubApi, repo_id: str, token: str | None, workdir: Path) -> str | None:
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
-
-    try:
-        path = api.hf_hub_download(
-            repo_id=repo_id, filename=CARD, repo_type="dataset", token=token, local_dir=str(workdir)
-        )
-    except (EntryNotFoundError, RepositoryNotFoundError):
-        return None
-    return Path(path).read_text(encoding="utf-8")
-
-
-def export_to_hub(
-    dataset_dir: str | Path,
-    repo_id: str,
-    private: bool = False,
-    formats: Iterable[str] = VIEW_NAMES,
-    token: str | None = None,
-    api: HubApi | None = None,
-    test_fraction: float = 0.1,
-    seed: int = 0,
-    license: str | None = None,
-    template: str | Path = DEFAULT_TEMPLATE,
-) -> dict[str, Any]:
-    """Create (or reuse) the dataset repo, merge its card, and upload views + card in one commit.
-
-    Files of the exported views left from an earlier export are deleted in the same commit; other
-    files in the repo are untouched. With `private=True`, an existing public repo is refused rather
-    than published to.
-    """
-    formats = _check_formats(formats)
-    read_manifest(dataset_dir)  # a wrong folder must not leave an empty repo behind
-    token = resolve_token(token)
-    if not token:
-        raise HubExportError("no Hugging Face token: set HF_TOKEN or run `hf auth login`")
-    if api is None:
-        from huggingface_hub import HfApi
-
-        api = HfApi()
-    try:
-        with tempfile.TemporaryDirectory(prefix="prm-synth-hub-") as tmp:
-            staging, download = Path(tmp) / "repo", Path(tmp) / "download"
-            logger.info("creating or reusing dataset repo %s", repo_id)
-            api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True, token=token)
-            if private and not getattr(api.repo_info(repo_id, repo_type="dataset", token=token), "private", True):
-                raise HubExportError(f"{repo_id} exists and is public; refusing to upload with --private")
-            existing = _fetch_card(api, repo_id, token, download)
-            result = export_to_dir(
-                dataset_dir,
-                staging,
-                formats,
-                test_fraction,
-                seed,
-                repo_id=repo_id,
-                license=license,
-                existing_card=existing or "",
-                template=template,
-            )
-            logger.info("uploading %d files to %s", len(result["files"]), repo_id)
-            api.upload_folder(
-                repo_id=repo_id,
-                repo_type="dataset",
-                folder_path=str(staging),
-                commit_message=f"prm-synth export: {', '.join(formats)}",
-                delete_patterns=[f"{fmt}/*.parquet" for fmt in formats],
-                token=token,
-            )
-    except HubExportError as e:
-        raise HubExportError(scrub(str(e), token)) from None
-    except Exception as e:  # noqa: BLE001 - any failure is re-raised without the token or its traceback
-        raise HubExportError(scrub(f"export to {repo_id} failed: {type(e).__name__}: {e}", token)) from None
-    return {**result, "out_dir": None, "repo_id": repo_id, "private": private}
