@@ -8,6 +8,7 @@ is merged, never replaced: unknown YAML fields and every line of text outside th
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -88,7 +89,7 @@ def source_facts(config: Mapping[str, Any]) -> dict[str, Any]:
     kind = src.get("kind")
     if kind == "builtin":
         return {
-            "description": f"{src.get('count', '?')} generated arithmetic-chain problems (builtin, seed {src.get('seed', 0)})",
+            "description": f"generated arithmetic-chain problems (builtin, seed {src.get('seed', 0)})",
             "license": "apache-2.0",
             "source_datasets": ["original"],
         }
@@ -125,40 +126,83 @@ def size_category(n: int) -> str:
     return "n>1B"
 
 
+def _get(config: Mapping[str, Any], *path: str, default: Any = "n/a") -> Any:
+    node: Any = config
+    for p in path:
+        if not isinstance(node, Mapping) or node.get(p) is None:
+            return default
+        node = node[p]
+    return node
+
+
+def method_budget(annotate: Mapping[str, Any]) -> dict[str, Any]:
+    """The annotate method's rollouts per probe and its rollout cap: the one place the card reads them.
+
+    OmegaPRM's rollouts per state were `omega_k` before the config's per-method sections (`k` after);
+    reading both keeps cards of older runs right.
+    """
+    method = annotate.get("method", "mc")
+    if method == "omegaprm":
+        k = annotate.get("omega_k", annotate.get("k"))
+        cap = annotate.get("omega_rollout_budget", annotate.get("rollout_budget"))
+        return {"method": method, "k": k, "cap": None if cap is None else f"OmegaPRM rollout budget {cap} a question"}
+    if method == "binary":
+        cap = annotate.get("probe_max_rollouts")
+        return {
+            "method": method,
+            "k": annotate.get("k"),
+            "cap": None if cap is None else f"at most {cap} rollouts a probe",
+        }
+    return {"method": method, "k": annotate.get("k"), "cap": None}
+
+
+METHOD_TEXT = {
+    "mc": (
+        "Every step was labeled by rolling the policy out again `k` times from the prefix that ends with "
+        "it and counting how many rollouts reach the gold answer (Monte Carlo estimation, Math-Shepherd)."
+    ),
+    "binary": (
+        "The first wrong step was found by a binary search over the prefixes, each probed by rollouts "
+        "(Monte Carlo estimation; OmegaPRM's bisection). Steps before it are labeled good from the probes "
+        "that bracket them (`inferred`), the step found bad (`mc`); solutions whose final answer is right "
+        "may be labeled from that answer alone (`verdict`)."
+    ),
+    "omegaprm": (
+        "Solutions and labels come from OmegaPRM's tree search (Luo et al. 2024): rollouts from the "
+        "question, a binary search for the first wrong step of each wrong rollout, and Monte Carlo "
+        "values of the prefixes along the way."
+    ),
+}
+SOURCE_TEXT = {
+    "mc": "measured by rollouts from the step's prefix",
+    "inferred": "inferred by the search from the probes around it",
+    "verdict": "the solution's own final grade (right answer: every step good)",
+    "none": "not measured",
+}
+
+
 def _made_rows(
     config: Mapping[str, Any], facts: Mapping[str, Any], source: str, fingerprint: str
 ) -> list[tuple[str, str]]:
     """The 'How it was made' table; every value has a fallback, so an older manifest still renders."""
-
-    def get(*path: str, default: Any = "n/a") -> Any:
-        node: Any = config
-        for p in path:
-            if not isinstance(node, Mapping) or node.get(p) is None:
-                return default
-            node = node[p]
-        return node
-
-    judge = get("judge", default=None)
-    consensus = get("consensus", default=None)
+    judge = _get(config, "judge", default=None)
+    consensus = _get(config, "consensus", default=None)
+    budget = method_budget(_get(config, "annotate", default={}))
     budgets = (
-        f"{get('sampling', 'samples_per_problem')} solutions a problem, sampling max_tokens "
-        f"{get('sampling', 'max_tokens')}, rollout max_tokens {get('annotate', 'rollout_max_tokens')}"
+        f"{_get(config, 'sampling', 'samples_per_problem')} solutions a problem, sampling max_tokens "
+        f"{_get(config, 'sampling', 'max_tokens')}, rollout max_tokens {_get(config, 'annotate', 'rollout_max_tokens')}"
     )
-    method = get("annotate", "method")
-    # The search annotators cap rollouts beyond k; name the cap that applies to this method.
-    if method == "omegaprm" and get("annotate", "omega_rollout_budget", default=None) is not None:
-        budgets += f", OmegaPRM rollout budget {get('annotate', 'omega_rollout_budget')} a question"
-    elif method != "mc" and get("annotate", "probe_max_rollouts", default=None) is not None:
-        budgets += f", at most {get('annotate', 'probe_max_rollouts')} rollouts a probe"
+    if budget["cap"]:
+        budgets += f", {budget['cap']}"
     if judge:
         budgets += f", {judge.get('samples', 1)} judge samples (max_tokens {judge.get('max_tokens', 'n/a')})"
     return [
         ("problems", source),
         ("policy model", ", ".join(facts["policy_model"]) or "n/a"),
         ("judge model", ", ".join(facts["judge_model"]) or "none"),
-        ("annotator", f"{', '.join(facts['annotator']) or 'n/a'} (method `{method}`)"),
-        ("labeling rule", ", ".join(facts["label_rule"]) or str(get("labels", "rule"))),
-        ("rollouts per probe (k)", str(get("annotate", "k"))),
+        ("annotator", f"{', '.join(facts['annotator']) or 'n/a'} (method `{budget['method']}`)"),
+        ("labeling rule", ", ".join(facts["label_rule"]) or str(_get(config, "labels", "rule"))),
+        ("rollouts per probe (k)", str(budget["k"] if budget["k"] is not None else "n/a")),
         ("budgets", budgets),
         (
             "consensus",
@@ -168,14 +212,106 @@ def _made_rows(
     ]
 
 
+def _percent(part: int, whole: int) -> str:
+    return "n/a" if not whole else f"{100 * part / whole:.1f}%"
+
+
 def _view_row(export: Mapping[str, Any], split_names: Sequence[str]) -> dict[str, Any]:
+    """One view's line in the card: what was written, summed over its splits."""
     skipped = ", ".join(f"{reason} {n}" for reason, n in sorted(export["skipped"].items()))
+    splits = export["splits"].values()
+    steps = sum(s["steps"] for s in splits)
+    bad = sum(s["bad_steps"] for s in splits)
+    sources: Counter[str] = Counter()
+    for s in splits:
+        sources.update(s.get("label_sources") or {})
+    confident = sum(s.get("with_confidence", 0) for s in splits)
     return {
         "view": export["view"],
         "columns": ", ".join(export["columns"]),
         "rows": [export["splits"][s]["rows"] if s in export["splits"] else "-" for s in split_names],
+        "problems": sum(s["problems"] for s in splits),
+        "steps": steps,
+        "bad_steps": bad,
+        "bad_percent": _percent(bad, steps),
+        "label_sources": ", ".join(f"{k} {v}" for k, v in sorted(sources.items())) or "n/a",
+        "confidence": _percent(confident, steps) if confident else "none",
         "skipped": skipped or "0",
+        "example": _example(export.get("example")),
     }
+
+
+def _example(row: Mapping[str, Any] | None, width: int = 160) -> str:
+    """An example row as JSON, long strings cut (the card is for reading, the Parquet for training)."""
+    if row is None:
+        return "{}"
+
+    def cut(v: Any) -> Any:
+        if isinstance(v, str) and len(v) > width:
+            return v[:width] + "…"
+        if isinstance(v, list):
+            return [cut(x) for x in v]
+        return v
+
+    return json.dumps({k: cut(v) for k, v in row.items()}, ensure_ascii=False, indent=2)
+
+
+def problems_line(summary: Mapping[str, Any], config: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
+    """How many problems the rows come from, and whether the run stopped short of the source."""
+    read = summary.get("problems_in", 0)
+    line = f"{read} read, {summary.get('problems_loaded', 0)} loaded"
+    limit = manifest.get("limit")
+    configured = _get(config, "problems", "count", default=None)
+    if limit is not None:
+        line += f" (run with a limit of {limit})"
+    elif configured is not None and read < configured:
+        line += f" (of the {configured} the source defines: the run was limited)"
+    return line
+
+
+def label_quality(dataset_dir: str | Path, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Label precision/recall against the truth where it can be recomputed (the simulated policy), else None."""
+    if _get(config, "policy", "kind", default=None) != "simulated":
+        return None
+    from prm_synth.evaluate import evaluate_dataset
+
+    try:
+        report = evaluate_dataset(dataset_dir)
+    except (ValueError, TypeError, KeyError) as e:  # a record the truth cannot be read from: say so, publish
+        return {"error": f"{type(e).__name__}: {e}"}
+    after = report["after_consensus"]
+
+    def fmt(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
+    return {
+        "rows": after["rows"],
+        "first_error_exact": fmt(after["first_error_mc"]["exact_acc"]),
+        "bad_precision": fmt(after["step_labels"]["precision"]),
+        "bad_recall": fmt(after["step_labels"]["recall"]),
+        "kept_fraction": fmt(report["kept_fraction"]),
+    }
+
+
+def dataset_info(exports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """HF `dataset_info` per exported view: features and rows per split, as `push_to_hub` writes them."""
+    from datasets import DatasetInfo, Features
+    from datasets.splits import SplitDict, SplitInfo
+
+    from prm_synth.export.views import VIEW_SCHEMAS
+
+    infos = []
+    for ex in exports:
+        splits = SplitDict()
+        for name, split in ex["splits"].items():
+            splits.add(SplitInfo(name=name, num_examples=split["rows"]))
+        info = DatasetInfo(
+            features=Features.from_arrow_schema(VIEW_SCHEMAS[ex["view"]]), splits=splits, config_name=ex["view"]
+        )._to_yaml_dict()
+        for split in info.get("splits", []):
+            split.pop("num_bytes", None)  # not measured; 0 would be a wrong number
+        infos.append(info)
+    return infos
 
 
 # ---------------------------------------------------------------- the card
@@ -195,6 +331,9 @@ def card_metadata(
     meta: dict[str, Any] = {
         "license": license or source["license"],
         "pretty_name": name,
+        "language": ["en"],
+        "annotations_creators": ["machine-generated"],  # labels from rollouts and judges, no human
+        "language_creators": ["machine-generated"],  # the solutions are a policy model's
         "task_categories": list(TASK_CATEGORIES),
         "tags": list(TAGS),
         "size_categories": [size_category(biggest)],
@@ -222,6 +361,8 @@ def merge_metadata(existing: Mapping[str, Any], generated: Mapping[str, Any], ex
     for key in ("size_categories", "source_datasets"):
         if key in generated:
             merged[key] = generated[key]
+    for key in ("language", "annotations_creators", "language_creators"):
+        merged.setdefault(key, generated[key])
     for key in ("tags", "task_categories"):
         old = existing.get(key) or []
         old = [old] if isinstance(old, str) else list(old)
@@ -229,11 +370,13 @@ def merge_metadata(existing: Mapping[str, Any], generated: Mapping[str, Any], ex
     for key in ("license", "pretty_name"):
         if key not in existing or (key == "license" and explicit_license):
             merged[key] = generated[key]
-    # dataset_info from an earlier push_to_hub would describe the old files of our configs.
+    # dataset_info of our configs (from an earlier export or push_to_hub) describes old files: replaced.
     info = merged.get("dataset_info")
-    if isinstance(info, list):
-        merged["dataset_info"] = [i for i in info if not (isinstance(i, Mapping) and i.get("config_name") in ours)]
-    elif isinstance(info, Mapping) and info.get("config_name", "default") in ours:
+    if isinstance(info, Mapping):
+        info = [info]
+    kept_info = [i for i in info or [] if not (isinstance(i, Mapping) and i.get("config_name", "default") in ours)]
+    merged["dataset_info"] = kept_info + list(generated.get("dataset_info") or [])
+    if not merged["dataset_info"]:
         del merged["dataset_info"]
     return merged
 
@@ -263,8 +406,12 @@ def render_card(
     repo_id: str | None = None,
     license: str | None = None,
     template: str | Path | None = None,
+    consumers: Mapping[str, Any] | None = None,
 ) -> str:
-    """The README.md for the exported views: rendered from the template, merged into `existing`."""
+    """The README.md for the exported views: rendered from the template, merged into `existing`.
+
+    `consumers`: the tokenizer check of the export (`ExportPlan.card_facts()`), or None when none ran.
+    """
     manifest = read_manifest(dataset_dir)
     config = manifest.get("config") or {}
     summary = summarize(dataset_dir)
@@ -273,22 +420,37 @@ def render_card(
     labels = summary["labels"]
     name = f"{config.get('name', 'prm-synth')} (prm-synth)"
     meta = card_metadata(source, exports, license, name)
+    meta["dataset_info"] = dataset_info(exports)
     bad = labels.get("bad_step_fraction")
     split_names = [s for s in ("train", "test") if any(s in ex["splits"] for ex in exports)]
+    budget = method_budget(_get(config, "annotate", default={}))
+    views = [_view_row(ex, split_names) for ex in exports]
+    consumers = dict(consumers or {"tokenizer": None, "marker": None, "checks": {}, "refused_markers": []})
+    marker = consumers.get("marker") or {"placeholder": "ки", "glue": " "}
     context = {
         "pretty_name": name,
         "source": source["description"],
+        "problems_line": problems_line(summary, config, manifest),
         "made": _made_rows(config, facts, source["description"], manifest.get("config_fingerprint", "")),
+        "method_text": METHOD_TEXT.get(budget["method"], f"Labeled by the `{budget['method']}` annotator."),
+        "source_text": {k: v for k, v in SOURCE_TEXT.items() if any(k in row["label_sources"] for row in views)},
         "summary": summary,
         "rejected_by_reason": sorted((summary.get("rejected_by_reason") or {}).items()),
         "facts": facts,
         "labels": labels,
         "bad_percent": "n/a" if bad is None else f"{100 * bad:.1f}%",
         "first_errors": sorted(labels["first_error_histogram"].items(), key=lambda kv: int(kv[0])),
-        "views": [_view_row(ex, split_names) for ex in exports],
+        "views": views,
+        "view_names": [ex["view"] for ex in exports],
         "split_names": split_names,
         "repo_id": repo_id or LOAD_PLACEHOLDER,
         "config_yaml": yaml.safe_dump(redact(config), sort_keys=False, allow_unicode=True),
+        "consumers": consumers,
+        "checks": [consumers["checks"][v] for v in consumers["checks"]],
+        "marker_text": marker["glue"].replace("\n", "\\n") + marker["placeholder"],
+        "placeholder": marker["placeholder"],
+        "qwen_added": any("added" in n for n in (consumers["checks"].get("qwen") or {}).get("notes", [])),
+        "quality": label_quality(dataset_dir, config),
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
     fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)
