@@ -17,6 +17,7 @@ os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 from prm_synth.cli import eval as eval_commands  # noqa: E402 - after the environment above
 from prm_synth.cli import export as export_commands  # noqa: E402
+from prm_synth.cli import prm as prm_commands  # noqa: E402
 from prm_synth.cli import run as run_commands  # noqa: E402
 from prm_synth.cli.common import fail  # noqa: E402
 
@@ -26,6 +27,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.split
 run_commands.register(app)
 export_commands.register(app)
 eval_commands.register(app)
+prm_commands.register(app)
 
 
 def main() -> None:
