@@ -418,3 +418,15 @@ def test_flow_body_exports_to_a_folder(dataset, tmp_path, capsys):
     assert "token" not in export_dataset_flow.parameters.properties  # never a flow parameter
     with pytest.raises(ValueError):
         export_dataset_flow.fn(str(dataset))
+
+
+def test_the_cards_k_and_budget_come_from_the_method():
+    from prm_synth.export.card import method_budget
+
+    # OmegaPRM before the per-method config (omega_k) and after it (k): the k that was used.
+    old = {"method": "omegaprm", "k": 8, "omega_k": 16, "omega_rollout_budget": 400}
+    assert method_budget(old) == {"method": "omegaprm", "k": 16, "cap": "OmegaPRM rollout budget 400 a question"}
+    new = {"method": "omegaprm", "k": 16, "rollout_budget": 300}
+    assert method_budget(new)["k"] == 16 and "300" in method_budget(new)["cap"]
+    assert method_budget({"method": "binary", "k": 4, "probe_max_rollouts": 32})["cap"] == "at most 32 rollouts a probe"
+    assert method_budget({"method": "mc", "k": 8}) == {"method": "mc", "k": 8, "cap": None}

@@ -165,4 +165,4 @@ def test_demo_model_learns_the_fixture_and_is_scored_on_processbench(tmp_path, r
     assert result.exit_code == 0, result.output
     bench = json.loads(result.output.strip().splitlines()[-1])
     assert set(bench["f1"]) == {"gsm8k", "math", "olympiadbench", "omnimath"}
-    assert all(m["n_error"] == m["n_correct"] == 10 for m in bench["subsets"].values())
+    assert all(m["n_error"] == m["n_correct"] > 0 for m in bench["subsets"].values())
