@@ -160,7 +160,7 @@ def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, plante
         "| judge model | simulated-judge |",
         "| annotator | mc (method `mc`) |",
         "| labeling rule | hard |",
-        "| rollouts per probe (k) | 8 |",
+        "| labeling budget | k = 8 rollouts from every step prefix |",  # the labeler's own budget line
         "3 solutions a problem",
         "| labeled solutions (records) | 72 |",
         "| rejected: `judge_disagrees` | 3 |",

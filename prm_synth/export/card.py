@@ -181,28 +181,43 @@ SOURCE_TEXT = {
 }
 
 
+def labeling(config: Mapping[str, Any]) -> dict[str, str]:
+    """How the labels were made, in the labeler's own words (prm_synth.annotate: the one place that knows
+    each method's budget); a stored config the current schema cannot read falls back to `method_budget`."""
+    from prm_synth.annotate.labeler import make_labeler
+    from prm_synth.config import validate_config
+    from prm_synth.config_upgrade import upgrade
+
+    try:
+        labeler = make_labeler(validate_config(upgrade(dict(config)), check_paths=False))
+        return {"method": labeler.method, "budget": labeler.budget_line(), "text": labeler.card_text()}
+    except (ValueError, TypeError, KeyError):
+        budget = method_budget(_get(config, "annotate", default={}))
+        line = f"k = {budget['k']}" + (f", {budget['cap']}" if budget["cap"] else "")
+        text = METHOD_TEXT.get(budget["method"], f"Labeled by the `{budget['method']}` annotator.")
+        return {"method": str(budget["method"]), "budget": line, "text": text}
+
+
 def _made_rows(
-    config: Mapping[str, Any], facts: Mapping[str, Any], source: str, fingerprint: str
+    config: Mapping[str, Any], facts: Mapping[str, Any], source: str, fingerprint: str, labels: Mapping[str, str]
 ) -> list[tuple[str, str]]:
     """The 'How it was made' table; every value has a fallback, so an older manifest still renders."""
     judge = _get(config, "judge", default=None)
     consensus = _get(config, "consensus", default=None)
-    budget = method_budget(_get(config, "annotate", default={}))
+    rollout_tokens = _get(config, "rollouts", "max_tokens", default=_get(config, "annotate", "rollout_max_tokens"))
     budgets = (
         f"{_get(config, 'sampling', 'samples_per_problem')} solutions a problem, sampling max_tokens "
-        f"{_get(config, 'sampling', 'max_tokens')}, rollout max_tokens {_get(config, 'annotate', 'rollout_max_tokens')}"
+        f"{_get(config, 'sampling', 'max_tokens')}, rollout max_tokens {rollout_tokens}"
     )
-    if budget["cap"]:
-        budgets += f", {budget['cap']}"
     if judge:
         budgets += f", {judge.get('samples', 1)} judge samples (max_tokens {judge.get('max_tokens', 'n/a')})"
     return [
         ("problems", source),
         ("policy model", ", ".join(facts["policy_model"]) or "n/a"),
         ("judge model", ", ".join(facts["judge_model"]) or "none"),
-        ("annotator", f"{', '.join(facts['annotator']) or 'n/a'} (method `{budget['method']}`)"),
+        ("annotator", f"{', '.join(facts['annotator']) or 'n/a'} (method `{labels['method']}`)"),
         ("labeling rule", ", ".join(facts["label_rule"]) or str(_get(config, "labels", "rule"))),
-        ("rollouts per probe (k)", str(budget["k"] if budget["k"] is not None else "n/a")),
+        ("labeling budget", labels["budget"]),
         ("budgets", budgets),
         (
             "consensus",
@@ -423,7 +438,7 @@ def render_card(
     meta["dataset_info"] = dataset_info(exports)
     bad = labels.get("bad_step_fraction")
     split_names = [s for s in ("train", "test") if any(s in ex["splits"] for ex in exports)]
-    budget = method_budget(_get(config, "annotate", default={}))
+    how = labeling(config)
     views = [_view_row(ex, split_names) for ex in exports]
     consumers = dict(consumers or {"tokenizer": None, "marker": None, "checks": {}, "refused_markers": []})
     marker = consumers.get("marker") or {"placeholder": "ки", "glue": " "}
@@ -431,8 +446,8 @@ def render_card(
         "pretty_name": name,
         "source": source["description"],
         "problems_line": problems_line(summary, config, manifest),
-        "made": _made_rows(config, facts, source["description"], manifest.get("config_fingerprint", "")),
-        "method_text": METHOD_TEXT.get(budget["method"], f"Labeled by the `{budget['method']}` annotator."),
+        "made": _made_rows(config, facts, source["description"], manifest.get("config_fingerprint", ""), how),
+        "method_text": how["text"],
         "source_text": {k: v for k, v in SOURCE_TEXT.items() if any(k in row["label_sources"] for row in views)},
         "summary": summary,
         "rejected_by_reason": sorted((summary.get("rejected_by_reason") or {}).items()),
