@@ -10,6 +10,9 @@ cannot be installed on a CPU machine (DeepSpeed, flash-attn), so its dataset cla
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -30,13 +33,18 @@ LIMIT = 60
 
 
 @pytest.fixture(scope="module")
-def simulated_run(tmp_path_factory, prefect_harness):
-    """`prm-synth run pipelines/simulated.yaml --limit 60`: a real run of the simulated policy."""
+def simulated_run(tmp_path_factory):
+    """`prm-synth run pipelines/simulated.yaml --limit 60`: a real run of the simulated policy.
+
+    In its own process: Prefect's console logging, set up in-process, would outlive pytest's captured streams.
+    """
     out = tmp_path_factory.mktemp("run") / "simulated"
-    result = CliRunner().invoke(
-        app, ["run", str(ROOT / "pipelines" / "simulated.yaml"), "--out", str(out), "--limit", str(LIMIT)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    args = ["run", str(ROOT / "pipelines" / "simulated.yaml"), "--out", str(out), "--limit", str(LIMIT)]
+    done = subprocess.run(
+        [sys.executable, "-m", "prm_synth.cli", *args], env=env, capture_output=True, text=True, timeout=600
     )
-    assert result.exit_code == 0, result.output
+    assert done.returncode == 0, done.stderr[-3000:]
     return out
 
 

@@ -44,7 +44,6 @@ def train(
     """Train a token-classification PRM (labels on the step separators) with transformers' Trainer."""
     from prm_synth.train import TrainError, TrainSettings, train_prm
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the loss curve, on stderr
     settings = TrainSettings(
         max_steps=max_steps,
         epochs=epochs,
@@ -57,10 +56,19 @@ def train(
         test_fraction=test_fraction,
         seed=seed,
     )
+    # The loss curve goes to stderr while training runs; the handler is removed after, so nothing global
+    # is left behind (the command also runs in-process, under tests).
+    curve_log = logging.getLogger("prm_synth.train")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    curve_log.addHandler(handler)
+    curve_log.setLevel(logging.INFO)
     try:
         result = train_prm(source, model, out, settings)
     except (TrainError, FileNotFoundError, OSError) as e:
         fail(str(e))
+    finally:
+        curve_log.removeHandler(handler)
     typer.echo(f"trained {result.steps} steps in {result.seconds:.0f} s on {result.train_rows} rows; saved to {out}")
     typer.echo(f"{'step':>6}{'seconds':>10}{'loss':>10}")
     for step, seconds, loss in result.curve:
