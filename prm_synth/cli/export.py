@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from prm_synth.cli.common import fail
-from prm_synth.views import VIEW_NAMES
+from prm_synth.export.views import VIEW_NAMES
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +24,22 @@ def export(
     directory: Annotated[Path, typer.Argument(help="A finished output folder of `prm-synth run`.")],
     formats: Annotated[
         list[str] | None,
-        typer.Option("--format", "-f", help=f"View to export (repeatable; default all): {', '.join(VIEW_NAMES)}."),
+        typer.Option(
+            "--format",
+            "-f",
+            help=f"View to export (repeatable): {', '.join(VIEW_NAMES)}. Default: all with --tokenizer, "
+            "else those that do not need one.",
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="Tokenizer of the model you will train (Hub name, folder or tokenizer.json): every row is checked "
+            "as its trainer tokenizes it, and a step marker that is one token is chosen. Needed for openrlhf, qwen."
+        ),
+    ] = None,
+    marker: Annotated[
+        str | None, typer.Option(help="Step placeholder to use instead of searching for one (checked; --tokenizer).")
     ] = None,
     to_dir: Annotated[Path | None, typer.Option("--to-dir", help="Write the Hub repo layout to this folder.")] = None,
     repo_id: Annotated[str | None, typer.Option("--repo-id", help="Push to this Hub dataset repo (ORG/NAME).")] = None,
@@ -39,29 +54,33 @@ def export(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen) as Parquet with a dataset card."""
-    from prm_synth.hub import HubExportError, export_to_dir, export_to_hub
+    from prm_synth.export.consumers import TokenizationError
+    from prm_synth.export.hub import ExportRequestError, HubExportError, export_to_dir, export_to_hub, plan_export
 
     if (to_dir is None) == (repo_id is None):
         fail("give exactly one of --to-dir OUT and --repo-id ORG/NAME")
-    chosen = formats or list(VIEW_NAMES)
-    unknown = sorted(set(chosen) - set(VIEW_NAMES))
-    if unknown:
-        fail(f"unknown --format {', '.join(unknown)}; choose from {', '.join(VIEW_NAMES)}")
     if private and repo_id is None:
         fail("--private applies to --repo-id only")
     try:
+        # Every check (views, tokenizer, marker) before anything is written or a repo is created.
+        plan = plan_export(directory, formats or None, tokenizer, marker)
+    except (FileNotFoundError, ExportRequestError, TokenizationError) as e:
+        fail(str(e))
+    try:
         if to_dir is not None:
-            result = export_to_dir(directory, to_dir, chosen, test_fraction, seed, license=license)
+            result = export_to_dir(
+                directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan
+            )
         else:
             assert repo_id is not None
             result = export_to_hub(
                 directory,
                 repo_id,
                 private=private,
-                formats=chosen,
                 test_fraction=test_fraction,
                 seed=seed,
                 license=license,
+                plan=plan,
             )
     except FileNotFoundError as e:
         fail(str(e))
@@ -75,5 +94,12 @@ def export(
         rows = ", ".join(f"{split} {s['rows']}" for split, s in view["splits"].items())
         skipped = sum(view["skipped"].values())
         typer.echo(f"{name:<14} {rows}" + (f"  (skipped {skipped})" if skipped else ""))
+    for name, check in (result.get("token_checks") or {}).items():
+        typer.echo(
+            f"{name:<14} {check['labels_found']}/{check['labels']} labels found by its trainer's tokenization, "
+            f"{check['tokens_per_row_mean']} tokens a row (max {check['tokens_per_row_max']})"
+        )
+    if result.get("tokenizer"):
+        typer.echo(f"checked with tokenizer {result['tokenizer']}; step marker {result['marker']}")
     typer.echo(f"\nwrote {len(result['files'])} files to {where}")
     typer.echo(f"load: datasets.load_dataset({str(repo_id or to_dir)!r}, {next(iter(result['views']))!r})")

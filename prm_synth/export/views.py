@@ -22,7 +22,7 @@ Export writes the layout `datasets.push_to_hub` creates for a config, one folder
     OUT/<view>/test-00000-of-00001.parquet
 
 so `load_dataset("parquet", data_files={"train": "OUT/trl/train-*.parquet"})` reads it, and with the
-README `configs:` metadata written by prm_synth.hub, `load_dataset("OUT", "trl")` does too.
+README `configs:` metadata written by prm_synth.export.card, `load_dataset("OUT", "trl")` does too.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import hashlib
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ from prm_synth.shards import iter_tables
 
 STEP_TAG = "ки"  # Math-Shepherd's step tag; also OpenRLHF's placeholder token in its Math-Shepherd example
 QWEN_STEP_TOKEN = "<extra_0>"  # Qwen2.5-Math-PRM scores the hidden state at this token after each step
+# The system prompt of Qwen2.5-Math-PRM's documented usage (its model card).
+QWEN_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 SPLITS = ("train", "test")
 DEFAULT_MAX_ROWS_PER_FILE = 100_000
 
@@ -88,51 +91,80 @@ def _sign(label: bool) -> str:
 
 
 # ---------------------------------------------------------------- the views
-def to_trl(row: Row) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Marker:
+    """What follows each step in the views that mark steps in running text (Math-Shepherd, OpenRLHF).
+
+    `placeholder` is the token a trainer looks for (OpenRLHF's `--placeholder_token`); `glue` is the
+    text between the step and it. Math-Shepherd's convention is glue " " and placeholder "ки", which
+    is one token in context only for SentencePiece tokenizers (Llama 2, Mistral); byte-level BPE
+    tokenizers merge the space into the next token, so prm_synth.export.consumers picks another
+    marker for them and checks it row by row.
+    """
+
+    placeholder: str = STEP_TAG
+    glue: str = " "
+
+    def after(self, step: str) -> str:
+        return step + self.glue + self.placeholder
+
+    def as_dict(self) -> dict[str, str]:
+        return {"placeholder": self.placeholder, "glue": self.glue}
+
+
+DEFAULT_MARKER = Marker()
+
+
+def to_trl(row: Row, marker: Marker = DEFAULT_MARKER) -> dict[str, Any]:
     """TRL stepwise supervision: `prompt`, `completions` (one string per step), `labels` (bool per step).
 
     TRL's PRMTrainer joins prompt and steps itself, appending its `step_separator` (default "\\n") to
-    each step and putting the step's label on the separator's last token.
+    each step and putting the step's label on the separator's last token. (No in-text marker.)
     """
     steps, labels = supervised_steps(row)
     return {"prompt": row["question"].strip(), "completions": steps, "labels": labels, **_ids(row)}
 
 
-def to_math_shepherd(row: Row, step_tag: str = STEP_TAG) -> dict[str, Any]:
+def to_math_shepherd(row: Row, marker: Marker = DEFAULT_MARKER) -> dict[str, Any]:
     """Math-Shepherd: `input` is "question step1 ки\\nstep2 ки…", `label` the same text with +/- for ки."""
     steps, labels = supervised_steps(row)
     question = row["question"].strip()
-    _refuse_marker(step_tag, question, steps)
+    _refuse_marker(marker.placeholder, question, steps)
     return {
-        "input": question + " " + "\n".join(f"{s} {step_tag}" for s in steps),
-        "label": question + " " + "\n".join(f"{s} {_sign(lab)}" for s, lab in zip(steps, labels, strict=True)),
+        "input": question + " " + "\n".join(marker.after(s) for s in steps),
+        "label": question + " " + "\n".join(s + marker.glue + _sign(lab) for s, lab in zip(steps, labels, strict=True)),
         **_ids(row),
     }
 
 
-def to_openrlhf(row: Row, placeholder_token: str = STEP_TAG) -> dict[str, Any]:
+def to_openrlhf(row: Row, marker: Marker = DEFAULT_MARKER) -> dict[str, Any]:
     """OpenRLHF ProcessRewardDataset: `input` with the placeholder after each step, `value` a list of +/-.
 
-    Train with `--input_key input --label_key value --placeholder_token ки --reward_tokens + -`.
+    Train with `--input_key input --label_key value --placeholder_token <placeholder> --reward_tokens + -`.
     """
     steps, labels = supervised_steps(row)
     question = row["question"].strip()
-    _refuse_marker(placeholder_token, question, steps)
+    _refuse_marker(marker.placeholder, question, steps)
     return {
-        "input": question + "\n" + "\n".join(f"{s} {placeholder_token}" for s in steps),
+        "input": question + "\n" + "\n".join(marker.after(s) for s in steps),
         "value": [_sign(lab) for lab in labels],
         **_ids(row),
     }
 
 
-def to_qwen(row: Row, step_token: str = QWEN_STEP_TOKEN) -> dict[str, Any]:
-    """Qwen2.5-Math-PRM: `query`, `response` with <extra_0> after each step, `labels` 1 good / 0 bad."""
+def to_qwen(row: Row, marker: Marker = DEFAULT_MARKER) -> dict[str, Any]:
+    """Qwen2.5-Math-PRM's documented input: `system`, `query`, `response` (the list of steps), `labels` 1/0.
+
+    Qwen's code renders `"<extra_0>".join(response) + "<extra_0>"` as the assistant turn of the chat
+    template and reads the score at each `<extra_0>`; a step that holds that text would add a position.
+    """
     steps, labels = supervised_steps(row)
     question = row["question"].strip()
-    _refuse_marker(step_token, question, steps)
+    _refuse_marker(QWEN_STEP_TOKEN, question, steps)
     return {
+        "system": QWEN_SYSTEM,
         "query": question,
-        "response": "".join(s + step_token for s in steps),
+        "response": steps,
         "labels": [int(lab) for lab in labels],
         **_ids(row),
     }
@@ -140,12 +172,16 @@ def to_qwen(row: Row, step_token: str = QWEN_STEP_TOKEN) -> dict[str, Any]:
 
 _ID_FIELDS = [pa.field("id", pa.string()), pa.field("problem_id", pa.string())]
 
-VIEWS: dict[str, Callable[[Row], dict[str, Any]]] = {
+VIEWS: dict[str, Callable[..., dict[str, Any]]] = {
     "trl": to_trl,
     "math-shepherd": to_math_shepherd,
     "openrlhf": to_openrlhf,
     "qwen": to_qwen,
 }
+# The views whose text carries a placeholder after each step, so its tokenization must be checked.
+MARKED_VIEWS = ("math-shepherd", "openrlhf")
+# The views that cannot be trained on without knowing the consumer's tokenizer (see consumers.py).
+TOKENIZER_REQUIRED = ("openrlhf", "qwen")
 
 # Fixed Parquet schemas: every file of a view has the same columns even when a shard is empty.
 VIEW_SCHEMAS: dict[str, pa.Schema] = {
@@ -161,8 +197,9 @@ VIEW_SCHEMAS: dict[str, pa.Schema] = {
     "openrlhf": pa.schema([pa.field("input", pa.string()), pa.field("value", pa.list_(pa.string())), *_ID_FIELDS]),
     "qwen": pa.schema(
         [
+            pa.field("system", pa.string()),
             pa.field("query", pa.string()),
-            pa.field("response", pa.string()),
+            pa.field("response", pa.list_(pa.string())),
             pa.field("labels", pa.list_(pa.int64())),
             *_ID_FIELDS,
         ]
@@ -248,11 +285,13 @@ def export_view(
     test_fraction: float = 0.1,
     seed: int = 0,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    marker: Marker = DEFAULT_MARKER,
 ) -> dict[str, Any]:
     """Write view `fmt` of the dataset in `dataset_dir` to `out_dir/<fmt>/<split>-*.parquet`.
 
     Streams one record shard at a time (memory holds one shard and one Parquet row group). Returns
-    the counts: rows, problems, steps and bad steps per split, skipped rows by reason, the files.
+    the counts of what was written: rows, problems, steps, bad steps, label sources and confidence
+    coverage per split, skipped rows by reason, the files, and the first row (the card's example).
     """
     if fmt not in VIEWS:
         raise ValueError(f"unknown view {fmt!r}; choose from {', '.join(VIEWS)}")
@@ -264,8 +303,9 @@ def export_view(
     _clear_view_folder(folder)
     splits = SPLITS if test_fraction > 0 else ("train",)
     writers = {s: _SplitWriter(folder, s, schema, max_rows_per_file) for s in splits}
-    stats = {s: {"rows": 0, "problems": 0, "steps": 0, "bad_steps": 0} for s in splits}
+    stats = {s: _empty_counts() for s in splits}
     skipped: Counter[str] = Counter()
+    example: dict[str, Any] | None = None
     try:
         for table in iter_tables(dataset_dir, "data"):
             out: dict[str, list[dict[str, Any]]] = {s: [] for s in splits}
@@ -273,12 +313,13 @@ def export_view(
             problems: dict[str, set[str]] = {s: set() for s in splits}
             for row in _rows(table):
                 try:
-                    view_row = view(row)
+                    view_row = view(row, marker)
                 except SkipRow as e:
                     skipped[e.reason] += 1
                     continue
                 split = split_of(row["problem_id"], test_fraction, seed)
                 out[split].append(view_row)
+                example = example or view_row
                 problems[split].add(row["problem_id"])
                 _count(stats[split], row)
             for split, rows in out.items():
@@ -297,16 +338,40 @@ def export_view(
         "rows": sum(st["rows"] for st in stats.values()),
         "skipped": dict(skipped),
         "data_files": {s: f"{fmt}/{s}-*" for s in splits},
+        "marker": marker.as_dict() if fmt in MARKED_VIEWS else None,
+        "example": example,
     }
 
 
-def _rows(table: pa.Table) -> Iterable[dict[str, Any]]:
+_READ_COLUMNS = ["id", "problem_id", "question", "steps", "labels", "label_source"]
+CONFIDENCE_COLUMN = "p_good"  # per-step P(good), where a run computed one; counted when present
+
+
+def iter_record_rows(dataset_dir: str | Path) -> Iterable[list[dict[str, Any]]]:
+    """The record rows a view reads, one shard at a time."""
+    for table in iter_tables(dataset_dir, "data"):
+        yield _rows(table)
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
     # Only the columns a view reads: converting the whole record to Python would double the work.
-    return table.select(["id", "problem_id", "question", "steps", "labels"]).to_pylist()
+    columns = [c for c in (*_READ_COLUMNS, CONFIDENCE_COLUMN) if c in table.column_names]
+    return table.select(columns).to_pylist()
+
+
+def _empty_counts() -> dict[str, Any]:
+    return {"rows": 0, "problems": 0, "steps": 0, "bad_steps": 0, "label_sources": {}, "with_confidence": 0}
 
 
 def _count(acc: dict[str, Any], row: Row) -> None:
+    """Counts of the supervised steps only: what a trainer sees, not what the records hold."""
     steps, labels = supervised_steps(row)
+    n = len(steps)
     acc["rows"] += 1
-    acc["steps"] += len(steps)
+    acc["steps"] += n
     acc["bad_steps"] += labels.count(False)
+    sources = acc["label_sources"]
+    for source in (row.get("label_source") or [])[:n]:
+        sources[source] = sources.get(source, 0) + 1
+    confidence = row.get(CONFIDENCE_COLUMN) or []
+    acc["with_confidence"] += sum(v is not None for v in confidence[:n])

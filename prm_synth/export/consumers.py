@@ -1,0 +1,318 @@
+"""Each view read the way its real consumer reads it, so an export is checked before it is written.
+
+A PRM trainer supervises the token positions it finds; a label whose position it does not find is
+silently dropped (OpenRLHF keeps only as many labels as it finds placeholders), and a step marker
+that is not one token fails its assert. So for a given tokenizer every row of every view is
+tokenized here exactly as the consumer does it, and the labels it would find are counted:
+
+- OpenRLHF, `openrlhf/datasets/process_reward_dataset.py` (`ProcessRewardDataset.__getitem__`) and
+  `openrlhf/utils/utils.py` (`convert_token_to_id`): the placeholder and each reward token must
+  encode (without special tokens) to exactly one id; the input is tokenized without special tokens;
+  the supervised positions are those whose id equals the placeholder's. OpenRLHF itself is not a
+  dependency (it needs DeepSpeed and CUDA kernels), so its logic is mirrored here, line for line.
+- Math-Shepherd (the `math-shepherd-mistral-7b-prm` model card): the step tag's id is looked up the
+  same way and scored where `input_ids` equals it; checked with OpenRLHF's stricter single-token rule.
+- Qwen2.5-Math-PRM (its model card): the assistant turn is `"<extra_0>".join(steps) + "<extra_0>"`
+  inside the chat template, encoded with `tokenizer.encode`, scored where the id is `<extra_0>`'s.
+  In base tokenizers `<extra_0>` is several tokens; it must be added as a special token first,
+  which the check does on a copy and the card tells the user to do.
+- TRL `PRMTrainer.tokenize_row` (TRL 1.0-1.13): each step is tokenized alone plus the separator,
+  the label goes on the last token; it always finds every label, the check counts tokens per row.
+
+Where the default marker (" ки", Math-Shepherd's) is not one token in context, `choose_marker` tries
+other markers and keeps the first that every row passes, or raises `TokenizationError` naming what
+it tried, before anything is written.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prm_synth.export.views import (
+    DEFAULT_MARKER,
+    MARKED_VIEWS,
+    QWEN_STEP_TOKEN,
+    VIEWS,
+    Marker,
+    SkipRow,
+    iter_record_rows,
+    supervised_steps,
+)
+
+REWARD_TOKENS = ("+", "-")  # OpenRLHF's --reward_tokens for the good and bad label
+TRL_STEP_SEPARATOR = "\n"
+IGNORE = -100  # the label of a position no loss is computed on (PyTorch's cross-entropy default)
+# Tried in order after the default: rare in mathematical text, one token in many vocabularies
+# standalone. A newline before the placeholder keeps byte-level BPE from merging it with what precedes.
+PLACEHOLDERS = ("ки", "§", "¶", "∎", "■", "※", "⊢")
+GLUES = (" ", "\n")
+
+
+class TokenizationError(ValueError):
+    """A view cannot be read correctly by its consumer with this tokenizer (nothing was written)."""
+
+
+def load_tokenizer(name_or_path: str | Path) -> Any:
+    """A Hugging Face tokenizer from a folder, a Hub name, or a bare `tokenizer.json` file."""
+    path = Path(name_or_path)
+    try:
+        if path.is_file() and path.suffix == ".json":
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast(tokenizer_file=str(path))
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(name_or_path))
+    except (OSError, ValueError) as e:
+        raise TokenizationError(f"cannot load tokenizer {name_or_path}: {e}") from None
+
+
+def tokenizer_name(tokenizer: Any) -> str:
+    """The tokenizer's Hub name, or a local folder's last part (a card must not publish local paths)."""
+    name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+    return Path(name).name if Path(name).exists() else name
+
+
+def _pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    return [str(p) for p in tokenizer.convert_ids_to_tokens(list(ids))]
+
+
+def single_token_id(tokenizer: Any, text: str) -> int | None:
+    """OpenRLHF's `convert_token_to_id`: the one id `text` encodes to, or None where it is not one."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return ids[0] if len(ids) == 1 else None
+
+
+# ---------------------------------------------------------------- the consumers, mirrored
+def openrlhf_labels(tokenizer: Any, text: str, values: Sequence[str], placeholder: str) -> tuple[list[int], list[int]]:
+    """`ProcessRewardDataset.__getitem__` without truncation: (input_ids, labels), labels -100 except
+    at placeholder positions, where they hold the reward token's id.
+
+    Raises TokenizationError where OpenRLHF would assert, or would fail to place a label.
+    """
+    placeholder_id = single_token_id(tokenizer, placeholder)
+    if placeholder_id is None:
+        ids = tokenizer.encode(placeholder, add_special_tokens=False)
+        raise TokenizationError(f"placeholder {placeholder!r} is {len(ids)} tokens {_pieces(tokenizer, ids)}")
+    label_ids = []
+    for value in values:
+        token = single_token_id(tokenizer, value)
+        if token is None:
+            raise TokenizationError(f"reward token {value!r} is not one token")
+        label_ids.append(token)
+    input_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    positions = [i for i, t in enumerate(input_ids) if t == placeholder_id]
+    if len(positions) != len(label_ids):
+        raise TokenizationError(f"found {len(positions)} placeholders for {len(label_ids)} labels")
+    labels = [IGNORE] * len(input_ids)
+    for pos, label in zip(positions, label_ids, strict=True):
+        labels[pos] = label
+    return input_ids, labels
+
+
+def qwen_tokenizer(tokenizer: Any) -> tuple[Any, bool]:
+    """The tokenizer Qwen's code needs: `<extra_0>` one token. Returns (tokenizer, whether it was added);
+    an addition is made on a copy, as a special token, as the card tells the user to do."""
+    if single_token_id(tokenizer, QWEN_STEP_TOKEN) is not None:
+        return tokenizer, False
+    extended = copy.deepcopy(tokenizer)
+    extended.add_special_tokens({"additional_special_tokens": [QWEN_STEP_TOKEN]})
+    return extended, True
+
+
+def qwen_render(tokenizer: Any, row: Mapping[str, Any]) -> str:
+    """The conversation of Qwen2.5-Math-PRM's model card (plain text where there is no chat template)."""
+    response = QWEN_STEP_TOKEN.join(row["response"]) + QWEN_STEP_TOKEN
+    if not getattr(tokenizer, "chat_template", None):
+        return f"{row['system']}\n{row['query']}\n{response}"
+    messages = [
+        {"role": "system", "content": row["system"]},
+        {"role": "user", "content": row["query"]},
+        {"role": "assistant", "content": response},
+    ]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+
+
+def qwen_step_positions(tokenizer: Any, row: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+    """(input_ids, positions of `<extra_0>`) as Qwen's code computes them (`tokenizer` already has it)."""
+    step_sep_id = tokenizer.encode(QWEN_STEP_TOKEN)[0]
+    input_ids = tokenizer.encode(qwen_render(tokenizer, row))
+    return input_ids, [i for i, t in enumerate(input_ids) if t == step_sep_id]
+
+
+def trl_labels(
+    tokenizer: Any, row: Mapping[str, Any], separator: str = TRL_STEP_SEPARATOR
+) -> tuple[list[int], list[int]]:
+    """TRL 1.13 `PRMTrainer.tokenize_row` (no truncation): the label on each step's last token."""
+    prompt_ids = tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
+    separator_ids = tokenizer.encode(separator, add_special_tokens=False)
+    input_ids, labels = [], []
+    for step, label in zip(row["completions"], row["labels"], strict=True):
+        ids = tokenizer(step, add_special_tokens=False)["input_ids"] + separator_ids
+        input_ids += ids
+        labels += [IGNORE] * (len(ids) - 1) + [int(label)]
+    if tokenizer.bos_token_id is not None:
+        prompt_ids = [tokenizer.bos_token_id, *prompt_ids]
+    return prompt_ids + input_ids, [IGNORE] * len(prompt_ids) + labels
+
+
+# ---------------------------------------------------------------- checking a view
+@dataclass
+class ViewCheck:
+    """What the consumer finds in one view: every label, or the first row where it does not."""
+
+    view: str
+    consumer: str
+    rows: int = 0
+    labels: int = 0
+    found: int = 0
+    tokens_total: int = 0
+    tokens_max: int = 0
+    failure: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.found == self.labels
+
+    def add(self, tokens: int, labels: int, found: int) -> None:
+        self.rows += 1
+        self.labels += labels
+        self.found += found
+        self.tokens_total += tokens
+        self.tokens_max = max(self.tokens_max, tokens)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "view": self.view,
+            "consumer": self.consumer,
+            "rows": self.rows,
+            "labels": self.labels,
+            "labels_found": self.found,
+            "tokens_per_row_mean": round(self.tokens_total / self.rows, 1) if self.rows else None,
+            "tokens_per_row_max": self.tokens_max,
+            "ok": self.ok,
+            "failure": self.failure,
+            "notes": list(self.notes),
+        }
+
+
+CONSUMERS = {
+    "trl": "TRL PRMTrainer.tokenize_row (trl 1.0-1.13)",
+    "math-shepherd": "Math-Shepherd step-tag scoring (input_ids == step tag id)",
+    "openrlhf": "OpenRLHF ProcessRewardDataset (openrlhf/datasets/process_reward_dataset.py)",
+    "qwen": "Qwen2.5-Math-PRM (chat template, <extra_0> after each step)",
+}
+
+
+def _check_one(fmt: str, tokenizer: Any, view_row: Mapping[str, Any], n_labels: int, marker: Marker) -> tuple[int, int]:
+    """(tokens, labels found) for one view row; TokenizationError where the consumer would fail."""
+    if fmt == "openrlhf":
+        ids, labels = openrlhf_labels(tokenizer, view_row["input"], view_row["value"], marker.placeholder)
+    elif fmt == "math-shepherd":
+        # The signs are in the `label` text; the count is what decides whether every label is found.
+        ids, labels = openrlhf_labels(tokenizer, view_row["input"], ["+"] * n_labels, marker.placeholder)
+    elif fmt == "qwen":
+        ids, positions = qwen_step_positions(tokenizer, view_row)
+        if len(positions) != n_labels:
+            raise TokenizationError(f"found {len(positions)} {QWEN_STEP_TOKEN} for {n_labels} labels")
+        return len(ids), len(positions)
+    elif fmt == "trl":
+        ids, labels = trl_labels(tokenizer, view_row)
+    else:
+        raise ValueError(f"no consumer known for view {fmt!r}")
+    return len(ids), sum(x != IGNORE for x in labels)
+
+
+def check_view(
+    fmt: str,
+    tokenizer: Any,
+    shards: Iterable[Sequence[Mapping[str, Any]]],
+    marker: Marker = DEFAULT_MARKER,
+    stop_at_first: bool = True,
+) -> ViewCheck:
+    """Every row view `fmt` would write, read by the view's consumer with `tokenizer`."""
+    check = ViewCheck(fmt, CONSUMERS[fmt])
+    if fmt == "qwen":
+        tokenizer, added = qwen_tokenizer(tokenizer)
+        if added:
+            check.notes.append(f"{QWEN_STEP_TOKEN} is not one token in this tokenizer: checked with it added")
+        if not getattr(tokenizer, "chat_template", None):
+            check.notes.append("the tokenizer has no chat template: checked as plain text")
+    view = VIEWS[fmt]
+    for rows in shards:
+        for row in rows:
+            try:
+                view_row = view(row, marker)
+            except SkipRow:
+                continue  # export_view skips it too, and counts it
+            n_labels = len(supervised_steps(row)[1])
+            try:
+                tokens, found = _check_one(fmt, tokenizer, view_row, n_labels, marker)
+            except TokenizationError as e:
+                check.add(0, n_labels, 0)
+                check.failure = check.failure or f"row {row['id']}: {e}"
+                if stop_at_first:
+                    return check
+                continue
+            check.add(tokens, n_labels, found)
+    return check
+
+
+def _describe(marker: Marker) -> str:
+    return repr(marker.glue + marker.placeholder)
+
+
+def choose_marker(
+    dataset_dir: str | Path,
+    views: Sequence[str],
+    tokenizer: Any,
+    placeholder: str | None = None,
+) -> tuple[Marker, list[dict[str, str]]]:
+    """The first marker whose placeholder the consumers of `views` find once per label in every row.
+
+    With `placeholder` given only it is tried (after a space, then on a line of its own). Returns
+    (marker, the candidates refused and why); raises TokenizationError when none passes.
+    """
+    marked = [v for v in views if v in MARKED_VIEWS]
+    placeholders = [placeholder] if placeholder else list(PLACEHOLDERS)
+    candidates = [Marker(p, g) for p in placeholders for g in GLUES]
+    refused: list[dict[str, str]] = []
+    if not marked:
+        return candidates[0], refused
+    for candidate in candidates:
+        failure = None
+        for fmt in marked:
+            check = check_view(fmt, tokenizer, iter_record_rows(dataset_dir), candidate)
+            if not check.ok:
+                failure = f"{fmt}: {check.failure or 'labels missing'}"
+                break
+        if failure is None:
+            return candidate, refused
+        refused.append({"marker": _describe(candidate), "reason": failure})
+    tried = "; ".join(f"{r['marker']} ({r['reason']})" for r in refused)
+    raise TokenizationError(
+        f"no step marker is one token in context for tokenizer {tokenizer_name(tokenizer)}, so "
+        f"{' and '.join(marked)} would lose labels. Tried {tried}. Pass --marker with a token of this "
+        "tokenizer that never occurs in the data (an unused special token, say), or export without those views."
+    )
+
+
+def verify_views(
+    dataset_dir: str | Path, views: Sequence[str], tokenizer: Any, marker: Marker
+) -> dict[str, dict[str, Any]]:
+    """Every view checked in full (all rows); TokenizationError naming the first row a consumer misreads."""
+    checks = {}
+    for fmt in views:
+        check = check_view(fmt, tokenizer, iter_record_rows(dataset_dir), marker, stop_at_first=False)
+        if not check.ok:
+            raise TokenizationError(
+                f"view {fmt}: {CONSUMERS[fmt]} finds {check.found} of {check.labels} labels with tokenizer "
+                f"{tokenizer_name(tokenizer)} ({check.failure})"
+            )
+        checks[fmt] = check.as_dict()
+    return checks

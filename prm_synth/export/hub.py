@@ -1,0 +1,306 @@
+"""Publishing a finished dataset: the views as Parquet configs plus a dataset card, to a folder or the Hub.
+
+One code path writes the repo layout (`export_to_dir`): `<view>/<split>-*.parquet` for each view and
+a README.md whose YAML `configs:` make `load_dataset(repo, "<view>")` work. `export_to_hub` writes
+that same layout into a staging folder and uploads it in one commit with `upload_folder`, so the
+Hub repo and a `--to-dir` folder hold the same files, and data and card never disagree mid-upload.
+(`Dataset.push_to_hub` writes the same layout, but builds its own HfApi, so it cannot be pointed at
+a test stand-in, and it needs each split as one in-memory or cached Dataset; the views stream.)
+
+The card itself (facts, metadata, merging with an existing card, redaction) is prm_synth.export.card.
+
+The Hub token comes from the argument, HF_TOKEN, or the saved `huggingface-cli login`. It is handed
+only to the HfApi calls; every message that leaves this module is scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from prm_synth.export.card import REDACTED, render_card
+from prm_synth.export.consumers import (
+    REWARD_TOKENS,
+    TRL_STEP_SEPARATOR,
+    choose_marker,
+    load_tokenizer,
+    tokenizer_name,
+    verify_views,
+)
+from prm_synth.export.views import (
+    DEFAULT_MARKER,
+    QWEN_STEP_TOKEN,
+    TOKENIZER_REQUIRED,
+    VIEW_NAMES,
+    VIEWS,
+    Marker,
+    export_view,
+)
+from prm_synth.shards import read_manifest
+
+logger = logging.getLogger(__name__)
+
+CARD = "README.md"
+VIEW_CONFIG = "view.json"  # beside each view's Parquet files: how its consumer must read it
+_HF_TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{20,}")
+
+
+class HubExportError(RuntimeError):
+    """The export to the Hub failed; the message never holds the token."""
+
+
+class HubApi(Protocol):
+    """The part of `huggingface_hub.HfApi` the export uses (tests pass a recording stand-in)."""
+
+    def create_repo(self, repo_id: str, **kwargs: Any) -> Any: ...
+    def repo_info(self, repo_id: str, **kwargs: Any) -> Any: ...
+    def hf_hub_download(self, repo_id: str, filename: str, **kwargs: Any) -> Any: ...
+    def upload_folder(self, **kwargs: Any) -> Any: ...
+
+
+# ---------------------------------------------------------------- the token
+def scrub(text: str, token: str | None) -> str:
+    """Remove the token (and anything shaped like a Hub token) from a message."""
+    if token:
+        text = text.replace(token, REDACTED)
+    return _HF_TOKEN_RE.sub(REDACTED, text)
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """The argument, else HF_TOKEN, else the token saved by `huggingface-cli login` (None: anonymous)."""
+    if token:
+        return token
+    if os.environ.get("HF_TOKEN"):
+        return os.environ["HF_TOKEN"]
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
+# ---------------------------------------------------------------- export
+class ExportRequestError(ValueError):
+    """The export was asked for something it cannot do; nothing was written."""
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """A checked export request: the views, the step marker, and what their consumers find.
+
+    Made by `plan_export` before anything is written (the CLI, the flow and the Hub export share it).
+    """
+
+    formats: list[str]
+    marker: Marker = DEFAULT_MARKER
+    tokenizer: str | None = None
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refused_markers: list[dict[str, str]] = field(default_factory=list)
+
+    def card_facts(self) -> dict[str, Any]:
+        return {
+            "tokenizer": self.tokenizer,
+            "marker": self.marker.as_dict(),
+            "checks": self.checks,
+            "refused_markers": self.refused_markers,
+        }
+
+
+def default_formats(with_tokenizer: bool) -> list[str]:
+    """Every view with a tokenizer; without one, the views whose consumer does not depend on it."""
+    return list(VIEW_NAMES) if with_tokenizer else [v for v in VIEW_NAMES if v not in TOKENIZER_REQUIRED]
+
+
+def plan_export(
+    dataset_dir: str | Path,
+    formats: Iterable[str] | None = None,
+    tokenizer: Any = None,
+    placeholder: str | None = None,
+) -> ExportPlan:
+    """Check an export request before anything is written.
+
+    `tokenizer`: the tokenizer of the model that will be trained (a name, folder, tokenizer.json or a
+    loaded tokenizer). With it every view is read row by row as its consumer reads it
+    (prm_synth.export.consumers) and a step marker that is one token is chosen; the OpenRLHF and
+    Qwen views need it. Raises ExportRequestError or TokenizationError (both ValueErrors).
+    """
+    chosen = list(dict.fromkeys(formats)) if formats is not None else default_formats(tokenizer is not None)
+    unknown = [f for f in chosen if f not in VIEWS]
+    if unknown or not chosen:
+        raise ExportRequestError(f"unknown view(s) {unknown or chosen}; choose from {', '.join(VIEW_NAMES)}")
+    read_manifest(dataset_dir)  # fail before writing anything when this is not a dataset folder
+    if tokenizer is None:
+        needs = [f for f in chosen if f in TOKENIZER_REQUIRED]
+        if needs:
+            raise ExportRequestError(
+                f"the {' and '.join(needs)} view(s) need --tokenizer (the tokenizer of the model you will train): "
+                "their step markers are found by token id, and whether a marker is one token depends on it"
+            )
+        if placeholder is not None:
+            raise ExportRequestError("--marker needs --tokenizer to be checked")
+        return ExportPlan(chosen)
+    if isinstance(tokenizer, str | Path):
+        tokenizer = load_tokenizer(tokenizer)
+    logger.info("checking views %s against tokenizer %s", ", ".join(chosen), tokenizer_name(tokenizer))
+    marker, refused = choose_marker(dataset_dir, chosen, tokenizer, placeholder)
+    checks = verify_views(dataset_dir, chosen, tokenizer, marker)
+    return ExportPlan(chosen, marker, tokenizer_name(tokenizer), checks, refused)
+
+
+def view_config(export: Mapping[str, Any], plan: ExportPlan) -> dict[str, Any]:
+    """`<view>/view.json`: what the view's consumer must be told to read it (OpenRLHF's flags, ...)."""
+    fmt, marker = export["view"], plan.marker
+    consumer: dict[str, Any]
+    if fmt == "openrlhf":
+        flags = ["--input_key", "input", "--label_key", "value", "--placeholder_token", marker.placeholder]
+        consumer = {"openrlhf_train_prm_args": [*flags, "--reward_tokens", *REWARD_TOKENS]}
+    elif fmt == "math-shepherd":
+        consumer = {"step_tag": marker.placeholder, "good_token": "+", "bad_token": "-"}
+    elif fmt == "qwen":
+        added = any("added" in n for n in plan.checks.get("qwen", {}).get("notes", []))
+        consumer = {"step_token": QWEN_STEP_TOKEN, "add_step_token_as_special": added}
+    else:
+        consumer = {"step_separator": TRL_STEP_SEPARATOR, "trl": ">=1.0,<1.14 (trl.experimental.prm.PRMTrainer)"}
+    return {
+        "view": fmt,
+        "columns": export["columns"],
+        "marker": export["marker"],
+        "consumer": consumer,
+        "tokenizer": plan.tokenizer,
+        "token_check": plan.checks.get(fmt),
+    }
+
+
+def export_to_dir(
+    dataset_dir: str | Path,
+    out_dir: str | Path,
+    formats: Iterable[str] | None = None,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+    repo_id: str | None = None,
+    license: str | None = None,
+    existing_card: str | None = None,
+    template: str | Path | None = None,
+    tokenizer: Any = None,
+    placeholder: str | None = None,
+    plan: ExportPlan | None = None,
+) -> dict[str, Any]:
+    """Write the Hub repo layout (views + README.md) to `out_dir`; a README.md already there is merged.
+
+    `existing_card` (the text of a card to merge into) overrides the README.md found in `out_dir`.
+    `tokenizer` / `placeholder`: see `plan_export` (or pass a `plan` it made).
+    """
+    plan = plan or plan_export(dataset_dir, formats, tokenizer, placeholder)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    readme = out / CARD
+    if existing_card is None and readme.exists():
+        existing_card = readme.read_text(encoding="utf-8")
+    exports = []
+    files: list[str] = []
+    for fmt in plan.formats:
+        logger.info("writing view %s", fmt)
+        export = export_view(dataset_dir, fmt, out, test_fraction=test_fraction, seed=seed, marker=plan.marker)
+        exports.append(export)
+        (out / fmt / VIEW_CONFIG).write_text(json.dumps(view_config(export, plan), indent=2, ensure_ascii=False) + "\n")
+        files += [p for split in export["splits"].values() for p in split["files"]] + [f"{fmt}/{VIEW_CONFIG}"]
+    card = render_card(
+        dataset_dir,
+        exports,
+        existing_card,
+        repo_id=repo_id,
+        license=license,
+        template=template,
+        consumers=plan.card_facts(),
+    )
+    readme.write_text(card, encoding="utf-8")
+    return {
+        "out_dir": str(out),
+        "views": {ex["view"]: ex for ex in exports},
+        "files": [*files, CARD],
+        "tokenizer": plan.tokenizer,
+        "marker": plan.marker.as_dict(),
+        "token_checks": plan.checks,
+    }
+
+
+def _fetch_card(api: HubApi, repo_id: str, token: str | None, workdir: Path) -> str | None:
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        path = api.hf_hub_download(
+            repo_id=repo_id, filename=CARD, repo_type="dataset", token=token, local_dir=str(workdir)
+        )
+    except (EntryNotFoundError, RepositoryNotFoundError):
+        return None
+    return Path(path).read_text(encoding="utf-8")
+
+
+def export_to_hub(
+    dataset_dir: str | Path,
+    repo_id: str,
+    private: bool = False,
+    formats: Iterable[str] | None = None,
+    token: str | None = None,
+    api: HubApi | None = None,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+    license: str | None = None,
+    template: str | Path | None = None,
+    tokenizer: Any = None,
+    placeholder: str | None = None,
+    plan: ExportPlan | None = None,
+) -> dict[str, Any]:
+    """Create (or reuse) the dataset repo, merge its card, and upload views + card in one commit.
+
+    Files of the exported views left from an earlier export are deleted in the same commit; other
+    files in the repo are untouched. With `private=True`, an existing public repo is refused rather
+    than published to.
+    """
+    # A wrong folder or a tokenizer the views do not fit must not leave an empty repo behind.
+    plan = plan or plan_export(dataset_dir, formats, tokenizer, placeholder)
+    token = resolve_token(token)
+    if not token:
+        raise HubExportError("no Hugging Face token: set HF_TOKEN or run `hf auth login`")
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+    try:
+        with tempfile.TemporaryDirectory(prefix="prm-synth-hub-") as tmp:
+            staging, download = Path(tmp) / "repo", Path(tmp) / "download"
+            logger.info("creating or reusing dataset repo %s", repo_id)
+            api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True, token=token)
+            if private and not getattr(api.repo_info(repo_id, repo_type="dataset", token=token), "private", True):
+                raise HubExportError(f"{repo_id} exists and is public; refusing to upload with --private")
+            existing = _fetch_card(api, repo_id, token, download)
+            result = export_to_dir(
+                dataset_dir,
+                staging,
+                test_fraction=test_fraction,
+                seed=seed,
+                repo_id=repo_id,
+                license=license,
+                existing_card=existing or "",
+                template=template,
+                plan=plan,
+            )
+            logger.info("uploading %d files to %s", len(result["files"]), repo_id)
+            api.upload_folder(
+                repo_id=repo_id,
+                repo_type="dataset",
+                folder_path=str(staging),
+                commit_message=f"prm-synth export: {', '.join(plan.formats)}",
+                delete_patterns=[f"{fmt}/*.parquet" for fmt in plan.formats],
+                token=token,
+            )
+    except HubExportError as e:
+        raise HubExportError(scrub(str(e), token)) from None
+    except Exception as e:  # noqa: BLE001 - any failure is re-raised without the token or its traceback
+        raise HubExportError(scrub(f"export to {repo_id} failed: {type(e).__name__}: {e}", token)) from None
+    return {**result, "out_dir": None, "repo_id": repo_id, "private": private}

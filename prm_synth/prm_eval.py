@@ -1,0 +1,179 @@
+"""`prm-synth eval prm`: a trained PRM on ProcessBench, with ProcessBench's own metric.
+
+The PRM scores each step: P(good) at the last token of the step's separator, the position it was
+trained on (prm_synth.train.encode, TRL's rendering). The predicted earliest error is the first step
+whose score is below a threshold (-1 when none is); ProcessBench's F1 is the harmonic mean of the
+accuracy on erroneous samples (predicted index == label) and on correct ones (predicted -1)
+(prm_synth.evaluate.processbench_metric).
+
+The threshold is 0.5, or tuned on one subset you name (`tune_on`) and then applied to every subset;
+the tuned subset's own F1 is then optimistic, and the result says which subset it was.
+ProcessBench is an evaluation set: tune on it only to compare PRMs on equal terms, and say so.
+
+Any token-classification PRM works (ours, or one trained with TRL's PRMTrainer): a model folder or
+Hub name whose head has two labels, 1 meaning good. ProcessBench comes from a folder of
+`<subset>.json` / `.jsonl` files (the layout of ../shared/data/processbench), one such file, or the Hub
+(`Qwen/ProcessBench`, one split per subset).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prm_synth.evaluate import BenchSample, load_processbench, processbench_metric
+from prm_synth.train import PRM_CONFIG, STEP_SEPARATOR, encode
+
+logger = logging.getLogger(__name__)
+
+SUBSETS = ("gsm8k", "math", "olympiadbench", "omnimath")
+THRESHOLD_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
+
+
+class PRMEvalError(ValueError):
+    """Bad input to the evaluation (no such subset, a model without two labels, ...)."""
+
+
+# ---------------------------------------------------------------- the benchmark
+def load_bench(
+    source: str | Path, subsets: Sequence[str] | None = None, limit: int | None = None
+) -> dict[str, list[BenchSample]]:
+    """ProcessBench subsets (name -> samples), each cut to `limit` samples (see `balanced`)."""
+    path = Path(source)
+    if path.is_file():
+        return {path.stem: balanced(load_processbench(path), limit)}
+    if path.is_dir():
+        files = {f.stem: f for f in sorted(path.iterdir()) if f.suffix in (".json", ".jsonl")}
+        names = list(subsets) if subsets else [s for s in SUBSETS if s in files] or sorted(files)
+        missing = [s for s in names if s not in files]
+        if missing or not names:
+            raise PRMEvalError(f"{path}: no subset file for {missing or 'any subset'} (found {sorted(files)})")
+        return {name: balanced(load_processbench(files[name]), limit) for name in names}
+    return {
+        name: balanced(samples, limit) for name, samples in _from_hub(str(source), list(subsets or SUBSETS)).items()
+    }
+
+
+def balanced(samples: list[BenchSample], limit: int | None) -> list[BenchSample]:
+    """The first `limit` samples, half of them erroneous and half correct (the first of each, in file
+    order), so that both accuracies and the F1 are defined; where one kind runs out, the other fills.
+    A subset's files open with runs of erroneous samples, so its plain first N often have no correct one."""
+    if limit is None or limit >= len(samples):
+        return samples
+    errors = [s for s in samples if s.label != -1]
+    correct = [s for s in samples if s.label == -1]
+    n_correct = min(len(correct), max(limit // 2, limit - len(errors)))
+    chosen = {id(s) for s in errors[: limit - n_correct] + correct[:n_correct]}
+    return [s for s in samples if id(s) in chosen]  # file order kept
+
+
+def _from_hub(name: str, subsets: list[str]) -> dict[str, list[BenchSample]]:
+    from datasets import load_dataset
+
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="prm-synth-bench-") as tmp:
+        for subset in subsets:
+            try:
+                rows = load_dataset(name, split=subset)
+            except Exception as e:  # noqa: BLE001 - any loading failure is one clear message
+                raise PRMEvalError(f"cannot load ProcessBench subset {subset!r} from {name}: {e}") from None
+            file = Path(tmp) / f"{subset}.jsonl"
+            with file.open("w") as f:
+                for row in rows:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            out[subset] = load_processbench(file)  # the same validation as a local file
+    return out
+
+
+# ---------------------------------------------------------------- scoring
+def load_prm(model: str | Path) -> tuple[Any, Any, str]:
+    """(model, tokenizer, step separator) of a token-classification PRM with two labels (1: good)."""
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    prm = AutoModelForTokenClassification.from_pretrained(str(model))
+    if prm.config.num_labels != 2:
+        raise PRMEvalError(f"{model}: a PRM head has 2 labels (bad, good), this one has {prm.config.num_labels}")
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    meta = Path(model) / PRM_CONFIG
+    separator = json.loads(meta.read_text()).get("step_separator", STEP_SEPARATOR) if meta.exists() else STEP_SEPARATOR
+    prm.eval()
+    return prm, tokenizer, separator
+
+
+def score_steps(
+    prm: Any, tokenizer: Any, samples: Sequence[BenchSample], separator: str, max_length: int, batch_size: int = 4
+) -> list[list[float]]:
+    """P(good) of each step of each sample; steps cut off by max_length get no score."""
+    import torch
+
+    scores: list[list[float]] = []
+    device = next(prm.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    for start in range(0, len(samples), batch_size):
+        batch = [
+            encode(tokenizer, s.problem, [step.strip() for step in s.steps], None, separator, max_length)
+            for s in samples[start : start + batch_size]
+        ]
+        width = max(len(b["input_ids"]) for b in batch)
+        ids = torch.tensor([b["input_ids"] + [pad] * (width - len(b["input_ids"])) for b in batch], device=device)
+        mask = torch.tensor(
+            [[1] * len(b["input_ids"]) + [0] * (width - len(b["input_ids"])) for b in batch], device=device
+        )
+        with torch.no_grad():
+            probs = prm(input_ids=ids, attention_mask=mask).logits.float().softmax(-1)[..., 1]
+        for row, b in zip(probs.tolist(), batch, strict=True):
+            scores.append([row[p] for p in b["step_positions"]])
+    return scores
+
+
+def first_error(scores: Sequence[float], threshold: float) -> int:
+    return next((i for i, s in enumerate(scores) if s < threshold), -1)
+
+
+def tune_threshold(scores: Sequence[Sequence[float]], labels: Sequence[int]) -> float:
+    """The grid threshold with the best ProcessBench F1 on these samples (ties: the one closest to 0.5)."""
+
+    def f1(t: float) -> float:
+        return processbench_metric(labels, [first_error(s, t) for s in scores])["f1"] or 0.0
+
+    return max(THRESHOLD_GRID, key=lambda t: (f1(t), -abs(t - 0.5)))
+
+
+def evaluate_prm(
+    model: str | Path,
+    bench: str | Path,
+    subsets: Sequence[str] | None = None,
+    limit: int | None = None,
+    threshold: float = 0.5,
+    tune_on: str | None = None,
+    max_length: int = 2048,
+    batch_size: int = 4,
+) -> dict[str, Any]:
+    """ProcessBench's metric per subset for the PRM in `model`; `f1` maps subset -> F1."""
+    data = load_bench(bench, subsets, limit)
+    if tune_on is not None and tune_on not in data:
+        raise PRMEvalError(f"--tune-on {tune_on!r} is not among the subsets evaluated: {sorted(data)}")
+    prm, tokenizer, separator = load_prm(model)
+    scores = {}
+    for name, samples in data.items():
+        logger.info("scoring %d samples of %s", len(samples), name)
+        scores[name] = score_steps(prm, tokenizer, samples, separator, max_length, batch_size)
+    if tune_on is not None:
+        threshold = tune_threshold(scores[tune_on], [s.label for s in data[tune_on]])
+    results = {}
+    for name, samples in data.items():
+        metric = processbench_metric([s.label for s in samples], [first_error(sc, threshold) for sc in scores[name]])
+        metric["truncated_samples"] = sum(len(sc) < len(s.steps) for sc, s in zip(scores[name], samples, strict=True))
+        results[name] = metric
+    return {
+        "model": str(model),
+        "threshold": threshold,
+        "tuned_on": tune_on,
+        "limit": limit,
+        "f1": {name: m["f1"] for name, m in results.items()},
+        "subsets": results,
+    }
