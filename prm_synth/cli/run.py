@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -21,6 +22,14 @@ from prm_synth.cli.environment import (
 
 if TYPE_CHECKING:
     from prm_synth.config import PipelineConfig
+
+
+class Runner(StrEnum):
+    """Where shard tasks run: a thread pool in this process, or a Ray cluster (prefect-ray)."""
+
+    threads = "threads"
+    ray = "ray"
+
 
 models_app = typer.Typer(no_args_is_help=True, help="Models that ship with prm-synth.")
 
@@ -67,7 +76,7 @@ def run(
     dry_run: Annotated[
         bool, typer.Option(help="Label one small shard end to end in a temporary folder; write nothing final.")
     ] = False,
-    runner: Annotated[str, typer.Option(help="Task runner: threads (default) or ray.")] = "threads",
+    runner: Annotated[Runner, typer.Option(help="Task runner.")] = Runner.threads,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -78,8 +87,6 @@ def run(
     """
     started = supervise.started_at() or COMMAND_STARTED_AT
     config = _load(pipeline)
-    if runner not in ("threads", "ray"):
-        fail(f"--runner must be 'threads' or 'ray', not {runner!r}")
     try:
         out_dir = out if out is not None else preflight.default_out_dir(config)
         if not dry_run:
@@ -94,7 +101,7 @@ def run(
     if supervise.is_worker():
         supervise.become_worker()
     try:
-        summary = _run_flow(config, out_dir, limit, overwrite, dry_run, runner, ray_address, not json_out)
+        summary = _run_flow(config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out)
     except KeyboardInterrupt as e:
         _stop_interrupted(str(e) or "SIGINT")
     summary["startup_seconds"] = round(max(0.0, summary.pop("started_at", started) - started), 3)
@@ -131,8 +138,7 @@ def _run_flow(
     ray_address: str | None,
     show_progress: bool,
 ) -> dict[str, Any]:
-    from prm_synth.problems import ProblemSourceError
-    from prm_synth.shards import OutputFolderError
+    from prm_synth.errors import PrmSynthError
 
     quiet_expected_failures()
     from flows.synthesize import synthesize_with_runner
@@ -147,9 +153,9 @@ def _run_flow(
             dry_run=dry_run,
             show_progress=show_progress,
         )
-    except (OutputFolderError, ProblemSourceError) as e:
-        fail(str(e))
-    except RuntimeError as e:
+    except PrmSynthError as e:  # ours, with a message meant for the user: bad input (2) or a failed run (1)
+        fail(str(e), code=2 if isinstance(e, ValueError) else 1)
+    except RuntimeError as e:  # Prefect's own
         if EPHEMERAL_TIMEOUT in str(e):
             fail(
                 "Prefect's temporary API server did not start within "
@@ -209,11 +215,12 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
+    from prm_synth.errors import PrmSynthError
     from prm_synth.summary import summarize
 
     try:
         summary = summarize(directory)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, PrmSynthError) as e:
         fail(str(e))
     if json_out:
         typer.echo(json.dumps(summary, sort_keys=True))
