@@ -279,6 +279,10 @@ AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discrimi
 class LabelConfig(Strict):
     rule: Literal["hard", "soft", "relative"] = "hard"
     significance: float = Field(0.05, gt=0.0, lt=1.0)  # for rule: relative
+    # Labels whose p_good (or 1 - p_good for a bad one) is below this are not trusted: the consensus
+    # filter rejects such rows ("low_confidence") and the export's views stop before such a step.
+    # 0 trusts every label (and rows of methods without p_good); `export --min-confidence` overrides it.
+    min_confidence: float = Field(0.0, ge=0.0, le=1.0)
 
 
 class OutputConfig(Strict):

@@ -12,6 +12,8 @@ Policies:
   "an error at step 0" are different claims, not neighbours.
 - judge-only: keep every row the judge decided (the judge's index is the label to train on).
 - mc-only: keep every row (the judge, if any, is only recorded).
+With `labels.min_confidence` > 0, a row whose labels up to its MC first error are not all at least that
+sure (by `p_good`) is rejected as "low_confidence" under every policy.
 Every row's `consensus` is set to whether the two agree, or None when the judge gave no verdict.
 """
 
@@ -21,6 +23,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from prm_synth.annotate.calibration import confident_labels
 from prm_synth.config import ConsensusConfig
 from prm_synth.schema import LabeledRecord, RejectedRecord
 
@@ -31,9 +34,14 @@ def agrees(mc: int, judge: int, tolerance: int = 0) -> bool:
     return abs(mc - judge) <= tolerance
 
 
-def decide(record: LabeledRecord, config: ConsensusConfig) -> tuple[bool, str | None, str | None]:
+def decide(
+    record: LabeledRecord, config: ConsensusConfig, min_confidence: float = 0.0
+) -> tuple[bool, str | None, str | None]:
     """(keep, reason, detail) for one row: the filter's decision and, when dropped, why."""
     judge, mc = record.judge_first_error, record.first_error_mc
+    doubtful = _doubtful_steps(record, min_confidence)
+    if doubtful:
+        return False, "low_confidence", f"steps {doubtful[:5]} are labeled below confidence {min_confidence}"
     if judge is None:
         if config.policy == "mc-only":
             return True, None, None
@@ -45,12 +53,21 @@ def decide(record: LabeledRecord, config: ConsensusConfig) -> tuple[bool, str | 
     return False, "disagree", f"judge first error {judge}, MC first error {mc} (tolerance {config.tolerance})"
 
 
+def _doubtful_steps(record: LabeledRecord, min_confidence: float) -> list[int]:
+    """Labeled steps up to the MC first error whose confidence is below `min_confidence`."""
+    if min_confidence <= 0.0:
+        return []
+    sure = confident_labels(record.labels, record.p_good, min_confidence)
+    end = record.first_error_mc if record.first_error_mc >= 0 else len(record.labels) - 1
+    return [i for i in range(end + 1) if record.labels[i] is not None and sure[i] is None]
+
+
 def _position(index: int | None) -> str:
     return "none" if index is None else str(index)
 
 
 def apply_consensus(
-    records: list[LabeledRecord], config: ConsensusConfig
+    records: list[LabeledRecord], config: ConsensusConfig, min_confidence: float = 0.0
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], dict[str, Any]]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`.
 
@@ -66,7 +83,7 @@ def apply_consensus(
         judge = record.judge_first_error
         record.consensus = None if judge is None else agrees(record.first_error_mc, judge, config.tolerance)
         agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
-        keep, reason, detail = decide(record, config)
+        keep, reason, detail = decide(record, config, min_confidence)
         source = by_source.setdefault(record.source, {"rows": 0, "kept": 0, "rejected": 0, "agree": 0})
         source["rows"] += 1
         source["agree"] += bool(record.consensus)

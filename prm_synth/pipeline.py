@@ -83,7 +83,9 @@ def process_shard(
     )
     clock.lap("judge")
     records, consensus_rejected, consensus_stats = (
-        apply_consensus(labeled.records, config.consensus) if config.consensus else (labeled.records, [], {})
+        apply_consensus(labeled.records, config.consensus, config.labels.min_confidence)
+        if config.consensus
+        else (labeled.records, [], {})
     )
     clock.lap("consensus")
 

@@ -41,6 +41,15 @@ def export(
     marker: Annotated[
         str | None, typer.Option(help="Step placeholder to use instead of searching for one (checked; --tokenizer).")
     ] = None,
+    min_confidence: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Leave out labels whose p_good is below this (default: the run's labels.min_confidence); "
+            "a row stops before its first doubtful step. Rows of methods without p_good keep no label above 0.",
+        ),
+    ] = None,
     to_dir: Annotated[Path | None, typer.Option("--to-dir", help="Write the Hub repo layout to this folder.")] = None,
     repo_id: Annotated[str | None, typer.Option("--repo-id", help="Push to this Hub dataset repo (ORG/NAME).")] = None,
     private: Annotated[bool, typer.Option("--private", help="Create the Hub repo private.")] = False,
@@ -63,7 +72,7 @@ def export(
         fail("--private applies to --repo-id only")
     try:
         # Every check (views, tokenizer, marker) before anything is written or a repo is created.
-        plan = plan_export(directory, formats or None, tokenizer, marker)
+        plan = plan_export(directory, formats or None, tokenizer, marker, min_confidence)
     except (FileNotFoundError, ExportRequestError, TokenizationError) as e:
         fail(str(e))
     try:

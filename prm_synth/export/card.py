@@ -241,6 +241,8 @@ def _view_row(export: Mapping[str, Any], split_names: Sequence[str]) -> dict[str
     for s in splits:
         sources.update(s.get("label_sources") or {})
     confident = sum(s.get("with_confidence", 0) for s in splits)
+    threshold = export.get("min_confidence") or 0.0
+    before = sum(s.get("steps_before_confidence", 0) for s in splits)
     return {
         "view": export["view"],
         "columns": ", ".join(export["columns"]),
@@ -251,6 +253,12 @@ def _view_row(export: Mapping[str, Any], split_names: Sequence[str]) -> dict[str
         "bad_percent": _percent(bad, steps),
         "label_sources": ", ".join(f"{k} {v}" for k, v in sorted(sources.items())) or "n/a",
         "confidence": _percent(confident, steps) if confident else "none",
+        # what a minimum confidence left: supervised steps kept of those the rows had without it
+        "min_confidence": (
+            f"p ≥ {threshold}: kept {steps} of {before} supervised steps ({_percent(steps, before)})"
+            if threshold > 0
+            else "none"
+        ),
         "skipped": skipped or "0",
         "example": _example(export.get("example")),
     }

@@ -101,6 +101,7 @@ class ExportPlan:
     tokenizer: str | None = None
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
     refused_markers: list[dict[str, str]] = field(default_factory=list)
+    min_confidence: float = 0.0  # labels below it are dropped from the views (the run's labels.min_confidence)
 
     def card_facts(self) -> dict[str, Any]:
         return {
@@ -121,8 +122,11 @@ def plan_export(
     formats: Iterable[str] | None = None,
     tokenizer: Any = None,
     placeholder: str | None = None,
+    min_confidence: float | None = None,
 ) -> ExportPlan:
     """Check an export request before anything is written.
+
+    `min_confidence`: labels below it are left out of the views (None: the run's `labels.min_confidence`).
 
     `tokenizer`: the tokenizer of the model that will be trained (a name, folder, tokenizer.json or a
     loaded tokenizer). With it every view is read row by row as its consumer reads it
@@ -133,7 +137,11 @@ def plan_export(
     unknown = [f for f in chosen if f not in VIEWS]
     if unknown or not chosen:
         raise ExportRequestError(f"unknown view(s) {unknown or chosen}; choose from {', '.join(VIEW_NAMES)}")
-    read_manifest(dataset_dir)  # fail before writing anything when this is not a dataset folder
+    manifest = read_manifest(dataset_dir)  # fail before writing anything when this is not a dataset folder
+    if min_confidence is None:
+        min_confidence = float(manifest.get("config", {}).get("labels", {}).get("min_confidence", 0.0))
+    if not 0.0 <= min_confidence <= 1.0:
+        raise ExportRequestError(f"--min-confidence must be between 0 and 1, not {min_confidence}")
     if tokenizer is None:
         needs = [f for f in chosen if f in TOKENIZER_REQUIRED]
         if needs:
@@ -143,13 +151,13 @@ def plan_export(
             )
         if placeholder is not None:
             raise ExportRequestError("--marker needs --tokenizer to be checked")
-        return ExportPlan(chosen)
+        return ExportPlan(chosen, min_confidence=min_confidence)
     if isinstance(tokenizer, str | Path):
         tokenizer = load_tokenizer(tokenizer)
     logger.info("checking views %s against tokenizer %s", ", ".join(chosen), tokenizer_name(tokenizer))
     marker, refused = choose_marker(dataset_dir, chosen, tokenizer, placeholder)
     checks = verify_views(dataset_dir, chosen, tokenizer, marker)
-    return ExportPlan(chosen, marker, tokenizer_name(tokenizer), checks, refused)
+    return ExportPlan(chosen, marker, tokenizer_name(tokenizer), checks, refused, min_confidence)
 
 
 def view_config(export: Mapping[str, Any], plan: ExportPlan) -> dict[str, Any]:
@@ -205,7 +213,15 @@ def export_to_dir(
     files: list[str] = []
     for fmt in plan.formats:
         logger.info("writing view %s", fmt)
-        export = export_view(dataset_dir, fmt, out, test_fraction=test_fraction, seed=seed, marker=plan.marker)
+        export = export_view(
+            dataset_dir,
+            fmt,
+            out,
+            test_fraction=test_fraction,
+            seed=seed,
+            marker=plan.marker,
+            min_confidence=plan.min_confidence,
+        )
         exports.append(export)
         (out / fmt / VIEW_CONFIG).write_text(json.dumps(view_config(export, plan), indent=2, ensure_ascii=False) + "\n")
         files += [p for split in export["splits"].values() for p in split["files"]] + [f"{fmt}/{VIEW_CONFIG}"]

@@ -38,6 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from prm_synth.annotate.calibration import confident_labels
 from prm_synth.shards import iter_tables
 
 STEP_TAG = "ки"  # Math-Shepherd's step tag; also OpenRLHF's placeholder token in its Math-Shepherd example
@@ -73,6 +74,16 @@ def supervised_steps(row: Row) -> tuple[list[str], list[bool]]:
     if not steps:
         raise SkipRow("no_labeled_steps")
     return steps, labels
+
+
+def with_min_confidence(row: Row, min_confidence: float) -> Row:
+    """The row with its labels below `min_confidence` set to None (the same row when it is 0).
+
+    A view stops before its first unlabeled step, so a row keeps the confident labels up to its first
+    doubtful one. Rows of methods without `p_good` keep no label at a threshold above 0."""
+    if min_confidence <= 0.0:
+        return row
+    return {**row, "labels": confident_labels(row["labels"], row.get("p_good"), min_confidence)}
 
 
 def _ids(row: Row) -> dict[str, str]:
@@ -286,8 +297,11 @@ def export_view(
     seed: int = 0,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
     marker: Marker = DEFAULT_MARKER,
+    min_confidence: float = 0.0,
 ) -> dict[str, Any]:
     """Write view `fmt` of the dataset in `dataset_dir` to `out_dir/<fmt>/<split>-*.parquet`.
+
+    `min_confidence` > 0 keeps only labels whose `p_good` meets it (see `with_min_confidence`).
 
     Streams one record shard at a time (memory holds one shard and one Parquet row group). Returns
     the counts of what was written: rows, problems, steps, bad steps, label sources and confidence
@@ -311,17 +325,22 @@ def export_view(
             out: dict[str, list[dict[str, Any]]] = {s: [] for s in splits}
             # A problem lives in exactly one shard, so per-shard sets count problems with flat memory.
             problems: dict[str, set[str]] = {s: set() for s in splits}
-            for row in _rows(table):
+            for raw in _rows(table):
+                row = with_min_confidence(raw, min_confidence)
                 try:
                     view_row = view(row, marker)
                 except SkipRow as e:
-                    skipped[e.reason] += 1
+                    below = (
+                        e.reason == "no_labeled_steps" and row is not raw and any(x is not None for x in raw["labels"])
+                    )
+                    skipped["below_min_confidence" if below else e.reason] += 1
                     continue
                 split = split_of(row["problem_id"], test_fraction, seed)
                 out[split].append(view_row)
                 example = example or view_row
                 problems[split].add(row["problem_id"])
                 _count(stats[split], row)
+                stats[split]["steps_before_confidence"] += len(supervised_steps(raw)[0]) if row is not raw else 0
             for split, rows in out.items():
                 stats[split]["problems"] += len(problems[split])
                 if rows:
@@ -339,6 +358,7 @@ def export_view(
         "skipped": dict(skipped),
         "data_files": {s: f"{fmt}/{s}-*" for s in splits},
         "marker": marker.as_dict() if fmt in MARKED_VIEWS else None,
+        "min_confidence": min_confidence,
         "example": example,
     }
 
@@ -360,7 +380,15 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 
 
 def _empty_counts() -> dict[str, Any]:
-    return {"rows": 0, "problems": 0, "steps": 0, "bad_steps": 0, "label_sources": {}, "with_confidence": 0}
+    return {
+        "rows": 0,
+        "problems": 0,
+        "steps": 0,
+        "bad_steps": 0,
+        "label_sources": {},
+        "with_confidence": 0,
+        "steps_before_confidence": 0,  # supervised steps of the kept rows without the confidence filter
+    }
 
 
 def _count(acc: dict[str, Any], row: Row) -> None:
