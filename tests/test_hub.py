@@ -170,9 +170,9 @@ def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, plante
         "| 0 | 12 |",
         # What a trainer gets: 60 rows of the 72 (12 have no labeled first step), the tagged row
         # skipped by the marked views, steps after the first error dropped (36 bad of 120, not 60 of 168).
-        "| `trl` | 46 | 14 | 24 | 120 | 36 (30.0%) | mc 120 | none | no_labeled_steps 12 |",
+        "| `trl` | 46 | 14 | 24 | 120 | 36 (30.0%) | mc 120 | none | none | no_labeled_steps 12 |",
         # the tagged row has 3 supervised steps, 1 bad, and sits in the train split
-        "| `openrlhf` | 45 | 14 | 24 | 117 | 35 (29.9%) | mc 117 | none | marker_in_text 1, no_labeled_steps 12 |",
+        "| `openrlhf` | 45 | 14 | 24 | 117 | 35 (29.9%) | mc 117 | none | none | marker_in_text 1, no_labeled_steps 12 |",
         "- `math-shepherd` (input, label, id, problem_id)",
         "--placeholder_token ки --reward_tokens + -",
         "| `openrlhf` | OpenRLHF ProcessRewardDataset (openrlhf/datasets/process_reward_dataset.py) | 59 | 117 of 117 |",
