@@ -41,7 +41,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from fractions import Fraction
@@ -299,12 +298,6 @@ def grade_completion(text: str, gold: str, finish_reason: str | None, **kwargs: 
     if is_truncated(finish_reason):
         return Verdict("unknown", None, "truncated")
     return grade(text, gold, **kwargs)
-
-
-def grade_many(
-    texts: Iterable[str], gold: str, *, last_number_fallback: bool = True, timeout_s: float = 2.0
-) -> list[Verdict]:
-    return [grade(t, gold, last_number_fallback=last_number_fallback, timeout_s=timeout_s) for t in texts]
 
 
 # ---------------------------------------------------------------- math-verify worker processes

@@ -126,7 +126,7 @@ class RejectedRecord:
     id: str
     problem_id: str | None
     source: str
-    stage: str
+    stage: Stage
     reason: str
     detail: str | None = None
     payload: str | None = None

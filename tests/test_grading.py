@@ -18,7 +18,6 @@ from prm_synth.grading import (
     extract_answer,
     grade,
     grade_completion,
-    grade_many,
     is_truncated,
     last_boxed,
 )
@@ -199,8 +198,8 @@ def test_grading_from_worker_threads() -> None:
     assert got == [c[2] for c in cases] * 3
 
 
-def test_grade_many_and_as_number() -> None:
-    assert [v.status for v in grade_many(["#### 4", "#### 5", "?"], "4")] == ["correct", "incorrect", "unknown"]
+def test_three_verdicts_and_as_number() -> None:
+    assert [grade(t, "4").status for t in ["#### 4", "#### 5", "?"]] == ["correct", "incorrect", "unknown"]
     assert as_number("1,234") == 1234
     assert as_number("-\\frac{3}{4}") == Fraction(-3, 4)
     assert as_number("72.0") == 72

@@ -18,10 +18,8 @@ from prm_synth.annotate.omega import (
     Candidate,
     OmegaResult,
     OmegaSearch,
-    load_tree,
     omegaprm,
     q_value,
-    save_tree,
     tree_from_json,
     tree_to_json,
     u_value,
@@ -364,12 +362,6 @@ def test_tree_json_round_trips():
     assert tree.number_of_nodes() > 4
     data = json.loads(json.dumps(tree_to_json(tree)))
     same_tree(tree_from_json(data), tree)
-
-
-@pytest.mark.parametrize("name", ["tree.json", "tree.graphml"])
-def test_saved_tree_loads_back(tmp_path, name):
-    tree = sample_tree()
-    same_tree(load_tree(save_tree(tree, tmp_path / name)), tree)
 
 
 def test_split_evenly_adds_up():

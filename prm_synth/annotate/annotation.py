@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prm_synth.annotate.scheduler import ProbeResult
+from prm_synth.schema import LabelSource
 
 
 @dataclass
@@ -24,7 +25,7 @@ class Annotation:
     method: str
     mc_correct: list[int]
     mc_total: list[int]
-    label_source: list[str]
+    label_source: list[LabelSource]
     decided: dict[int, bool] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     # Per step, the posterior probability that its prefix is still correct (None: not estimated).
@@ -49,6 +50,6 @@ class Annotation:
         self.mc_total[step] = 1
         self.label_source[step] = "verdict"
 
-    def decide(self, step: int, good: bool, source: str) -> None:
+    def decide(self, step: int, good: bool, source: LabelSource) -> None:
         self.decided[step] = good
         self.label_source[step] = source

@@ -33,8 +33,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
@@ -79,17 +78,6 @@ class Candidate:
     tokens: int  # generated tokens: len(r) in Q
 
 
-@dataclass(frozen=True)
-class ProbeRecord:
-    """One probe asked: the prefix, rollouts in total after it, new ones charged to the budget."""
-
-    prefix: str
-    asked: int
-    new: int
-    correct: int
-    total: int
-
-
 @dataclass
 class OmegaPath:
     """One root-to-leaf path of the tree: a (partial or complete) solution with per-step counts.
@@ -122,7 +110,6 @@ class OmegaResult:
     selected: list[Candidate]  # in selection order; a rollout appears at most once
     screened_out: bool
     stop_reason: str  # screened_out | search_limit | pool_empty | budget
-    probes: list[ProbeRecord] = field(default_factory=list)
     pruned_lucky: int = 0  # complete correct leaves dropped because they lay below a bad state
     # calibrated search: the run's estimates, and the confidence a step label needs (paths get p_good)
     estimates: RunEstimates | None = None
@@ -236,7 +223,6 @@ class OmegaSearch:
         self._seen_complete: set[str] = set()  # complete texts already pooled, selected or in the tree
         self.pool: list[Candidate] = []
         self.selected: list[Candidate] = []
-        self.probes: list[ProbeRecord] = []
         self.spent = 0
         self.tokens = 0
         self.pruned_lucky = 0  # correct leaves dropped because they lie below a bad state
@@ -394,7 +380,6 @@ class OmegaSearch:
         self.spent += new
         self.tokens += sum(tokens for _, _, tokens in result.rollouts[have_total : have_total + new])
         self._known[prefix] = result
-        self.probes.append(ProbeRecord(prefix, have_total + new, new, result.correct, result.total))
         return result
 
     # ---------------------------------------------------------- tree and pool
@@ -527,7 +512,6 @@ class OmegaSearch:
             selected=self.selected,
             screened_out=screened_out,
             stop_reason=stop_reason,
-            probes=self.probes,
             pruned_lucky=self.pruned_lucky,
             estimates=self.estimates,
             confidence=self.config.confidence,
@@ -591,42 +575,3 @@ def _restore_sequences(tree: nx.DiGraph) -> None:
         for key, convert in _SEQUENCE_ATTRS.items():
             if key in attrs:
                 attrs[key] = convert(attrs[key])
-
-
-def save_tree(tree: nx.DiGraph, path: str | Path) -> Path:
-    """Write the tree as GraphML (suffix .graphml) or node-link JSON (anything else)."""
-    path = Path(path)
-    if path.suffix == ".graphml":
-        nx.write_graphml(_graphml_ready(tree), path)
-    else:
-        path.write_text(json.dumps(tree_to_json(tree), ensure_ascii=False))
-    return path
-
-
-def load_tree(path: str | Path) -> nx.DiGraph:
-    path = Path(path)
-    if path.suffix != ".graphml":
-        return tree_from_json(json.loads(path.read_text()))
-    raw = nx.read_graphml(path, node_type=int)
-    tree = nx.DiGraph()
-    encoded = set(filter(None, raw.graph.get("json_attrs", "").split(",")))
-    for node, attrs in raw.nodes(data=True):
-        tree.add_node(node, **{k: json.loads(v) if k in encoded else v for k, v in attrs.items()})
-    tree.add_edges_from(raw.edges)
-    _restore_sequences(tree)
-    return tree
-
-
-def _graphml_ready(tree: nx.DiGraph) -> nx.DiGraph:
-    """GraphML holds only scalars: attributes that are ever a list, tuple or None go as JSON text."""
-    encoded = {
-        key
-        for _, attrs in tree.nodes(data=True)
-        for key, value in attrs.items()
-        if not isinstance(value, str | int | float | bool)
-    }
-    out = nx.DiGraph(json_attrs=",".join(sorted(encoded)))
-    for node, attrs in tree.nodes(data=True):
-        out.add_node(node, **{k: json.dumps(v) if k in encoded else v for k, v in attrs.items()})
-    out.add_edges_from(tree.edges)
-    return out
