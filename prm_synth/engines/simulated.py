@@ -22,7 +22,8 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from prm_synth import arithmetic
 from prm_synth.config import SimulatedJudgeConfig, SimulatedPolicyConfig
@@ -44,10 +45,11 @@ def count_tokens(text: str) -> int:
     return len(text.split())
 
 
-class SimulatedPolicy:
-    def __init__(self, config: SimulatedPolicyConfig | None = None) -> None:
-        self.config = config or SimulatedPolicyConfig()
-        self.sep = "\n" if self.config.step_format == "line" else "\n\n"
+class _SimulatedEngine:
+    """What both simulated engines share: each sample's randomness comes from (its seed parts, sample
+    index), so batching and order change nothing and re-runs repeat; tokens are whitespace words."""
+
+    config: SimulatedPolicyConfig | SimulatedJudgeConfig
 
     @property
     def model_name(self) -> str:
@@ -59,15 +61,30 @@ class SimulatedPolicy:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         out = []
         for req in requests:
-            problem = arithmetic.parse_question(req.user)
-            base = digest(self.config.seed, req.user, req.assistant_prefix)
-            texts = [
-                self._continue(problem, req.assistant_prefix, random.Random(f"{base}:{req.first_sample_index + i}"))
-                for i in range(req.n)
-            ]
+            sample = self._sampler(req)
+            base = digest(*self._seed_parts(req))
+            texts = [sample(random.Random(f"{base}:{req.first_sample_index + i}")) for i in range(req.n)]
             completions = tuple(Completion(t, count_tokens(t), "stop") for t in texts)
             out.append(GenerationResult(completions, count_tokens(req.user) + count_tokens(req.assistant_prefix)))
         return out
+
+    def _seed_parts(self, req: GenerationRequest) -> tuple[object, ...]:
+        raise NotImplementedError
+
+    def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str]:
+        raise NotImplementedError
+
+
+class SimulatedPolicy(_SimulatedEngine):
+    def __init__(self, config: SimulatedPolicyConfig | None = None) -> None:
+        self.config = config or SimulatedPolicyConfig()
+        self.sep = "\n" if self.config.step_format == "line" else "\n\n"
+
+    def _seed_parts(self, req: GenerationRequest) -> tuple[object, ...]:
+        return (self.config.seed, req.user, req.assistant_prefix)
+
+    def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str]:
+        return partial(self._continue, arithmetic.parse_question(req.user), req.assistant_prefix)
 
     def _continue(self, problem: arithmetic.ChainProblem | None, prefix: str, rng: random.Random) -> str:
         if problem is None:
@@ -125,7 +142,7 @@ class SimulatedPolicy:
         return c + delta if rng.random() < 0.5 or c - delta <= 0 else c - delta
 
 
-class SimulatedJudge:
+class SimulatedJudge(_SimulatedEngine):
     """A judge engine that knows the truth: an instrument for measuring the consensus filter.
 
     It reads its own prompt back, recomputes the true first error from the step text
@@ -137,22 +154,11 @@ class SimulatedJudge:
     def __init__(self, config: SimulatedJudgeConfig | None = None) -> None:
         self.config = config or SimulatedJudgeConfig()
 
-    @property
-    def model_name(self) -> str:
-        return self.config.model_name
+    def _seed_parts(self, req: GenerationRequest) -> tuple[object, ...]:
+        return (self.config.seed, req.user)
 
-    def close(self) -> None:
-        pass
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        out = []
-        for req in requests:
-            parsed = parse_judge_prompt(req.user)
-            base = digest(self.config.seed, req.user)
-            texts = [self._answer(parsed, random.Random(f"{base}:{req.first_sample_index + i}")) for i in range(req.n)]
-            completions = tuple(Completion(t, len(t.split()), "stop") for t in texts)
-            out.append(GenerationResult(completions, len(req.user.split())))
-        return out
+    def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str]:
+        return partial(self._answer, parse_judge_prompt(req.user))
 
     def _answer(self, parsed: tuple[str, list[str]] | None, rng: random.Random) -> str:
         if parsed is None:
