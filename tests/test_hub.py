@@ -430,3 +430,10 @@ def test_the_cards_k_and_budget_come_from_the_method():
     assert method_budget(new)["k"] == 16 and "300" in method_budget(new)["cap"]
     assert method_budget({"method": "binary", "k": 4, "probe_max_rollouts": 32})["cap"] == "at most 32 rollouts a probe"
     assert method_budget({"method": "mc", "k": 8}) == {"method": "mc", "k": 8, "cap": None}
+
+
+def test_the_card_explains_every_label_source_of_the_schema():
+    from prm_synth.export.card import SOURCE_TEXT
+    from prm_synth.schema import LABEL_SOURCES
+
+    assert set(SOURCE_TEXT) == set(LABEL_SOURCES)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import yaml
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from prm_synth.schema import LabelSource
 from prm_synth.shards import iter_tables, read_manifest
 from prm_synth.summary import summarize
 
@@ -173,8 +174,9 @@ METHOD_TEXT = {
         "values of the prefixes along the way."
     ),
 }
-SOURCE_TEXT = {
+SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's vocabulary
     "mc": "measured by rollouts from the step's prefix",
+    "test": "measured by rollouts and decided by the search's test (sequential test or calibrated posterior)",
     "inferred": "inferred by the search from the probes around it",
     "verdict": "the solution's own final grade (right answer: every step good)",
     "none": "not measured",
