@@ -17,15 +17,17 @@ from prm_synth import lifeline
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not lifeline.supported(), reason="process groups and /proc: Linux only")
 
+# Stand-in processes block until a signal ends them (signal.pause), never for a set time.
+WAIT_FOR_A_SIGNAL = "import signal; signal.pause()"
 # A stand-in worker: leader of its own group, starts the watchdog and a long-lived child (as Prefect's
 # server or vLLM's EngineCore would be), prints their pids, then waits.
-WORKER = """
-import subprocess, sys, time
+WORKER = f"""
+import signal, subprocess, sys
 from prm_synth import lifeline
 watchdog = lifeline.start_watchdog(int(sys.argv[1]), grace_s=1.0)
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+child = subprocess.Popen([sys.executable, "-c", {WAIT_FOR_A_SIGNAL!r}])
 print(watchdog.pid, child.pid, flush=True)
-time.sleep(600)
+signal.pause()
 """
 
 
@@ -68,8 +70,9 @@ def test_sigkill_of_the_worker_ends_its_whole_group():
 
 def test_a_gone_command_ends_a_worker_that_does_not_end_itself():
     """The command dies (any way) and the worker ignores it (this stand-in has no parent-death signal):
-    after the grace period the watchdog ends the group. A `sleep` stands in for the command."""
-    command = subprocess.Popen(["sleep", "600"])
+    after the grace period the watchdog ends the group. A process that waits for a signal stands in for
+    the command."""
+    command = subprocess.Popen([sys.executable, "-c", WAIT_FOR_A_SIGNAL])
     worker, watchdog, child = start_worker(command.pid)
     try:
         command.kill()
@@ -81,9 +84,7 @@ def test_a_gone_command_ends_a_worker_that_does_not_end_itself():
 
 
 def test_kill_group_terminates_then_kills():
-    stubborn = (
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"
-    )
+    stubborn = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); signal.pause()"
     proc = subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE, text=True, process_group=0)
     proc.stdout.readline()  # its SIGTERM handler is set
     assert lifeline.kill_group(proc.pid, grace_s=0.5) is False
