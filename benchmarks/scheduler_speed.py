@@ -29,8 +29,9 @@ def main() -> None:
     from prm_synth.config import VLLMConfig, validate_config
     from prm_synth.engines.base import SamplingOptions
     from prm_synth.engines.vllm import VLLMEngine
-    from prm_synth.pipeline import iter_shards, sample_solutions
+    from prm_synth.pipeline import iter_shards
     from prm_synth.prompts import policy_user_prompt
+    from prm_synth.sample import sample_solutions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=32)
@@ -42,7 +43,7 @@ def main() -> None:
     config = validate_config(
         {
             "problems": {"kind": "builtin", "count": args.problems, "min_ops": 3, "max_ops": 6},
-            "policy": {"kind": "vllm", "model": "demo", "demo": True, "max_model_len": 2048},
+            "policy": {"kind": "vllm", "model": "demo", "max_model_len": 2048},
             "sampling": {"samples_per_problem": 1, "max_tokens": 160, "temperature": 0.7},
             "steps": {"strategy": "line"},
             "annotate": {"method": "binary", "search_test": "fixed", "recheck": False, "k": args.k},
@@ -52,7 +53,7 @@ def main() -> None:
     assert isinstance(config.policy, VLLMConfig)
     engine = VLLMEngine(config.policy)
     problems = [p for shard in iter_shards(config) for p in shard.items if hasattr(p, "question")]
-    solutions, _, _ = sample_solutions(engine, problems, config)
+    solutions = sample_solutions(engine, problems, config).solutions
     # Searching needs at least two steps; a correct solution needs no probes at all.
     work = [s for s in solutions if len(s.steps) >= 2 and s.verdict.status != "correct"]
     sampling = SamplingOptions(max_tokens=args.max_tokens, temperature=0.7)

@@ -35,9 +35,10 @@ METHODS = {
     "per-step MC": {"method": "mc", "k": K},
     "MC, stop at first 0": {"method": "mc", "k": K, "stop_at_first_zero": True},
     "plain bisection": {"method": "binary", "k": K, "search_test": "fixed", "recheck": False},
-    "binary (SPRT + re-check)": {"method": "binary", "k": K},
-    "OmegaPRM": {"method": "omegaprm", "k": K, "omega_k": K},
-    "OmegaPRM, SPRT bisection": {"method": "omegaprm", "k": K, "omega_k": K, "omega_search_test": "sprt"},
+    "binary (SPRT + re-check)": {"method": "binary", "k": K, "search_test": "sprt"},
+    "binary (calibrated, the default)": {"method": "binary", "k": K},
+    "OmegaPRM": {"method": "omegaprm", "k": K},
+    "OmegaPRM, SPRT bisection": {"method": "omegaprm", "k": K, "search_test": "sprt"},
 }
 
 
@@ -96,8 +97,9 @@ def config_for(
             "problems": {"kind": "builtin", "count": problems, "seed": seed, "min_ops": min_ops, "max_ops": max_ops},
             "policy": {"kind": "simulated", "step_error": step_error, "recover": recover, "seed": seed},
             "sampling": {"samples_per_problem": 1},
-            "annotate": method | {"max_in_flight": 256},
+            "annotate": method,
             "output": {"shard_size": problems},
+            "run": {"max_in_flight": 256},
         }
     )
 

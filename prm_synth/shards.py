@@ -51,7 +51,7 @@ from typing import Any
 import pyarrow as pa
 
 from prm_synth.errors import PrmSynthError
-from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, reject
+from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats, reject
 
 FORMAT = "prm-synth/1"
 MANIFEST = "manifest.json"
@@ -353,25 +353,16 @@ class ShardStore:
 
 
 def totals(entries: Iterable[ShardEntry]) -> dict[str, Any]:
-    """Sum counts and numeric stats over shards (nested dicts of counts are summed key by key)."""
+    """Sum counts over shards; the stats are `ShardStats` summed field by field (schema.py)."""
     out: dict[str, Any] = {"shards": 0, "problems": 0, "rows": 0, "rejected": 0}
+    stats = ShardStats()
     for e in entries:
         out["shards"] += 1
         out["problems"] += e.problems
         out["rows"] += e.rows
         out["rejected"] += e.rejected
-        _add_into(out.setdefault("stats", {}), e.stats)
-    return out
-
-
-def _add_into(acc: dict[str, Any], stats: Mapping[str, Any]) -> None:
-    for key, value in stats.items():
-        if isinstance(value, Mapping):
-            _add_into(acc.setdefault(key, {}), value)
-        elif isinstance(value, bool):
-            continue
-        elif isinstance(value, int | float):
-            acc[key] = acc.get(key, 0) + value
+        stats += ShardStats.from_dict(e.stats)
+    return out | {"stats": stats.to_dict()} if out["shards"] else out
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:

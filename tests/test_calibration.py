@@ -18,32 +18,11 @@ from prm_synth.annotate.calibration import (
     labels_from_posterior,
 )
 from prm_synth.annotate.labels import apply_rule
-from prm_synth.annotate.scheduler import ProbeResult
 from prm_synth.annotate.search import binary_search
 from prm_synth.config import BinaryConfig
+from tests.test_search import drive  # answers probes by hand, from a success rate per step
 
 STEPS = [f"step {i}\n" for i in range(20)]
-
-
-def drive(gen, success_rate, rng):
-    """Answer probes by hand: the prefix ending at step i (−1: the question) succeeds with success_rate(i)."""
-    counts: dict[int, list[int]] = {}
-    asked: list[tuple[int, int]] = []
-    try:
-        probes = next(gen)
-        while True:
-            results = []
-            for p in probes:
-                asked.append((p.step, p.k))
-                c, t = counts.setdefault(p.step, [0, 0])
-                while t < p.k:
-                    c += rng.random() < success_rate(p.step)
-                    t += 1
-                counts[p.step] = [c, t]
-                results.append(ProbeResult(p.step, c, t))
-            probes = gen.send(results)
-    except StopIteration as stop:
-        return stop.value, asked
 
 
 def world(rng: random.Random, n: int, p: float, q: float):
@@ -86,11 +65,11 @@ def test_a_success_proves_the_earlier_prefixes_good_when_luck_is_rare():
 def test_correct_solution_is_trusted_without_luck_and_checked_with_it():
     rng = random.Random(0)
     settings_ = SearchSettings()
-    ann, asked = drive(calibrated_search(STEPS[:15], "correct", settings_, matured(0.002)), lambda i: 0.9, rng)
+    ann, asked, _ = drive(calibrated_search(STEPS[:15], "correct", settings_, matured(0.002)), lambda i: 0.9, rng)
     assert asked == []
     assert apply_rule(ann, "hard").labels == [True] * 15
     assert min(ann.p_good) > 0.9
-    ann, asked = drive(calibrated_search(STEPS[:15], "correct", settings_, matured(0.3)), lambda i: 0.9, rng)
+    ann, asked, _ = drive(calibrated_search(STEPS[:15], "correct", settings_, matured(0.3)), lambda i: 0.9, rng)
     assert asked  # lucky solutions are common: the correct answer alone does not settle it
 
 
@@ -106,7 +85,7 @@ def test_labels_are_consistent_budget_is_kept_and_every_rule_keeps_them(seed, n,
     rng = random.Random(seed)
     e, verdict, rate = world(rng, n, rng.uniform(0.03, 0.2), q)
     cfg = SearchSettings(max_rollouts=40)
-    ann, asked = drive(calibrated_search(STEPS[:n], verdict, cfg, matured(q)), rate, rng)
+    ann, asked, _ = drive(calibrated_search(STEPS[:n], verdict, cfg, matured(q)), rate, rng)
     assert sum(b for _, b in _new_rollouts(asked)) <= 40
     assert len(ann.p_good) == len(ann.unlabeled_reason) == n
     assert all(np.diff(ann.p_good) <= 1e-9)
@@ -143,7 +122,7 @@ def test_p_good_is_calibrated_and_the_run_estimates_the_luck_rate(q):
     for i in range(150):
         n = rng.randint(10, 20)
         e, verdict, rate = world(rng, n, rng.uniform(0.03, 0.2), q)
-        ann, _ = drive(calibrated_search(STEPS[:n], verdict, SearchSettings(), est, f"s{i}"), rate, rng)
+        ann, _, _ = drive(calibrated_search(STEPS[:n], verdict, SearchSettings(), est, f"s{i}"), rate, rng)
         if i >= 30:  # after the run has pooled some evidence
             pairs += [(p, j < e) for j, p in enumerate(ann.p_good)]
     probs = np.array([p for p, _ in pairs])
@@ -171,6 +150,8 @@ def test_binary_search_runs_the_calibrated_search_and_pools_one_estimate():
     est = RunEstimates()
     rng = random.Random(3)
     for i in range(3):
-        ann, asked = drive(binary_search(STEPS[:12], "incorrect", cfg, estimates=est, key=f"k{i}"), lambda s: 0.05, rng)
+        ann, asked, _ = drive(
+            binary_search(STEPS[:12], "incorrect", cfg, estimates=est, key=f"k{i}"), lambda s: 0.05, rng
+        )
         assert ann.p_good is not None and sum(k for _, k in _new_rollouts(asked)) <= 24
     assert est.solutions == 3 and est.lucky + est.unlucky > 0

@@ -54,7 +54,10 @@ def test_every_method_labels_a_shard_whose_counts_reconcile(method):
 def test_per_question_and_per_solution_labelers():
     assert isinstance(make_labeler(validate_config(SIM | {"annotate": METHODS["binary"]})), SolutionLabeler)
     tree = make_labeler(validate_config(SIM | {"annotate": METHODS["omegaprm"]}))
-    assert isinstance(tree, TreeLabeler) and not tree.samples_solutions
+    assert isinstance(tree, TreeLabeler)
+    config = validate_config(SIM | {"annotate": METHODS["omegaprm"]})
+    result = tree.label(build_engine(config.policy), [p for p in next(iter_shards(config)).items])
+    assert result.sampled.completions == 0 and result.records  # a tree labeler samples no solutions
 
 
 def test_the_omegaprm_budget_line_names_its_own_k():

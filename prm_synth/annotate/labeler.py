@@ -60,7 +60,6 @@ class LabelResult:
 
 class Labeler(Protocol):
     method: str
-    samples_solutions: bool  # True: label sampled solutions (one row each); False: label questions
 
     def label(
         self,
@@ -185,8 +184,6 @@ class _Base:
 class SolutionLabeler(_Base):
     """mc and binary: one annotator and one row per sampled solution."""
 
-    samples_solutions = True
-
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         super().__init__(config, fingerprint)
         self.annotate: MCConfig | BinaryConfig = config.annotate  # type: ignore[assignment]
@@ -277,7 +274,6 @@ class SolutionLabeler(_Base):
 class TreeLabeler(_Base):
     """omegaprm: one search tree per question (it draws its own rollouts), one row per root-to-leaf path."""
 
-    samples_solutions = False
     method = "omegaprm"
 
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
