@@ -175,7 +175,7 @@ class _Base:
         self, scheduler: ProbeScheduler, jobs: Iterable[SolutionJob[Any]], total: int, progress: Progress
     ) -> dict[str, Any]:
         results: dict[str, Any] = {}
-        for job, value in scheduler.run(jobs):
+        for job, value in scheduler.run(jobs, total=total):  # total: for the live progress too
             results[job.key] = value
             _report(progress, len(results), total, scheduler)
         return results
