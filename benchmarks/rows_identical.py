@@ -28,6 +28,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 120
 FINGERPRINT_FIELDS = {"config_fingerprint"}
+# Columns added to the record schema after a76cd92 (additive changes): left out so the digests compare
+# the columns both revisions write.
+ADDED_COLUMNS = {"p_good", "unlabeled_reason"}
 
 
 def variants(tmp: Path) -> dict[str, Path]:
@@ -48,14 +51,14 @@ def variants(tmp: Path) -> dict[str, Path]:
 
 
 def _without_fingerprint(row: dict) -> dict:
-    out = {k: v for k, v in row.items() if k not in FINGERPRINT_FIELDS}
+    out = {k: v for k, v in row.items() if k not in FINGERPRINT_FIELDS | ADDED_COLUMNS}
     if isinstance(out.get("payload"), str) and out["payload"].startswith("{"):  # a rejected row's record
         try:
             payload = json.loads(out["payload"])
         except ValueError:
             return out
         if isinstance(payload, dict):
-            out["payload"] = {k: v for k, v in payload.items() if k not in FINGERPRINT_FIELDS}
+            out["payload"] = {k: v for k, v in payload.items() if k not in FINGERPRINT_FIELDS | ADDED_COLUMNS}
     return out
 
 
