@@ -67,7 +67,7 @@ def main() -> None:
     from prm_synth.annotate.labeler import make_labeler
     from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
     from prm_synth.demo_model import demo_model_path
-    from prm_synth.engines.base import GenerationRequest, GenerationResult, SamplingOptions
+    from prm_synth.engines.base import GenerationRequest, GenerationResult, Outcome, SamplingOptions
     from prm_synth.engines.chat import TOKENIZATION_KWARGS
     from prm_synth.engines.stream import stream_for
     from prm_synth.engines.vllm import VLLMEngine, llm_kwargs
@@ -96,10 +96,10 @@ def main() -> None:
             self._asked[request_id] = request
             super().add(request_id, request)
 
-        def step(self) -> list[tuple[int, GenerationResult]]:
+        def step(self) -> list[tuple[int, Outcome]]:
             finished = super().step()
             if self.record:
-                self.seen += [(self._asked[rid], result) for rid, result in finished]
+                self.seen += [(self._asked[rid], r) for rid, r in finished if isinstance(r, GenerationResult)]
             return finished
 
     engine = RecordingEngine(config.policy, llm=llm)

@@ -153,6 +153,16 @@ def engine_totals() -> dict[int, TelemetryTotals]:
     return {id(engine): stream.telemetry.totals() for engine, stream in streams_now()}
 
 
+def engine_retries() -> dict[int, int]:
+    """Requests each engine of this process has retried so far (transient failures: timeouts, 5xx, 429)."""
+    return {id(engine): int(getattr(engine, "retries", 0)) for engine, _ in streams_now()}
+
+
+def retries_since(before: dict[int, int]) -> int:
+    """Retries of this process's engines since `before` (an `engine_retries()` of the run's start)."""
+    return sum(n - before.get(key, 0) for key, n in engine_retries().items())
+
+
 def publish_engine_pictures(
     out_dir: str | Path, before: dict[int, TelemetryTotals], config: PipelineConfig
 ) -> list[Path]:

@@ -29,9 +29,11 @@ from prefect.futures import PrefectFuture
 from flows.reporting import (
     ShardProgress,
     active_shard_callback,
+    engine_retries,
     engine_totals,
     publish_engine_pictures,
     publish_run_artifacts,
+    retries_since,
 )
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
@@ -131,6 +133,7 @@ def synthesize(
     first = next(shards, None)
     shards = itertools.chain([first] if first is not None else [], shards)
     engines_before = engine_totals()  # this run's share of a long-lived process's engines
+    retries_before = engine_retries()
     tmp = tempfile.TemporaryDirectory(prefix="prm-synth-dry-run-") if dry_run else None
     target = tmp.name if tmp else out_dir
     fingerprint = config.fingerprint()
@@ -182,6 +185,7 @@ def synthesize(
         "shards_run": done,
         "shards_skipped": skipped,
         "shards_failed": sorted(failed),
+        "requests_retried": retries_since(retries_before),
         "dry_run": dry_run,
     }
     publish_run_artifacts(summary, config)

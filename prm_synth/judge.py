@@ -3,7 +3,9 @@
 The prompt is ProcessBench's critique prompt: the problem, then the steps as numbered paragraphs
 (`<paragraph_0>` ... `</paragraph_0>`), and the answer in `\\boxed{}`. m samples per solution are
 drawn in one request (n=m) and combined by majority vote; a tie or a solution without a single
-readable vote gets no verdict (None), which is recorded and never guessed.
+readable vote gets no verdict (None), which is recorded and never guessed. A request the engine
+refuses (`RequestRefused`, e.g. a solution too long for the judge's context) rejects that row
+("engine_refused", the server's words in the detail); the other rows are judged as usual.
 
 The prompt and its parser live in prompts.py; the simulated judge in engines/simulated.py.
 """
@@ -17,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prm_synth.config import JudgeConfig
-from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
+from prm_synth.engines.base import Engine, GenerationRequest, RequestRefused, SamplingOptions
+from prm_synth.engines.stream import stream_for
 from prm_synth.grading import last_boxed
 from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
-from prm_synth.schema import LabeledRecord
+from prm_synth.schema import LabeledRecord, RejectedRecord, reject
 
 __all__ = [
     "JUDGE_PROMPT_VERSION",
@@ -81,6 +84,7 @@ class JudgeVerdict:
     texts: list[str]  # the judge's raw answers (for prediction files and debugging)
     tokens: int  # prompt + generated tokens of this solution's request
     tie: bool = False
+    refused: str | None = None  # the engine refused the request: its message (no votes then)
 
 
 @dataclass
@@ -91,6 +95,7 @@ class JudgeStats:
     ties: int = 0
     undecided: int = 0  # no verdict: ties plus solutions without a readable vote
     engine_calls: int = 0
+    refused: int = 0  # requests the engine refused (their rows are rejected)
     tokens: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)  # "-1" / "error" / "none" -> count
 
@@ -112,17 +117,24 @@ def judge_solutions(
     config: JudgeConfig,
     max_batch_requests: int,
 ) -> tuple[list[JudgeVerdict], JudgeStats]:
-    """Judge (question, steps) pairs: one request of n=samples each, sent in chunks of the batch size."""
+    """Judge (question, steps) pairs: one request of n=samples each, sent in chunks of the batch size
+    through the engine's stream (a refused request fails alone: its verdict says so)."""
     requests = judge_requests(items, config)
     stats = JudgeStats()
     verdicts: list[JudgeVerdict] = []
+    stream = stream_for(engine)
     for start in range(0, len(requests), max_batch_requests):
         chunk = requests[start : start + max_batch_requests]
-        results = engine.generate(chunk)
+        futures = stream.submit_all(chunk)
+        stream.wait(futures, all_of=True)
         stats.engine_calls += 1
-        if len(results) != len(chunk):
-            raise RuntimeError(f"judge engine returned {len(results)} results for {len(chunk)} requests")
-        for (_, steps), result in zip(items[start : start + len(chunk)], results, strict=True):
+        for (_, steps), future in zip(items[start : start + len(chunk)], futures, strict=True):
+            error = future.exception()
+            if isinstance(error, RequestRefused):
+                verdicts.append(JudgeVerdict(None, [], [], 0, refused=str(error)))
+                stats.refused += 1
+                continue
+            result = future.result()  # any other engine error fails the shard
             if len(result.completions) != config.samples:
                 raise RuntimeError(f"judge engine returned {len(result.completions)} samples, asked {config.samples}")
             texts = [c.text for c in result.completions]
@@ -143,16 +155,26 @@ def judge_solutions(
 
 def judge_records(
     engine: Engine, records: list[LabeledRecord], config: JudgeConfig, max_batch_requests: int
-) -> dict[str, Any]:
-    """Fill each record's judge fields in place; returns count statistics.
+) -> tuple[list[LabeledRecord], list[RejectedRecord], dict[str, Any]]:
+    """Fill each record's judge fields in place; returns (judged records, rejected, count statistics).
 
+    A record whose judge request the engine refused is rejected (stage "judge", "engine_refused").
     The judge's tokens are added to the row's `tokens` (what labeling this row cost).
     """
     verdicts, stats = judge_solutions(engine, [(r.question, r.steps) for r in records], config, max_batch_requests)
+    kept: list[LabeledRecord] = []
+    rejected: list[RejectedRecord] = []
     for record, verdict in zip(records, verdicts, strict=True):
+        if verdict.refused is not None:
+            row = record.to_row()
+            rejected.append(
+                reject(record.id, record.problem_id, record.source, "judge", "engine_refused", verdict.refused, row)
+            )
+            continue
+        kept.append(record)
         record.judge_first_error = verdict.first_error
         record.judge_votes = verdict.votes
         record.judge_prompt_version = config.prompt_version
         record.judge_model = engine.model_name
         record.tokens += verdict.tokens
-    return stats.as_dict()
+    return kept, rejected, stats.as_dict()

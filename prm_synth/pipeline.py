@@ -76,20 +76,20 @@ def process_shard(
     labeled = make_labeler(config, fingerprint).label(engine, problems, progress, on_progress)
     sampled = labeled.sampled
     clock.lap("sample_and_label")
-    judge_stats = (
+    judged, judge_rejected, judge_stats = (
         judge_records(judge_engine, labeled.records, config.judge, config.run.max_batch_requests)
         if config.judge is not None and judge_engine is not None
-        else {}
+        else (labeled.records, [], {})
     )
     clock.lap("judge")
     records, consensus_rejected, consensus_stats = (
-        apply_consensus(labeled.records, config.consensus, config.labels.min_confidence)
+        apply_consensus(judged, config.consensus, config.labels.min_confidence)
         if config.consensus
-        else (labeled.records, [], {})
+        else (judged, [], {})
     )
     clock.lap("consensus")
 
-    rejected = load_rejected + sampled.rejected + labeled.rejected + consensus_rejected
+    rejected = load_rejected + sampled.rejected + labeled.rejected + judge_rejected + consensus_rejected
     for r in rejected:
         r.config_fingerprint = fingerprint
     with_rows = check_nothing_lost(problems, records, rejected)
@@ -105,6 +105,7 @@ def process_shard(
         final_correct=sum(1 for r in records if r.final_correct),
         final_unknown=sum(1 for r in records if r.final_correct is None),
         rollouts=sched.rollouts,
+        requests_refused=sched.requests_refused + judge_stats.get("refused", 0),
         engine_calls=sched.engine_calls,
         probes_asked=sched.probes_asked,
         probes_reused=sched.probes_reused,

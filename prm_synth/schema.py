@@ -18,7 +18,7 @@ import pyarrow as pa
 LabelSource = Literal["mc", "verdict", "test", "inferred", "none"]
 LABEL_SOURCES: tuple[str, ...] = get_args(LabelSource)
 # The stage of the data flow at which an input or a row was rejected.
-Stage = Literal["load", "split", "annotate", "consensus", "write"]
+Stage = Literal["load", "sample", "split", "annotate", "judge", "consensus", "write"]
 STAGES: tuple[str, ...] = get_args(Stage)
 # A grade of a solution or a rollout: unknown is never counted as correct.
 VerdictStatus = Literal["correct", "incorrect", "unknown"]
@@ -189,6 +189,9 @@ class ShardStats:
     final_correct: int = 0
     final_unknown: int = 0
     rollouts: int = 0
+    # Engine requests refused for what they asked (e.g. HTTP 400): what they were for is rejected
+    # ("engine_refused"); transient failures are retried by the engine and not counted here.
+    requests_refused: int = 0
     engine_calls: int = 0
     probes_asked: int = 0
     probes_reused: int = 0

@@ -81,6 +81,7 @@ def summarize(root: str | Path) -> dict[str, Any]:
         "reconciles": _reconciles(config, stats, totals["rows"], totals["rejected"], samples),
         "shards": totals["shards"],
         "rollouts": stats.rollouts,
+        "requests_refused": stats.requests_refused,
         "tokens": stats.tokens,
         "config_fingerprint": manifest["config_fingerprint"],
         "labels": labels,

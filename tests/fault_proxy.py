@@ -288,3 +288,63 @@ class FakeCompletionsServer:
             )
         finally:
             self._in_flight -= 1
+
+
+class SimulatedCompletionsServer:
+    """An OpenAI-compatible `/v1/completions` in front of the simulated policy, so a real `prm-synth run`
+    with `policy.kind: openai` labels builtin problems over HTTP. The prompt is the plain rendering
+    (no tokenizer): the policy prompt's header, the question, then exactly the prefix, each part
+    separated by a blank line. Every prompt containing `refuse` is answered HTTP 400 with the message
+    a vLLM server gives for a prompt longer than the model's context; `refused` counts them."""
+
+    CONTEXT_MESSAGE = (
+        "This model's maximum context length is 2048 tokens. However, you requested 9001 tokens "
+        "(8489 in the messages, 512 in the completion). Please reduce the length of the messages or completion."
+    )
+
+    def __init__(self, refuse: str | None = None, config: Any = None) -> None:
+        from prm_synth.engines.simulated import SimulatedPolicy
+
+        self.policy = SimulatedPolicy(config)
+        self.refuse = refuse
+        self.calls = 0
+        self.refused = 0
+        self._server = FakeCompletionsServer()
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def __enter__(self) -> SimulatedCompletionsServer:
+        self._server._completions = self._completions  # type: ignore[method-assign]
+        self._server.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.__exit__(*exc)
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        from prm_synth.engines.base import GenerationRequest, SamplingOptions
+
+        self.calls += 1
+        body = await request.json()
+        prompt = body["prompt"]
+        if self.refuse is not None and self.refuse in prompt:
+            self.refused += 1
+            error = {"message": self.CONTEXT_MESSAGE, "type": "BadRequestError", "code": 400}
+            return web.json_response({"error": error}, status=400)
+        head, question, prefix = prompt.split("\n\n", 2)
+        sampling = SamplingOptions(max_tokens=body.get("max_tokens") or 512, temperature=body.get("temperature", 1.0))
+        n = body.get("n") or 1
+        # the API carries no sample index: a prompt asked again gets the same samples (deterministic)
+        (result,) = self.policy.generate([GenerationRequest(f"{head}\n\n{question}", prefix, n=n, sampling=sampling)])
+        choices = [
+            {"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
+            for i, c in enumerate(result.completions)
+        ]
+        usage = {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.generated_tokens}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return web.json_response(
+            {"id": "cmpl-sim", "object": "text_completion", "created": 0, "model": body["model"], "choices": choices}
+            | {"usage": usage}
+        )

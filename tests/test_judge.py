@@ -170,7 +170,8 @@ def test_judge_records_fills_fields_and_batches():
     # 3 samples each, cycled: record 0 gets [1, 1, garbage], record 1 [-1, 1, 1], ...
     engine = ScriptedEngine(["\\boxed{1}", "\\boxed{1}", "no idea", "\\boxed{-1}"])
     config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=3, temperature=0.3, max_tokens=77)
-    stats = judge_records(engine, records, config, max_batch_requests=2)
+    kept, rejected, stats = judge_records(engine, records, config, max_batch_requests=2)
+    assert kept == records and rejected == []
     assert [len(c) for c in engine.calls] == [2, 2, 1]  # all records, in chunks of the batch size
     req = engine.calls[0][0]
     assert req.n == 3 and req.sampling.temperature == 0.3 and req.sampling.max_tokens == 77

@@ -19,7 +19,7 @@ import pytest
 from fault_proxy import FakeCompletionsServer, FaultProxy
 
 from prm_synth.config import OpenAIConfig
-from prm_synth.engines.base import Engine, EngineError, GenerationRequest, SamplingOptions
+from prm_synth.engines.base import Engine, EngineError, GenerationRequest, RequestRefused, SamplingOptions
 from prm_synth.engines.openai import OpenAIEngine, backoff_delay
 
 FAKE_KEY = "sk-test-SECRET-0123456789abcdef"
@@ -137,11 +137,30 @@ def test_client_error_is_not_retried(fake):
     with FaultProxy(fake.url, ["400"]) as proxy:
         engine = _engine(proxy.url)
         try:
-            with pytest.raises(EngineError, match="HTTP 400"):
+            with pytest.raises(RequestRefused, match="HTTP 400.*injected 400"):  # the server's words
                 engine.generate(_requests(1))
         finally:
             engine.close()
     assert engine.attempts == 1 and proxy.forwarded == 0
+
+
+def test_a_refused_request_fails_alone_while_an_unusable_server_fails_the_engine(fake):
+    """400 refuses the one request (the others come back); 401 says the engine cannot work at all."""
+    from prm_synth.engines.stream import GenerationStream, as_streaming
+
+    with FaultProxy(fake.url, ["pass", "400", "pass", "401"]) as proxy:
+        engine = _engine(proxy.url, max_concurrency=1)
+        try:
+            stream = GenerationStream(as_streaming(engine))
+            futures = stream.submit_all(_requests(4))
+            assert stream.wait(futures, timeout=60, all_of=True)
+        finally:
+            engine.close()
+    errors = [f.exception() for f in futures]
+    assert errors[0] is None and errors[2] is None
+    assert isinstance(errors[1], RequestRefused)
+    assert isinstance(errors[3], EngineError) and not isinstance(errors[3], RequestRefused)
+    assert proxy.actions["401"] == 1 and engine.retries == 0
 
 
 def test_a_dripping_server_meets_the_total_deadline_then_a_retry(fake):

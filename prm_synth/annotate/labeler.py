@@ -28,16 +28,17 @@ from prm_synth.annotate.scheduler import (
     JobsAfter,
     ProbeScheduler,
     ProgressCallback,
+    Refused,
     SchedulerStats,
     SolutionJob,
 )
 from prm_synth.annotate.search import binary_search
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
-from prm_synth.engines.base import Engine, GenerationResult, SamplingOptions
+from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading import Verdict, grade
 from prm_synth.prompts import policy_user_prompt
-from prm_synth.sample import Sampled, Solution, read_solutions, sampling_request
-from prm_synth.schema import LabeledRecord, Problem, RejectedRecord, ShardStats, reject
+from prm_synth.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
+from prm_synth.schema import LabeledRecord, Problem, RejectedRecord, ShardStats, Stage, reject
 from prm_synth.steps import split_steps
 
 Progress = Callable[[str], None]
@@ -117,6 +118,11 @@ def split_evenly(total: int, parts: int) -> list[int]:
         return []
     share, extra = divmod(total, parts)
     return [share + (i < extra) for i in range(parts)]
+
+
+def refused_row(row_id: str, problem: Problem, stage: Stage, message: str, payload: Any) -> RejectedRecord:
+    """The rejection of what a refused engine request was for, with the engine's (the server's) words."""
+    return reject(row_id, problem.id, problem.source, stage, "engine_refused", message, payload)
 
 
 def _report(progress: Progress, done: int, total: int, scheduler: ProbeScheduler) -> None:
@@ -208,24 +214,37 @@ class SolutionLabeler(_Base):
         annotators start as soon as its own solutions are back (no drain between the two stages)."""
         scheduler = new_scheduler(engine, self.config, on_progress)
         futures = scheduler.submit([sampling_request(p, self.config) for p in problems])
+        samples = self.config.sampling.samples_per_problem
         by_problem: dict[str, Sampled] = {}
 
         def jobs_of(problem: Problem, result: GenerationResult) -> list[SolutionJob[Annotation]]:
             sampled = by_problem[problem.id] = read_solutions(problem, result, self.config)
             return [self._job(s) for s in sampled.solutions]
 
-        jobs = (JobsAfter(future, partial(jobs_of, problem)) for problem, future in zip(problems, futures, strict=True))
-        total = len(problems) * self.config.sampling.samples_per_problem
-        annotations = self._jobs_run(scheduler, jobs, total, progress)
+        def refused(problem: Problem, error: RequestRefused) -> None:
+            # every solution the request was to sample is rejected, so the counts reconcile as usual
+            rows = [
+                refused_row(solution_id(problem.id, j), problem, "sample", str(error), None) for j in range(samples)
+            ]
+            by_problem[problem.id] = Sampled(rejected=rows)
+
+        jobs = (
+            JobsAfter(future, partial(jobs_of, problem), partial(refused, problem))
+            for problem, future in zip(problems, futures, strict=True)
+        )
+        annotations = self._jobs_run(scheduler, jobs, len(problems) * samples, progress)
         sampled = Sampled()
         for problem in problems:  # input order, whatever order the annotators finished in
             sampled += by_problem[problem.id]
-        records = []
+        records, rejected = [], []
         for s in sampled.solutions:
-            rollouts, tokens = scheduler.spend.get(s.id, [0, 0])
             ann = annotations[s.id]
+            if isinstance(ann, Refused):
+                rejected.append(refused_row(s.id, s.problem, "annotate", ann.message, {"steps": s.steps}))
+                continue
+            rollouts, tokens = scheduler.spend.get(s.id, [0, 0])
             records.append(self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, rollouts, tokens + s.tokens))
-        return LabelResult(records=records, stats=scheduler.stats, sampled=sampled)
+        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled)
 
     def _job(self, s: Solution) -> SolutionJob[Annotation]:
         return SolutionJob(
@@ -323,10 +342,13 @@ class TreeLabeler(_Base):
             )
             for p in problems
         )
-        results: dict[str, OmegaResult] = self._jobs_run(scheduler, jobs, len(problems), progress)
+        results: dict[str, OmegaResult | Refused] = self._jobs_run(scheduler, jobs, len(problems), progress)
         out = LabelResult(stats=scheduler.stats)
         for p in problems:  # input order
             result = results[p.id]
+            if isinstance(result, Refused):
+                out.rejected.append(refused_row(f"{p.id}-t", p, "annotate", result.message, None))
+                continue
             if self.config.output.save_trees:
                 out.trees[p.id] = tree_to_json(result.tree)
             paths = [] if result.screened_out else result.paths()

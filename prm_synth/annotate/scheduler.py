@@ -14,6 +14,10 @@ Two modes:
   engine holds up to its capacity of sequences the whole time; nothing waits for the slowest rollout
   of a round. Jobs may also arrive while the scheduler runs (`JobsAfter`: the annotators of a
   problem whose solutions are still being sampled), so sampling and annotation share the engine.
+  A request the engine refuses (`RequestRefused`: e.g. a prefix longer than the model's context)
+  ends the annotators that wait on it: each is yielded with `Refused` instead of its annotation,
+  and the others go on. Any other engine error ends the run (the shard fails and is redone), and
+  the requests still out are given up, so the engine stops running them.
 - `rounds`: the former behaviour, kept for comparison: gather every pending probe, send them as
   one batch, wait for all of it, resume everyone.
 """
@@ -27,7 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
+from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import GenerationStream, stream_for
 from prm_synth.grading import grade, is_truncated
 from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot, WindowSummary
@@ -88,10 +92,20 @@ class JobsAfter:
     """Jobs that exist once `future` is done (e.g. a problem's solutions, still being sampled):
     `make(future.result())` builds them. Put it in the job source of `ProbeScheduler.run`; the
     scheduler admits those jobs as soon as the future resolves. Until then it counts as one job in
-    flight, so `max_in_flight` bounds how far ahead the source is read."""
+    flight, so `max_in_flight` bounds how far ahead the source is read. When the future's request
+    is refused, `refused(error)` is told and no job comes of it (without `refused`, the run fails)."""
 
     future: Future[Any]
     make: Callable[[Any], Iterable[SolutionJob[Any]]]
+    refused: Callable[[RequestRefused], None] | None = None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """What `ProbeScheduler.run` yields for a job whose annotator could not finish: the engine
+    refused a request it needed. `message` is the engine's (the server's words)."""
+
+    message: str
 
 
 @dataclass
@@ -106,6 +120,8 @@ class SchedulerStats:
     probes_shared: int = 0  # waited on an estimate another annotator had in flight, no new rollouts
     annotators_started: int = 0
     annotators_done: int = 0
+    annotators_refused: int = 0  # ended by a request the engine refused (yielded with `Refused`)
+    requests_refused: int = 0
     seconds: float = 0.0  # wall time of run()
     # The engine over the same time (all of its users: other shards' work shares the engine).
     engine: WindowSummary | None = None
@@ -176,6 +192,9 @@ class ProbeScheduler:
         self._sent: dict[Future[GenerationResult], _Sent] = {}
         self._unsent: deque[tuple[GenerationRequest, _Sent]] = deque()
         self._resumable: deque[_Pending] = deque()
+        self._deferred: dict[Future[Any], JobsAfter] = {}
+        self._refused: deque[tuple[SolutionJob[Any], Refused]] = deque()  # ended, not yet yielded
+        self._failed: set[str] = set()  # keys of jobs ended by a refused request
         self._total: int | None = None
         self._started = self._last_report = 0.0
 
@@ -190,8 +209,9 @@ class ProbeScheduler:
 
     def run(
         self, jobs: Iterable[SolutionJob[T] | JobsAfter], total: int | None = None
-    ) -> Iterator[tuple[SolutionJob[T], T]]:
-        """Yield (job, annotation) as annotators finish; at most max_in_flight run at once.
+    ) -> Iterator[tuple[SolutionJob[T], T | Refused]]:
+        """Yield (job, annotation) as annotators finish, (job, Refused) for those the engine refused;
+        at most max_in_flight run at once.
 
         total: how many jobs to expect (for progress only)."""
         self._total = total
@@ -203,14 +223,16 @@ class ProbeScheduler:
             else:
                 yield from self._run_stream(iter(jobs))
         finally:
+            # a run that ends early (an engine error, a consumer that stops) leaves requests out
+            self.stream.give_up([*self._sent, *self._deferred])
             self.stats.seconds = time.perf_counter() - self._started
             self.stats.engine = EngineTelemetry.window(engine_start, self.telemetry.totals())
             self._report(finished=True)
 
     # ------------------------------------------------------------ stream mode
-    def _run_stream(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T]]:
+    def _run_stream(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T | Refused]]:
         ready: deque[SolutionJob[Any]] = deque()  # jobs made by a resolved JobsAfter
-        deferred: dict[Future[Any], JobsAfter] = {}
+        deferred = self._deferred
         exhausted = False
         in_flight = 0
         while True:
@@ -231,8 +253,13 @@ class ProbeScheduler:
                 if done:
                     in_flight -= 1
                     yield job, value
+            while self._refused:
+                in_flight -= 1
+                yield self._refused.popleft()
             while self._resumable:
                 pending = self._resumable.popleft()
+                if pending.job.key in self._failed:
+                    continue
                 results = [self._result(pending.job, probe) for probe in pending.probes]
                 done, value = self._advance(pending.job, results)
                 if done:
@@ -310,9 +337,19 @@ class ProbeScheduler:
         for future in done:
             sent = self._sent.pop(future)
             self._inflight[sent.key] -= sent.n
+            error = future.exception()
+            if isinstance(error, RequestRefused):  # nobody waiting on this prefix can be answered
+                self.stats.requests_refused += 1
+                for pending in self._waiters.pop(sent.key, []):
+                    self._fail(pending.job, error)
+                continue
+            if error is not None:
+                raise error
             self._absorb(sent.key, sent.job, future.result(), sent.n)
             still = []
             for pending in self._waiters.pop(sent.key, []):
+                if pending.job.key in self._failed:
+                    continue
                 if self._estimates[sent.key].total >= pending.need[sent.key]:
                     del pending.need[sent.key]
                     if not pending.need:
@@ -322,8 +359,25 @@ class ProbeScheduler:
             if still:
                 self._waiters[sent.key] = still
         for future in [f for f in deferred if f.done()]:
-            ready.extend(deferred.pop(future).make(future.result()))
+            after = deferred.pop(future)
+            error = future.exception()
+            if isinstance(error, RequestRefused) and after.refused is not None:
+                self.stats.requests_refused += 1
+                after.refused(error)
+            elif error is not None:
+                raise error
+            else:
+                ready.extend(after.make(future.result()))
         self._report()
+
+    def _fail(self, job: SolutionJob[Any], error: RequestRefused) -> None:
+        """End a job whose annotator needs a refused request: it is yielded with `Refused`."""
+        if job.key in self._failed:
+            return
+        self._failed.add(job.key)
+        job.annotator.close()
+        self.stats.annotators_refused += 1
+        self._refused.append((job, Refused(str(error))))
 
     # ------------------------------------------------------------ rounds mode
     def _run_rounds(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T]]:

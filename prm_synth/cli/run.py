@@ -53,6 +53,11 @@ def _print_summary(summary: dict) -> None:
             f"{summary['shards']} ({summary.get('shards_run', 0)} run, {summary.get('shards_skipped', 0)} resumed)",
         ),
         ("rollouts", summary["rollouts"]),
+        (
+            "engine requests",
+            f"{summary.get('requests_refused', 0)} refused, {summary.get('requests_retried', 0)} retried, "
+            f"{len(summary.get('shards_failed', []))} shard(s) failed",
+        ),
         ("tokens", summary["tokens"]),
         ("bad step fraction", labels.get("bad_step_fraction")),
         *(

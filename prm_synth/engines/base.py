@@ -6,7 +6,7 @@ Annotators never call an engine themselves; the probe scheduler batches their re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -80,13 +80,31 @@ class EngineError(PrmSynthError, RuntimeError):
     """An engine could not produce results (after its own retries). The shard fails and is redone."""
 
 
+class RequestRefused(EngineError):
+    """The engine works but refuses this one request for what it asks (e.g. HTTP 400 "context length
+    exceeded", a prompt vLLM rejects): repeating it cannot help, and it says nothing about the other
+    requests. The pipeline rejects the solution (or problem) it belonged to, with the message, and goes
+    on; any other `EngineError` means the engine failed, and the shard fails (and is redone on resume)."""
+
+
+class RequestAbandoned(EngineError):
+    """The caller gave the request up (its shard failed or stopped) before it finished."""
+
+
+# What a streaming engine's step reports per finished request: its result, or why it failed.
+Outcome = GenerationResult | EngineError
+
+
 @runtime_checkable
 class StreamingEngine(Protocol):
     """An engine that keeps a running batch and takes new requests while it works (continuous batching).
 
     Driven from one thread at a time (the `GenerationStream` in engines/stream.py serializes access):
-    `add` hands a request in, `step` advances the engine until at least one request has finished (or
-    a short while has passed) and returns the finished ones with their results. `capacity` is how many
+    `add` hands a request in (raising when the engine refuses it; then nothing of it stays in the
+    engine), `step` advances the engine until at least one request has finished (or a short while has
+    passed) and returns the finished ones with their outcome: the result, or the `EngineError` of
+    that request alone (a `step` that raises means the whole engine failed). `abort` drops requests
+    the caller gave up on (ids the engine does not hold are ignored). `capacity` is how many
     sequences the engine runs at once, `running` how many it runs now, and `clock` the engine's time
     (wall seconds for a real engine, modelled time for the simulated one), used for telemetry.
     """
@@ -96,7 +114,9 @@ class StreamingEngine(Protocol):
 
     def add(self, request_id: int, request: GenerationRequest) -> None: ...
 
-    def step(self) -> list[tuple[int, GenerationResult]]: ...
+    def step(self) -> list[tuple[int, Outcome]]: ...
+
+    def abort(self, request_ids: Iterable[int]) -> None: ...
 
     def running(self) -> int: ...
 

@@ -11,7 +11,8 @@ exactly the templated question plus the prefix. Without any tokenizer a plain re
 Retries are ours, not the client's (`max_retries=0` on the client), so they are tested: 408, 409,
 429, 5xx, timeouts, dropped connections and malformed replies are retried with capped exponential
 backoff and full jitter (a server's Retry-After is honoured up to the cap); anything else, or running
-out of retries, raises `EngineError` naming the server. Every attempt has a total deadline of
+out of retries, raises `EngineError` naming the server (`RequestRefused` for 400, 413 and 422: the
+server refuses this request, not every request). Every attempt has a total deadline of
 `timeout_s` (the HTTP client's own timeout is per read, which a server dripping one byte a second
 never trips), and a reply larger than any honest answer to the request (`_max_reply_bytes`) is
 refused. A reply is read as JSON and checked field by field, never trusted to have the right shape.
@@ -36,12 +37,15 @@ from typing import Any
 import httpx
 
 from prm_synth.config import OpenAIConfig
-from prm_synth.engines.base import Completion, EngineError, GenerationRequest, GenerationResult
+from prm_synth.engines.base import Completion, EngineError, GenerationRequest, GenerationResult, RequestRefused
 from prm_synth.engines.chat import count_tokens, render_plain, render_prompt, strip_duplicate_bos
 
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# A server refuses this one request (a prompt longer than the context, a bad parameter): the pipeline
+# rejects what the request was for and goes on. Any other status fails the engine (and the shard).
+REFUSED_STATUS = frozenset({400, 413, 422})
 
 
 class _Retryable(Exception):
@@ -155,7 +159,8 @@ class OpenAIEngine:
 
     def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
         """One request, one future, done when this request's reply is in (whatever the others do):
-        the engine stream (engines/stream.py) resumes an annotator as soon as its own rollouts are back."""
+        the engine stream (engines/stream.py) resumes an annotator as soon as its own rollouts are back.
+        Cancelling the future cancels the request (its HTTP call, or its wait for a retry)."""
         return asyncio.run_coroutine_threadsafe(self._submitted(request), self._ensure_loop())
 
     async def _submitted(self, request: GenerationRequest) -> GenerationResult:
@@ -284,7 +289,9 @@ class OpenAIEngine:
             detail = f"HTTP {e.status_code}: {_short(e.message)}"
             if e.status_code in RETRY_STATUS:
                 raise _Retryable(detail, _retry_after(e)) from e
-            raise EngineError(self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {detail}")) from None
+            # 400/413/422: this request is refused for what it asks; 401, 404 ...: the engine is unusable
+            error = RequestRefused if e.status_code in REFUSED_STATUS else EngineError
+            raise error(self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {detail}")) from None
         except httpx.HTTPError as e:  # the body broke off mid-way
             raise _Retryable(f"reading the reply failed ({type(e).__name__})") from e
         except openai.OpenAIError as e:  # anything else the client refuses: not worth repeating

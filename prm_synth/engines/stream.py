@@ -17,28 +17,48 @@ Engines come in three shapes, each made a `StreamingEngine`:
 - engines with only a blocking `generate` go through `BatchAdapter`: a step generates everything
   submitted since the last one, as one call (the old round-based behaviour, but never waiting for
   more than what is already asked).
+
+Failure is per request: a request the engine refuses or fails alone fails its own future, and the
+stream goes on serving the others. Only a `step` that raises (the engine itself failed) fails every
+request in flight; those are then aborted in the engine, as are requests their callers give up
+(`give_up`), and a result that still comes back for a request the stream no longer holds is dropped.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from prm_synth.engines.base import Engine, EngineError, GenerationRequest, GenerationResult, StreamingEngine
+from prm_synth.engines.base import (
+    Engine,
+    EngineError,
+    GenerationRequest,
+    GenerationResult,
+    Outcome,
+    RequestAbandoned,
+    RequestRefused,
+    StreamingEngine,
+)
 from prm_synth.telemetry import EngineTelemetry
+
+log = logging.getLogger(__name__)
 
 # How long a waiting thread sleeps before it looks again whether it should drive the engine.
 _IDLE_WAIT_S = 0.05
 
 
 class BatchAdapter:
-    """A blocking `generate` engine as a `StreamingEngine`: each step is one `generate` call."""
+    """A blocking `generate` engine as a `StreamingEngine`: each step is one `generate` call.
+
+    A call that raises `RequestRefused` does not say which request was refused: the step then asks
+    for each request on its own, so only the refused one fails."""
 
     def __init__(self, engine: Engine, capacity: int = 256) -> None:
         self.engine = engine
@@ -52,12 +72,33 @@ class BatchAdapter:
     def add(self, request_id: int, request: GenerationRequest) -> None:
         self._queued.append((request_id, request))
 
-    def step(self) -> list[tuple[int, GenerationResult]]:
+    def step(self) -> list[tuple[int, Outcome]]:
         batch, self._queued = self._queued, []
-        results = self.engine.generate([r for _, r in batch])
-        if len(results) != len(batch):
-            raise EngineError(f"engine returned {len(results)} results for {len(batch)} requests")
+        if not batch:
+            return []
+        try:
+            results: list[Outcome] = list(self._generate([r for _, r in batch]))
+        except RequestRefused as refused:
+            if len(batch) == 1:
+                return [(batch[0][0], refused)]
+            results = [self._one(r) for _, r in batch]
         return [(rid, res) for (rid, _), res in zip(batch, results, strict=True)]
+
+    def _generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        results = self.engine.generate(requests)
+        if len(results) != len(requests):
+            raise EngineError(f"engine returned {len(results)} results for {len(requests)} requests")
+        return results
+
+    def _one(self, request: GenerationRequest) -> Outcome:
+        try:
+            return self._generate([request])[0]
+        except RequestRefused as refused:
+            return refused
+
+    def abort(self, request_ids: Iterable[int]) -> None:
+        drop = set(request_ids)
+        self._queued = [(rid, r) for rid, r in self._queued if rid not in drop]
 
     def running(self) -> int:
         return min(self._capacity, sum(r.n for _, r in self._queued))
@@ -68,7 +109,9 @@ class BatchAdapter:
 
 class FutureAdapter:
     """An engine with per-request futures (`submit(request) -> Future[GenerationResult]`) as a
-    `StreamingEngine`: a step waits until at least one submitted request is back."""
+    `StreamingEngine`: a step waits until at least one submitted request is back. A request whose
+    future fails is reported as that request's outcome; the others go on. `abort` cancels the
+    request's future (the OpenAI-compatible engine then cancels its HTTP request)."""
 
     def __init__(self, engine: Any, capacity: int, poll_s: float = 0.5) -> None:
         self.engine = engine
@@ -83,13 +126,27 @@ class FutureAdapter:
     def add(self, request_id: int, request: GenerationRequest) -> None:
         self._inflight[self.engine.submit(request)] = (request_id, request.n)
 
-    def step(self) -> list[tuple[int, GenerationResult]]:
+    def step(self) -> list[tuple[int, Outcome]]:
         done, _ = wait_futures(list(self._inflight), timeout=self.poll_s, return_when=FIRST_COMPLETED)
-        finished = []
+        finished: list[tuple[int, Outcome]] = []
         for future in sorted(done, key=lambda f: self._inflight[f][0]):
             request_id, _ = self._inflight.pop(future)
-            finished.append((request_id, future.result()))  # an engine error fails the step
+            if future.cancelled():
+                continue
+            error = future.exception()
+            if error is None:
+                finished.append((request_id, future.result()))
+            else:
+                wrapped = error if isinstance(error, EngineError) else EngineError(f"request failed: {error!r}")
+                finished.append((request_id, wrapped))
         return finished
+
+    def abort(self, request_ids: Iterable[int]) -> None:
+        drop = set(request_ids)
+        for future, (request_id, _) in list(self._inflight.items()):
+            if request_id in drop:
+                future.cancel()
+                del self._inflight[future]
 
     def running(self) -> int:
         return min(self._capacity, sum(n for _, n in self._inflight.values()))
@@ -107,6 +164,7 @@ class GenerationStream:
         self._ids = itertools.count()
         self._submit_lock = threading.Lock()
         self._submitted: list[tuple[int, GenerationRequest, Future[GenerationResult]]] = []
+        self._given_up: set[Future[Any]] = set()  # given up while in the engine: to abort
         self._drive_lock = threading.Lock()
         self._stepped = threading.Condition()
         self._inflight: dict[int, tuple[GenerationRequest, Future[GenerationResult]]] = {}
@@ -130,6 +188,25 @@ class GenerationStream:
     def submit_all(self, requests: Iterable[GenerationRequest]) -> list[Future[GenerationResult]]:
         return [self.submit(r) for r in requests]
 
+    def give_up(self, futures: Iterable[Future[Any]]) -> None:
+        """The caller no longer wants these requests (its shard failed or stopped): each unresolved
+        one fails at once with `RequestAbandoned`, a queued one never enters the engine, and one in
+        the engine is aborted (now, or by whoever drives next) instead of spending its capacity. A
+        result that comes back for it later is dropped."""
+        abandoned = RequestAbandoned("the request was given up by its caller")
+        with self._submit_lock:
+            for future in futures:
+                if _settle(future, error=abandoned):
+                    self._given_up.add(future)
+            self._submitted = [entry for entry in self._submitted if entry[2] not in self._given_up]
+        if self._drive_lock.acquire(blocking=False):
+            try:
+                self._abort_given_up()
+            finally:
+                self._drive_lock.release()
+        with self._stepped:
+            self._stepped.notify_all()
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """The blocking engine protocol over the stream (what `VLLMEngine.generate` uses)."""
         futures = self.submit_all(requests)
@@ -138,8 +215,12 @@ class GenerationStream:
 
     def wait(self, futures: Iterable[Future[Any]], timeout: float | None = None, all_of: bool = False) -> bool:
         """Drive the engine until one of `futures` (all of them with `all_of`) is done, or `timeout`
-        seconds have passed. Returns whether the condition holds. Futures from elsewhere may be
-        mixed in: while this stream has nothing to run, the caller just waits for them."""
+        seconds have passed. Returns whether the condition holds.
+
+        Every request of this stream resolves: with its result, its own error, the engine's error
+        when the engine fails, or `RequestAbandoned`. A future the stream does not hold can resolve
+        only by someone else's hand: waiting for one without a timeout while the stream has nothing
+        left to run would never end, so it raises `RuntimeError` (a caller's bug) instead."""
         futures = list(futures)
         deadline = None if timeout is None else time.monotonic() + timeout
         check = all if all_of else any
@@ -151,20 +232,29 @@ class GenerationStream:
             if self._drive_lock.acquire(blocking=False):
                 try:
                     stepped = self._drive_once()
+                    idle = not stepped and self._nothing_submitted()  # the lock held: nothing in between
                 finally:
                     self._drive_lock.release()
                 with self._stepped:
                     self._stepped.notify_all()
                 if stepped:
                     continue
+                waiting = sum(1 for f in futures if not f.done())
+                if idle and deadline is None and waiting:
+                    raise RuntimeError(f"waiting without a timeout on {waiting} request(s) this stream does not hold")
             with self._stepped:  # someone else drives (or nothing of ours runs): wait for news
                 self._stepped.wait(_IDLE_WAIT_S)
         return True
 
     # ------------------------------------------------------------ internals
+    def _nothing_submitted(self) -> bool:
+        with self._submit_lock:
+            return not self._submitted
+
     def _drive_once(self) -> bool:
-        """Move submitted requests into the engine, run one step, resolve what finished.
-        Returns False when there was nothing to run. Called with the drive lock held."""
+        """Abort what was given up, move submitted requests into the engine, run one step, resolve
+        what finished. Returns False when there was nothing to run. Called with the drive lock held."""
+        self._abort_given_up()
         with self._submit_lock:
             new, self._submitted = self._submitted, []
         engine = self.engine
@@ -172,7 +262,7 @@ class GenerationStream:
             try:
                 engine.add(request_id, request)
             except Exception as e:  # this request is refused; the others go on
-                future.set_exception(e if isinstance(e, EngineError) else EngineError(f"request refused: {e}"))
+                _settle(future, error=e if isinstance(e, EngineError) else EngineError(f"request refused: {e}"))
                 continue
             self._inflight[request_id] = (request, future)
         if not self._inflight:
@@ -185,25 +275,63 @@ class GenerationStream:
             self._fail_all(e)
             return True
         tokens = sequences = 0
-        for request_id, result in finished:
-            _, future = self._inflight.pop(request_id)
-            tokens += result.generated_tokens
-            sequences += len(result.completions)
-            future.set_result(result)
+        for request_id, outcome in finished:
+            entry = self._inflight.pop(request_id, None)
+            if entry is None:  # given up (or failed) earlier: nobody waits for it any more
+                continue
+            if isinstance(outcome, BaseException):
+                _settle(entry[1], error=outcome)
+                continue
+            tokens += outcome.generated_tokens
+            sequences += len(outcome.completions)
+            _settle(entry[1], result=outcome)
         self._record(tokens, sequences, engine.running())
         return True
+
+    def _abort_given_up(self) -> None:
+        """Take the requests given up by their callers out of the engine. Called with the drive lock held."""
+        with self._submit_lock:
+            given_up, self._given_up = self._given_up, set()
+        if given_up:
+            dropped = [rid for rid, (_, future) in self._inflight.items() if future in given_up]
+            for rid in dropped:
+                del self._inflight[rid]
+            self._abort(dropped)
 
     def _record(self, tokens: int, sequences: int, running_after: int) -> None:
         self.telemetry.advance(self.engine.clock(), self._running, self.engine.capacity, tokens, sequences)
         self._running = running_after
 
     def _fail_all(self, error: Exception) -> None:
-        """An engine failure fails every request in flight (their shards fail and are redone)."""
+        """The engine itself failed: every request in flight fails with its error (their shards fail
+        and are redone) and is aborted, so a later step cannot hand back a result nobody holds."""
         wrapped = error if isinstance(error, EngineError) else EngineError(f"engine step failed: {error}")
         for _, future in self._inflight.values():
-            future.set_exception(wrapped)
+            _settle(future, error=wrapped)
+        ids = list(self._inflight)
         self._inflight.clear()
         self._running = 0
+        self._abort(ids)
+
+    def _abort(self, request_ids: list[int]) -> None:
+        if not request_ids:
+            return
+        try:
+            self.engine.abort(request_ids)
+        except Exception as e:  # a broken engine cannot abort; its later results are dropped anyway
+            log.warning("aborting %d request(s) failed: %s", len(request_ids), e)
+
+
+def _settle(future: Future[Any], *, result: Any = None, error: BaseException | None = None) -> bool:
+    """Resolve a future unless it already is (a request given up by its caller); True if this did."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        return False
+    return True
 
 
 _streams: weakref.WeakKeyDictionary[Any, GenerationStream] = weakref.WeakKeyDictionary()

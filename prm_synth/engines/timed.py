@@ -15,7 +15,7 @@ finished when its last sample is. Time advances only in `step`, straight to the 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, GenerationResult
@@ -89,6 +89,13 @@ class TimedEngine:
                 finished.append((seq.request_id, self._requests.pop(seq.request_id).result))
         self._running = still
         return finished
+
+    def abort(self, request_ids: Iterable[int]) -> None:
+        drop = set(request_ids)
+        for request_id in drop:
+            self._requests.pop(request_id, None)
+        self._waiting = deque(s for s in self._waiting if s.request_id not in drop)
+        self._running = [s for s in self._running if s.request_id not in drop]
 
     def running(self) -> int:
         """Sequences that run in the next step (the waiting ones take free slots at its start)."""

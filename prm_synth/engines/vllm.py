@@ -22,12 +22,20 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from prm_synth.config import VLLMConfig
-from prm_synth.engines.base import Completion, EngineError, GenerationRequest, GenerationResult, SamplingOptions
+from prm_synth.engines.base import (
+    Completion,
+    EngineError,
+    GenerationRequest,
+    GenerationResult,
+    Outcome,
+    RequestRefused,
+    SamplingOptions,
+)
 from prm_synth.engines.chat import TOKENIZATION_KWARGS, render_prompt
 from prm_synth.engines.stream import stream_for
 
@@ -176,18 +184,44 @@ class VLLMEngine:
             self._answered.append((request_id, GenerationResult((empty,) * request.n, prompt_tokens=len(ids))))
             return
         samples = vllm_n(request)
-        self._open[request_id] = _Open(request, len(ids), [None] * samples)
+        added: list[str] = []
         try:
             for i in range(samples):
                 params = sampling_params(request, n=1)
                 params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per sample, when it is done
                 self._llm.llm_engine.add_request(f"{request_id}.{i}", {"prompt_token_ids": ids}, params)
-                self._sequences += 1
+                added.append(f"{request_id}.{i}")
         except Exception as e:
-            raise EngineError(f"vLLM refused a request: {e}") from e
+            # the samples already in vLLM would run for nobody: take them out again
+            self._abort_samples(added)
+            if isinstance(e, ValueError | TypeError):  # what vLLM raises for a request it will not take
+                raise RequestRefused(f"vLLM refused a request: {e}") from e
+            raise EngineError(f"vLLM failed to take a request: {e}") from e
+        self._open[request_id] = _Open(request, len(ids), [None] * samples)
+        self._sequences += samples
 
-    def step(self) -> list[tuple[int, GenerationResult]]:
-        finished, self._answered = self._answered, []
+    def abort(self, request_ids: Iterable[int]) -> None:
+        """Take requests out of vLLM (their samples stop running); unknown ids are ignored."""
+        drop = set(request_ids)
+        self._answered = [(rid, result) for rid, result in self._answered if rid not in drop]
+        for request_id in drop:
+            state = self._open.pop(request_id, None)
+            if state is None:
+                continue
+            running = [f"{request_id}.{i}" for i, sample in enumerate(state.samples) if sample is None]
+            self._sequences -= len(running)
+            self._abort_samples(running)
+
+    def _abort_samples(self, sample_ids: list[str]) -> None:
+        if sample_ids and self._llm is not None:
+            try:
+                self._llm.llm_engine.abort_request(sample_ids)
+            except Exception as e:  # a dead engine runs nothing anyway
+                log.warning("vLLM could not abort %d sample(s): %s", len(sample_ids), e)
+
+    def step(self) -> list[tuple[int, Outcome]]:
+        finished: list[tuple[int, Outcome]] = list(self._answered)
+        self._answered = []
         if finished or not self._sequences:
             return finished
         try:
@@ -199,7 +233,9 @@ class VLLMEngine:
                 continue
             rid, _, index = out.request_id.rpartition(".")
             request_id = int(rid)
-            state = self._open[request_id]
+            state = self._open.get(request_id)
+            if state is None:  # aborted while its last step ran
+                continue
             c = out.outputs[0]
             state.samples[int(index)] = Completion(c.text, len(c.token_ids), c.finish_reason)
             self._sequences -= 1
