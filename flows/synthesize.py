@@ -40,7 +40,8 @@ from prm_synth.engines import get_engine
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems import count_hint
-from prm_synth.schema import Item
+from prm_synth.sample import check_policy_can_solve
+from prm_synth.schema import Item, Problem
 from prm_synth.shards import ShardStore
 from prm_synth.summary import summarize
 
@@ -131,6 +132,8 @@ def synthesize(
     # that a corrected config would then be refused from as "another config".
     shards = _dry_run_shards(config) if dry_run else iter_shards(config, limit)
     first = next(shards, None)
+    if first is not None:  # the simulated policy cannot solve foreign text: refuse before writing anything
+        check_policy_can_solve(config.policy, ((p.id, p.question) for p in first.items if isinstance(p, Problem)))
     shards = itertools.chain([first] if first is not None else [], shards)
     engines_before = engine_totals()  # this run's share of a long-lived process's engines
     retries_before = engine_retries()

@@ -328,6 +328,16 @@ class PipelineConfig(Strict):
             raise ValueError(f"consensus.policy {self.consensus.policy!r} needs a judge section")
         return self
 
+    @model_validator(mode="after")
+    def _min_confidence_needs_p_good(self) -> PipelineConfig:
+        # Without p_good no label reaches a threshold: every row would be rejected or left unlabeled.
+        if self.labels.min_confidence > 0 and getattr(self.annotate, "search_test", None) != "calibrated":
+            raise ValueError(
+                f"labels.min_confidence needs per-step p_good, which only `search_test: calibrated` estimates "
+                f"(annotate.method {self.annotate.method}): set min_confidence to 0 or use the calibrated search"
+            )
+        return self
+
     def fingerprint(self) -> str:
         """Hash of everything that changes the rows: the config but `run`, and the prompts' versions."""
         data = self.model_dump(mode="json", exclude={"run"}) | {"prompt_versions": PROMPT_VERSIONS}

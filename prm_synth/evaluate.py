@@ -32,6 +32,7 @@ from prm_synth.grading import grade
 from prm_synth.judge import judge_solutions
 from prm_synth.problems import gold_from_field
 from prm_synth.prompts import policy_user_prompt
+from prm_synth.sample import check_policy_can_solve
 from prm_synth.shards import iter_records, read_manifest
 
 # ------------------------------------------------------------------ ProcessBench files
@@ -184,8 +185,10 @@ def evaluate_labels(
     """Label each sample's given steps with the pipeline's annotator and rule; compare first errors.
 
     Samples without a gold answer cannot be labeled: they are counted in `skipped_no_gold` and
-    listed in the predictions with `skipped: true`, never silently dropped.
+    listed in the predictions with `skipped: true`, never silently dropped. A policy that cannot
+    solve the samples' problems (the simulated one) is refused first (PolicyCannotSolveError).
     """
+    check_policy_can_solve(config.policy, ((s.id, s.problem) for s in samples))
     labeler = make_labeler(config)
     scheduler = new_scheduler(engine, config)
     jobs, skipped = [], []
@@ -290,8 +293,10 @@ def first_error_quality(rows: Iterable[tuple[int | None, int]]) -> dict[str, Any
 def step_label_quality(rows: Iterable[tuple[Sequence[bool | None], int]]) -> dict[str, Any]:
     """Per-step bad labels against the truth. A step is truly bad when its prefix holds an error
     (index >= the true first error): the hard MC label is a verdict on the prefix. Unlabeled steps
-    (None) are left out."""
+    (None) are left out. `good_precision`: of the steps labeled good, the fraction truly good (a
+    trainer is taught both labels, so both precisions matter)."""
     c = Confusion()
+    good = good_hit = 0
     for labels, truth in rows:
         for i, label in enumerate(labels):
             if label is None:
@@ -300,7 +305,13 @@ def step_label_quality(rows: Iterable[tuple[Sequence[bool | None], int]]) -> dic
             c.predicted += bad
             c.actual += truly_bad
             c.hit += bad and truly_bad
-    return c.as_dict()
+            good += not bad
+            good_hit += not bad and not truly_bad
+    return c.as_dict() | {
+        "good_precision": good_hit / good if good else None,
+        "predicted_good": good,
+        "good_hit": good_hit,
+    }
 
 
 def _quality(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,14 +8,41 @@ rejected (stage "split") with the text kept.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prm_synth.config import PipelineConfig
+from prm_synth import arithmetic
+from prm_synth.config import EngineConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
+from prm_synth.errors import PrmSynthError
 from prm_synth.grading import Verdict, grade_completion
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.schema import Problem, RejectedRecord, reject
 from prm_synth.steps import split_steps
+
+
+class PolicyCannotSolveError(PrmSynthError, ValueError):
+    """Problems the policy cannot write solutions for; raised before any work."""
+
+
+def check_policy_can_solve(policy: EngineConfig, questions: Iterable[tuple[str, str]]) -> None:
+    """Refuse (problem id, question) pairs the policy cannot answer, before any work starts.
+
+    Only the simulated policy has such a limit: it writes solutions for the arithmetic problems of
+    prm_synth.arithmetic alone (builtin problems, or a file of their text). On any other text it
+    could only write a non-answer, and labeling that would fill a dataset, or an evaluation, with
+    rows that measure nothing.
+    """
+    if policy.kind != "simulated":
+        return
+    for problem_id, question in questions:
+        if arithmetic.parse_question(question) is None:
+            shown = " ".join(question.split())
+            shown = shown[:60] + ("…" if len(shown) > 60 else "")
+            raise PolicyCannotSolveError(
+                f"the simulated policy writes solutions only for its own arithmetic problems (problems: kind: "
+                f"builtin), and problem {problem_id} is not one ({shown!r}): use a real policy (kind: vllm or openai)"
+            )
 
 
 def solution_id(problem_id: str, index: int) -> str:

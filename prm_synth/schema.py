@@ -64,7 +64,7 @@ RECORD_SCHEMA = pa.schema(
         # Per step, the posterior probability that its prefix is still correct (calibrated search);
         # null for methods that do not estimate it. Added after the first release: older shards lack it.
         pa.field("p_good", pa.list_(pa.float64())),
-        # Per step, why it has no label (null where labeled or where the method gives no reason).
+        # Per step, why it has no label: null exactly where labeled (annotate.labels.unlabeled_reasons).
         pa.field("unlabeled_reason", pa.list_(pa.string())),
     ]
 )
@@ -113,7 +113,7 @@ class LabeledRecord:
     consensus: bool | None = None
     judge_model: str | None = None
     p_good: list[float] | None = None  # from Annotation.p_good
-    unlabeled_reason: list[str | None] | None = None  # from Annotation.unlabeled_reason
+    unlabeled_reason: list[str | None] | None = None  # annotate.labels.unlabeled_reasons
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

@@ -83,9 +83,16 @@ def summarize(root: str | Path) -> dict[str, Any]:
         "rollouts": stats.rollouts,
         "requests_refused": stats.requests_refused,
         "tokens": stats.tokens,
+        # what a labeled step cost: the figure to compare methods and runs by
+        "rollouts_per_labeled_step": _per(stats.rollouts, labels["labeled_steps"]),
+        "tokens_per_labeled_step": _per(stats.tokens, labels["labeled_steps"]),
         "config_fingerprint": manifest["config_fingerprint"],
         "labels": labels,
     }
+
+
+def _per(total: int, count: int) -> float | None:
+    return round(total / count, 2) if count else None
 
 
 def _reconciles(config: dict[str, Any], stats: ShardStats, rows: int, rejected: int, samples: int) -> bool:

@@ -84,6 +84,9 @@ def test_first_error_and_step_quality_hand_computed():
     # bad labels: steps 1, 2 of row 0 and step 3 of row 1; truly bad: step 2 of row 0
     assert (s["predicted"], s["actual"], s["hit"]) == (3, 1, 1)
     assert s["precision"] == pytest.approx(1 / 3) and s["recall"] == 1.0
+    # good labels: step 0 of row 0, steps 0, 1 of row 1; all truly good
+    assert (s["predicted_good"], s["good_hit"], s["good_precision"]) == (3, 3, 1.0)
+    assert step_label_quality([([True, True], 1)])["good_precision"] == 0.5  # step 1 holds the error
 
 
 # ------------------------------------------------------------------ files

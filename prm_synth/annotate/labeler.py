@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.calibration import RunEstimates
-from prm_synth.annotate.labels import apply_rule
+from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
 from prm_synth.annotate.scheduler import (
@@ -174,7 +174,7 @@ class _Base:
             rollouts=rollouts,
             tokens=tokens,
             p_good=ann.p_good,
-            unlabeled_reason=ann.unlabeled_reason,
+            unlabeled_reason=unlabeled_reasons(lab.labels, lab.first_error, ann.unlabeled_reason),
         )
 
     def _jobs_run(

@@ -11,15 +11,17 @@ applies to measured steps ("mc", "verdict").
 
 Under every rule, a step after the first bad step is never good: its prefix still holds that error
 (a later prefix that reaches the answer only recovered by luck), so such a label becomes bad.
-Unlabeled steps stay unlabeled.
+Unlabeled steps stay unlabeled, and every one says why (`unlabeled_reasons`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.calibration import AFTER_ERROR, UNDECIDED_VERDICT
 
 
 @dataclass(frozen=True)
@@ -67,3 +69,22 @@ def apply_rule(ann: Annotation, rule: str, significance: float = 0.05) -> Labels
     if first_error >= 0:  # after the first error every later prefix holds it
         labels = labels[:first_error] + [None if lab is None else False for lab in labels[first_error:]]
     return Labels(mc_values, labels, first_error)
+
+
+def unlabeled_reasons(
+    labels: Sequence[bool | None], first_error: int, given: Sequence[str | None] | None
+) -> list[str | None]:
+    """Why each unlabeled step has no label (None where labeled), never None where unlabeled.
+
+    The annotator's own reason where it gave one (the calibrated search does); else `after_error`
+    past the first bad step; else `undecided_verdict`: no gradable rollout measured the step (per-step
+    MC of an ungradable solution's last step, or rollouts that were all ungradable)."""
+    reasons: list[str | None] = []
+    for i, label in enumerate(labels):
+        if label is not None:
+            reasons.append(None)
+        elif given is not None and given[i] is not None:
+            reasons.append(given[i])
+        else:
+            reasons.append(AFTER_ERROR if 0 <= first_error < i else UNDECIDED_VERDICT)
+    return reasons

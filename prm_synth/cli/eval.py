@@ -112,11 +112,13 @@ def labels_cmd(
     from prm_synth.config import ConfigError, load_config
     from prm_synth.engines import build_engine
     from prm_synth.evaluate import evaluate_labels, format_metric, load_gold_answers, load_processbench
+    from prm_synth.sample import check_policy_can_solve
 
     try:
         config = load_config(pipeline)
         bench = load_processbench(file, limit)
         gold = load_gold_answers(gold_answers)
+        check_policy_can_solve(config.policy, ((s.id, s.problem) for s in bench))  # before an engine starts
     except (ConfigError, OSError, ValueError) as e:
         fail(str(e))
     engine = build_engine(config.policy)

@@ -100,16 +100,25 @@ def _current_form(old: dict) -> dict:
         logging.disable(logging.NOTSET)
 
 
-def check_problem_source(config: PipelineConfig) -> None:
-    """Open a problem file (cheap) so that a missing or unsupported one fails before anything is written.
+def check_problem_source(config: PipelineConfig, limit: int | None = None) -> None:
+    """Open a problem file (cheap) so that a missing or unsupported one fails before anything is written,
+    and, for the simulated policy, read its first `limit` problems: it cannot solve foreign text.
     Hugging Face sources are opened by the run itself (opening one can mean a download)."""
     if not isinstance(config.problems, FileSource):
         return
+    from itertools import islice
+
     from prm_synth.problems import ProblemSourceError, iter_problems
+    from prm_synth.sample import PolicyCannotSolveError, check_policy_can_solve
+    from prm_synth.schema import Problem
 
     try:
-        next(iter(iter_problems(config.problems)), None)
-    except ProblemSourceError as e:
+        problems = iter(iter_problems(config.problems))
+        next(problems, None)
+        if config.policy.kind == "simulated":
+            items = islice(iter_problems(config.problems), limit)
+            check_policy_can_solve(config.policy, ((p.id, p.question) for p in items if isinstance(p, Problem)))
+    except (ProblemSourceError, PolicyCannotSolveError) as e:
         raise PreflightError(str(e)) from None
     except OSError as e:
         raise PreflightError(f"problem file {config.problems.path}: {e.strerror or e}") from None

@@ -98,7 +98,7 @@ def run(
             preflight.check_output_folder(out_dir)
             if not overwrite:
                 preflight.check_same_config(out_dir, config)
-        preflight.check_problem_source(config)
+        preflight.check_problem_source(config, limit)
     except preflight.PreflightError as e:
         fail(str(e))
     if supervise.should_supervise():

@@ -8,6 +8,7 @@ is merged, never replaced: unknown YAML fields and every line of text outside th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections import Counter
@@ -21,7 +22,7 @@ import yaml
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from prm_synth.schema import LabelSource
-from prm_synth.shards import iter_tables, read_manifest
+from prm_synth.shards import iter_records, iter_tables, read_manifest
 from prm_synth.summary import summarize
 
 TEMPLATE_NAME = "prm_dataset_card.md.j2"
@@ -294,32 +295,61 @@ def problems_line(summary: Mapping[str, Any], config: Mapping[str, Any], manifes
     return line
 
 
-def label_quality(dataset_dir: str | Path, config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Label precision/recall against the truth where it can be recomputed (the simulated policy), else None."""
+def label_quality(
+    dataset_dir: str | Path, config: Mapping[str, Any], min_confidence: float = 0.0
+) -> dict[str, Any] | None:
+    """Label quality against the truth where it can be recomputed (the simulated policy on builtin
+    problems), else None.
+
+    Step labels are scored as exported (the views' supervised steps at `min_confidence`), good and bad
+    alike; first-error figures are split by whether the row truly holds an error, so error-free rows
+    (easy to get right) do not pad the accuracy on the rows that matter."""
     if _get(config, "policy", "kind", default=None) != "simulated":
         return None
-    from prm_synth.evaluate import evaluate_dataset
+    if _get(config, "problems", "kind", default=None) != "builtin":
+        return {"error": "the simulated policy's truth is recomputable on builtin problems only"}
+    from prm_synth.arithmetic import true_first_error
+    from prm_synth.evaluate import first_error_quality, step_label_quality
+    from prm_synth.export.views import SkipRow, supervised_steps, with_min_confidence
 
+    with_error: list[tuple[int, int]] = []
+    error_free = error_free_right = 0
+    exported: list[tuple[list[bool], int]] = []
     try:
-        report = evaluate_dataset(dataset_dir)
+        for row in iter_records(dataset_dir, "data"):
+            truth = true_first_error(row["steps"])
+            if truth >= 0:
+                with_error.append((row["first_error_mc"], truth))
+            else:
+                error_free += 1
+                error_free_right += row["first_error_mc"] == -1
+            with contextlib.suppress(SkipRow):  # a row with nothing to supervise exports no label
+                exported.append((supervised_steps(with_min_confidence(row, min_confidence))[1], truth))
     except (ValueError, TypeError, KeyError) as e:  # a record the truth cannot be read from: say so, publish
         return {"error": f"{type(e).__name__}: {e}"}
-    after = report["after_consensus"]
+    steps = step_label_quality(exported)
+    first = first_error_quality(with_error)
 
     def fmt(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.3f}"
 
     return {
-        "rows": after["rows"],
-        "first_error_exact": fmt(after["first_error_mc"]["exact_acc"]),
-        "bad_precision": fmt(after["step_labels"]["precision"]),
-        "bad_recall": fmt(after["step_labels"]["recall"]),
-        "kept_fraction": fmt(report["kept_fraction"]),
+        "rows": len(with_error) + error_free,
+        "rows_with_error": len(with_error),
+        "first_error_exact": fmt(first["exact_acc"]),
+        "first_error_hit": first["hit"],
+        "rows_error_free": error_free,
+        "error_free_right": error_free_right,
+        "good_precision": fmt(steps["good_precision"]),
+        "good_labels": steps["predicted_good"],
+        "bad_precision": fmt(steps["precision"]),
+        "bad_labels": steps["predicted"],
     }
 
 
 def dataset_info(exports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """HF `dataset_info` per exported view: features and rows per split, as `push_to_hub` writes them."""
+    """HF `dataset_info` per exported view: features, rows and Arrow bytes per split, as `push_to_hub`
+    writes them (`datasets` checks a split's rows on load and warns about a split that lacks a field)."""
     from datasets import DatasetInfo, Features
     from datasets.splits import SplitDict, SplitInfo
 
@@ -329,12 +359,14 @@ def dataset_info(exports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for ex in exports:
         splits = SplitDict()
         for name, split in ex["splits"].items():
-            splits.add(SplitInfo(name=name, num_examples=split["rows"]))
+            # `datasets` ignores (with a warning on every load) a split without num_bytes.
+            splits.add(SplitInfo(name=name, num_bytes=split["num_bytes"], num_examples=split["rows"]))
         info = DatasetInfo(
-            features=Features.from_arrow_schema(VIEW_SCHEMAS[ex["view"]]), splits=splits, config_name=ex["view"]
+            features=Features.from_arrow_schema(VIEW_SCHEMAS[ex["view"]]),
+            splits=splits,
+            config_name=ex["view"],
+            dataset_size=sum(split["num_bytes"] for split in ex["splits"].values()),
         )._to_yaml_dict()
-        for split in info.get("splits", []):
-            split.pop("num_bytes", None)  # not measured; 0 would be a wrong number
         infos.append(info)
     return infos
 
@@ -475,7 +507,15 @@ def render_card(
         "marker_text": marker["glue"].replace("\n", "\\n") + marker["placeholder"],
         "placeholder": marker["placeholder"],
         "qwen_added": any("added" in n for n in (consumers["checks"].get("qwen") or {}).get("notes", [])),
-        "quality": label_quality(dataset_dir, config),
+        "quality": label_quality(
+            dataset_dir, config, max((ex.get("min_confidence") or 0.0 for ex in exports), default=0.0)
+        ),
+        # consensus figures only where a consensus filter ran (0 of 0 would read as a result)
+        "consensus": (summary.get("consensus") or None) if config.get("consensus") else None,
+        "cost": {
+            k: "n/a" if summary.get(f"{k}_per_labeled_step") is None else f"{summary[f'{k}_per_labeled_step']:.1f}"
+            for k in ("rollouts", "tokens")
+        },
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
     fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)

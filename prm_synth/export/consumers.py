@@ -77,8 +77,33 @@ def tokenizer_name(tokenizer: Any) -> str:
     return Path(name).name if Path(name).exists() else name
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte (its `bytes_to_unicode`, inverted)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, shift = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + shift)] = b
+            shift += 1
+    return chars
+
+
+_BYTE_OF = _byte_level_alphabet()
+
+
 def _pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    return [str(p) for p in tokenizer.convert_ids_to_tokens(list(ids))]
+    """Each token as text, for messages. A byte-level BPE token's own string spells bytes as Latin-1
+    characters ('ки' would read 'Ðº', 'Ð¸'), so tokens are decoded; a token that holds only part of a
+    character shows its bytes (`\\xd0`) instead of U+FFFD."""
+    out = []
+    for i, piece in zip(ids, tokenizer.convert_ids_to_tokens(list(ids)), strict=True):
+        text = tokenizer.decode([i])
+        if "\ufffd" in text and all(c in _BYTE_OF for c in str(piece)):
+            text = bytes(_BYTE_OF[c] for c in str(piece)).decode("utf-8", errors="backslashreplace")
+        out.append(text)
+    return out
 
 
 def single_token_id(tokenizer: Any, text: str) -> int | None:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import pyarrow.compute as pc
+
 from prm_synth.export.card import REDACTED, render_card
 from prm_synth.export.consumers import (
     REWARD_TOKENS,
@@ -35,6 +37,7 @@ from prm_synth.export.consumers import (
     verify_views,
 )
 from prm_synth.export.views import (
+    CONFIDENCE_COLUMN,
     DEFAULT_MARKER,
     QWEN_STEP_TOKEN,
     TOKENIZER_REQUIRED,
@@ -43,7 +46,7 @@ from prm_synth.export.views import (
     Marker,
     export_view,
 )
-from prm_synth.shards import read_manifest
+from prm_synth.shards import iter_tables, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +115,14 @@ class ExportPlan:
         }
 
 
+def has_p_good(dataset_dir: str | Path) -> bool:
+    """Whether any step of the run has a p_good (read column-wise, one shard at a time)."""
+    return any(
+        CONFIDENCE_COLUMN in table.column_names and pc.count(pc.list_flatten(table[CONFIDENCE_COLUMN])).as_py() > 0
+        for table in iter_tables(dataset_dir, "data")
+    )
+
+
 def default_formats(with_tokenizer: bool) -> list[str]:
     """Every view with a tokenizer; without one, the views whose consumer does not depend on it."""
     return list(VIEW_NAMES) if with_tokenizer else [v for v in VIEW_NAMES if v not in TOKENIZER_REQUIRED]
@@ -142,6 +153,13 @@ def plan_export(
         min_confidence = float(manifest.get("config", {}).get("labels", {}).get("min_confidence", 0.0))
     if not 0.0 <= min_confidence <= 1.0:
         raise ExportRequestError(f"--min-confidence must be between 0 and 1, not {min_confidence}")
+    if min_confidence > 0 and not has_p_good(dataset_dir):
+        method = manifest.get("config", {}).get("annotate", {}).get("method", "?")
+        raise ExportRequestError(
+            f"--min-confidence {min_confidence} needs per-step p_good, and this run (annotate.method {method}) has "
+            "none: every label would be dropped. Only `search_test: calibrated` estimates it; export without "
+            "--min-confidence"
+        )
     if tokenizer is None:
         needs = [f for f in chosen if f in TOKENIZER_REQUIRED]
         if needs:

@@ -236,6 +236,9 @@ class _SplitWriter:
         self.folder, self.split, self.schema, self.max_rows = folder, split, schema, max_rows
         self.parts: list[Path] = []
         self.rows = 0
+        # Arrow bytes of the rows written: what `datasets` records as the split's `num_bytes` when it
+        # loads these files (it sums the tables' nbytes), so the card can state it exactly.
+        self.num_bytes = 0
         self._writer: pq.ParquetWriter | None = None
         self._rows_in_part = 0
 
@@ -245,7 +248,9 @@ class _SplitWriter:
                 self._open()
             take = min(table.num_rows, self.max_rows - self._rows_in_part)
             assert self._writer is not None
-            self._writer.write_table(table.slice(0, take))
+            part = table.slice(0, take)
+            self._writer.write_table(part)
+            self.num_bytes += part.nbytes
             self._rows_in_part += take
             self.rows += take
             table = table.slice(take)
@@ -353,7 +358,7 @@ def export_view(
     return {
         "view": fmt,
         "columns": schema.names,
-        "splits": {s: {**st, "files": files[s]} for s, st in stats.items()},
+        "splits": {s: {**st, "files": files[s], "num_bytes": writers[s].num_bytes} for s, st in stats.items()},
         "rows": sum(st["rows"] for st in stats.values()),
         "skipped": dict(skipped),
         "data_files": {s: f"{fmt}/{s}-*" for s in splits},
