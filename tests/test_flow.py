@@ -153,7 +153,10 @@ def test_a_broken_problem_source_writes_nothing_so_the_corrected_config_runs_int
     with pytest.raises(ProblemSourceError):
         synthesize(config=broken, out_dir=str(out))  # .csv is not a supported problem file
     assert not out.exists()
-    (tmp_path / "problems.jsonl").write_text(json.dumps({"question": "What is 2+3?", "answer": "5"}) + "\n")
+    problem = arithmetic.generate(__import__("random").Random(5), 2, 3)  # text the simulated policy solves
+    (tmp_path / "problems.jsonl").write_text(
+        json.dumps({"question": problem.question(), "answer": problem.answer}) + "\n"
+    )
     fixed = load_config(write_pipeline(tmp_path, problems={"kind": "file", "path": str(tmp_path / "problems.jsonl")}))
     summary = synthesize(config=fixed, out_dir=str(out))
     assert summary["problems_in"] == 1 and summary["rows"] + summary["rejected"] == 1
