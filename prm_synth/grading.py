@@ -17,48 +17,30 @@ Equivalence is exact Fraction arithmetic when both sides are plain numbers (in-p
 else math-verify (sympy). Model text is never evaluated as code: the only parser that sees it is
 math-verify's LaTeX parser.
 
-The time bound is hard and the same in every thread: math-verify runs in a small pool of worker processes
-(`python -c`, started on first use, at most `GRADER_PROCESSES`), and a comparison that is not answered
-within `timeout_s` is unknown ("timeout") and its worker is killed and replaced. (math-verify's own timeout
-uses signal.alarm, which works only in the main thread, and a C-level sympy computation such as a huge
-factorial cannot be interrupted at all; a process can always be killed.) A cheap in-process guard still
-refuses the shapes known to run for minutes ("too_complex") so they do not cost a worker. Every length
+The time bound is hard and the same in every thread: math-verify runs in worker processes (verify_pool.py),
+and a comparison that is not answered within `timeout_s` is unknown ("timeout"). A cheap in-process guard
+still refuses the shapes known to run for minutes ("too_complex") so they do not cost a worker. Every length
 limit applies before any loop over the text, so extraction is linear in the text's length.
+
+Verdicts are cached for the process's life, except the transient ones (a timeout, a worker that died or
+answered garbage, an exception in the worker): those are unknown this time, and asked again next time.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import functools
-import json
-import logging
-import os
-import queue
 import re
-import select
-import subprocess
-import sys
-import threading
-import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Literal
+
+from prm_synth import verify_pool
 
 Status = Literal["correct", "incorrect", "unknown"]
 MAX_ANSWER_CHARS = 1000  # longer extracted (or gold) answers are unknown ("too_long"): bounds parser cost
 FALLBACK_LINE_CHARS = 200  # a longer final line is not an answer sentence
 CACHE_SIZE = 100_000
 TRUNCATED_FINISH_REASONS = frozenset({"length"})  # vLLM and the OpenAI API: the max_tokens limit was hit
-GRADER_PROCESSES = max(1, min(4, os.cpu_count() or 1))
-WORKER_START_TIMEOUT_S = 120.0  # importing sympy on a loaded machine; not part of a comparison's deadline
-WORKER_MEMORY_BYTES = 4 << 30  # address-space cap of a worker: a runaway sympy gets MemoryError, not the host
-
-
-class GraderUnavailableError(RuntimeError):
-    """No grading worker process could be started (a broken environment, not a verdict)."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +240,20 @@ def _too_complex(expr: str) -> bool:
     return False
 
 
+class _NotCached(Exception):
+    """Carries a transient verdict out of the cached function (lru_cache keeps no exception)."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+
+
+def _verdict(gold: str, extracted: str, timeout_s: float) -> Verdict:
+    try:
+        return _judge(gold, extracted, timeout_s)
+    except _NotCached as transient:
+        return transient.verdict
+
+
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _judge(gold: str, extracted: str, timeout_s: float) -> Verdict:
     def unknown(reason: str) -> Verdict:
@@ -272,8 +268,11 @@ def _judge(gold: str, extracted: str, timeout_s: float) -> Verdict:
         return Verdict("correct" if g == e else "incorrect", extracted, "numeric")
     if _too_complex(extracted) or _too_complex(gold):
         return unknown("too_complex")
-    status, reason = _POOL.compare(gold, extracted, timeout_s)
-    return Verdict(status, extracted, reason)  # type: ignore[arg-type]
+    status, reason = verify_pool.compare(gold, extracted, timeout_s)
+    verdict = Verdict(status, extracted, reason)  # type: ignore[arg-type]
+    if verify_pool.is_transient(reason):
+        raise _NotCached(verdict)
+    return verdict
 
 
 def grade(response_text: str, gold: str, *, last_number_fallback: bool = True, timeout_s: float = 2.0) -> Verdict:
@@ -285,7 +284,7 @@ def grade(response_text: str, gold: str, *, last_number_fallback: bool = True, t
     extracted = extract_answer(response_text, last_number_fallback)
     if extracted is None:
         return Verdict("unknown", None, "no_answer")
-    return _judge(gold.strip(), extracted, float(timeout_s))
+    return _verdict(gold.strip(), extracted, float(timeout_s))
 
 
 def is_truncated(finish_reason: str | None) -> bool:
@@ -298,247 +297,3 @@ def grade_completion(text: str, gold: str, finish_reason: str | None, **kwargs: 
     if is_truncated(finish_reason):
         return Verdict("unknown", None, "truncated")
     return grade(text, gold, **kwargs)
-
-
-# ---------------------------------------------------------------- math-verify worker processes
-def _worker_main(parent_pid: int) -> None:  # pragma: no cover - runs in the worker process
-    """A worker: read `[gold, extracted]` JSON lines on stdin, answer `[status, reason]` lines on stdout.
-
-    Ctrl-C goes to the parent (which owns the run). The worker never outlives its parent: a closed stdin
-    ends it, and on Linux the kernel kills it when the parent dies even in the middle of a computation
-    that would not look at stdin for minutes (PR_SET_PDEATHSIG)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:
-        return  # the parent died before the line above took effect
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if soft == resource.RLIM_INFINITY or soft > WORKER_MEMORY_BYTES:
-            resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, hard))
-    except (ImportError, ValueError, OSError):
-        pass
-    logging.disable(logging.CRITICAL)  # math-verify warns about every unparseable answer
-    from math_verify import parse, verify
-
-    @functools.lru_cache(maxsize=4096)
-    def parsed(expr: str) -> list:
-        return parse(_for_math_verify(expr), parsing_timeout=None, raise_on_error=True)
-
-    def compare(gold: str, extracted: str) -> tuple[str, str]:
-        try:
-            parsed_gold, parsed_answer = parsed(gold), parsed(extracted)
-            if not parsed_gold:
-                return "unknown", "unparseable_gold"
-            if not parsed_answer:
-                return "unknown", "unparseable"
-            same = verify(parsed_gold, parsed_answer, timeout_seconds=None, raise_on_error=True)
-        except Exception as exc:  # a parser or sympy failure (MemoryError included) is not a verdict
-            return "unknown", f"error:{type(exc).__name__}"
-        return ("correct" if same else "incorrect"), "math_verify"
-
-    out = sys.stdout.buffer
-    out.write(b'"ready"\n')
-    out.flush()
-    for line in sys.stdin.buffer:
-        gold, extracted = json.loads(line)
-        out.write(json.dumps(compare(gold, extracted)).encode() + b"\n")
-        out.flush()
-
-
-def _for_math_verify(expr: str) -> str:
-    """math-verify reads LaTeX inside a box or math delimiters; a box needs balanced braces."""
-    depth = 0
-    for m in _BRACE.finditer(expr):
-        depth += {"{": 1, "}": -1}.get(m.group(), 0)
-        if depth < 0:
-            break
-    return f"\\boxed{{{expr}}}" if depth == 0 else f"${expr}$"
-
-
-class _Worker:
-    """One math-verify process, spoken to over pipes; killed when it misses a deadline."""
-
-    def __init__(self) -> None:
-        package_root = str(Path(__file__).resolve().parents[1])  # the worker imports this very module
-        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-        code = f"from prm_synth.grading import _worker_main; _worker_main({os.getpid()})"
-        try:
-            self.process = _SPAWNER.popen(
-                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0
-            )
-        except OSError as e:
-            raise GraderUnavailableError(f"cannot start a grading worker ({sys.executable}): {e}") from e
-        self._buffer = b""
-        try:
-            ready = self._read_line(WORKER_START_TIMEOUT_S)
-        except EOFError:
-            ready = None
-        if ready != '"ready"':
-            self.kill()
-            raise GraderUnavailableError(
-                f"a grading worker ({sys.executable} -c ...prm_synth.grading._worker_main) did not start "
-                f"within {WORKER_START_TIMEOUT_S:g} s; is math-verify installed?"
-            )
-
-    def _read_line(self, timeout_s: float) -> str | None:
-        """One reply line, or None when the deadline passes; EOFError when the worker has died."""
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise EOFError("the grading worker exited")
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return line.decode()
-
-    def compare(self, gold: str, extracted: str, timeout_s: float) -> tuple[str, str] | None:
-        """(status, reason); ("unknown", "worker_died") if it died; None if it missed the deadline."""
-        assert self.process.stdin is not None
-        try:
-            self.process.stdin.write(json.dumps([gold, extracted]).encode() + b"\n")
-            line = self._read_line(timeout_s)
-        except (OSError, EOFError):
-            return "unknown", "worker_died"
-        if line is None:
-            return None
-        status, reason = json.loads(line)
-        return status, reason
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
-        for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None:
-                pipe.close()
-
-
-class _Spawner:
-    """Starts worker processes from one thread that lives as long as the process. PR_SET_PDEATHSIG
-    fires when the *thread* that started a child ends, and grading runs in pool threads that come and go."""
-
-    def __init__(self) -> None:
-        self._requests: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], list[str], dict[str, Any]]]
-        self._requests = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def popen(self, args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="prm-synth-grader-spawner", daemon=True)
-                self._thread.start()
-        future: Future[subprocess.Popen[bytes]] = Future()
-        self._requests.put((future, args, kwargs))
-        return future.result()
-
-    def _run(self) -> None:
-        while True:
-            future, args, kwargs = self._requests.get()
-            try:
-                future.set_result(subprocess.Popen(args, **kwargs))
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                future.set_exception(e)
-
-
-_SPAWNER = _Spawner()
-
-
-class _WorkerPool:
-    """At most `size` workers, started on demand; a caller waits for a free one (that wait is not
-    part of its deadline). A worker that misses a deadline or dies is killed and forgotten."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._idle: list[_Worker] = []
-        self._all: set[_Worker] = set()
-        self._count = 0
-        self._cond = threading.Condition()
-
-    def compare(self, gold: str, extracted: str, timeout_s: float) -> tuple[str, str]:
-        worker = self._acquire()
-        answer: tuple[str, str] | None = None
-        try:
-            answer = worker.compare(gold, extracted, timeout_s)
-        finally:
-            self._release(worker, healthy=answer is not None and answer[1] != "worker_died")
-        return answer if answer is not None else ("unknown", "timeout")
-
-    def _acquire(self) -> _Worker:
-        with self._cond:
-            while not self._idle and self._count >= self.size:
-                self._cond.wait()
-            if self._idle:
-                return self._idle.pop()
-            self._count += 1
-        try:
-            worker = _Worker()  # started outside the lock: others keep grading meanwhile
-            with self._cond:
-                self._all.add(worker)
-            return worker
-        except BaseException:
-            with self._cond:
-                self._count -= 1
-                self._cond.notify()
-            raise
-
-    def _release(self, worker: _Worker, healthy: bool) -> None:
-        if not healthy:
-            worker.kill()
-        with self._cond:
-            if healthy:
-                self._idle.append(worker)
-            else:
-                self._count -= 1
-                self._all.discard(worker)
-            self._cond.notify()
-
-    def shutdown(self) -> None:
-        """Stop the idle workers (busy ones are stopped by their callers); the pool can start new ones later."""
-        with self._cond:
-            idle, self._idle = self._idle, []
-            self._count -= len(idle)
-            self._all.difference_update(idle)
-        for worker in idle:
-            worker.kill()
-
-    def kill_all(self) -> None:
-        """At exit: stop every worker, busy ones too (their callers then see a dead worker)."""
-        with self._cond:
-            workers = list(self._all)
-        for worker in workers:
-            with contextlib.suppress(OSError):
-                worker.process.kill()
-
-    def forget(self) -> None:
-        """In a forked child: the workers (and their pipes) belong to the parent; start afresh."""
-        self._idle, self._all, self._count = [], set(), 0
-        self._cond = threading.Condition()
-
-
-_POOL = _WorkerPool(GRADER_PROCESSES)
-atexit.register(_POOL.kill_all)
-
-
-def _after_fork_in_child() -> None:
-    global _SPAWNER
-    _POOL.forget()
-    _SPAWNER = _Spawner()  # the spawner thread does not survive a fork
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
