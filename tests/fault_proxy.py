@@ -294,19 +294,21 @@ class SimulatedCompletionsServer:
     """An OpenAI-compatible `/v1/completions` in front of the simulated policy, so a real `prm-synth run`
     with `policy.kind: openai` labels builtin problems over HTTP. The prompt is the plain rendering
     (no tokenizer): the policy prompt's header, the question, then exactly the prefix, each part
-    separated by a blank line. Every prompt containing `refuse` is answered HTTP 400 with the message
-    a vLLM server gives for a prompt longer than the model's context; `refused` counts them."""
+    separated by a blank line. Every prompt containing `refuse` (and at least `refuse_from_chars` long)
+    is answered HTTP 400 with the message a vLLM server gives for a prompt longer than the model's
+    context; `refused` counts them."""
 
     CONTEXT_MESSAGE = (
         "This model's maximum context length is 2048 tokens. However, you requested 9001 tokens "
         "(8489 in the messages, 512 in the completion). Please reduce the length of the messages or completion."
     )
 
-    def __init__(self, refuse: str | None = None, config: Any = None) -> None:
+    def __init__(self, refuse: str | None = None, config: Any = None, refuse_from_chars: int = 0) -> None:
         from prm_synth.engines.simulated import SimulatedPolicy
 
         self.policy = SimulatedPolicy(config)
         self.refuse = refuse
+        self.refuse_from_chars = refuse_from_chars
         self.calls = 0
         self.refused = 0
         self._server = FakeCompletionsServer()
@@ -329,7 +331,7 @@ class SimulatedCompletionsServer:
         self.calls += 1
         body = await request.json()
         prompt = body["prompt"]
-        if self.refuse is not None and self.refuse in prompt:
+        if self.refuse is not None and self.refuse in prompt and len(prompt) >= self.refuse_from_chars:
             self.refused += 1
             error = {"message": self.CONTEXT_MESSAGE, "type": "BadRequestError", "code": 400}
             return web.json_response({"error": error}, status=400)
