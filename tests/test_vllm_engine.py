@@ -113,3 +113,26 @@ def test_requests_stream_a_short_one_returns_while_a_long_one_runs(engine):
     assert after.sequences - before.sequences == 3
     assert after.tokens - before.tokens == 2 + long.result().generated_tokens
     assert after.busy > before.busy
+
+
+@pytest.mark.slow
+def test_a_request_given_up_is_aborted_in_vllm_and_the_others_go_on(engine):
+    from prm_synth.engines.base import RequestAbandoned
+    from prm_synth.engines.stream import stream_for
+
+    stream = stream_for(engine)
+    long, short = stream.submit_all(
+        [
+            GenerationRequest("Write a long story about a dragon.", n=2, sampling=SamplingOptions(max_tokens=512)),
+            GenerationRequest("Say hi.", sampling=SamplingOptions(max_tokens=2)),
+        ]
+    )
+    assert stream.wait([short], timeout=120)  # both are in vLLM now; the long one runs on
+    assert engine.running() == 2
+    stream.give_up([long])
+    with pytest.raises(RequestAbandoned):
+        long.result()
+    assert engine.running() == 0  # its two samples left vLLM's batch at once
+    (after,) = engine.generate([GenerationRequest("Say hi.", sampling=SamplingOptions(max_tokens=2))])
+    assert after.completions[0].generated_tokens > 0
+    assert not engine._llm.llm_engine.has_unfinished_requests()
