@@ -1,6 +1,7 @@
 """What the pipeline itself costs, with a model that costs nothing (the simulated policy).
 
-Labels builtin problems with binary search (and per-step MC for comparison) through
+Labels builtin problems with the binary method at its default (the calibrated search) and per-step MC
+for comparison, through
 pipeline.process_shard and the shard writer, and splits the CPU time into engine (the simulated
 policy writing text), grading, scheduling/annotation logic, and writing. Prints a table and, last,
 one JSON line: {"problems_per_s_per_core", "grading_share", "scheduling_share", "writing_share", ...}.
@@ -20,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import prm_synth.annotate.scheduler as scheduler_module  # noqa: E402
-import prm_synth.pipeline as pipeline_module  # noqa: E402
+import prm_synth.sample as sample_module  # noqa: E402
 from prm_synth.config import validate_config  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
-from prm_synth.grading import grade  # noqa: E402
+from prm_synth.grading import grade, grade_completion  # noqa: E402
 from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
 from prm_synth.shards import ShardStore  # noqa: E402
 
@@ -56,9 +57,12 @@ def measure(method: str, problems: int) -> dict[str, float]:
     engine = SimulatedPolicy(config.policy)  # type: ignore[arg-type]
     engine_timer = Timed(engine.generate)
     engine.generate = engine_timer  # type: ignore[method-assign]
+    # Grading, where the pipeline calls it: the scheduler's default grader (rollouts) and the sample
+    # stage's (solutions). Both count into one timer.
     grade_timer = Timed(grade)
-    scheduler_module.grade = grade_timer  # the scheduler's default grader and the sampler's
-    pipeline_module.grade = grade_timer
+    scheduler_module.grade = grade_timer
+    completion_timer = Timed(grade_completion)
+    sample_module.grade_completion = completion_timer
     write_timer = Timed(ShardStore.write_shard)
     rows = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,16 +81,17 @@ def measure(method: str, problems: int) -> dict[str, float]:
             )
             rows += len(out.records)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    scheduler_module.grade = pipeline_module.grade = grade
-    other = cpu - engine_timer.seconds - grade_timer.seconds - write_timer.seconds
+    scheduler_module.grade, sample_module.grade_completion = grade, grade_completion
+    grading_s = grade_timer.seconds + completion_timer.seconds
+    other = cpu - engine_timer.seconds - grading_s - write_timer.seconds
     return {
         "problems/s/core": round(problems / cpu, 1),
         "rows/s (wall)": round(rows / wall, 1),
         "engine share": round(engine_timer.seconds / cpu, 3),
-        "grading share": round(grade_timer.seconds / cpu, 3),
+        "grading share": round(grading_s / cpu, 3),
         "scheduling share": round(other / cpu, 3),
         "writing share": round(write_timer.seconds / cpu, 3),
-        "grade calls": grade_timer.calls,
+        "grade calls": grade_timer.calls + completion_timer.calls,
     }
 
 

@@ -7,8 +7,9 @@ id order. Save the JSON of one revision and compare it with another's:
     python benchmarks/rows_identical.py --save before.json          # on the old revision
     python benchmarks/rows_identical.py --compare before.json       # on the new one
 
-Pipelines: pipelines/simulated.yaml, pipelines/simulated-consensus.yaml, and binary and OmegaPRM variants
-of simulated.yaml (OmegaPRM with its trees saved). Last line: one JSON object
+Pipelines: pipelines/simulated.yaml, pipelines/simulated-consensus.yaml, and variants of simulated.yaml that
+reach every method and search test (mc stopping at the first zero; binary with sprt and with fixed plus
+verified correct solutions; OmegaPRM with fixed (trees saved), sprt and calibrated). Last line: one JSON object
 {"identical": bool, "pipelines": {name: {"rows": n, "rejected": n, "digest": "..."}}}.
 """
 
@@ -41,8 +42,17 @@ def variants(tmp: Path) -> dict[str, Path]:
     }
     for name, annotate in {
         "simulated-binary": {"method": "binary", "k": 8, "search_test": "sprt"},
+        "simulated-binary-fixed": {"method": "binary", "k": 8, "search_test": "fixed", "verify_correct": 0.2},
+        "simulated-mc-stop": {"method": "mc", "k": 4, "stop_at_first_zero": True},
         # Written in the pre-0.2 layout on purpose: old pipeline files must keep loading.
         "simulated-omegaprm": {"method": "omegaprm", "omega_k": 8, "omega_rollout_budget": 120, "save_trees": True},
+        "simulated-omegaprm-sprt": {"method": "omegaprm", "k": 8, "rollout_budget": 120, "search_test": "sprt"},
+        "simulated-omegaprm-calibrated": {
+            "method": "omegaprm",
+            "k": 8,
+            "rollout_budget": 120,
+            "search_test": "calibrated",
+        },
     }.items():
         path = tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(base | {"name": name, "annotate": annotate}))

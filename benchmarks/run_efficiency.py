@@ -1,11 +1,18 @@
-"""How full the engine stays while binary search annotates: the streaming scheduler against the ceiling
-and against the former round-based scheduler, on the demo model through vLLM.
+"""How full the engine stays while the default labeler (binary method, calibrated search) annotates: the
+streaming scheduler against the ceiling and against the former round-based scheduler, and a whole
+pipeline shard (sampling overlapped with labeling) against the same ceiling, on the demo model through vLLM.
 
 It runs the library directly (not the `prm-synth run` CLI, whose Prefect start-up and shard writing
-would add a minute here without touching the engine): the sample stage draws the solutions once
-(`prm_synth.sample.sample_solutions`), then the labeler's binary-search annotators
-(`make_labeler(config).annotate_given`) run on `ProbeScheduler`, first in `stream` mode, then in
-`rounds` mode, on the same solutions and the same engine.
+would add a minute here without touching the engine). Three runs on the same engine, each with its own
+labeler (`make_labeler(config)`: the calibrated search's pooled estimates start empty in each) and its
+own telemetry window and picture:
+- `stream`: the sample stage draws the solutions once (`prm_synth.sample.sample_solutions`), then the
+  labeler's annotators (`annotate_given`) run on `ProbeScheduler`;
+- `rounds`: the same solutions on `RoundsScheduler` (benchmarks/rounds_scheduler.py), the former
+  round-based loop;
+- `pipeline`: `prm_synth.pipeline.process_shard` on the same problems, what `prm-synth run` does per
+  shard: sampling and labeling share one engine stream, so a problem's annotators start as soon as
+  its own solutions are back (its solutions are sampled afresh: different texts, similar lengths).
 
 Ceiling: the same engine generating the same number of sequences, each from the same prompt and of
 the same length (min_tokens = max_tokens = its length, EOS ignored) as in the streaming run, all
@@ -19,7 +26,8 @@ both modes probe the same prefixes, so a warm cache would favour whichever runs 
 Usage: python benchmarks/run_efficiency.py [--problems 8] [--samples 2] [--capacity 16] [--out DIR]
 The last line printed is one JSON object:
 {"efficiency": streaming tokens/s / ceiling tokens/s, "occupancy": streaming mean running / capacity,
- "speedup_vs_rounds": streaming tokens/s / round-based tokens/s}.
+ "speedup_vs_rounds": streaming tokens/s / round-based tokens/s,
+ "pipeline_efficiency": pipeline tokens/s / ceiling tokens/s, "pipeline_occupancy": ...}.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from rounds_scheduler import RoundsScheduler
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -71,6 +81,7 @@ def main() -> None:
     from prm_synth.engines.chat import TOKENIZATION_KWARGS
     from prm_synth.engines.stream import stream_for
     from prm_synth.engines.vllm import VLLMEngine, llm_kwargs
+    from prm_synth.pipeline import iter_shards, process_shard
     from prm_synth.problems import iter_problems
     from prm_synth.prompts import policy_user_prompt
     from prm_synth.sample import sample_solutions
@@ -108,9 +119,10 @@ def main() -> None:
     t = time.perf_counter()
     sampled = sample_solutions(engine, problems, config)
     sample_s = time.perf_counter() - t
-    labeler = make_labeler(config)
+    describe = make_labeler(config).budget_line()
 
     def jobs() -> list[SolutionJob]:
+        labeler = make_labeler(config)  # a fresh labeler per run: nothing pooled carries over
         return [
             SolutionJob(
                 key=s.id,
@@ -126,11 +138,9 @@ def main() -> None:
     sampling = SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p)
     runs: dict[str, dict[str, Any]] = {}
     out_dir = Path(args.out or tempfile.mkdtemp(prefix="run-efficiency-"))
-    for mode in ("stream", "rounds"):
+    for mode, scheduler_class in (("stream", ProbeScheduler), ("rounds", RoundsScheduler)):
         engine.record = mode == "stream"
-        sched = ProbeScheduler(
-            engine, sampling, config.run.max_batch_requests, config.run.max_in_flight, mode=mode, label=mode
-        )
+        sched = scheduler_class(engine, sampling, config.run.max_batch_requests, config.run.max_in_flight, label=mode)
         llm.reset_prefix_cache()
         before = stream.telemetry.totals()
         t = time.perf_counter()
@@ -148,10 +158,30 @@ def main() -> None:
             "tokens_per_s": window.tokens_per_s,
             "occupancy": window.occupancy,
             "mean_running": window.mean_running,
-            "rounds_or_batches": sched.stats.engine_calls,
+            "batches": sched.stats.engine_calls,
         }
         print(f"{mode}: {json.dumps({k: round(v, 3) for k, v in runs[mode].items()})}", flush=True)
     engine.record = False
+
+    # A pipeline shard: sampling and labeling on one stream, as `prm-synth run` runs each shard.
+    shard = next(iter_shards(config))
+    llm.reset_prefix_cache()
+    before = stream.telemetry.totals()
+    t = time.perf_counter()
+    out = process_shard(engine, config, shard, config.fingerprint())
+    wall = time.perf_counter() - t
+    window = stream.telemetry.window(before, stream.telemetry.totals())
+    stream.telemetry.save(out_dir, name="pipeline-shard", start=before)
+    runs["pipeline"] = {
+        "annotated": len(out.records),
+        "rollouts": out.stats.rollouts,
+        "tokens": window.tokens,
+        "seconds": wall,
+        "tokens_per_s": window.tokens_per_s,
+        "occupancy": window.occupancy,
+        "mean_running": window.mean_running,
+    }
+    print(f"pipeline: {json.dumps({k: round(v, 3) for k, v in runs['pipeline'].items()})}", flush=True)
 
     # Ceiling: the streaming run's sequences, same prompts and lengths, all at once.
     sequences = [(req, c.generated_tokens) for req, res in engine.seen for c in res.completions]
@@ -188,20 +218,26 @@ def main() -> None:
     engine.close()
     llm.llm_engine.engine_core.shutdown()
 
-    s, rd = runs["stream"], runs["rounds"]
+    s, rd, pipe = runs["stream"], runs["rounds"], runs["pipeline"]
     efficiency = s["tokens_per_s"] / ceiling["tokens_per_s"]
     print()
     print(f"model: {model} (vLLM CPU, float32, max_num_seqs {args.capacity}); engine start {start_s:.1f} s")
     print(
         f"workload: {len(problems)} builtin problems x {args.samples} samples -> {len(sampled.solutions)} solutions "
-        f"(sampled in {sample_s:.1f} s), binary search (sprt, 2 rollouts a batch), rollouts <= {args.rollout_tokens} "
-        f"tokens; load average {os.getloadavg()[0]:.1f}"
+        f"(sampled in {sample_s:.1f} s); labeler: {describe}; rollouts <= {args.rollout_tokens} tokens; "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'run':<22}{'rollouts':>9}{'tokens':>8}{'seconds':>9}{'tokens/s':>10}{'occupancy':>11}")
-    for name, row in (("annotate, stream", s), ("annotate, rounds", rd), ("ceiling (all at once)", ceiling)):
+    print(f"{'run':<26}{'rollouts':>9}{'tokens':>8}{'seconds':>9}{'tokens/s':>10}{'occupancy':>11}")
+    table = (
+        ("annotate, stream", s),
+        ("annotate, rounds", rd),
+        ("pipeline shard (overlap)", pipe),
+        ("ceiling (all at once)", ceiling),
+    )
+    for name, row in table:
         rollouts = row.get("rollouts", row.get("sequences"))
         print(
-            f"{name:<22}{rollouts:>9}{row['tokens']:>8}{row['seconds']:>9.1f}{row['tokens_per_s']:>10.1f}"
+            f"{name:<26}{rollouts:>9}{row['tokens']:>8}{row['seconds']:>9.1f}{row['tokens_per_s']:>10.1f}"
             f"{row['occupancy']:>11.2f}"
         )
     print(f"engine pictures: {out_dir}")
@@ -216,6 +252,8 @@ def main() -> None:
                 "wall_speedup_vs_rounds": round(rd["seconds"] / s["seconds"], 3),
                 "ceiling_tokens_per_s": round(ceiling["tokens_per_s"], 1),
                 "stream_tokens_per_s": round(s["tokens_per_s"], 1),
+                "pipeline_efficiency": round(pipe["tokens_per_s"] / ceiling["tokens_per_s"], 3),
+                "pipeline_occupancy": round(pipe["occupancy"], 3),
             }
         )
     )

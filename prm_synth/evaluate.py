@@ -215,7 +215,7 @@ def evaluate_labels(
     predictions: list[dict[str, Any]] = []
     for s in samples:
         if s.id in first_errors:
-            rollouts = scheduler.spend.get(s.id, [0, 0])[0]
+            rollouts = scheduler.spend[s.id].rollouts
             pred = first_errors[s.id]
             predictions.append(
                 {"id": s.id, "label": s.label, "prediction": pred, "match": pred == s.label, "rollouts": rollouts}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -208,11 +208,13 @@ configs = st.recursive(
 )
 
 
+@settings(deadline=None)  # a busy machine: no per-example time limit
 @given(configs)
 def test_a_config_differs_from_itself_nowhere(config):
     assert differing_keys(config, config) == []
 
 
+@settings(deadline=None)  # a busy machine: no per-example time limit
 @given(st.dictionaries(st.text("abc", min_size=1, max_size=2), configs, min_size=1, max_size=4), st.data())
 def test_changing_one_leaf_names_exactly_its_path(config, data):
     paths = []

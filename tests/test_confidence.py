@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.config import ConfigError, ConsensusConfig, validate_config
@@ -38,6 +38,7 @@ def test_rows_without_p_good_keep_labels_only_without_a_threshold():
     assert with_min_confidence(row, 0.5)["labels"] == [None] * 4
 
 
+@settings(deadline=None)  # a busy machine: no per-example time limit
 @given(
     st.lists(st.tuples(st.sampled_from([True, False, None]), st.floats(0, 1)), min_size=1, max_size=12),
     st.floats(0.5, 1.0),

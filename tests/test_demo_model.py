@@ -90,7 +90,5 @@ def test_real_demo_model_prepared_once():
     tok = AutoTokenizer.from_pretrained(str(path))
     assert tok.chat_template
     mtime = (path / "model.safetensors").stat().st_mtime_ns
-    t0 = time.perf_counter()
     assert models.prepare_demo_model() == path
-    assert time.perf_counter() - t0 < 1.0
     assert (path / "model.safetensors").stat().st_mtime_ns == mtime

@@ -68,8 +68,9 @@ def test_processbench_metric_edges():
     only_errors = processbench_metric([0, 1], [0, 0])
     assert only_errors["correct_acc"] is None and only_errors["f1"] is None and only_errors["error_acc"] == 0.5
     # an error predicted at the wrong place is wrong on erroneous samples, -1 is right only on correct ones
-    assert processbench_metric([2, -1], [-1, -1]) | {} == processbench_metric([2, -1], [-1, -1])
-    assert processbench_metric([2, -1], [-1, -1])["error_acc"] == 0.0
+    missed = processbench_metric([2, -1], [-1, -1])
+    assert missed["error_acc"] == 0.0 and missed["correct_acc"] == 1.0
+    assert processbench_metric([2, -1], [1, -1])["error_acc"] == 0.0  # the wrong step is no hit
     with pytest.raises(ValueError):
         processbench_metric([1], [])
 

@@ -420,16 +420,19 @@ def test_flow_body_exports_to_a_folder(dataset, tmp_path, capsys):
         export_dataset_flow.fn(str(dataset))
 
 
-def test_the_cards_k_and_budget_come_from_the_method():
-    from prm_synth.export.card import method_budget
+def test_the_cards_k_and_budget_come_from_the_labeler():
+    from prm_synth.config import ConfigError
+    from prm_synth.export.card import labeling
 
-    # OmegaPRM before the per-method config (omega_k) and after it (k): the k that was used.
-    old = {"method": "omegaprm", "k": 8, "omega_k": 16, "omega_rollout_budget": 400}
-    assert method_budget(old) == {"method": "omegaprm", "k": 16, "cap": "OmegaPRM rollout budget 400 a question"}
-    new = {"method": "omegaprm", "k": 16, "rollout_budget": 300}
-    assert method_budget(new)["k"] == 16 and "300" in method_budget(new)["cap"]
-    assert method_budget({"method": "binary", "k": 4, "probe_max_rollouts": 32})["cap"] == "at most 32 rollouts a probe"
-    assert method_budget({"method": "mc", "k": 8}) == {"method": "mc", "k": 8, "cap": None}
+    base = {"problems": {"kind": "builtin", "count": 4}, "policy": {"kind": "simulated"}}
+    # OmegaPRM before the per-method config (omega_k) and after it (k): upgraded, then the k that was used.
+    old = labeling(base | {"annotate": {"method": "omegaprm", "k": 8, "omega_k": 16, "omega_rollout_budget": 400}})
+    assert old["method"] == "omegaprm" and "k = 16 rollouts a state" in old["budget"] and "400" in old["budget"]
+    new = labeling(base | {"annotate": {"method": "omegaprm", "k": 16, "rollout_budget": 300}})
+    assert "k = 16" in new["budget"] and "300" in new["budget"]
+    assert "k = 8 rollouts from every step prefix" in labeling(base | {"annotate": {"method": "mc", "k": 8}})["budget"]
+    with pytest.raises(ConfigError, match="stored config"):  # never re-described by hand
+        labeling(base | {"annotate": {"method": "no-such-method"}})
 
 
 def test_the_card_explains_every_label_source_of_the_schema():

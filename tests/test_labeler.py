@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from prm_synth.annotate.labeler import SolutionLabeler, TreeLabeler, make_labeler
+from prm_synth.annotate.labeler import LABELERS, OmegaLabeler, SolutionLabeler, make_labeler
 from prm_synth.cli import app
-from prm_synth.config import validate_config
+from prm_synth.config import AnnotateConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.schema import ShardStats
@@ -54,7 +55,7 @@ def test_every_method_labels_a_shard_whose_counts_reconcile(method):
 def test_per_question_and_per_solution_labelers():
     assert isinstance(make_labeler(validate_config(SIM | {"annotate": METHODS["binary"]})), SolutionLabeler)
     tree = make_labeler(validate_config(SIM | {"annotate": METHODS["omegaprm"]}))
-    assert isinstance(tree, TreeLabeler)
+    assert isinstance(tree, OmegaLabeler)
     config = validate_config(SIM | {"annotate": METHODS["omegaprm"]})
     result = tree.label(build_engine(config.policy), [p for p in next(iter_shards(config)).items])
     assert result.sampled.completions == 0 and result.records  # a tree labeler samples no solutions
@@ -70,6 +71,30 @@ def test_the_omegaprm_budget_line_names_its_own_k():
             validate_config(SIM | {"annotate": {"method": "binary", "k": 8, "search_test": "fixed"}})
         ).budget_line()
     )
+
+
+def test_every_annotate_config_has_one_labeler_of_its_method():
+    configs = typing.get_args(typing.get_args(AnnotateConfig)[0])
+    assert set(LABELERS) == set(configs)
+    for config_class, labeler in LABELERS.items():  # the labeler's method is the config's Literal
+        assert (labeler.method,) == typing.get_args(config_class.model_fields["method"].annotation)
+
+
+def test_the_default_card_text_describes_the_calibrated_search():
+    labeler = make_labeler(validate_config(SIM))  # binary + calibrated
+    assert "calibrated" in labeler.card_text().lower() and "p_good" in labeler.card_text()
+    assert "calibrated posterior" in labeler.budget_line()
+    sprt = make_labeler(validate_config(SIM | {"annotate": {"method": "binary", "search_test": "sprt"}}))
+    assert "Binary search" in sprt.card_text() and "sequential test" in sprt.budget_line()
+
+
+@pytest.mark.parametrize(
+    ("test", "words"),
+    [("fixed", "good when MC > 0"), ("sprt", "sequential test"), ("calibrated", "calibrated posterior")],
+)
+def test_the_omegaprm_budget_line_names_its_actual_test(test, words):
+    line = make_labeler(validate_config(SIM | {"annotate": {"method": "omegaprm", "search_test": test}})).budget_line()
+    assert words in line
 
 
 def test_eval_labels_works_with_omegaprm(tmp_path):
@@ -98,6 +123,7 @@ stats = st.builds(
 )
 
 
+@settings(deadline=None)  # a busy machine: no per-example time limit
 @given(st.lists(stats, min_size=1, max_size=5))
 def test_run_stats_are_the_field_wise_sum_of_shard_stats(shards):
     total = sum(shards, start=ShardStats())

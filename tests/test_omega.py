@@ -24,7 +24,8 @@ from prm_synth.annotate.omega import (
     tree_to_json,
     u_value,
 )
-from prm_synth.annotate.scheduler import Probe, ProbeResult, ProbeScheduler, SolutionJob
+from prm_synth.annotate.protocol import Probe, ProbeResult
+from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.config import OmegaConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
@@ -56,7 +57,7 @@ class Prober:
             len(got),
             statuses.count("unknown"),
             sum(t for _, _, t in got),
-            list(got),
+            tuple(got),
         )
 
     @property
@@ -339,7 +340,7 @@ def test_through_the_scheduler_with_the_simulated_policy():
     assert any(result.paths() for result in results.values())
     for job in jobs:
         result = results[job.key]
-        assert sched.spend[job.key][0] == result.rollouts <= 60
+        assert sched.spend[job.key].rollouts == result.rollouts <= 60
         check_tree_and_paths(result)
         for path in result.paths():
             if path.final_status is not None:  # a complete rollout's verdict is its own grade

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from _timed_engine import TimedEngine
 
 import flows.reporting as reporting
-from prm_synth.annotate.scheduler import Probe, ProbeScheduler, SolutionJob
+from prm_synth.annotate.protocol import Probe
+from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.config import validate_config
 from prm_synth.engines.base import SamplingOptions
-from prm_synth.engines.timed import TimedEngine
 from prm_synth.telemetry import ProgressSnapshot
 from tests.test_stream import LengthEngine, always_correct, scripted
 

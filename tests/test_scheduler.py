@@ -4,10 +4,12 @@ from collections import Counter
 from collections.abc import Sequence
 
 import pytest
+from _rounds import SCHEDULERS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult, ProbeScheduler, SolutionJob
+from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
+from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult, SamplingOptions
 
 
@@ -52,8 +54,8 @@ job_st = st.tuples(st.integers(0, 2), st.lists(st.lists(probe_st, max_size=4), m
 )
 def test_every_probe_is_answered_once_in_order_and_duplicates_are_estimated_once(jobs, in_flight, batch, mode):
     engine = CountingEngine()
-    sched = ProbeScheduler(
-        engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=grader, mode=mode
+    sched = SCHEDULERS[mode](
+        engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=grader
     )
     logs = [[] for _ in jobs]
     specs = [
@@ -86,9 +88,7 @@ def test_every_probe_is_answered_once_in_order_and_duplicates_are_estimated_once
 @pytest.mark.parametrize("mode", ["stream", "rounds"])
 def test_probes_of_many_problems_share_one_engine_call(mode):
     engine = CountingEngine()
-    sched = ProbeScheduler(
-        engine, SamplingOptions(), max_batch_requests=100, max_in_flight=50, grader=grader, mode=mode
-    )
+    sched = SCHEDULERS[mode](engine, SamplingOptions(), max_batch_requests=100, max_in_flight=50, grader=grader)
     rounds = [[Probe.of_steps(STEPS, 0, 2)], [Probe.of_steps(STEPS, 1, 2)]]
     specs = [SolutionJob(f"j{i}", f"p{i}", "Q", "1", scripted(rounds, [])) for i in range(30)]
     assert len(list(sched.run(specs))) == 30
@@ -99,7 +99,7 @@ def test_probes_of_many_problems_share_one_engine_call(mode):
 @pytest.mark.parametrize("mode", ["stream", "rounds"])
 def test_more_rollouts_on_a_known_prefix_only_samples_the_missing_ones(mode):
     engine = CountingEngine()
-    sched = ProbeScheduler(engine, SamplingOptions(), grader=grader, mode=mode)
+    sched = SCHEDULERS[mode](engine, SamplingOptions(), grader=grader)
     log: list = []
     rounds = [[Probe.of_steps(STEPS, 0, k)] for k in (4, 10, 3)]
     spec = SolutionJob("j", "p", "Q", "1", scripted(rounds, log))

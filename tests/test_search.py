@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.annotate.labels import apply_rule
-from prm_synth.annotate.scheduler import ProbeResult
-from prm_synth.annotate.search import FixedTest, SequentialTest, binary_search
+from prm_synth.annotate.prefix_test import FixedTest, SequentialTest
+from prm_synth.annotate.protocol import ProbeResult
+from prm_synth.annotate.search import binary_search
 from prm_synth.config import BinaryConfig
 
 STEPS = [f"step {i}\n" for i in range(16)]
@@ -71,7 +72,7 @@ def test_unknown_verdict_may_conclude_no_error():
 
 
 def test_sprt_stops_early_on_clear_evidence():
-    test = SequentialTest(0.05, 0.3, 0.1, batch=2, max_rollouts=32)
+    test = SequentialTest.of(0.05, 0.3, 0.1, batch=2, max_rollouts=32)
     assert test.verdict(2, 2) is True  # two successes: clearly not a 5% prefix
     assert test.verdict(0, 2) is None
     assert test.verdict(0, 8) is False  # a run of failures

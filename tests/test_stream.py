@@ -12,10 +12,14 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
+from _rounds import SCHEDULERS, RoundsScheduler
+from _timed_engine import TimedEngine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.scheduler import Annotator, JobsAfter, Probe, ProbeScheduler, SolutionJob
+from prm_synth.annotate.labels import apply_rule
+from prm_synth.annotate.protocol import Annotator, Probe
+from prm_synth.annotate.scheduler import JobsAfter, ProbeScheduler, SolutionJob
 from prm_synth.annotate.search import binary_search
 from prm_synth.arithmetic import generate as make_chain
 from prm_synth.config import BinaryConfig, SimulatedPolicyConfig
@@ -29,7 +33,6 @@ from prm_synth.engines.base import (
 )
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.engines.stream import BatchAdapter, FutureAdapter, GenerationStream, as_streaming, stream_for
-from prm_synth.engines.timed import TimedEngine
 from prm_synth.grading import grade
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.steps import split_steps
@@ -175,7 +178,7 @@ def test_an_annotator_resumes_while_another_ones_long_rollout_still_runs():
     assert engine.clock() == 100  # the quick annotator's three rounds ran beside the long rollout
 
     rounds = TimedEngine(LengthEngine(lambda p: lengths[p]), capacity=8)
-    list(ProbeScheduler(rounds, SamplingOptions(), grader=always_correct, mode="rounds").run(jobs_again(lengths)))
+    list(RoundsScheduler(rounds, SamplingOptions(), grader=always_correct).run(jobs_again(lengths)))
     assert rounds.clock() == 110  # round one waits for the long rollout, then two more rounds
 
 
@@ -266,7 +269,7 @@ def test_streaming_never_takes_longer_than_rounds(lengths, rounds):
     clocks = {}
     for mode in ("stream", "rounds"):
         engine = TimedEngine(LengthEngine(length), capacity=len(rounds))  # every annotator fits the batch
-        list(ProbeScheduler(engine, SamplingOptions(), grader=always_correct, mode=mode).run(jobs()))
+        list(SCHEDULERS[mode](engine, SamplingOptions(), grader=always_correct).run(jobs()))
         clocks[mode] = engine.clock()
     assert clocks["stream"] <= clocks["rounds"]
 
@@ -278,7 +281,7 @@ def simulated_jobs(policy: SimulatedPolicy, count: int) -> list[SolutionJob]:
     for i in range(count):
         chain = make_chain(random.Random(f"stream-test:{i}"), 4, 12)
         user = policy_user_prompt(chain.question())
-        (result,) = policy.generate([GenerationRequest(user, n=2, first_sample_index=0)])
+        (result,) = policy.generate([GenerationRequest(user, n=1, first_sample_index=0)])
         for j, completion in enumerate(result.completions):
             steps = split_steps(completion.text, "line")
             status = grade(completion.text, str(chain.answer)).status
@@ -291,13 +294,18 @@ def simulated_jobs(policy: SimulatedPolicy, count: int) -> list[SolutionJob]:
 
 def test_binary_search_keeps_the_engine_fuller_and_finishes_sooner_than_rounds():
     """The issue's claim on the simulated policy: solutions of 4 to 12 steps, binary search asking
-    2 rollouts at a time, rollouts as long as what is left of the solution. Same labels either way."""
+    2 rollouts at a time, rollouts as long as what is left of the solution. Same labels either way:
+    one solution a problem, so no annotator's probe can find more rollouts than it asked for (which
+    depends on timing when solutions share prefixes)."""
     policy = SimulatedPolicy(SimulatedPolicyConfig(step_error=0.2, seed=3))
     outcome = {}
     for mode in ("stream", "rounds"):
         engine = TimedEngine(policy, capacity=32)
-        sched = ProbeScheduler(engine, SamplingOptions(), max_in_flight=24, mode=mode)
-        labels = {j.key: tuple(ann.label_source) for j, ann in sched.run(simulated_jobs(policy, 20))}
+        sched = SCHEDULERS[mode](engine, SamplingOptions(), max_in_flight=24)
+        labels = {
+            j.key: (apply_rule(ann, "hard").labels, ann.label_source)
+            for j, ann in sched.run(simulated_jobs(policy, 40))
+        }
         window = sched.stats.engine
         assert window is not None
         outcome[mode] = (engine.clock(), window.occupancy, labels, sched.stats.rollouts)
@@ -305,3 +313,4 @@ def test_binary_search_keeps_the_engine_fuller_and_finishes_sooner_than_rounds()
     assert stream[0] < 0.8 * rounds[0]  # fewer modelled time units
     assert stream[1] > rounds[1] + 0.1  # a fuller engine
     assert len(stream[2]) == len(rounds[2]) == 40
+    assert stream[2] == rounds[2]  # the same labels (and label sources) for every solution

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult, ProbeScheduler, SolutionJob
+from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
+from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.config import SimulatedPolicyConfig, validate_config
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy

@@ -1,11 +1,13 @@
 """Step annotation: annotators (sequential generators) driven by the batching probe scheduler.
 
-`labeler.make_labeler` picks the method; `mc`, `search` and `omega` are the algorithms.
+`labeler.make_labeler` picks the method; `mc`, `search` and `omega` are the algorithms, `prefix_test`
+the tests that decide a prefix, `protocol` what an annotator and the scheduler say to each other.
 """
 
 from __future__ import annotations
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult, ProbeScheduler, SolutionJob
+from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
+from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 
 __all__ = ["Annotation", "Annotator", "Probe", "ProbeResult", "ProbeScheduler", "SolutionJob"]

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from prm_synth.annotate.scheduler import ProbeResult
-from prm_synth.schema import LabelSource
+from prm_synth.annotate.protocol import ProbeResult
+from prm_synth.schema import LabelSource, VerdictStatus
 
 
 @dataclass
@@ -27,7 +26,6 @@ class Annotation:
     mc_total: list[int]
     label_source: list[LabelSource]
     decided: dict[int, bool] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
     # Per step, the posterior probability that its prefix is still correct (None: not estimated).
     p_good: list[float] | None = None
     # Per step, why it is unlabeled (None where labeled, or where the method gives no reason).
@@ -42,7 +40,7 @@ class Annotation:
         self.mc_total[result.step] = result.total
         self.label_source[result.step] = "mc"
 
-    def record_verdict(self, step: int, status: str) -> None:
+    def record_verdict(self, step: int, status: VerdictStatus) -> None:
         """The complete solution is one rollout of its own last prefix: its verdict is a free sample."""
         if status == "unknown" or self.label_source[step] == "mc":
             return

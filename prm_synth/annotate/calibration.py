@@ -24,12 +24,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.scheduler import Annotator, Probe
+from prm_synth.annotate.protocol import Annotator, Probe
 
 # Per-step error rates (a solution's difficulty) and luck rates the posterior ranges over.
 P_GRID = np.array([0.005, 0.015, 0.03, 0.05, 0.075, 0.1, 0.14, 0.2, 0.28, 0.4])
@@ -300,11 +299,6 @@ class SearchSettings:
     min_gain: float = 0.02  # bits of label uncertainty a rollout must be expected to remove
     batches: tuple[int, ...] = (3, 8)  # rollouts a probe may ask for at once
 
-    @classmethod
-    def of(cls, config: Any) -> SearchSettings:
-        """From an annotate config's calibrated knobs (BinaryConfig or OmegaConfig)."""
-        return cls(config.confidence, config.calibrated_max_rollouts, config.calibrated_min_gain)
-
 
 def calibrated_search(
     steps: list[str],
@@ -346,7 +340,6 @@ def calibrated_search(
         if step >= 0:
             ann.record(result)
     _label(ann, post, settings.confidence, stop, final_status)
-    ann.extra |= {"stop": stop, "luck_rate": estimates.luck_rate, "root": (int(ev.correct[0]), int(ev.total[0]))}
     return ann
 
 
@@ -365,4 +358,3 @@ def _label(ann: Annotation, post: Posterior, confidence: float, stop: str, final
             ann.decide(i, label, "verdict")
         else:
             ann.decide(i, label, "test" if measured else "inferred")
-    ann.extra["boundary"] = next((i for i, x in enumerate(lab.labels) if x is False), -1)

@@ -6,8 +6,9 @@ Two kinds of labelers behind one interface:
 - per question (omegaprm): the labeler draws its own rollouts from the bare question and builds a
   tree; each root-to-leaf path becomes a row, and a question without a path is rejected.
 Each method also says what it costs (its budget line), how rows relate to inputs (the reconcile
-rule of `summary`) and how its labels were made (the dataset card). `make_labeler` is the only
-dispatch on `annotate.method` in the code base.
+rule of `summary`) and how its labels were made (the dataset card). One class per method, found by
+its config class in `LABELERS`: adding a method is one config class, one labeler class and one
+entry there. `make_labeler` is the only dispatch on the annotate method in the code base.
 """
 
 from __future__ import annotations
@@ -23,22 +24,24 @@ from prm_synth.annotate.calibration import RunEstimates
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
+from prm_synth.annotate.prefix_test import make_test
+from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.scheduler import (
-    Annotator,
     JobsAfter,
     ProbeScheduler,
     ProgressCallback,
     Refused,
     SchedulerStats,
     SolutionJob,
+    Spend,
 )
-from prm_synth.annotate.search import binary_search
+from prm_synth.annotate.search import binary_search, first_error_search
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading import Verdict, grade
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
-from prm_synth.schema import LabeledRecord, Problem, RejectedRecord, ShardStats, Stage, reject
+from prm_synth.schema import LabeledRecord, Problem, RejectedRecord, ShardStats, Stage, VerdictStatus, reject
 from prm_synth.steps import split_steps
 
 Progress = Callable[[str], None]
@@ -72,7 +75,7 @@ class Labeler(Protocol):
         """Label a shard's problems (sampling their solutions first where the method needs them)."""
         ...
 
-    def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
+    def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         """An annotator for a solution we are given (evaluation on ProcessBench-format files)."""
         ...
 
@@ -85,12 +88,11 @@ class Labeler(Protocol):
 
 def make_labeler(config: PipelineConfig, fingerprint: str = "") -> Labeler:
     """The labeler of `config.annotate`: the only place that branches on the annotate method."""
-    ann = config.annotate
-    if isinstance(ann, MCConfig | BinaryConfig):
-        return SolutionLabeler(config, fingerprint)
-    if isinstance(ann, OmegaConfig):
-        return TreeLabeler(config, fingerprint)
-    raise TypeError(f"no labeler for annotate config {type(ann).__name__}")
+    try:
+        labeler = LABELERS[type(config.annotate)]
+    except KeyError:
+        raise TypeError(f"no labeler for annotate config {type(config.annotate).__name__}") from None
+    return labeler(config, fingerprint)
 
 
 def new_scheduler(
@@ -188,20 +190,10 @@ class _Base:
 
 
 class SolutionLabeler(_Base):
-    """mc and binary: one annotator and one row per sampled solution."""
+    """A per-solution method: one annotator and one row per sampled solution."""
 
-    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
-        super().__init__(config, fingerprint)
-        self.annotate: MCConfig | BinaryConfig = config.annotate  # type: ignore[assignment]
-        self.method = self.annotate.method
-        # search_test calibrated: the luck and difficulty estimates every annotator of a run pools
-        self.estimates = RunEstimates()
-
-    def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
-        a = self.annotate
-        if isinstance(a, MCConfig):
-            return per_step_mc(steps, final_status, a.k, a.stop_at_first_zero)
-        return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), self.estimates, key)
+    def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
+        raise NotImplementedError
 
     def label(
         self,
@@ -242,8 +234,10 @@ class SolutionLabeler(_Base):
             if isinstance(ann, Refused):
                 rejected.append(refused_row(s.id, s.problem, "annotate", ann.message, {"steps": s.steps}))
                 continue
-            rollouts, tokens = scheduler.spend.get(s.id, [0, 0])
-            records.append(self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, rollouts, tokens + s.tokens))
+            spend = scheduler.spend.get(s.id, Spend())
+            records.append(
+                self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, spend.rollouts, spend.tokens + s.tokens)
+            )
         return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled)
 
     def _job(self, s: Solution) -> SolutionJob[Annotation]:
@@ -255,42 +249,58 @@ class SolutionLabeler(_Base):
             annotator=self.annotate_given(s.steps, s.verdict.status, s.id),
         )
 
-    def budget_line(self) -> str:
-        a = self.annotate
-        if isinstance(a, MCConfig):
-            stop = ", stopping at the first prefix with MC 0" if a.stop_at_first_zero else ""
-            return f"k = {a.k} rollouts from every step prefix{stop}"
-        if a.search_test == "fixed":
-            return f"binary search, k = {a.k} rollouts a probe (good when MC > 0)"
-        if a.search_test == "calibrated":
-            return (
-                f"binary search with a calibrated posterior (labels at confidence {a.confidence}, at most "
-                f"{a.calibrated_max_rollouts} rollouts a solution; luck and difficulty estimated from the run)"
-            )
-        return (
-            f"binary search, sequential test ({a.probe_batch} rollouts at a time, at most {a.probe_max_rollouts} a "
-            f"probe; bad_rate {a.bad_rate}, good_rate {a.good_rate})"
-        )
-
-    def card_text(self) -> str:
-        if isinstance(self.annotate, MCConfig):
-            return (
-                "Per-step Monte Carlo estimation (Math-Shepherd): every step prefix of a sampled solution is "
-                "continued by the policy and the share of continuations reaching the gold answer is its MC value."
-            )
-        return (
-            "Binary search for the first error (OmegaPRM's bisection): prefixes of a sampled solution are "
-            "continued by the policy, each decided good or bad by a test on its rollouts, and the search narrows "
-            "to the first bad step; steps before it are good, steps after it unlabeled."
-        )
-
     def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
         # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
         load_rejected = stats.inputs - stats.problems_loaded
         return rows + rejected == load_rejected + stats.problems_loaded * samples_per_problem
 
 
-class TreeLabeler(_Base):
+class MCLabeler(SolutionLabeler):
+    """mc: k rollouts from every step prefix of every sampled solution."""
+
+    method = "mc"
+
+    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
+        super().__init__(config, fingerprint)
+        self.annotate: MCConfig = config.annotate  # type: ignore[assignment]
+
+    def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
+        return per_step_mc(steps, final_status, self.annotate.k, self.annotate.stop_at_first_zero)
+
+    def budget_line(self) -> str:
+        stop = ", stopping at the first prefix with MC 0" if self.annotate.stop_at_first_zero else ""
+        return f"k = {self.annotate.k} rollouts from every step prefix{stop}"
+
+    def card_text(self) -> str:
+        return (
+            "Per-step Monte Carlo estimation (Math-Shepherd): every step prefix of a sampled solution is "
+            "continued by the policy and the share of continuations reaching the gold answer is its MC value."
+        )
+
+
+class BinaryLabeler(SolutionLabeler):
+    """binary: a first-error search per sampled solution (bisection with a test, or the calibrated search)."""
+
+    method = "binary"
+
+    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
+        super().__init__(config, fingerprint)
+        self.annotate: BinaryConfig = config.annotate  # type: ignore[assignment]
+        # search_test calibrated: the luck and difficulty estimates every annotator of a run pools
+        self.estimates = RunEstimates()
+
+    def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
+        a = self.annotate
+        return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), self.estimates, key)
+
+    def budget_line(self) -> str:
+        return f"first-error search per solution, {make_test(self.annotate).describe()}"
+
+    def card_text(self) -> str:
+        return make_test(self.annotate).card_text()
+
+
+class OmegaLabeler(_Base):
     """omegaprm: one search tree per question (it draws its own rollouts), one row per root-to-leaf path."""
 
     method = "omegaprm"
@@ -302,24 +312,10 @@ class TreeLabeler(_Base):
 
     def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
         """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""
-        a = self.annotate
-        bisection = BinaryConfig(
-            method="binary",
-            k=a.k,
-            search_test=a.search_test,
-            recheck=False,
-            bad_rate=a.bad_rate,
-            good_rate=a.good_rate,
-            sprt_error=a.sprt_error,
-            probe_batch=a.probe_batch,
-            probe_max_rollouts=a.probe_max_rollouts,
-            confidence=a.confidence,
-            calibrated_max_rollouts=a.calibrated_max_rollouts,
-            calibrated_min_gain=a.calibrated_min_gain,
+        test = make_test(self.annotate)
+        return first_error_search(
+            steps, final_status, test, recheck=False, estimates=self.estimates, key=key, method=self.method
         )
-        ann = yield from binary_search(steps, final_status, bisection, estimates=self.estimates, key=key)
-        ann.method = self.method
-        return ann
 
     def label(
         self,
@@ -363,8 +359,10 @@ class TreeLabeler(_Base):
                     reject(f"{p.id}-t", p.id, p.source, "annotate", reason, detail, {"stop": result.stop_reason})
                 )
                 continue
-            rollouts, tokens = scheduler.spend.get(p.id, [0, 0])
-            shares = zip(paths, split_evenly(rollouts, len(paths)), split_evenly(tokens, len(paths)), strict=True)
+            spend = scheduler.spend.get(p.id, Spend())
+            shares = zip(
+                paths, split_evenly(spend.rollouts, len(paths)), split_evenly(spend.tokens, len(paths)), strict=True
+            )
             for i, (path, r_share, t_share) in enumerate(shares):
                 complete = path.final_status is not None
                 verdict = (
@@ -381,10 +379,10 @@ class TreeLabeler(_Base):
 
     def budget_line(self) -> str:
         a = self.annotate
-        test = "k rollouts, good when MC > 0" if a.search_test == "fixed" else "a sequential test"
         return (
-            f"OmegaPRM tree search, k = {a.k} rollouts a state ({test}), at most {a.rollout_budget} rollouts and "
-            f"{a.search_limit} selections a question"
+            f"OmegaPRM tree search, k = {a.k} rollouts a state, prefixes decided by "
+            f"{make_test(a).describe()}; at most {a.rollout_budget} rollouts and {a.search_limit} selections "
+            f"a question"
         )
 
     def card_text(self) -> str:
@@ -397,3 +395,7 @@ class TreeLabeler(_Base):
     def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
         # A tree gives any number of rows: every problem has rows or a rejection (checked per shard).
         return stats.problems_labeled + rejected >= stats.inputs
+
+
+# The labeler of each annotate config class: one entry per method.
+LABELERS: dict[type, type[_Base]] = {MCConfig: MCLabeler, BinaryConfig: BinaryLabeler, OmegaConfig: OmegaLabeler}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.scheduler import Annotator, Probe
+from prm_synth.annotate.protocol import Annotator, Probe
 
 
 def per_step_mc(steps: list[str], final_status: str, k: int, stop_at_first_zero: bool = False) -> Annotator[Annotation]:

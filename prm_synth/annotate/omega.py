@@ -34,6 +34,7 @@ import json
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import networkx as nx
@@ -46,8 +47,8 @@ from prm_synth.annotate.calibration import (
     RunEstimates,
     labels_from_posterior,
 )
-from prm_synth.annotate.scheduler import Annotator, Probe, ProbeResult
-from prm_synth.annotate.search import SequentialTest
+from prm_synth.annotate.prefix_test import CalibratedTest, PrefixTest, decide, make_test
+from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
 from prm_synth.config import OmegaConfig
 
 METHOD = "omegaprm"
@@ -196,7 +197,6 @@ def _flatten(tree: nx.DiGraph, node_path: list[int], infer_good: bool) -> OmegaP
             if source[i] == "none":
                 ann.decide(i, True, "inferred")
     final_status = leaf["final_status"] if leaf["kind"] == "rollout" else None
-    ann.extra = {"leaf": node_path[-1], "final_status": final_status}
     return OmegaPath(steps, correct, total, ann.label_source, final_status, node_path, ann)
 
 
@@ -212,7 +212,8 @@ class OmegaSearch:
         estimates: RunEstimates | None = None,
     ) -> None:
         self.config = config
-        calibrated = config.search_test == "calibrated"
+        self._test = make_test(config)
+        calibrated = isinstance(self._test, CalibratedTest)
         self.estimates = (estimates or RunEstimates()) if calibrated else None
         self.split = split
         self.correct_leaves = correct_leaves
@@ -226,9 +227,6 @@ class OmegaSearch:
         self.spent = 0
         self.tokens = 0
         self.pruned_lucky = 0  # correct leaves dropped because they lie below a bad state
-        self._test = SequentialTest(
-            config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
-        )
 
     # ---------------------------------------------------------- main loop
     def run(self) -> Annotator[OmegaResult]:
@@ -316,49 +314,21 @@ class OmegaSearch:
     def _decide(
         self, prefix: str, step: int, rollout_steps: Steps = ()
     ) -> Generator[list[Probe], list[ProbeResult], tuple[bool, ProbeResult] | None]:
-        """Good or bad, with the measurement behind it; None when the budget ran out first.
+        """Good or bad, with the measurement behind it; None when the test gives up or the budget ran
+        out first. The test is the config's (`prefix_test.py`); a calibrated one decides this prefix by
+        the change-point posterior of the whole rollout."""
+        test: PrefixTest = self._test
+        if isinstance(self._test, CalibratedTest):
+            test = self._test.for_prefix(partial(self._posterior, rollout_steps), step)
+        return (yield from decide(test, self._known.get(prefix), partial(self._measure, prefix, step)))
 
-        fixed: k rollouts, good when MC > 0 (the paper). sprt: a few rollouts at a time until
-        the sequential test of the binary annotator is sure, within the same hard budget.
-        calibrated: a few rollouts at a time until the change-point posterior of the whole rollout
-        (annotate/calibration.py) is sure of this prefix; None (undecided) at probe_max_rollouts.
-        """
-        cfg = self.config
-        if cfg.search_test == "fixed":
-            result = yield from self._measure(prefix, step)
-            return None if result is None else (result.correct > 0, result)
-        if cfg.search_test == "calibrated":
-            return (yield from self._decide_calibrated(prefix, step, rollout_steps))
-        test = self._test
-        have = self._known.get(prefix)
-        while True:
-            total = have.total if have else 0
-            if have is not None:
-                verdict = test.verdict(have.correct, have.total)
-                if verdict is not None:
-                    return verdict, have
-            have = yield from self._measure(prefix, step, want=total + test.batch)
-            if have is None or have.total == total:
-                return None
-
-    def _decide_calibrated(
-        self, prefix: str, step: int, rollout_steps: Steps
-    ) -> Generator[list[Probe], list[ProbeResult], tuple[bool, ProbeResult] | None]:
+    def _posterior(self, rollout_steps: Steps) -> Posterior:
+        """The posterior of a selected rollout from every prefix measured so far, pooled into the run's
+        estimates (the rollout is known incorrect)."""
         assert self.estimates is not None
-        cfg = self.config
-        have = self._known.get(prefix)
-        while True:
-            total = have.total if have else 0
-            post = Posterior(_evidence(self.tree, rollout_steps, "incorrect", self._known), self.estimates)
-            self.estimates.update(f"omega-{id(self)}-{rollout_steps!r}", post)
-            p_good = float(post.p_good[step])
-            if have is not None and max(p_good, 1.0 - p_good) >= cfg.confidence:
-                return p_good >= cfg.confidence, have
-            if total >= cfg.probe_max_rollouts:
-                return None  # the evidence cannot decide this prefix within the probe's cap
-            have = yield from self._measure(prefix, step, want=total + max(cfg.probe_batch, 3))
-            if have is None or have.total == total:
-                return None
+        post = Posterior(_evidence(self.tree, rollout_steps, "incorrect", self._known), self.estimates)
+        self.estimates.update(f"omega-{id(self)}-{rollout_steps!r}", post)
+        return post
 
     # ---------------------------------------------------------- probing under the budget
     def _measure(
@@ -389,7 +359,7 @@ class OmegaSearch:
             return self._by_text[prefix]  # reached again through another rollout: already harvested
         node = self._insert(prefix, steps, "state")
         self._set_measurement(node, result)
-        if self.config.search_test in ("sprt", "calibrated"):
+        if self._test.source == "test":
             # The test's decision is the label (MC alone would call a lucky wrong prefix good).
             self.tree.nodes[node]["decided"] = good
         if self._is_bad(node):

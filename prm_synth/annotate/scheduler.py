@@ -1,78 +1,40 @@
 """The probe scheduler: many sequential annotators, one engine kept full.
 
-An annotator is a generator. It yields a list of `Probe`s (prefix text, rollouts wanted) and is
-sent back one `ProbeResult` per probe, in the same order; when it returns, its return value is the
-annotation. Binary search and MCTS stay plain sequential code, while the scheduler keeps many
+Annotators speak the protocol of `protocol.py` (they yield `Probe`s and are sent `ProbeResult`s).
+Binary search and MCTS stay plain sequential code, while the scheduler keeps many
 solutions in flight, estimates each distinct prefix of a problem once (a later probe of the same
 prefix reuses and, if it wants more rollouts, extends the earlier estimate; a probe of a prefix that
 is being sampled right now waits for that estimate instead of sampling it again), grades the
 rollouts, and resumes each annotator.
 
-Two modes:
-- `stream` (default): every probe's request goes into the engine's stream (engines/stream.py) at
-  once, and an annotator resumes as soon as the rollouts of its own probes are back and graded. The
-  engine holds up to its capacity of sequences the whole time; nothing waits for the slowest rollout
-  of a round. Jobs may also arrive while the scheduler runs (`JobsAfter`: the annotators of a
-  problem whose solutions are still being sampled), so sampling and annotation share the engine.
-  A request the engine refuses (`RequestRefused`: e.g. a prefix longer than the model's context)
-  ends the annotators that wait on it: each is yielded with `Refused` instead of its annotation,
-  and the others go on. Any other engine error ends the run (the shard fails and is redone), and
-  the requests still out are given up, so the engine stops running them.
-- `rounds`: the former behaviour, kept for comparison: gather every pending probe, send them as
-  one batch, wait for all of it, resume everyone.
+Every probe's request goes into the engine's stream (engines/stream.py) at once, and an annotator
+resumes as soon as the rollouts of its own probes are back and graded. The engine holds up to its
+capacity of sequences the whole time; nothing waits for the slowest rollout of a round. Jobs may
+also arrive while the scheduler runs (`JobsAfter`: the annotators of a problem whose solutions are
+still being sampled), so sampling and annotation share the engine. A request the engine refuses
+(`RequestRefused`: e.g. a prefix longer than the model's context) ends the annotators that wait on
+it: each is yielded with `Refused` instead of its annotation, and the others go on. Any other engine
+error ends the run (the shard fails and is redone), and the requests still out are given up, so the
+engine stops running them. (The former `rounds` behaviour, one batch of every pending probe at a
+time, is a benchmark instrument: benchmarks/rounds_scheduler.py.)
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
+from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult, Rollout
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import GenerationStream, stream_for
 from prm_synth.grading import grade, is_truncated
 from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot, WindowSummary
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Probe:
-    """Estimate `prefix` (the assistant text so far) with at least `k` rollouts in total.
-
-    `step` is the annotator's own tag (e.g. the index of the prefix's last step), echoed back.
-    """
-
-    prefix: str
-    k: int
-    step: int = -1
-
-    @classmethod
-    def of_steps(cls, steps: list[str], step: int, k: int) -> Probe:
-        """The prefix made of steps 0..step exactly (step −1: the empty prefix, the question alone)."""
-        return cls("".join(steps[: step + 1]), k, step)
-
-
-@dataclass
-class ProbeResult:
-    step: int
-    correct: int = 0
-    total: int = 0
-    unknown: int = 0  # rollouts whose answer could not be graded: counted in total, never as correct
-    tokens: int = 0  # generated tokens of all rollouts behind this estimate
-    # The rollouts themselves (completion text, verdict status, generated tokens), for tree search.
-    rollouts: list[tuple[str, str, int]] = field(default_factory=list)
-
-    @property
-    def mc(self) -> float | None:
-        return self.correct / self.total if self.total else None
-
-
-# An annotator yields probe lists, receives result lists, and returns its annotation.
-Annotator = Generator[list[Probe], list[ProbeResult], T]
 
 
 @dataclass
@@ -110,7 +72,7 @@ class Refused:
 
 @dataclass
 class SchedulerStats:
-    engine_calls: int = 0  # batches of requests handed to the engine (stream: submissions; rounds: calls)
+    engine_calls: int = 0  # batches of requests handed to the engine
     requests: int = 0
     rollouts: int = 0
     generated_tokens: int = 0
@@ -127,7 +89,28 @@ class SchedulerStats:
     engine: WindowSummary | None = None
 
 
-Mode = Literal["stream", "rounds"]
+@dataclass
+class Spend:
+    """What one job's probes caused: rollouts, and tokens (generated and prompt)."""
+
+    rollouts: int = 0
+    tokens: int = 0
+
+
+@dataclass
+class _Estimate:
+    """Everything measured of one prefix so far (the accumulator; annotators get frozen copies)."""
+
+    correct: int = 0
+    total: int = 0
+    unknown: int = 0
+    tokens: int = 0
+    rollouts: list[Rollout] = field(default_factory=list)
+
+    def answer(self, step: int) -> ProbeResult:
+        return ProbeResult(step, self.correct, self.total, self.unknown, self.tokens, tuple(self.rollouts))
+
+
 ProgressCallback = Callable[[ProgressSnapshot], None]
 _Key = tuple[str, str]  # (problem key, prefix text)
 
@@ -152,7 +135,7 @@ class ProbeScheduler:
     """Drives annotators in flight; see the module docstring.
 
     max_in_flight: annotators running at once. max_batch_requests: requests in one engine call
-    (rounds) or in the engine at once for this scheduler (stream). on_progress: called at least
+    in the engine at once for this scheduler. on_progress: called at least
     every `progress_interval_s` seconds while work is going on, and once at the end.
     """
 
@@ -164,29 +147,25 @@ class ProbeScheduler:
         max_in_flight: int = 64,
         grader: Callable[[str, str], str] | None = None,
         *,
-        mode: Mode = "stream",
         on_progress: ProgressCallback | None = None,
         progress_interval_s: float = 2.0,
         label: str = "annotate",
     ) -> None:
-        if mode not in ("stream", "rounds"):
-            raise ValueError(f"unknown scheduler mode {mode!r} (stream or rounds)")
         self.engine = engine
         self.stream: GenerationStream = stream_for(engine)
         self.sampling = sampling
         self.max_batch_requests = max_batch_requests
         self.max_in_flight = max_in_flight
         self.grader = grader or (lambda text, gold: grade(text, gold).status)
-        self.mode = mode
         self.on_progress = on_progress
         self.progress_interval_s = progress_interval_s
         self.label = label
         self.stats = SchedulerStats()
         # (problem_key, prefix text) -> accumulated estimate; lives for one run of the scheduler.
-        self._estimates: dict[_Key, ProbeResult] = {}
-        # Per-solution spend: rollouts and tokens that this solution's probes caused.
-        self.spend: dict[str, list[int]] = {}
-        # stream mode: samples asked and not back yet, who waits for which prefix, requests out
+        self._estimates: dict[_Key, _Estimate] = {}
+        # Per-job spend: rollouts and tokens that this job's probes caused.
+        self.spend: dict[str, Spend] = {}
+        # samples asked and not back yet, who waits for which prefix, requests out
         self._inflight: dict[_Key, int] = {}
         self._waiters: dict[_Key, list[_Pending]] = {}
         self._sent: dict[Future[GenerationResult], _Sent] = {}
@@ -218,10 +197,7 @@ class ProbeScheduler:
         self._started = self._last_report = time.perf_counter()
         engine_start = self.telemetry.totals()
         try:
-            if self.mode == "rounds":
-                yield from self._run_rounds(iter(jobs))
-            else:
-                yield from self._run_stream(iter(jobs))
+            yield from self._drive(iter(jobs))
         finally:
             # a run that ends early (an engine error, a consumer that stops) leaves requests out
             self.stream.give_up([*self._sent, *self._deferred])
@@ -229,8 +205,8 @@ class ProbeScheduler:
             self.stats.engine = EngineTelemetry.window(engine_start, self.telemetry.totals())
             self._report(finished=True)
 
-    # ------------------------------------------------------------ stream mode
-    def _run_stream(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T | Refused]]:
+    # ------------------------------------------------------------ the stream
+    def _drive(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T | Refused]]:
         ready: deque[SolutionJob[Any]] = deque()  # jobs made by a resolved JobsAfter
         deferred = self._deferred
         exhausted = False
@@ -253,6 +229,8 @@ class ProbeScheduler:
                 if done:
                     in_flight -= 1
                     yield job, value
+                else:
+                    self._register(_Pending(job, value))
             while self._refused:
                 in_flight -= 1
                 yield self._refused.popleft()
@@ -265,6 +243,8 @@ class ProbeScheduler:
                 if done:
                     in_flight -= 1
                     yield pending.job, value
+                else:
+                    self._register(_Pending(pending.job, value))
             if in_flight + len(deferred) < self.max_in_flight and (ready or not exhausted):
                 continue  # room for more annotators before waiting on the engine
             self._send()
@@ -275,12 +255,12 @@ class ProbeScheduler:
             self._wait_stream(deferred, ready)
 
     def _start(self, job: SolutionJob[Any]) -> tuple[bool, Any]:
-        self.spend[job.key] = [0, 0]
+        self.spend[job.key] = Spend()
         self.stats.annotators_started += 1
         return self._advance(job, None)
 
     def _advance(self, job: SolutionJob[Any], results: list[ProbeResult] | None) -> tuple[bool, Any]:
-        """Resume the annotator; a new probe list is registered (stream) or returned (rounds)."""
+        """Resume the annotator: (True, its annotation) when it finished, else (False, its new probes)."""
         try:
             probes = next(job.annotator) if results is None else job.annotator.send(results)
         except StopIteration as stop:
@@ -290,8 +270,6 @@ class ProbeScheduler:
             if probe.k < 1:
                 raise ValueError(f"annotator of {job.key} asked for an invalid probe {probe}")
         self.stats.probes_asked += len(probes)
-        if self.mode == "stream":
-            self._register(_Pending(job, probes))
         return False, probes
 
     def _register(self, pending: _Pending) -> None:
@@ -379,93 +357,7 @@ class ProbeScheduler:
         self.stats.annotators_refused += 1
         self._refused.append((job, Refused(str(error))))
 
-    # ------------------------------------------------------------ rounds mode
-    def _run_rounds(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T]]:
-        waiting: deque[_Pending] = deque()
-        ready: deque[SolutionJob[Any]] = deque()
-        exhausted = False
-        in_flight = 0
-        while True:
-            while (ready or not exhausted) and in_flight < self.max_in_flight:
-                if ready:
-                    job = ready.popleft()
-                else:
-                    item = next(source, None)
-                    if item is None:
-                        exhausted = True
-                        break
-                    if isinstance(item, JobsAfter):  # rounds wait for everything anyway
-                        self.stream.wait([item.future])
-                        ready.extend(item.make(item.future.result()))
-                        continue
-                    job = item
-                in_flight += 1
-                done, value = self._start(job)
-                if done:
-                    in_flight -= 1
-                    yield job, value
-                else:
-                    waiting.append(_Pending(job, value))
-            if not waiting:
-                if exhausted and not ready:
-                    return
-                continue
-            batch = self._take_batch(waiting)
-            self._estimate([(p.job, probe) for p in batch for probe in p.probes])
-            for pending in batch:
-                results = [self._result(pending.job, probe) for probe in pending.probes]
-                done, value = self._advance(pending.job, results)
-                if done:
-                    in_flight -= 1
-                    yield pending.job, value
-                else:
-                    waiting.append(_Pending(pending.job, value))
-
-    def _take_batch(self, waiting: deque[_Pending]) -> list[_Pending]:
-        """Pending annotators whose new requests fit one engine call (at least one annotator)."""
-        batch: list[_Pending] = []
-        budget = self.max_batch_requests
-        while waiting:
-            cost = sum(1 for probe in waiting[0].probes if self._missing(waiting[0].job, probe) > 0)
-            if batch and cost > budget:
-                break
-            batch.append(waiting.popleft())
-            budget -= cost
-        return batch
-
-    def _missing(self, job: SolutionJob[Any], probe: Probe) -> int:
-        est = self._estimates.get((job.problem_key, probe.prefix))
-        return probe.k - (est.total if est else 0)
-
-    def _estimate(self, wanted: list[tuple[SolutionJob[Any], Probe]]) -> None:
-        """Sample what is missing for every wanted prefix: one request per distinct prefix, one call."""
-        need: dict[_Key, tuple[SolutionJob[Any], int]] = {}
-        for job, probe in wanted:
-            key = (job.problem_key, probe.prefix)
-            missing = self._missing(job, probe)
-            if missing <= 0:
-                self.stats.probes_reused += 1
-                continue
-            if key not in need or need[key][1] < missing:
-                need[key] = (job, missing)
-        keys = list(need)
-        for start in range(0, len(keys), self.max_batch_requests):
-            chunk = keys[start : start + self.max_batch_requests]
-            requests = [self._request(need[k][0], k[1], need[k][1], self._have(k)) for k in chunk]
-            futures = self.stream.submit_all(requests)
-            self.stats.engine_calls += 1
-            self.stats.requests += len(chunk)
-            while not self.stream.wait(futures, timeout=self._until_report(), all_of=True):
-                self._report()
-            for key, future in zip(chunk, futures, strict=True):
-                self._absorb(key, need[key][0], future.result(), need[key][1])
-            self._report()
-
     # ------------------------------------------------------------ shared
-    def _have(self, key: _Key) -> int:
-        est = self._estimates.get(key)
-        return est.total if est else 0
-
     def _request(self, job: SolutionJob[Any], prefix: str, n: int, first_sample_index: int) -> GenerationRequest:
         return GenerationRequest(
             user=job.user_prompt,
@@ -480,7 +372,7 @@ class ProbeScheduler:
         """Grade a request's rollouts into the prefix's estimate; charge them to the job that asked."""
         if len(result.completions) != asked:
             raise RuntimeError(f"engine returned {len(result.completions)} completions, asked {asked}")
-        est = self._estimates.setdefault(key, ProbeResult(step=-1))
+        est = self._estimates.setdefault(key, _Estimate())
         for completion in result.completions:
             truncated = is_truncated(completion.finish_reason)  # cut by max_tokens: never correct
             status = "unknown" if truncated else self.grader(key[1] + completion.text, job.gold)
@@ -492,18 +384,12 @@ class ProbeScheduler:
         self.stats.rollouts += len(result.completions)
         self.stats.generated_tokens += result.generated_tokens
         self.stats.prompt_tokens += result.prompt_tokens
-        spend = self.spend.setdefault(job.key, [0, 0])
-        spend[0] += len(result.completions)
-        spend[1] += result.generated_tokens + result.prompt_tokens
+        spend = self.spend.setdefault(job.key, Spend())
+        spend.rollouts += len(result.completions)
+        spend.tokens += result.generated_tokens + result.prompt_tokens
 
     def _result(self, job: SolutionJob[Any], probe: Probe) -> ProbeResult:
-        est = self._estimates[(job.problem_key, probe.prefix)]
-        return ProbeResult(probe.step, est.correct, est.total, est.unknown, est.tokens, list(est.rollouts))
-
-    def _until_report(self) -> float | None:
-        if self.on_progress is None:
-            return None
-        return max(0.0, self._last_report + self.progress_interval_s - time.perf_counter())
+        return self._estimates[(job.problem_key, probe.prefix)].answer(probe.step)
 
     def snapshot(self, finished: bool = False) -> ProgressSnapshot:
         elapsed = time.perf_counter() - self._started if self._started else 0.0

@@ -137,44 +137,6 @@ def _get(config: Mapping[str, Any], *path: str, default: Any = "n/a") -> Any:
     return node
 
 
-def method_budget(annotate: Mapping[str, Any]) -> dict[str, Any]:
-    """The annotate method's rollouts per probe and its rollout cap: the one place the card reads them.
-
-    OmegaPRM's rollouts per state were `omega_k` before the config's per-method sections (`k` after);
-    reading both keeps cards of older runs right.
-    """
-    method = annotate.get("method", "mc")
-    if method == "omegaprm":
-        k = annotate.get("omega_k", annotate.get("k"))
-        cap = annotate.get("omega_rollout_budget", annotate.get("rollout_budget"))
-        return {"method": method, "k": k, "cap": None if cap is None else f"OmegaPRM rollout budget {cap} a question"}
-    if method == "binary":
-        cap = annotate.get("probe_max_rollouts")
-        return {
-            "method": method,
-            "k": annotate.get("k"),
-            "cap": None if cap is None else f"at most {cap} rollouts a probe",
-        }
-    return {"method": method, "k": annotate.get("k"), "cap": None}
-
-
-METHOD_TEXT = {
-    "mc": (
-        "Every step was labeled by rolling the policy out again `k` times from the prefix that ends with "
-        "it and counting how many rollouts reach the gold answer (Monte Carlo estimation, Math-Shepherd)."
-    ),
-    "binary": (
-        "The first wrong step was found by a binary search over the prefixes, each probed by rollouts "
-        "(Monte Carlo estimation; OmegaPRM's bisection). Steps before it are labeled good from the probes "
-        "that bracket them (`inferred`), the step found bad (`mc`); solutions whose final answer is right "
-        "may be labeled from that answer alone (`verdict`)."
-    ),
-    "omegaprm": (
-        "Solutions and labels come from OmegaPRM's tree search (Luo et al. 2024): rollouts from the "
-        "question, a binary search for the first wrong step of each wrong rollout, and Monte Carlo "
-        "values of the prefixes along the way."
-    ),
-}
 SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's vocabulary
     "mc": "measured by rollouts from the step's prefix",
     "test": "measured by rollouts and decided by the search's test (sequential test or calibrated posterior)",
@@ -186,19 +148,14 @@ SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's
 
 def labeling(config: Mapping[str, Any]) -> dict[str, str]:
     """How the labels were made, in the labeler's own words (prm_synth.annotate: the one place that knows
-    each method's budget); a stored config the current schema cannot read falls back to `method_budget`."""
+    each method). A stored config of an older layout is upgraded on the way in (config_upgrade); one that
+    still does not validate stops the export with the config error: the card never re-describes a method."""
     from prm_synth.annotate.labeler import make_labeler
     from prm_synth.config import validate_config
-    from prm_synth.config_upgrade import upgrade
 
-    try:
-        labeler = make_labeler(validate_config(upgrade(dict(config)), check_paths=False))
-        return {"method": labeler.method, "budget": labeler.budget_line(), "text": labeler.card_text()}
-    except (ValueError, TypeError, KeyError):
-        budget = method_budget(_get(config, "annotate", default={}))
-        line = f"k = {budget['k']}" + (f", {budget['cap']}" if budget["cap"] else "")
-        text = METHOD_TEXT.get(budget["method"], f"Labeled by the `{budget['method']}` annotator.")
-        return {"method": str(budget["method"]), "budget": line, "text": text}
+    stored = validate_config(dict(config), where="(the dataset's stored config)", check_paths=False)
+    labeler = make_labeler(stored)
+    return {"method": labeler.method, "budget": labeler.budget_line(), "text": labeler.card_text()}
 
 
 def _made_rows(

@@ -1,4 +1,5 @@
-"""`TimedEngine`: a model of continuous batching over an instant engine (the simulated policy).
+"""`TimedEngine`: a model of continuous batching over an instant engine (the simulated policy); a test
+instrument, so it lives with the tests.
 
 A real engine runs up to `capacity` sequences at once; each step generates one token for every
 running sequence, a finished sequence frees its slot and a waiting one takes it at the next step.

@@ -1,0 +1,58 @@
+"""The annotator protocol: what an annotation algorithm and the probe scheduler say to each other.
+
+An annotator is a generator. It yields a list of `Probe`s (prefix text, rollouts wanted) and is sent
+back one `ProbeResult` per probe, in the same order; when it returns, its return value is the
+annotation. This module is all an algorithm needs to import: it knows nothing of engines or grading,
+which stay in the scheduler (`scheduler.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from prm_synth.schema import VerdictStatus
+
+T = TypeVar("T")
+
+# One rollout of a prefix: (completion text, verdict status, generated tokens).
+Rollout = tuple[str, VerdictStatus, int]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Estimate `prefix` (the assistant text so far) with at least `k` rollouts in total.
+
+    `step` is the annotator's own tag (e.g. the index of the prefix's last step), echoed back.
+    """
+
+    prefix: str
+    k: int
+    step: int = -1
+
+    @classmethod
+    def of_steps(cls, steps: list[str], step: int, k: int) -> Probe:
+        """The prefix made of steps 0..step exactly (step −1: the empty prefix, the question alone)."""
+        return cls("".join(steps[: step + 1]), k, step)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The answer to one probe: everything measured of its prefix so far (at least the k asked)."""
+
+    step: int
+    correct: int = 0
+    total: int = 0
+    unknown: int = 0  # rollouts whose answer could not be graded: counted in total, never as correct
+    tokens: int = 0  # generated tokens of all rollouts behind this estimate
+    # The rollouts themselves, for tree search.
+    rollouts: tuple[Rollout, ...] = ()
+
+    @property
+    def mc(self) -> float | None:
+        return self.correct / self.total if self.total else None
+
+
+# An annotator yields probe lists, receives result lists, and returns its annotation.
+Annotator = Generator[list[Probe], list[ProbeResult], T]
