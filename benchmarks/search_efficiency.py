@@ -174,7 +174,7 @@ def main() -> None:
         from prm_synth.annotate.annotation import Annotation
         from prm_synth.annotate.labels import apply_rule
 
-        for rule in ("hard", "soft", "relative"):
+        for rule in ("hard", "majority", "relative"):
             score = Score()
             for r in records:
                 ann = Annotation("mc", r.mc_correct, r.mc_total, r.label_source)

@@ -4,10 +4,13 @@ with the field named, before any work starts.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import types
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -88,6 +91,9 @@ class HFSource(_MappedSource):
     kind: Literal["hf"] = "hf"
     path: str
     name: str | None = None
+    # load_dataset's data_files: local or Hub files for a builder such as `json` or `parquet`
+    # (`path: json, data_files: gsm8k/test.jsonl, split: train`), a list of them, or {split: files}
+    data_files: str | list[str] | dict[str, str | list[str]] | None = None
     split: str = "test"
     streaming: bool = True
 
@@ -277,7 +283,7 @@ AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discrimi
 
 
 class LabelConfig(Strict):
-    rule: Literal["hard", "soft", "relative"] = "hard"
+    rule: Literal["hard", "majority", "relative"] = "hard"  # `soft` before: config_upgrade
     significance: float = Field(0.05, gt=0.0, lt=1.0)  # for rule: relative
     # Labels whose p_good (or 1 - p_good for a bad one) is below this are not trusted: the consensus
     # filter rejects such rows ("low_confidence") and the export's views stop before such a step.
@@ -341,6 +347,8 @@ class PipelineConfig(Strict):
     def fingerprint(self) -> str:
         """Hash of everything that changes the rows: the config but `run`, and the prompts' versions."""
         data = self.model_dump(mode="json", exclude={"run"}) | {"prompt_versions": PROMPT_VERSIONS}
+        if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume
+            data["labels"]["rule"] = "soft"
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -352,9 +360,62 @@ class ConfigError(PrmSynthError, ValueError):
 def format_validation_error(err: ValidationError, where: str) -> str:
     lines = [f"invalid pipeline config {where}:"]
     for e in err.errors():
+        if not e["loc"] and e["type"] == "value_error":  # a whole-file check: its message names the key
+            lines.append(f"  {(e.get('ctx') or {}).get('error', e['msg'])}")
+            continue
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"  {loc}: {e['msg']}")
+        lines.append(f"  {loc}: {_explain(e)}")
     return "\n".join(lines)
+
+
+def _explain(error: Any) -> str:
+    """Pydantic's message, with the typo named: a key the section does not have gets the closest one it
+    does (`methd` -> `method`), and a missing discriminator names the key that was probably meant."""
+    if error["type"] == "extra_forbidden":
+        key = str(error["loc"][-1])
+        return "unknown key" + _did_you_mean(key, _field_names(_model_at(error["loc"][:-1])))
+    if error["type"] == "union_tag_not_found" and isinstance(error.get("input"), dict):
+        tag = str((error.get("ctx") or {}).get("discriminator", "")).strip("'\"")
+        for key in error["input"]:
+            if difflib.get_close_matches(str(key), [tag], n=1, cutoff=0.6):
+                return f"unknown key `{key}` (did you mean `{tag}`?), and no `{tag}` to choose the section's kind"
+    return str(error["msg"])
+
+
+def _did_you_mean(key: str, names: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def _field_names(model: type[BaseModel] | None) -> list[str]:
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The config model at an error location: nested sections, and discriminated unions, whose tag
+    (`annotate.mc.k`: `mc`) is a part of the location."""
+    model: type[BaseModel] | None = PipelineConfig
+    parts = [str(p) for p in loc]
+    while parts and model is not None:
+        field = model.model_fields.get(parts.pop(0))
+        if field is None:
+            return None
+        members = [m for m in _flatten(field.annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+        if len(members) > 1 and parts:  # the next part is the member's tag
+            tag = parts.pop(0)
+            members = [m for m in members if any(tag in get_args(f.annotation) for f in m.model_fields.values())]
+        model = members[0] if len(members) == 1 else None
+    return model
+
+
+def _flatten(annotation: Any) -> list[Any]:
+    """The types an annotation allows (through Annotated, unions and Optional)."""
+    args = get_args(annotation)
+    if get_origin(annotation) is Annotated:
+        return _flatten(args[0])
+    if args and get_origin(annotation) in (Union, types.UnionType):
+        return [t for a in args for t in _flatten(a)]
+    return [annotation]
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -11,6 +11,7 @@ the rest moved (each move is logged once per load, naming the old and the new ke
 | annotate.max_batch_requests / max_in_flight | run.max_batch_requests / run.max_in_flight |
 | annotate.save_trees | output.save_trees |
 | policy.demo: true (and judge.engine.demo) | policy.model: demo |
+| labels.rule: soft (it was MC >= 0.5, a hard label) | labels.rule: majority (same rows, same fingerprint) |
 | annotate without `method` | refused: 0.1's default was mc, today's is binary; the message says to add one |
 
 Knobs of another method (e.g. `search_test` under method mc) did nothing in 0.1; they are dropped with a
@@ -21,6 +22,7 @@ rollouts per state; a file with `omega_k` gets its value, a file with `k` alone 
 
 from __future__ import annotations
 
+import difflib
 import logging
 from typing import Any
 
@@ -63,6 +65,7 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     notes: list[str] = []
     _upgrade_annotate(data, notes)
     _upgrade_top_p(data, notes)
+    _upgrade_label_rule(data, notes)
     if "policy" in data:
         data["policy"] = _upgrade_demo(data["policy"], "policy", notes)
     judge = data.get("judge")
@@ -86,6 +89,9 @@ def _upgrade_annotate(data: dict[str, Any], notes: list[str]) -> None:
         return
     annotate = dict(annotate)
     if "method" not in annotate:
+        typo = difflib.get_close_matches("method", [str(k) for k in annotate], n=1, cutoff=0.6)
+        if typo:  # `methd: mc` is a typo, not a 0.1 file
+            raise ValueError(f"annotate.{typo[0]}: unknown key (did you mean `method`?)")
         # 0.1's default was mc and today's is binary: guessing would change what an old file means.
         raise ValueError(
             "annotate needs a `method`: add `method: mc` to keep what a 0.1 file meant, or `method: binary` "
@@ -131,6 +137,17 @@ def _upgrade_top_p(data: dict[str, Any], notes: list[str]) -> None:
         return  # malformed: validation names it
     _section(data, "rollouts")["top_p"] = sampling["top_p"]
     notes.append("sampling.top_p also sets rollouts.top_p (as in 0.1); set rollouts.top_p to choose it apart")
+
+
+def _upgrade_label_rule(data: dict[str, Any], notes: list[str]) -> None:
+    """`soft` named a threshold (MC >= 0.5), not Math-Shepherd's soft label (the MC value, `mc_values`)."""
+    labels = data.get("labels")
+    if isinstance(labels, dict) and labels.get("rule") == "soft":
+        data["labels"] = dict(labels, rule="majority")
+        notes.append(
+            "labels.rule: soft is now labels.rule: majority (good when MC >= 0.5); soft labels are the "
+            "mc_values column (prm-synth export --soft)"
+        )
 
 
 def _upgrade_demo(engine: Any, where: str, notes: list[str]) -> Any:

@@ -271,7 +271,9 @@ def _from_hf(src: HFSource) -> Iterator[Item]:
     name = src.path + (f"/{src.name}" if src.name else "")
     where = f"Hugging Face dataset {name!r} (split {src.split!r})"
     try:
-        ds = datasets.load_dataset(src.path, src.name, split=src.split, streaming=src.streaming)
+        ds = datasets.load_dataset(
+            src.path, src.name, data_files=src.data_files, split=src.split, streaming=src.streaming
+        )
     except Exception as e:
         raise ProblemSourceError(f"cannot load {where}: {type(e).__name__}: {e}") from e
     reader = _RowReader(name, f"{name}-{src.split}", src.mapping())

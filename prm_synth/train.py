@@ -91,11 +91,15 @@ def _view_folder(path: Path) -> Path | None:
 
 
 def _from_view(folder: Path) -> dict[str, list[Example]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     splits: dict[str, list[Example]] = {"train": [], "test": []}
     for split in splits:
         for file in sorted(folder.glob(f"{split}-*.parquet")):
+            label_type = pq.read_schema(file).field("labels").type if "labels" in pq.read_schema(file).names else None
+            if label_type is not None and pa.types.is_floating(label_type.value_type):
+                raise TrainError(f"{file}: soft (float) labels (export --soft); train reads good/bad labels")
             for row in pq.read_table(file).to_pylist():
                 if "completions" in row:  # trl
                     example = Example(row["problem_id"], row["prompt"], row["completions"], list(row["labels"]))

@@ -90,7 +90,7 @@ def test_labels_are_consistent_budget_is_kept_and_every_rule_keeps_them(seed, n,
     assert len(ann.p_good) == len(ann.unlabeled_reason) == n
     assert all(np.diff(ann.p_good) <= 1e-9)
     labels = apply_rule(ann, "hard").labels
-    for rule in ("soft", "relative"):
+    for rule in ("majority", "relative"):
         assert apply_rule(ann, rule).labels == labels
     first_bad = next((i for i, x in enumerate(labels) if x is False), n)
     assert all(x is True or x is None for x in labels[:first_bad])

@@ -51,14 +51,14 @@ def test_recovered_error_is_good_under_hard_and_bad_under_relative():
     ann = Annotation("mc", [16, 1, 1], [16, 16, 16], ["mc", "mc", "mc"])
     assert apply_rule(ann, "hard").first_error == -1
     assert apply_rule(ann, "relative", 0.05).first_error == 1
-    assert apply_rule(ann, "soft").labels == [True, False, False]
+    assert apply_rule(ann, "majority").labels == [True, False, False]
 
 
 def test_inferred_labels_survive_every_rule():
     ann = Annotation(
         "binary", [0, 1, 0, 3], [0, 20, 0, 8], ["inferred", "test", "none", "none"], decided={0: True, 1: False}
     )
-    for rule in ("hard", "soft", "relative"):
+    for rule in ("hard", "majority", "relative"):
         assert apply_rule(ann, rule).labels == [True, False, None, None]
 
 
@@ -94,7 +94,7 @@ def test_relative_rule_keeps_later_prefixes_bad_after_the_drop():
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["mc", "verdict", "none"])), min_size=1, max_size=12),
-    st.sampled_from(["hard", "soft", "relative"]),
+    st.sampled_from(["hard", "majority", "relative"]),
 )
 def test_no_rule_calls_a_step_good_after_the_first_bad_one(steps, rule):
     correct = [c for c, _ in steps]

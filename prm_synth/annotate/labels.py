@@ -2,7 +2,9 @@
 
 - hard: a step is good when at least one rollout from its prefix reached the gold answer (MC > 0),
   the rule of Math-Shepherd, OmegaPRM and Qwen's PRMs.
-- soft: a step is good when MC >= 0.5; `mc_values` keeps the soft value itself for trainers.
+- majority: a step is good when MC >= 0.5 (most rollouts reach the answer). Still a hard label; the soft
+  label of Math-Shepherd is the MC value itself, kept in `mc_values` (`prm-synth export --soft`). This
+  rule was called `soft` before; config_upgrade moves the old name.
 - relative: a step is bad when its MC is significantly below the MC of the prefix before it
   (one-sided binomial test at `significance`), or when its MC is 0. This catches errors that a
   lucky recovery hides from the hard rule.
@@ -52,7 +54,7 @@ def apply_rule(ann: Annotation, rule: str, significance: float = 0.05) -> Labels
             labels.append(None)
         elif rule == "hard":
             labels.append(value > 0)
-        elif rule == "soft":
+        elif rule == "majority":
             labels.append(value >= 0.5)
         elif rule == "relative":
             dropped = (

@@ -1,6 +1,6 @@
 """The `prm-synth` command line: run a pipeline, inspect a dataset, prepare the demo model, export, eval.
 
-One room for every command: `run.py` (run, serve, inspect, models), `export.py`, `eval.py`; `common.py`
+One room for every command: `run.py` (run, serve, models), `look.py` (inspect, show), `export.py`, `eval.py`; `common.py`
 holds what they share. Commands parse arguments and report; the work lives in the library.
 """
 
@@ -18,6 +18,7 @@ import typer  # noqa: E402
 from prm_synth import __version__  # noqa: E402
 from prm_synth.cli import eval as eval_commands  # noqa: E402
 from prm_synth.cli import export as export_commands  # noqa: E402
+from prm_synth.cli import look as look_commands  # noqa: E402
 from prm_synth.cli import prm as prm_commands  # noqa: E402
 from prm_synth.cli import run as run_commands  # noqa: E402
 from prm_synth.cli import supervise  # noqa: E402
@@ -44,6 +45,7 @@ def _root(
 
 
 run_commands.register(app)
+look_commands.register(app)
 export_commands.register(app)
 eval_commands.register(app)
 prm_commands.register(app)

@@ -50,6 +50,18 @@ def export(
             "a row stops before its first doubtful step. Rows of methods without p_good keep no label above 0.",
         ),
     ] = None,
+    soft: Annotated[
+        bool,
+        typer.Option(
+            "--soft",
+            help="Soft targets: each step's label is a float (p_good, or the MC value) in the trl and openrlhf "
+            "views, for trainers that read float labels (OpenRLHF's PRMLoss); see --soft-from.",
+        ),
+    ] = False,
+    soft_from: Annotated[
+        str,
+        typer.Option(help="With --soft: p_good, mc (mc_values, Math-Shepherd's soft label), or auto (p_good if any)."),
+    ] = "auto",
     to_dir: Annotated[Path | None, typer.Option("--to-dir", help="Write the Hub repo layout to this folder.")] = None,
     repo_id: Annotated[str | None, typer.Option("--repo-id", help="Push to this Hub dataset repo (ORG/NAME).")] = None,
     private: Annotated[bool, typer.Option("--private", help="Create the Hub repo private.")] = False,
@@ -70,9 +82,11 @@ def export(
         fail("give exactly one of --to-dir OUT and --repo-id ORG/NAME")
     if private and repo_id is None:
         fail("--private applies to --repo-id only")
+    if soft_from != "auto" and not soft:
+        fail("--soft-from applies to --soft only")
     try:
         # Every check (views, tokenizer, marker) before anything is written or a repo is created.
-        plan = plan_export(directory, formats or None, tokenizer, marker, min_confidence)
+        plan = plan_export(directory, formats or None, tokenizer, marker, min_confidence, soft_from if soft else None)
     except (FileNotFoundError, ExportRequestError, TokenizationError) as e:
         fail(str(e))
     try:
@@ -108,6 +122,8 @@ def export(
             f"{name:<14} {check['labels_found']}/{check['labels']} labels found by its trainer's tokenization, "
             f"{check['tokens_per_row_mean']} tokens a row (max {check['tokens_per_row_max']})"
         )
+    if plan.soft:
+        typer.echo(f"soft targets from {plan.soft} (floats in place of labels)")
     if result.get("tokenizer"):
         typer.echo(f"checked with tokenizer {result['tokenizer']}; step marker {result['marker']}")
     typer.echo(f"\nwrote {len(result['files'])} files to {where}")

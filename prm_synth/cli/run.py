@@ -1,4 +1,4 @@
-"""`prm-synth run`, `serve`, `inspect` and `models`: run a pipeline and look at what it made."""
+"""`prm-synth run`, `serve` and `models`: run a pipeline (`look.py` shows what it made)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ models_app = typer.Typer(no_args_is_help=True, help="Models that ship with prm-s
 def register(app: typer.Typer) -> None:
     app.command()(run)
     app.command()(serve)
-    app.command()(inspect)
     app.add_typer(models_app, name="models")
 
 
@@ -213,24 +212,6 @@ def serve(
         parameters={"config": config.model_dump(mode="json"), "out_dir": out_dir},
         tags=["prm-synth"],
     )
-
-
-def inspect(
-    directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
-    """Counts and label statistics of a dataset."""
-    from prm_synth.errors import PrmSynthError
-    from prm_synth.summary import summarize
-
-    try:
-        summary = summarize(directory)
-    except (FileNotFoundError, PrmSynthError) as e:
-        fail(str(e))
-    if json_out:
-        typer.echo(json.dumps(summary, sort_keys=True))
-    else:
-        typer.echo(json.dumps(summary, indent=2, sort_keys=True))
 
 
 @models_app.command("prepare-demo")

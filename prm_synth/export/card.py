@@ -98,9 +98,10 @@ def source_facts(config: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "hf":
         path = str(src.get("path", ""))
         name = f" ({src['name']})" if src.get("name") else ""
+        files = f" from data files `{src['data_files']}`" if src.get("data_files") else ""
         return {
-            "description": f"the Hugging Face dataset `{path}`{name}, split `{src.get('split', 'test')}`",
-            "license": "mit" if "gsm8k" in path.lower() else "unknown",
+            "description": f"the Hugging Face dataset `{path}`{name}{files}, split `{src.get('split', 'test')}`",
+            "license": "mit" if "gsm8k" in f"{path} {src.get('data_files') or ''}".lower() else "unknown",
             "source_datasets": [path] if path else [],
         }
     if kind == "file":
@@ -143,6 +144,13 @@ SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's
     "inferred": "inferred by the search from the probes around it",
     "verdict": "the solution's own final grade (right answer: every step good)",
     "none": "not measured",
+}
+
+
+SOFT_TEXT = {  # what a soft view's float targets are
+    "p_good": "`p_good`, the calibrated search's posterior probability that the step's prefix is still correct",
+    "mc": "`mc_values`, the share of rollouts from the step's prefix that reached the gold answer "
+    "(Math-Shepherd's soft label)",
 }
 
 
@@ -220,6 +228,7 @@ def _view_row(export: Mapping[str, Any], split_names: Sequence[str]) -> dict[str
             else "none"
         ),
         "skipped": skipped or "0",
+        "soft": SOFT_TEXT.get(export.get("soft") or ""),
         "example": _example(export.get("example")),
     }
 
@@ -310,7 +319,7 @@ def dataset_info(exports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     from datasets import DatasetInfo, Features
     from datasets.splits import SplitDict, SplitInfo
 
-    from prm_synth.export.views import VIEW_SCHEMAS
+    from prm_synth.export.views import view_schema
 
     infos = []
     for ex in exports:
@@ -319,7 +328,7 @@ def dataset_info(exports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             # `datasets` ignores (with a warning on every load) a split without num_bytes.
             splits.add(SplitInfo(name=name, num_bytes=split["num_bytes"], num_examples=split["rows"]))
         info = DatasetInfo(
-            features=Features.from_arrow_schema(VIEW_SCHEMAS[ex["view"]]),
+            features=Features.from_arrow_schema(view_schema(ex["view"], ex.get("soft"))),
             splits=splits,
             config_name=ex["view"],
             dataset_size=sum(split["num_bytes"] for split in ex["splits"].values()),

@@ -41,6 +41,7 @@ from prm_synth.export.views import (
     SkipRow,
     iter_record_rows,
     supervised_steps,
+    with_soft_targets,
 )
 
 REWARD_TOKENS = ("+", "-")  # OpenRLHF's --reward_tokens for the good and bad label
@@ -113,9 +114,11 @@ def single_token_id(tokenizer: Any, text: str) -> int | None:
 
 
 # ---------------------------------------------------------------- the consumers, mirrored
-def openrlhf_labels(tokenizer: Any, text: str, values: Sequence[str], placeholder: str) -> tuple[list[int], list[int]]:
+def openrlhf_labels(
+    tokenizer: Any, text: str, values: Sequence[str | float], placeholder: str
+) -> tuple[list[int], list[Any]]:
     """`ProcessRewardDataset.__getitem__` without truncation: (input_ids, labels), labels -100 except
-    at placeholder positions, where they hold the reward token's id.
+    at placeholder positions, where they hold the reward token's id (or the number, for soft labels).
 
     Raises TokenizationError where OpenRLHF would assert, or would fail to place a label.
     """
@@ -123,8 +126,11 @@ def openrlhf_labels(tokenizer: Any, text: str, values: Sequence[str], placeholde
     if placeholder_id is None:
         ids = tokenizer.encode(placeholder, add_special_tokens=False)
         raise TokenizationError(f"placeholder {placeholder!r} is {len(ids)} tokens {_pieces(tokenizer, ids)}")
-    label_ids = []
+    label_ids: list[Any] = []
     for value in values:
+        if not isinstance(value, str):  # a number: OpenRLHF places it as is (a soft label for PRMLoss)
+            label_ids.append(value)
+            continue
         token = single_token_id(tokenizer, value)
         if token is None:
             raise TokenizationError(f"reward token {value!r} is not one token")
@@ -259,8 +265,9 @@ def check_view(
     shards: Iterable[Sequence[Mapping[str, Any]]],
     marker: Marker = DEFAULT_MARKER,
     stop_at_first: bool = True,
+    soft: str | None = None,
 ) -> ViewCheck:
-    """Every row view `fmt` would write, read by the view's consumer with `tokenizer`."""
+    """Every row view `fmt` would write (with soft targets from `soft`), read by its consumer with `tokenizer`."""
     check = ViewCheck(fmt, CONSUMERS[fmt])
     if fmt == "qwen":
         tokenizer, added = qwen_tokenizer(tokenizer)
@@ -271,6 +278,8 @@ def check_view(
     view = VIEWS[fmt]
     for rows in shards:
         for row in rows:
+            if soft is not None:
+                row = with_soft_targets(row, soft)
             try:
                 view_row = view(row, marker)
             except SkipRow:
@@ -328,12 +337,12 @@ def choose_marker(
 
 
 def verify_views(
-    dataset_dir: str | Path, views: Sequence[str], tokenizer: Any, marker: Marker
+    dataset_dir: str | Path, views: Sequence[str], tokenizer: Any, marker: Marker, soft: str | None = None
 ) -> dict[str, dict[str, Any]]:
     """Every view checked in full (all rows); TokenizationError naming the first row a consumer misreads."""
     checks = {}
     for fmt in views:
-        check = check_view(fmt, tokenizer, iter_record_rows(dataset_dir), marker, stop_at_first=False)
+        check = check_view(fmt, tokenizer, iter_record_rows(dataset_dir), marker, stop_at_first=False, soft=soft)
         if not check.ok:
             raise TokenizationError(
                 f"view {fmt}: {CONSUMERS[fmt]} finds {check.found} of {check.labels} labels with tokenizer "

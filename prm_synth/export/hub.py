@@ -40,6 +40,8 @@ from prm_synth.export.views import (
     CONFIDENCE_COLUMN,
     DEFAULT_MARKER,
     QWEN_STEP_TOKEN,
+    SOFT_SOURCES,
+    SOFT_VIEWS,
     TOKENIZER_REQUIRED,
     VIEW_NAMES,
     VIEWS,
@@ -105,6 +107,7 @@ class ExportPlan:
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
     refused_markers: list[dict[str, str]] = field(default_factory=list)
     min_confidence: float = 0.0  # labels below it are dropped from the views (the run's labels.min_confidence)
+    soft: str | None = None  # float targets from this source ("p_good" or "mc") instead of labels
 
     def card_facts(self) -> dict[str, Any]:
         return {
@@ -134,10 +137,13 @@ def plan_export(
     tokenizer: Any = None,
     placeholder: str | None = None,
     min_confidence: float | None = None,
+    soft: str | None = None,
 ) -> ExportPlan:
     """Check an export request before anything is written.
 
     `min_confidence`: labels below it are left out of the views (None: the run's `labels.min_confidence`).
+    `soft`: float targets instead of labels in the trl and openrlhf views, from "p_good", "mc"
+    (`mc_values`), or "auto" (p_good where the run has it, else mc).
 
     `tokenizer`: the tokenizer of the model that will be trained (a name, folder, tokenizer.json or a
     loaded tokenizer). With it every view is read row by row as its consumer reads it
@@ -149,6 +155,8 @@ def plan_export(
     if unknown or not chosen:
         raise ExportRequestError(f"unknown view(s) {unknown or chosen}; choose from {', '.join(VIEW_NAMES)}")
     manifest = read_manifest(dataset_dir)  # fail before writing anything when this is not a dataset folder
+    if soft is not None:
+        chosen, soft = _soft_request(dataset_dir, chosen, formats is not None, soft)
     if min_confidence is None:
         min_confidence = float(manifest.get("config", {}).get("labels", {}).get("min_confidence", 0.0))
     if not 0.0 <= min_confidence <= 1.0:
@@ -169,13 +177,30 @@ def plan_export(
             )
         if placeholder is not None:
             raise ExportRequestError("--marker needs --tokenizer to be checked")
-        return ExportPlan(chosen, min_confidence=min_confidence)
+        return ExportPlan(chosen, min_confidence=min_confidence, soft=soft)
     if isinstance(tokenizer, str | Path):
         tokenizer = load_tokenizer(tokenizer)
     logger.info("checking views %s against tokenizer %s", ", ".join(chosen), tokenizer_name(tokenizer))
     marker, refused = choose_marker(dataset_dir, chosen, tokenizer, placeholder)
-    checks = verify_views(dataset_dir, chosen, tokenizer, marker)
-    return ExportPlan(chosen, marker, tokenizer_name(tokenizer), checks, refused, min_confidence)
+    checks = verify_views(dataset_dir, chosen, tokenizer, marker, soft)
+    return ExportPlan(chosen, marker, tokenizer_name(tokenizer), checks, refused, min_confidence, soft)
+
+
+def _soft_request(dataset_dir: str | Path, chosen: list[str], explicit: bool, soft: str) -> tuple[list[str], str]:
+    """The views and the source of soft targets, or ExportRequestError naming what cannot be done."""
+    if soft == "auto":
+        soft = "p_good" if has_p_good(dataset_dir) else "mc"
+    if soft not in SOFT_SOURCES:
+        raise ExportRequestError(f"soft targets come from {' or '.join(SOFT_SOURCES)}, not {soft!r}")
+    if soft == "p_good" and not has_p_good(dataset_dir):
+        raise ExportRequestError("--soft-from p_good: this run has no p_good (only `search_test: calibrated` has)")
+    hard_only = [f for f in chosen if f not in SOFT_VIEWS]
+    if explicit and hard_only:
+        raise ExportRequestError(
+            f"--soft: the {' and '.join(hard_only)} view(s) carry labels as tokens or 0/1; soft targets go to "
+            f"{' and '.join(SOFT_VIEWS)}"
+        )
+    return [f for f in chosen if f in SOFT_VIEWS], soft
 
 
 def view_config(export: Mapping[str, Any], plan: ExportPlan) -> dict[str, Any]:
@@ -183,6 +208,7 @@ def view_config(export: Mapping[str, Any], plan: ExportPlan) -> dict[str, Any]:
     fmt, marker = export["view"], plan.marker
     consumer: dict[str, Any]
     if fmt == "openrlhf":
+        # Soft values too: OpenRLHF's PRMLoss trains them as targets over the two reward tokens.
         flags = ["--input_key", "input", "--label_key", "value", "--placeholder_token", marker.placeholder]
         consumer = {"openrlhf_train_prm_args": [*flags, "--reward_tokens", *REWARD_TOKENS]}
     elif fmt == "math-shepherd":
@@ -190,6 +216,8 @@ def view_config(export: Mapping[str, Any], plan: ExportPlan) -> dict[str, Any]:
     elif fmt == "qwen":
         added = any("added" in n for n in plan.checks.get("qwen", {}).get("notes", []))
         consumer = {"step_token": QWEN_STEP_TOKEN, "add_step_token_as_special": added}
+    elif plan.soft:  # TRL's PRMTrainer casts labels to int: it would train these as 0
+        consumer = {"step_separator": TRL_STEP_SEPARATOR, "trl": "none: PRMTrainer casts labels to int"}
     else:
         consumer = {"step_separator": TRL_STEP_SEPARATOR, "trl": ">=1.0,<1.14 (trl.experimental.prm.PRMTrainer)"}
     return {
@@ -199,6 +227,8 @@ def view_config(export: Mapping[str, Any], plan: ExportPlan) -> dict[str, Any]:
         "consumer": consumer,
         "tokenizer": plan.tokenizer,
         "token_check": plan.checks.get(fmt),
+        # float targets in place of labels, and the column they come from (None: good/bad labels)
+        "soft_targets": None if plan.soft is None else SOFT_SOURCES[plan.soft],
     }
 
 
@@ -239,6 +269,7 @@ def export_to_dir(
             seed=seed,
             marker=plan.marker,
             min_confidence=plan.min_confidence,
+            soft=plan.soft,
         )
         exports.append(export)
         (out / fmt / VIEW_CONFIG).write_text(json.dumps(view_config(export, plan), indent=2, ensure_ascii=False) + "\n")

@@ -86,6 +86,26 @@ def with_min_confidence(row: Row, min_confidence: float) -> Row:
     return {**row, "labels": confident_labels(row["labels"], row.get("p_good"), min_confidence)}
 
 
+# Soft targets: the float a step is trained toward instead of its good/bad label. `p_good` is the
+# calibrated search's posterior that the prefix is still correct; `mc` is Math-Shepherd's soft label,
+# the share of rollouts from the prefix that reached the answer (`mc_values`).
+SOFT_SOURCES = {"p_good": "p_good", "mc": "mc_values"}
+SOFT_VIEWS = ("trl", "openrlhf")  # the others carry labels as tokens (+/-) or Qwen's documented 0/1
+
+
+def with_soft_targets(row: Row, source: str) -> Row:
+    """The row with its soft targets (`soft`) from `source`, and its labels cut where a step has none:
+    a view stops before such a step, as before an unlabeled one (no target is guessed)."""
+    values = row.get(SOFT_SOURCES[source]) or [None] * len(row["labels"])
+    labels = [lab if v is not None else None for lab, v in zip(row["labels"], values, strict=True)]
+    return {**row, "labels": labels, "soft": values}
+
+
+def _targets(row: Row, labels: list[bool]) -> list[Any]:
+    """The supervised steps' labels, or their soft targets where the row carries them."""
+    return [float(v) for v in row["soft"][: len(labels)]] if "soft" in row else labels
+
+
 def _ids(row: Row) -> dict[str, str]:
     # Kept in every view: trainers ignore extra columns, and they tie a view row back to its record.
     return {"id": row["id"], "problem_id": row["problem_id"]}
@@ -133,7 +153,7 @@ def to_trl(row: Row, marker: Marker = DEFAULT_MARKER) -> dict[str, Any]:
     each step and putting the step's label on the separator's last token. (No in-text marker.)
     """
     steps, labels = supervised_steps(row)
-    return {"prompt": row["question"].strip(), "completions": steps, "labels": labels, **_ids(row)}
+    return {"prompt": row["question"].strip(), "completions": steps, "labels": _targets(row, labels), **_ids(row)}
 
 
 def to_math_shepherd(row: Row, marker: Marker = DEFAULT_MARKER) -> dict[str, Any]:
@@ -156,9 +176,10 @@ def to_openrlhf(row: Row, marker: Marker = DEFAULT_MARKER) -> dict[str, Any]:
     steps, labels = supervised_steps(row)
     question = row["question"].strip()
     _refuse_marker(marker.placeholder, question, steps)
+    soft = "soft" in row  # OpenRLHF reads a list of numbers as soft labels (PRMLoss over the reward tokens)
     return {
         "input": question + "\n" + "\n".join(marker.after(s) for s in steps),
-        "value": [_sign(lab) for lab in labels],
+        "value": _targets(row, labels) if soft else [_sign(lab) for lab in labels],
         **_ids(row),
     }
 
@@ -218,6 +239,16 @@ VIEW_SCHEMAS: dict[str, pa.Schema] = {
 }
 
 VIEW_NAMES: tuple[str, ...] = tuple(VIEWS)
+_SOFT_LABELS = {"trl": "labels", "openrlhf": "value"}
+
+
+def view_schema(fmt: str, soft: str | None = None) -> pa.Schema:
+    """A view's Parquet schema; with soft targets its label column holds floats."""
+    schema = VIEW_SCHEMAS[fmt]
+    if soft is None:
+        return schema
+    column = _SOFT_LABELS[fmt]
+    return schema.set(schema.get_field_index(column), pa.field(column, pa.list_(pa.float64())))
 
 
 # ---------------------------------------------------------------- splitting
@@ -303,10 +334,12 @@ def export_view(
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
     marker: Marker = DEFAULT_MARKER,
     min_confidence: float = 0.0,
+    soft: str | None = None,
 ) -> dict[str, Any]:
     """Write view `fmt` of the dataset in `dataset_dir` to `out_dir/<fmt>/<split>-*.parquet`.
 
     `min_confidence` > 0 keeps only labels whose `p_good` meets it (see `with_min_confidence`).
+    `soft` ("p_good" or "mc", views trl and openrlhf): float targets instead of labels (`with_soft_targets`).
 
     Streams one record shard at a time (memory holds one shard and one Parquet row group). Returns
     the counts of what was written: rows, problems, steps, bad steps, label sources and confidence
@@ -316,7 +349,9 @@ def export_view(
         raise ValueError(f"unknown view {fmt!r}; choose from {', '.join(VIEWS)}")
     if not 0.0 <= test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
-    view, schema = VIEWS[fmt], VIEW_SCHEMAS[fmt]
+    if soft is not None and (fmt not in SOFT_VIEWS or soft not in SOFT_SOURCES):
+        raise ValueError(f"soft targets ({soft}) go to the {' and '.join(SOFT_VIEWS)} views only, not {fmt}")
+    view, schema = VIEWS[fmt], view_schema(fmt, soft)
     folder = Path(out_dir) / fmt
     folder.mkdir(parents=True, exist_ok=True)
     _clear_view_folder(folder)
@@ -331,21 +366,19 @@ def export_view(
             # A problem lives in exactly one shard, so per-shard sets count problems with flat memory.
             problems: dict[str, set[str]] = {s: set() for s in splits}
             for raw in _rows(table):
-                row = with_min_confidence(raw, min_confidence)
+                base = raw if soft is None else with_soft_targets(raw, soft)
+                row = with_min_confidence(base, min_confidence)
                 try:
                     view_row = view(row, marker)
                 except SkipRow as e:
-                    below = (
-                        e.reason == "no_labeled_steps" and row is not raw and any(x is not None for x in raw["labels"])
-                    )
-                    skipped["below_min_confidence" if below else e.reason] += 1
+                    skipped[_skip_reason(e.reason, raw, base, row)] += 1
                     continue
                 split = split_of(row["problem_id"], test_fraction, seed)
                 out[split].append(view_row)
                 example = example or view_row
                 problems[split].add(row["problem_id"])
                 _count(stats[split], row)
-                stats[split]["steps_before_confidence"] += len(supervised_steps(raw)[0]) if row is not raw else 0
+                stats[split]["steps_before_confidence"] += len(supervised_steps(base)[0]) if row is not base else 0
             for split, rows in out.items():
                 stats[split]["problems"] += len(problems[split])
                 if rows:
@@ -364,11 +397,24 @@ def export_view(
         "data_files": {s: f"{fmt}/{s}-*" for s in splits},
         "marker": marker.as_dict() if fmt in MARKED_VIEWS else None,
         "min_confidence": min_confidence,
+        "soft": soft,
         "example": example,
     }
 
 
-_READ_COLUMNS = ["id", "problem_id", "question", "steps", "labels", "label_source"]
+def _skip_reason(reason: str, raw: Row, base: Row, row: Row) -> str:
+    """Why a row was skipped, naming the filter that took its first label: the soft targets (`base`:
+    a first step without one) or the minimum confidence (`row`)."""
+    if reason != "no_labeled_steps":
+        return reason
+    if raw["labels"][:1] not in ([], [None]) and base["labels"][0] is None:
+        return "no_soft_target"
+    if base["labels"][:1] not in ([], [None]) and row["labels"][0] is None:
+        return "below_min_confidence"
+    return reason
+
+
+_READ_COLUMNS = ["id", "problem_id", "question", "steps", "labels", "label_source", "mc_values"]
 CONFIDENCE_COLUMN = "p_good"  # per-step P(good), where a run computed one; counted when present
 
 

@@ -1,0 +1,161 @@
+"""`prm-synth inspect` and `prm-synth show`: look at a finished run in the terminal.
+
+`inspect` prints the run's counts and label statistics as a table (`--json` for scripts); `show` prints a
+few labeled rows step by step, with each step's label, how it was obtained, its MC counts and `p_good`,
+and what the row cost, so a researcher can read the labels before training on them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from itertools import islice
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from prm_synth.cli.common import fail
+
+STEP_CHARS = 160  # a step longer than this is cut in `show` (the shards keep it whole)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(inspect)
+    app.command()(show)
+
+
+def inspect(
+    directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Counts and label statistics of a dataset."""
+    from prm_synth.errors import PrmSynthError
+    from prm_synth.summary import summarize
+
+    try:
+        summary = summarize(directory)
+    except (FileNotFoundError, PrmSynthError) as e:
+        fail(str(e))
+    if json_out:
+        typer.echo(json.dumps(summary, sort_keys=True))
+        return
+    Console().print(summary_table(summary, str(directory)))
+
+
+def _counts(counts: Mapping[str, int] | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items())) or "none"
+
+
+def _per_step(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def summary_table(summary: Mapping[str, Any], title: str) -> Table:
+    """The run summary as a two-column table (the same figures as `--json`)."""
+    labels = summary.get("labels") or {}
+    bad = labels.get("bad_step_fraction")
+    rows: list[tuple[str, str]] = [
+        ("problems in", f"{summary['problems_in']} ({summary.get('problems_loaded', 0)} loaded)"),
+        ("rows out", str(summary["rows"])),
+        ("rejected", f"{summary['rejected']} ({_counts(summary.get('rejected_by_reason'))})"),
+        ("reconciles", "yes" if summary.get("reconciles") else "NO: counts do not add up"),
+        ("shards", str(summary["shards"])),
+        ("rollouts", str(summary["rollouts"])),
+        ("tokens", str(summary["tokens"])),
+        (
+            "cost per labeled step",
+            f"{_per_step(summary.get('rollouts_per_labeled_step'))} rollouts, "
+            f"{_per_step(summary.get('tokens_per_labeled_step'))} tokens",
+        ),
+        ("steps", f"{labels.get('steps', 0)} ({labels.get('labeled_steps', 0)} labeled)"),
+        ("bad steps", f"{labels.get('bad_steps', 0)}" + ("" if bad is None else f" ({bad:.1%} of labeled)")),
+        ("label sources", _counts(labels.get("label_sources"))),
+        ("final answers", _counts(labels.get("final"))),
+        ("rows with an error", str(labels.get("rows_with_error", 0))),
+        (
+            "first error at step",
+            ", ".join(f"{k}: {v}" for k, v in (labels.get("first_error_histogram") or {}).items()) or "none",
+        ),
+    ]
+    consensus = summary.get("consensus") or {}
+    if consensus.get("rows"):
+        rows.append(("kept by consensus", f"{consensus['kept']} of {consensus['rows']}"))
+    rows.append(("config fingerprint", str(summary.get("config_fingerprint", ""))))
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+# ---------------------------------------------------------------- show
+def show(
+    directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
+    n: Annotated[int, typer.Option("--n", min=1, help="How many rows.")] = 3,
+    bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
+) -> None:
+    """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""
+    from prm_synth.errors import PrmSynthError
+
+    try:
+        rows = list(islice(pick_rows(directory, bad), n))
+    except (FileNotFoundError, PrmSynthError) as e:
+        fail(str(e))
+    if not rows:
+        fail(f"{directory} has no labeled rows" + (" with a bad step" if bad else ""))
+    console = Console()
+    for row in rows:
+        console.print(row_table(row))
+
+
+def pick_rows(directory: Path, bad: bool) -> Iterator[dict[str, Any]]:
+    """Rows in shard order; with `bad`, only those holding a bad label."""
+    from prm_synth.shards import iter_records, read_manifest
+
+    read_manifest(directory)  # a folder that is not a run fails here, naming it
+    for row in iter_records(directory, "data"):
+        if not bad or any(label is False for label in row["labels"]):
+            yield row
+
+
+_LABEL = {True: Text("good", style="green"), False: Text("bad", style="bold red"), None: Text("-", style="dim")}
+
+
+def row_table(row: Mapping[str, Any]) -> Group:
+    """One record: a header line (answer, first error, cost), then a table row per step (text, label,
+    its source, MC counts, p_good, why unlabeled) and the question."""
+    correct = {True: "right", False: "wrong", None: "ungradable"}[row["final_correct"]]
+    first = row["first_error_mc"]
+    header = Text(
+        f"{row['id']}  answer {row['final_answer']} ({correct}, gold {row['gold_answer']})  "
+        f"first error {'none' if first < 0 else f'at step {first}'}  "
+        f"cost {row['rollouts']} rollouts, {row['tokens']} tokens",
+        style="bold",
+    )
+    question = " ".join(row["question"].split())
+    table = Table(caption=f"Q: {question[: STEP_CHARS * 2]}", caption_justify="left")
+    for name, style in (("#", "dim"), ("step", None), ("label", None), ("source", None), ("MC", None)):
+        table.add_column(name, style=style, overflow="fold")
+    table.add_column("p_good", justify="right")
+    table.add_column("why unlabeled", style="dim", overflow="fold")
+    n = len(row["steps"])
+    p_good = row.get("p_good") or [None] * n
+    reasons = row.get("unlabeled_reason") or [None] * n
+    for i, step in enumerate(row["steps"]):
+        text = " ".join(step.split())
+        total = row["mc_total"][i]
+        table.add_row(
+            str(i),
+            text if len(text) <= STEP_CHARS else text[:STEP_CHARS] + "…",
+            _LABEL[row["labels"][i]],
+            row["label_source"][i],
+            f"{row['mc_correct'][i]}/{total}" if total else "-",
+            "-" if p_good[i] is None else f"{p_good[i]:.2f}",
+            reasons[i] or "",
+        )
+    return Group(header, table)
