@@ -86,6 +86,24 @@ def test_the_simulated_policy_on_gsm8k_text_is_refused_before_anything_is_writte
     assert not out.exists()
 
 
+def test_the_simulated_policy_on_a_hugging_face_gsm8k_source_is_refused_too(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    source = {
+        "kind": "hf",
+        "path": "json",
+        "data_files": str(_gsm8k_file(tmp_path)),
+        "split": "train",
+        "preset": "gsm8k",
+    }
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(pipeline_data(problems=source)))
+    out = tmp_path / "out"
+    line = one_line_error(CliRunner().invoke(app, ["run", str(tmp_path / "p.yaml"), "--out", str(out)]))
+    assert "the simulated policy writes solutions only for its own arithmetic problems" in line
+    assert not out.exists()
+
+
 def test_a_file_of_builtin_problem_text_is_accepted(tmp_path):
     import random
 

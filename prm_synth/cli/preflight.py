@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from prm_synth.config import FileSource, PipelineConfig
+from prm_synth.config import FileSource, HFSource, PipelineConfig
 from prm_synth.config_diff import differing_keys, without_sections
 from prm_synth.errors import PrmSynthError
 
@@ -103,8 +103,10 @@ def _current_form(old: dict) -> dict:
 def check_problem_source(config: PipelineConfig, limit: int | None = None) -> None:
     """Open a problem file (cheap) so that a missing or unsupported one fails before anything is written,
     and, for the simulated policy, read its first `limit` problems: it cannot solve foreign text.
-    Hugging Face sources are opened by the run itself (opening one can mean a download)."""
-    if not isinstance(config.problems, FileSource):
+    Hugging Face sources are opened by the run itself (opening one can mean a download), except for the
+    simulated policy (a test instrument): its first shard is read here, as the flow would."""
+    simulated = config.policy.kind == "simulated"
+    if not isinstance(config.problems, FileSource) and not (simulated and isinstance(config.problems, HFSource)):
         return
     from itertools import islice
 
@@ -112,12 +114,15 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
     from prm_synth.sample import PolicyCannotSolveError, check_policy_can_solve
     from prm_synth.schema import Problem
 
+    if isinstance(config.problems, HFSource):
+        limit = min(limit or config.output.shard_size, config.output.shard_size)
     try:
-        problems = iter(iter_problems(config.problems))
-        next(problems, None)
-        if config.policy.kind == "simulated":
-            items = islice(iter_problems(config.problems), limit)
-            check_policy_can_solve(config.policy, ((p.id, p.question) for p in items if isinstance(p, Problem)))
+        items = iter(iter_problems(config.problems))
+        if simulated:
+            first = islice(items, limit)
+            check_policy_can_solve(config.policy, ((p.id, p.question) for p in first if isinstance(p, Problem)))
+        else:
+            next(items, None)
     except (ProblemSourceError, PolicyCannotSolveError) as e:
         raise PreflightError(str(e)) from None
     except OSError as e:

@@ -58,6 +58,10 @@ def _print_summary(summary: dict) -> None:
             f"{len(summary.get('shards_failed', []))} shard(s) failed",
         ),
         ("tokens", summary["tokens"]),
+        (
+            "per labeled step",
+            f"{summary.get('rollouts_per_labeled_step')} rollouts, {summary.get('tokens_per_labeled_step')} tokens",
+        ),
         ("bad step fraction", labels.get("bad_step_fraction")),
         *(
             [("kept by consensus", f"{c['kept']} of {c['rows']} ({c['kept_fraction']:.1%})")]
