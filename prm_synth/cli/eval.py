@@ -155,13 +155,14 @@ def dataset_cmd(
         report = evaluate_dataset(directory)
     except (FileNotFoundError, NotSimulatedError, DatasetError) as e:
         fail(str(e))
-    typer.echo(f"{'':18}{'rows':>7}{'exact':>8}{'fe prec':>9}{'fe rec':>8}{'step prec':>11}{'step rec':>10}")
+    header = f"{'rows':>7}{'exact':>8}{'fe prec':>9}{'fe rec':>8}{'bad prec':>10}{'bad rec':>9}{'good prec':>11}"
+    typer.echo(f"{'':18}{header}")
     for name in ("before_consensus", "after_consensus"):
         q = report[name]
         fe, st = q["first_error_mc"], q["step_labels"]
         typer.echo(
             f"{name:18}{q['rows']:>7}{_fmt(fe['exact_acc']):>8}{_fmt(fe['precision']):>9}"
-            f"{_fmt(fe['recall']):>8}{_fmt(st['precision']):>11}{_fmt(st['recall']):>10}"
+            f"{_fmt(fe['recall']):>8}{_fmt(st['precision']):>10}{_fmt(st['recall']):>9}{_fmt(st['good_precision']):>11}"
         )
     typer.echo(
         f"kept fraction {_fmt(report['kept_fraction'])}, rollouts per kept row {_fmt(report['rollouts_per_kept_row'])}"
