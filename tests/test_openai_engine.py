@@ -163,6 +163,28 @@ def test_a_refused_request_fails_alone_while_an_unusable_server_fails_the_engine
     assert proxy.actions["401"] == 1 and engine.retries == 0
 
 
+def test_an_aborted_request_is_cancelled_and_frees_its_slot(fake):
+    """The stream aborts a request it gave up: the HTTP call is cancelled, so a request behind it (one
+    slot: max_concurrency 1) goes through at once instead of after the stuck one's timeout."""
+    from prm_synth.engines.stream import GenerationStream, as_streaming
+
+    with FaultProxy(fake.url, ["delay"], delay_s=600) as proxy:
+        engine = _engine(proxy.url, max_concurrency=1, timeout_s=600, max_retries=0)
+        try:
+            stream = GenerationStream(as_streaming(engine))
+            (stuck,) = stream.submit_all(_requests(1))
+            deadline = time.monotonic() + 60
+            while not proxy.actions["delay"] and time.monotonic() < deadline:  # until the proxy holds it
+                assert not stream.wait([stuck], timeout=0.05)
+            stream.give_up([stuck])
+            (behind,) = stream.submit_all(_requests(2)[1:])
+            assert stream.wait([behind], timeout=60)  # far less than the stuck call's 600 s
+        finally:
+            engine.close()
+    _assert_fake_results(_requests(2)[1:], [behind.result()])
+    assert engine.attempts == 2
+
+
 def test_a_dripping_server_meets_the_total_deadline_then_a_retry(fake):
     # one byte every 0.2 s: no single read waits the 1 s timeout, so only a total deadline ends the attempt
     with FaultProxy(fake.url, ["drip"], drip_s=0.2) as proxy:
