@@ -82,7 +82,7 @@ def run_accuracy(records: list[LabeledRecord], accuracy: float, args: argparse.N
     rows = copy.deepcopy(records)
     judge_cfg = JudgeConfig(engine=SimulatedJudgeConfig(accuracy=accuracy, seed=args.seed), samples=args.judge_samples)
     _, _, stats = judge_records(SimulatedJudge(judge_cfg.engine), rows, judge_cfg, max_batch_requests=256)
-    total, rollouts, judge_samples = len(rows), sum(r.rollouts for r in rows), stats["samples"]
+    total, rollouts, judge_samples = len(rows), sum(r.rollouts for r in rows), stats.samples
     judge_kept, _, _ = apply_consensus(rows, ConsensusConfig(policy="judge-only"))
     agree_kept, _, _ = apply_consensus(rows, ConsensusConfig(policy="agree", tolerance=0))
     return [

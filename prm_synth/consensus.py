@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
 
 from prm_synth.annotate.calibration import confident_labels
 from prm_synth.config import ConsensusConfig
-from prm_synth.schema import LabeledRecord, RejectedRecord
+from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord
 
 
 def agrees(mc: int, judge: int, tolerance: int = 0) -> bool:
@@ -68,11 +67,11 @@ def _position(index: int | None) -> str:
 
 def apply_consensus(
     records: list[LabeledRecord], config: ConsensusConfig, min_confidence: float = 0.0
-) -> tuple[list[LabeledRecord], list[RejectedRecord], dict[str, Any]]:
+) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`.
 
-    Stats hold counts only (shard totals sum them); kept_fraction is kept / (kept + rejected),
-    see `consensus_summary`.
+    Stats hold counts only (shard totals sum them); the fractions are recomputed from them
+    (`ConsensusStats.fractions`).
     """
     kept: list[LabeledRecord] = []
     rejected: list[RejectedRecord] = []
@@ -106,32 +105,17 @@ def apply_consensus(
                 config_fingerprint=record.config_fingerprint,
             )
         )
-    stats = {
-        "rows": len(records),
-        "kept": len(kept),
-        "rejected": len(rejected),
-        "agree": sum(1 for r in records if r.consensus),
-        "judged": sum(1 for r in records if r.judge_first_error is not None),
-        "rejected_by_reason": dict(by_reason),
-        # "mc=i,judge=j" -> rows; judge=none where the judge gave no verdict.
-        "agreement": dict(agreement),
-        "by_source": by_source,
-    }
+    stats = ConsensusStats(
+        rows=len(records),
+        kept=len(kept),
+        rejected=len(rejected),
+        agree=sum(1 for r in records if r.consensus),
+        judged=sum(1 for r in records if r.judge_first_error is not None),
+        rejected_by_reason=dict(by_reason),
+        agreement=dict(agreement),
+        by_source=by_source,
+    )
     return kept, rejected, stats
-
-
-def consensus_summary(stats: dict[str, Any]) -> dict[str, Any]:
-    """Fractions for a run summary, recomputed from (possibly summed) count stats."""
-    rows = stats.get("rows", 0)
-    judged = stats.get("judged", 0)
-    return {
-        "kept_fraction": stats.get("kept", 0) / rows if rows else None,
-        "agree_fraction_of_judged": stats.get("agree", 0) / judged if judged else None,
-        "by_source": {
-            src: {"kept_fraction": s["kept"] / s["rows"] if s.get("rows") else None}
-            for src, s in stats.get("by_source", {}).items()
-        },
-    }
 
 
 def record_from_payload(payload: str) -> LabeledRecord:

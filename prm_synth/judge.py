@@ -15,15 +15,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from prm_synth.config import JudgeConfig
 from prm_synth.engines.base import Engine, GenerationRequest, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import stream_for
 from prm_synth.grading import last_boxed
 from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
-from prm_synth.schema import LabeledRecord, RejectedRecord, reject
+from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, reject
 
 __all__ = [
     "JUDGE_PROMPT_VERSION",
@@ -87,23 +86,6 @@ class JudgeVerdict:
     refused: str | None = None  # the engine refused the request: its message (no votes then)
 
 
-@dataclass
-class JudgeStats:
-    solutions: int = 0
-    samples: int = 0
-    unparseable: int = 0
-    ties: int = 0
-    undecided: int = 0  # no verdict: ties plus solutions without a readable vote
-    engine_calls: int = 0
-    refused: int = 0  # requests the engine refused (their rows are rejected)
-    tokens: int = 0
-    verdicts: dict[str, int] = field(default_factory=dict)  # "-1" / "error" / "none" -> count
-
-    def as_dict(self) -> dict[str, Any]:
-        # Counts only: shard totals sum these key by key.
-        return dict(self.__dict__, verdicts=dict(self.verdicts))
-
-
 def judge_requests(items: Sequence[tuple[str, Sequence[str]]], config: JudgeConfig) -> list[GenerationRequest]:
     sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
     return [
@@ -155,8 +137,8 @@ def judge_solutions(
 
 def judge_records(
     engine: Engine, records: list[LabeledRecord], config: JudgeConfig, max_batch_requests: int
-) -> tuple[list[LabeledRecord], list[RejectedRecord], dict[str, Any]]:
-    """Fill each record's judge fields in place; returns (judged records, rejected, count statistics).
+) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
+    """Fill each record's judge fields in place; returns (judged records, rejected, its counters).
 
     A record whose judge request the engine refused is rejected (stage "judge", "engine_refused").
     The judge's tokens are added to the row's `tokens` (what labeling this row cost).
@@ -177,4 +159,4 @@ def judge_records(
         record.judge_prompt_version = config.prompt_version
         record.judge_model = engine.model_name
         record.tokens += verdict.tokens
-    return kept, rejected, stats.as_dict()
+    return kept, rejected, stats

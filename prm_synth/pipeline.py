@@ -79,13 +79,13 @@ def process_shard(
     judged, judge_rejected, judge_stats = (
         judge_records(judge_engine, labeled.records, config.judge, config.run.max_batch_requests)
         if config.judge is not None and judge_engine is not None
-        else (labeled.records, [], {})
+        else (labeled.records, [], None)
     )
     clock.lap("judge")
     records, consensus_rejected, consensus_stats = (
         apply_consensus(judged, config.consensus, config.labels.min_confidence)
         if config.consensus
-        else (judged, [], {})
+        else (judged, [], None)
     )
     clock.lap("consensus")
 
@@ -105,13 +105,13 @@ def process_shard(
         final_correct=sum(1 for r in records if r.final_correct),
         final_unknown=sum(1 for r in records if r.final_correct is None),
         rollouts=sched.rollouts,
-        requests_refused=sched.requests_refused + judge_stats.get("refused", 0),
+        requests_refused=sched.requests_refused + (judge_stats.refused if judge_stats else 0),
         engine_calls=sched.engine_calls,
         probes_asked=sched.probes_asked,
         probes_reused=sched.probes_reused,
         sampling_tokens=sampled.tokens,
         rollout_tokens=sched.generated_tokens + sched.prompt_tokens,
-        judge_tokens=judge_stats.get("tokens", 0),
+        judge_tokens=judge_stats.tokens if judge_stats else 0,
         seconds=clock.laps,
         judge=judge_stats,
         consensus=consensus_stats,

@@ -171,6 +171,53 @@ def reject(
 
 
 @dataclass
+class JudgeStats:
+    """Counters of the judge stage (summed key by key over shards)."""
+
+    solutions: int = 0
+    samples: int = 0
+    unparseable: int = 0
+    ties: int = 0
+    undecided: int = 0  # no verdict: ties plus solutions without a readable vote
+    engine_calls: int = 0
+    refused: int = 0  # requests the engine refused (their rows are rejected)
+    tokens: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)  # "-1" / "error" / "none" -> count
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ConsensusStats:
+    """Counters of the consensus stage (summed key by key over shards); fractions: `fractions()`."""
+
+    rows: int = 0
+    kept: int = 0
+    rejected: int = 0
+    agree: int = 0
+    judged: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    agreement: dict[str, int] = field(default_factory=dict)  # "mc=i,judge=j" -> rows (judge=none: no verdict)
+    by_source: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> rows, kept, rejected, agree
+
+    def fractions(self) -> dict[str, Any]:
+        """kept / rows, agree / judged, and kept / rows per source, recomputed from the counts."""
+        return {
+            "kept_fraction": self.kept / self.rows if self.rows else None,
+            "agree_fraction_of_judged": self.agree / self.judged if self.judged else None,
+            "by_source": {
+                src: {"kept_fraction": s["kept"] / s["rows"] if s.get("rows") else None}
+                for src, s in self.by_source.items()
+            },
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counts with the fractions (the run summary's `consensus`)."""
+        return asdict(self) | self.fractions()
+
+
+@dataclass
 class ShardStats:
     """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object.
 
@@ -199,8 +246,8 @@ class ShardStats:
     rollout_tokens: int = 0
     judge_tokens: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  # per stage: sample_and_label, judge, consensus
-    judge: dict[str, Any] = field(default_factory=dict)  # JudgeStats counts (empty without a judge)
-    consensus: dict[str, Any] = field(default_factory=dict)  # consensus counts (empty without consensus)
+    judge: JudgeStats | None = None  # None without a judge
+    consensus: ConsensusStats | None = None  # None without consensus
 
     @property
     def tokens(self) -> int:
@@ -211,16 +258,31 @@ class ShardStats:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:
-        """Read stats written by any version: unknown keys are ignored, missing ones are zero."""
+        """Read stats written by any version: unknown keys are ignored, missing ones are zero; a stage
+        that did not run is None (older markers wrote an empty object)."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+        values = {k: v for k, v in (data or {}).items() if k in names}
+        for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats)):
+            values[name] = _read(stage, values.get(name))
+        return cls(**values)
 
     def __add__(self, other: ShardStats) -> ShardStats:
-        """Field-wise sum (nested count dicts are summed key by key): a run's stats are its shards' sum."""
+        """Field-wise sum (nested counts are summed key by key): a run's stats are its shards' sum."""
         return ShardStats(**{f.name: _add(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)})
 
 
+def _read(stage: type[Any], data: dict[str, Any] | None) -> Any:
+    if not data:
+        return None
+    names = {f.name for f in fields(stage)}
+    return stage(**{k: v for k, v in data.items() if k in names})
+
+
 def _add(a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return b if a is None else a
+    if isinstance(a, JudgeStats | ConsensusStats):
+        return type(a)(**{f.name: _add(getattr(a, f.name), getattr(b, f.name)) for f in fields(a)})
     if isinstance(a, dict):
         out = dict(a)
         for key, value in b.items():

@@ -12,7 +12,6 @@ from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import ConfigError, validate_config
-from prm_synth.consensus import consensus_summary
 from prm_synth.schema import ShardStats
 from prm_synth.shards import dataset_shards, iter_tables, read_manifest
 
@@ -76,7 +75,7 @@ def summarize(root: str | Path) -> dict[str, Any]:
         "rows": totals["rows"],
         "rejected": totals["rejected"],
         "rejected_by_reason": stats.rejected_by_reason,
-        "consensus": _consensus(stats.consensus),
+        "consensus": stats.consensus.as_dict() if stats.consensus else {},
         "problems_labeled": stats.problems_labeled,
         "reconciles": _reconciles(config, stats, totals["rows"], totals["rejected"], samples),
         "shards": totals["shards"],
@@ -102,10 +101,3 @@ def _reconciles(config: dict[str, Any], stats: ShardStats, rows: int, rejected: 
     except ConfigError:  # a folder whose stored config no longer validates: nothing to judge it by
         return False
     return labeler.reconciles(stats, rows, rejected, samples)
-
-
-def _consensus(counts: dict[str, Any]) -> dict[str, Any]:
-    """Consensus counts summed over shards, with the fractions recomputed from them."""
-    if not counts:
-        return {}
-    return counts | consensus_summary(counts)

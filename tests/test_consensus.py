@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 import pytest
 
 from prm_synth.config import ConsensusConfig, validate_config
-from prm_synth.consensus import agrees, apply_consensus, consensus_summary, decide, record_from_payload
+from prm_synth.consensus import agrees, apply_consensus, decide, record_from_payload
 from prm_synth.judge import UNPARSEABLE
-from prm_synth.schema import LabeledRecord
+from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats
 from prm_synth.shards import ShardEntry, totals
 
 
@@ -92,12 +93,12 @@ def test_agree_policy_keeps_agreement_and_rejects_with_reasons():
     # nothing vanishes: the payload is the whole record, and reads back as one
     assert record_from_payload(bad.payload) == rows[2]
     assert json.loads(bad.payload)["judge_first_error"] == 3
-    assert stats["rows"] == 7 and stats["kept"] == 2 and stats["rejected"] == 5
-    assert stats["agree"] == 2 and stats["judged"] == 4
-    assert stats["rejected_by_reason"] == {"disagree": 2, "judge_undecided": 2, "judge_missing": 1}
-    assert stats["agreement"]["mc=2,judge=3"] == 1 and stats["agreement"]["mc=1,judge=none"] == 2
-    assert sum(stats["agreement"].values()) == 7
-    assert stats["by_source"] == {
+    assert stats.rows == 7 and stats.kept == 2 and stats.rejected == 5
+    assert stats.agree == 2 and stats.judged == 4
+    assert stats.rejected_by_reason == {"disagree": 2, "judge_undecided": 2, "judge_missing": 1}
+    assert stats.agreement["mc=2,judge=3"] == 1 and stats.agreement["mc=1,judge=none"] == 2
+    assert sum(stats.agreement.values()) == 7
+    assert stats.by_source == {
         "gsm8k": {"rows": 6, "kept": 2, "rejected": 4, "agree": 2},
         "math": {"rows": 1, "kept": 0, "rejected": 1, "agree": 0},
     }
@@ -119,7 +120,7 @@ def test_judge_only_keeps_every_judged_row():
 def test_mc_only_keeps_everything():
     rows = _rows()
     kept, rejected, stats = apply_consensus(rows, ConsensusConfig(policy="mc-only"))
-    assert kept == rows and rejected == [] and stats["kept"] == 7
+    assert kept == rows and rejected == [] and stats.kept == 7
     assert decide(rows[2], ConsensusConfig(policy="mc-only")) == (True, None, None)
 
 
@@ -132,13 +133,16 @@ def _numbers_only(obj: Any) -> bool:
 def test_stats_are_counts_that_shard_totals_sum():
     _, _, a = apply_consensus(_rows(), ConsensusConfig())
     _, _, b = apply_consensus(_rows()[:2], ConsensusConfig())
-    assert _numbers_only(a)
-    entries = [ShardEntry(i, 1, 1, 0, "d", "r", {}, "fp", stats={"consensus": s}) for i, s in enumerate((a, b))]
+    assert _numbers_only(asdict(a))
+    stored = [ShardStats(consensus=s).to_dict() for s in (a, b)]  # as the shard markers hold them
+    entries = [ShardEntry(i, 1, 1, 0, "d", "r", {}, "fp", stats=s) for i, s in enumerate(stored)]
     summed = totals(entries)["stats"]["consensus"]
     assert summed["rows"] == 9 and summed["kept"] == 4 and summed["agreement"]["mc=-1,judge=-1"] == 2
     assert summed["by_source"]["gsm8k"]["kept"] == 4
-    assert consensus_summary(summed)["kept_fraction"] == pytest.approx(4 / 9)
-    assert consensus_summary({})["kept_fraction"] is None
+    run = ShardStats.from_dict(stored[0]) + ShardStats.from_dict(stored[1])
+    assert run.consensus is not None and run.consensus.fractions()["kept_fraction"] == pytest.approx(4 / 9)
+    assert ConsensusStats().fractions()["kept_fraction"] is None
+    assert ShardStats.from_dict({"consensus": {}}).consensus is None  # an older marker: the stage did not run
 
 
 def test_pipeline_with_judge_and_consensus_loses_nothing():
@@ -166,7 +170,8 @@ def test_pipeline_with_judge_and_consensus_loses_nothing():
     assert all(r.judge_model == "simulated-judge" and len(r.judge_votes) == 3 for r in out.records)
     assert all(r.config_fingerprint == config.fingerprint() for r in out.rejected)
     assert len({r.id for r in out.records} | {r.id for r in consensus_rejects}) == 30
-    assert out.stats.judge["samples"] == 90 and out.stats.consensus["kept"] == len(out.records)
+    assert out.stats.judge is not None and out.stats.consensus is not None
+    assert out.stats.judge.samples == 90 and out.stats.consensus.kept == len(out.records)
 
 
 def test_consensus_benchmark_raises_precision_above_both_labelers():

@@ -179,11 +179,11 @@ def test_judge_records_fills_fields_and_batches():
     for r in records:
         assert r.judge_model == "scripted" and r.judge_prompt_version == JUDGE_PROMPT_VERSION
         assert r.tokens == 100 + 10 + 15  # the judge's prompt and sampled tokens are part of the row's cost
-    assert stats["samples"] == 15 and stats["solutions"] == 5 and stats["engine_calls"] == 3
-    assert stats["unparseable"] == sum(r.judge_votes.count(UNPARSEABLE) for r in records)
-    assert stats["ties"] == sum(r.judge_first_error is None for r in records) == stats["undecided"]
-    assert stats["tokens"] == 5 * 25
-    assert all(isinstance(v, int | dict) for v in stats.values())
+    assert stats.samples == 15 and stats.solutions == 5 and stats.engine_calls == 3
+    assert stats.unparseable == sum(r.judge_votes.count(UNPARSEABLE) for r in records)
+    assert stats.ties == sum(r.judge_first_error is None for r in records) == stats.undecided
+    assert stats.tokens == 5 * 25
+    assert all(isinstance(v, int | dict) for v in stats.as_dict().values())
 
 
 def test_unknown_prompt_version_is_refused_when_the_config_loads():

@@ -17,7 +17,7 @@ from prm_synth.cli import app
 from prm_synth.config import AnnotateConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.pipeline import iter_shards, process_shard
-from prm_synth.schema import ShardStats
+from prm_synth.schema import JudgeStats, ShardStats
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BENCH, GOLD = FIXTURES / "processbench_small.json", FIXTURES / "processbench_gold.jsonl"
@@ -119,7 +119,7 @@ stats = st.builds(
     sampling_tokens=counts,
     rollout_tokens=counts,
     rejected_by_reason=st.dictionaries(st.sampled_from(["a", "b", "c"]), counts, max_size=3),
-    judge=st.dictionaries(st.sampled_from(["tokens", "samples"]), counts, max_size=2),
+    judge=st.none() | st.builds(JudgeStats, tokens=counts, samples=counts),
 )
 
 
@@ -130,4 +130,8 @@ def test_run_stats_are_the_field_wise_sum_of_shard_stats(shards):
     assert total.rows == sum(s.rows for s in shards) and total.tokens == sum(s.tokens for s in shards)
     for reason in "abc":
         assert total.rejected_by_reason.get(reason, 0) == sum(s.rejected_by_reason.get(reason, 0) for s in shards)
+    judged = [s.judge for s in shards if s.judge is not None]
+    assert (total.judge is None) == (not judged)  # a stage that ran in no shard stays absent
+    if judged:
+        assert total.judge.samples == sum(j.samples for j in judged)
     assert ShardStats.from_dict(total.to_dict()) == total  # what the marker stores reads back
