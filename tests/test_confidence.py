@@ -72,25 +72,16 @@ def test_min_confidence_is_a_bounded_config_field():
 
 def test_the_card_reports_what_a_minimum_confidence_leaves(tmp_path):
     """A calibrated simulated run exported at 0.95: the card names the threshold and the coverage left."""
-    from prm_synth.engines import build_engine
-    from prm_synth.export.hub import export_to_dir
-    from prm_synth.pipeline import iter_shards, process_shard
-    from prm_synth.shards import ShardStore
+    from _simulated_run import write_run
 
-    config = validate_config(
-        {
-            "problems": {"kind": "builtin", "count": 40, "min_ops": 6, "max_ops": 10},
-            "policy": {"kind": "simulated", "recover": 0.1},
-            "sampling": {"samples_per_problem": 2},
-        }
-    )
-    store = ShardStore(tmp_path / "run", config.fingerprint())
-    store.prepare(config.model_dump(mode="json"), "")
-    for shard in iter_shards(config):
-        out = process_shard(build_engine(config.policy), config, shard, config.fingerprint())
-        rows = [r.to_row() for r in out.records]
-        store.write_shard(shard.index, rows, [r.to_row() for r in out.rejected], len(shard.items), out.stats.to_dict())
-    store.write_manifest()
+    from prm_synth.export.hub import export_to_dir
+
+    data = {
+        "problems": {"kind": "builtin", "count": 40, "min_ops": 6, "max_ops": 10},
+        "policy": {"kind": "simulated", "recover": 0.1},
+        "sampling": {"samples_per_problem": 2},
+    }
+    write_run(tmp_path / "run", data)
     loose = export_to_dir(tmp_path / "run", tmp_path / "loose", ["trl"])["views"]["trl"]
     strict_out = tmp_path / "strict"
     from prm_synth.export.hub import plan_export

@@ -196,8 +196,7 @@ def test_eval_labels_command(tmp_path):
 # ------------------------------------------------------------------ eval dataset
 def make_dataset(root: Path, consensus: str | None = "agree") -> None:
     """A small simulated dataset written the way the flow writes it (shard store, no Prefect)."""
-    from prm_synth.pipeline import iter_shards, process_shard
-    from prm_synth.shards import ShardStore
+    from _simulated_run import write_run
 
     data = {
         "problems": {"kind": "builtin", "count": 30, "min_ops": 5, "max_ops": 10},
@@ -208,20 +207,7 @@ def make_dataset(root: Path, consensus: str | None = "agree") -> None:
     }
     if consensus:
         data["consensus"] = {"policy": consensus}
-    config = validate_config(data)
-    store = ShardStore(root, config.fingerprint())
-    store.prepare(config.model_dump(mode="json"), yaml.safe_dump(data))
-    policy, judge = build_engine(config.policy), build_engine(config.judge.engine)
-    for shard in iter_shards(config):
-        out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge)
-        store.write_shard(
-            shard.index,
-            [r.to_row() for r in out.records],
-            [r.to_row() for r in out.rejected],
-            len(shard.items),
-            out.stats.to_dict(),
-        )
-    store.write_manifest()
+    write_run(root, data)
 
 
 def test_evaluate_dataset_before_and_after_consensus(tmp_path):

@@ -272,7 +272,8 @@ def export_to_dir(
             soft=plan.soft,
         )
         exports.append(export)
-        (out / fmt / VIEW_CONFIG).write_text(json.dumps(view_config(export, plan), indent=2, ensure_ascii=False) + "\n")
+        text = json.dumps(view_config(export, plan), indent=2, ensure_ascii=False) + "\n"
+        (out / fmt / VIEW_CONFIG).write_text(text, encoding="utf-8")  # the marker may be any script
         files += [p for split in export["splits"].values() for p in split["files"]] + [f"{fmt}/{VIEW_CONFIG}"]
     card = render_card(
         dataset_dir,
