@@ -58,7 +58,7 @@ def test_consensus_rejects_rows_labeled_below_the_minimum_confidence():
     kept, rejected, stats = apply_consensus([sure, doubtful], ConsensusConfig(), min_confidence=0.9)
     assert [r.id for r in kept] == ["a-s0"]
     assert [(r.id, r.reason) for r in rejected] == [("b-s0", "low_confidence")]
-    assert stats["rejected_by_reason"] == {"low_confidence": 1}
+    assert stats.rejected_by_reason == {"low_confidence": 1}
     kept, _, _ = apply_consensus([sure, doubtful], ConsensusConfig())  # no threshold: both agree, both kept
     assert len(kept) == 2
 
