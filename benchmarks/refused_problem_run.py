@@ -9,6 +9,7 @@ table and, last, one JSON line: {"exit_code", "wall_seconds", "problems_labeled"
 
     python benchmarks/refused_problem_run.py [--problems 60] [--victim 17] [--shard-size N]
         [--long-prefixes-only]   # refuse only the victim's prompts that carry a long prefix (rollouts)
+        [--transient-every N]    # and answer every N-th request 503 (retried by the engine)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import yaml  # noqa: E402
-from fault_proxy import SimulatedCompletionsServer  # noqa: E402
+from fault_proxy import FaultProxy, SimulatedCompletionsServer  # noqa: E402
 
 from prm_synth.config import SimulatedPolicyConfig, validate_config  # noqa: E402
 from prm_synth.problems import iter_problems  # noqa: E402
@@ -40,6 +41,7 @@ def main() -> None:
     ap.add_argument("--victim", type=int, default=17, help="index of the problem the server refuses")
     ap.add_argument("--shard-size", type=int, default=None, help="output.shard_size (default: the pipeline's)")
     ap.add_argument("--long-prefixes-only", action="store_true", help="refuse only continuation prompts")
+    ap.add_argument("--transient-every", type=int, default=0, help="every N-th request gets a 503 first")
     args = ap.parse_args()
 
     problems = {"kind": "builtin", "count": args.problems, "seed": 0}
@@ -50,11 +52,12 @@ def main() -> None:
         # a continuation prompt is the sampling prompt ("user" + a blank line) plus the prefix: from 20 chars on
         from_chars = len(policy_user_prompt(victim.question)) + 2 + 20 if args.long_prefixes_only else 0
         server = SimulatedCompletionsServer(victim.question, SimulatedPolicyConfig(), refuse_from_chars=from_chars)
-        with server:
+        faults = ["pass"] * (args.transient_every - 1) + ["503"] if args.transient_every else []
+        with server, FaultProxy(server.url, faults, repeat=True) as proxy:
             config = {
                 "name": "refused",
                 "problems": problems,
-                "policy": {"kind": "openai", "model": "simulated", "base_url": f"{server.url}/v1"},
+                "policy": {"kind": "openai", "model": "simulated", "base_url": f"{proxy.url}/v1"},
             } | ({"output": {"shard_size": args.shard_size}} if args.shard_size else {})
             path = Path(tmp) / "pipeline.yaml"
             path.write_text(yaml.safe_dump(config))
