@@ -12,6 +12,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from _timed_engine import TimedEngine
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prm_synth.annotate.scheduler import JobsAfter, Probe, ProbeScheduler, Refused, SolutionJob
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
@@ -288,6 +291,42 @@ def test_an_engine_that_is_gone_ends_the_run_and_gives_up_what_is_out():
     with pytest.raises(EngineError, match="server gone"):
         list(sched.run(jobs))
     assert engine.aborted == [1]  # the other job's request, still out, was given up and aborted
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rounds=st.lists(st.lists(st.lists(st.sampled_from("abcdefg"), min_size=1, max_size=3), max_size=3), max_size=8),
+    refused=st.sets(st.sampled_from("abcdefg")),
+    in_flight=st.integers(1, 4),
+    batch=st.integers(1, 4),
+    timed=st.booleans(),
+)
+def test_whatever_is_refused_every_job_ends_once_refused_exactly_when_it_needed_a_refused_prefix(
+    rounds, refused, in_flight, batch, timed
+):
+    """Jobs of one problem share prefixes; any set of them is refused (in a step, or at the door of a
+    streaming engine). Every job is yielded exactly once: `Refused` when one of its rounds asked for a
+    refused prefix, its annotation otherwise. The run always ends."""
+
+    def scripted(job_rounds: list[list[str]]) -> Any:
+        for prefixes in job_rounds:
+            yield [Probe(prefix, 2) for prefix in prefixes]
+        return "done"
+
+    plain = RefusePrefixes(set(refused))
+    engine: Any = TimedEngine(plain, capacity=3) if timed else plain
+    sched = ProbeScheduler(
+        engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=lambda t, g: "correct"
+    )
+    jobs = [SolutionJob(f"j{i}", "p", "Q", "1", scripted(r)) for i, r in enumerate(rounds)]
+    out: dict[str, Any] = {}
+    for job, value in sched.run(jobs):
+        assert job.key not in out
+        out[job.key] = value
+    assert set(out) == {job.key for job in jobs}
+    for i, job_rounds in enumerate(rounds):
+        needs_refused = any(prefix in refused for prefixes in job_rounds for prefix in prefixes)
+        assert isinstance(out[f"j{i}"], Refused) == needs_refused
 
 
 # ---------------------------------------------------------------- the pipeline: rows, rejections, counts
