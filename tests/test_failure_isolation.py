@@ -414,7 +414,7 @@ def test_a_refused_judge_request_rejects_that_row_only():
     judge = JudgeConfig(engine=SimulatedJudgeConfig(), samples=3)
     kept, rejected, stats = judge_records(RefusingJudge(judge.engine), records, judge, max_batch_requests=4)
     assert victim.id in {r.id for r in rejected} and all(r.stage == "judge" for r in rejected)
-    assert len(kept) + len(rejected) == len(records) and stats["refused"] == len(rejected)
+    assert len(kept) + len(rejected) == len(records) and stats.refused == len(rejected)
     assert all(r.judge_votes for r in kept)
 
 
