@@ -264,17 +264,15 @@ def problems_line(summary: Mapping[str, Any], config: Mapping[str, Any], manifes
 def label_quality(
     dataset_dir: str | Path, config: Mapping[str, Any], min_confidence: float = 0.0
 ) -> dict[str, Any] | None:
-    """Label quality against the truth where it can be recomputed (the simulated policy on builtin
-    problems), else None.
+    """Label quality against the truth where it can be recomputed (the simulated policy on its own
+    arithmetic problems), else None.
 
     Step labels are scored as exported (the views' supervised steps at `min_confidence`), good and bad
     alike; first-error figures are split by whether the row truly holds an error, so error-free rows
     (easy to get right) do not pad the accuracy on the rows that matter."""
     if _get(config, "policy", "kind", default=None) != "simulated":
         return None
-    if _get(config, "problems", "kind", default=None) != "builtin":
-        return {"error": "the simulated policy's truth is recomputable on builtin problems only"}
-    from prm_synth.arithmetic import true_first_error
+    from prm_synth.arithmetic import parse_question, true_first_error
     from prm_synth.evaluate import first_error_quality, step_label_quality
     from prm_synth.export.views import SkipRow, supervised_steps, with_min_confidence
 
@@ -283,6 +281,8 @@ def label_quality(
     exported: list[tuple[list[bool], int]] = []
     try:
         for row in iter_records(dataset_dir, "data"):
+            if parse_question(row["question"]) is None:  # a run from before foreign text was refused
+                return {"error": f"record {row['id']} is not one of the simulated policy's problems"}
             truth = true_first_error(row["steps"])
             if truth >= 0:
                 with_error.append((row["first_error_mc"], truth))
