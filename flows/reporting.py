@@ -23,6 +23,7 @@ from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import PipelineConfig
 from prm_synth.engines import model_name
 from prm_synth.engines.stream import streams_now
+from prm_synth.summary import RunSummary
 from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, summary_markdown
 
 # The Prefect progress artifact is a server call: at most one update this often (seconds).
@@ -189,19 +190,19 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") or "run"
 
 
-def publish_run_artifacts(summary: dict[str, Any], config: PipelineConfig) -> None:
+def publish_run_artifacts(summary: RunSummary, config: PipelineConfig) -> None:
     """A table of counts and a markdown summary with label statistics, attached to the flow run."""
-    labels = summary.get("labels", {})
-    consensus = summary.get("consensus", {})
+    labels = summary.labels
+    consensus = summary.consensus.as_dict() if summary.consensus else {}
     rows = [
-        {"count": "problems in", "value": summary["problems_in"]},
-        {"count": "rows out", "value": summary["rows"]},
-        {"count": "rejected", "value": summary["rejected"]},
-        *({"count": f"rejected: {k}", "value": v} for k, v in sorted(summary["rejected_by_reason"].items())),
+        {"count": "problems in", "value": summary.problems_in},
+        {"count": "rows out", "value": summary.rows},
+        {"count": "rejected", "value": summary.rejected},
+        *({"count": f"rejected: {k}", "value": v} for k, v in sorted(summary.rejected_by_reason.items())),
         {"count": "kept by consensus", "value": consensus.get("kept", "n/a")},
-        {"count": "rollouts", "value": summary["rollouts"]},
-        {"count": "tokens", "value": summary["tokens"]},
-        {"count": "shards", "value": summary["shards"]},
+        {"count": "rollouts", "value": summary.rollouts},
+        {"count": "tokens", "value": summary.tokens},
+        {"count": "shards", "value": summary.shards},
     ]
     key = _slug(config.name)
     create_table_artifact(rows, key=f"{key}-counts", description="prm-synth run counts")
@@ -211,9 +212,9 @@ def publish_run_artifacts(summary: dict[str, Any], config: PipelineConfig) -> No
             "",
             f"- policy: `{model_name(config.policy)}`",
             f"- annotator: `{config.annotate.method}`: {make_labeler(config).budget_line()}; rule `{config.labels.rule}`",
-            f"- config fingerprint: `{summary['config_fingerprint']}`",
-            f"- counts reconcile: **{summary['reconciles']}**",
-            f"- wall time: {summary.get('wall_seconds', 0):.1f} s",
+            f"- config fingerprint: `{summary.config_fingerprint}`",
+            f"- counts reconcile: **{summary.reconciles}**",
+            f"- wall time: {summary.run.wall_seconds if summary.run else 0:.1f} s",
             "",
             "## Label statistics",
             "",

@@ -43,7 +43,7 @@ from prm_synth.problems import count_hint
 from prm_synth.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
 from prm_synth.shards import ShardStore
-from prm_synth.summary import summarize
+from prm_synth.summary import RunFacts, RunSummary, summarize
 
 DRY_RUN_PROBLEMS = 8
 
@@ -121,7 +121,7 @@ def synthesize(
     overwrite: bool = False,
     dry_run: bool = False,
     show_progress: bool = False,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Label every problem of `config` into `out_dir`, resuming whatever a previous run finished.
 
     dry_run: label one small shard end to end in a temporary folder; nothing final is written.
@@ -182,15 +182,16 @@ def synthesize(
     progress.close()
 
     store.write_manifest(config_dump)
-    summary = summarize(target) | {
-        "wall_seconds": round(time.time() - started, 3),
-        "started_at": started,
-        "shards_run": done,
-        "shards_skipped": skipped,
-        "shards_failed": sorted(failed),
-        "requests_retried": retries_since(retries_before),
-        "dry_run": dry_run,
-    }
+    summary = summarize(target)
+    summary.run = RunFacts(
+        started_at=started,
+        wall_seconds=round(time.time() - started, 3),
+        shards_run=done,
+        shards_skipped=skipped,
+        shards_failed=sorted(failed),
+        requests_retried=retries_since(retries_before),
+        dry_run=dry_run,
+    )
     publish_run_artifacts(summary, config)
     if not dry_run:
         publish_engine_pictures(target, engines_before, config)

@@ -7,12 +7,13 @@ raises `shards.CorruptShardError`); a marker's own row counts are not trusted. T
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import ConfigError, validate_config
-from prm_synth.schema import ShardStats
+from prm_synth.schema import ConsensusStats, ShardStats
 from prm_synth.shards import dataset_shards, iter_tables, read_manifest
 
 
@@ -53,7 +54,57 @@ def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
     }, rows
 
 
-def summarize(root: str | Path) -> dict[str, Any]:
+@dataclass
+class RunFacts:
+    """What one run of the flow did (the folder's summary holds what is in it)."""
+
+    started_at: float  # epoch seconds: the CLI counts its start-up from it
+    wall_seconds: float
+    shards_run: int
+    shards_skipped: int
+    shards_failed: list[int]
+    requests_retried: int
+    dry_run: bool
+    startup_seconds: float = 0.0  # set by the CLI, which knows when the command started
+
+
+@dataclass
+class RunSummary:
+    """The run summary of an output folder (`summarize`), with the facts of the run that wrote it
+    (`run`, set by the flow). Read by the CLI, the flow's artifacts and the dataset card; `to_dict`
+    is its JSON (`prm-synth run --json`, `prm-synth inspect --json`)."""
+
+    problems_in: int
+    problems_loaded: int
+    samples_per_problem: int
+    solutions_sampled: int
+    rows: int
+    rejected: int
+    rejected_by_reason: dict[str, int]
+    consensus: ConsensusStats | None  # None where no consensus filter ran
+    problems_labeled: int
+    reconciles: bool
+    shards: int
+    rollouts: int
+    requests_refused: int
+    tokens: int
+    # what a labeled step cost: the figure to compare methods and runs by
+    rollouts_per_labeled_step: float | None
+    tokens_per_labeled_step: float | None
+    config_fingerprint: str
+    labels: dict[str, Any] = field(default_factory=dict)  # label statistics (`_label_statistics`)
+    run: RunFacts | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat JSON: the counts, consensus counts with fractions ({} without consensus), the run's facts."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("consensus", "run")}
+        out["consensus"] = self.consensus.as_dict() if self.consensus else {}
+        if self.run is not None:
+            out |= {k: v for k, v in asdict(self.run).items() if k != "started_at"}
+        return out
+
+
+def summarize(root: str | Path) -> RunSummary:
     """The run summary: row counts from the checked data, the other counts from the shard markers,
     whether they reconcile, label statistics."""
     manifest = read_manifest(root)
@@ -67,27 +118,26 @@ def summarize(root: str | Path) -> dict[str, Any]:
     stats = sum((ShardStats.from_dict(e.stats) for e in entries), start=ShardStats())
     config = manifest.get("config", {})
     samples = config.get("sampling", {}).get("samples_per_problem", 1)
-    return {
-        "problems_in": stats.inputs,
-        "problems_loaded": stats.problems_loaded,
-        "samples_per_problem": samples,
-        "solutions_sampled": stats.solutions_sampled,
-        "rows": totals["rows"],
-        "rejected": totals["rejected"],
-        "rejected_by_reason": stats.rejected_by_reason,
-        "consensus": stats.consensus.as_dict() if stats.consensus else {},
-        "problems_labeled": stats.problems_labeled,
-        "reconciles": _reconciles(config, stats, totals["rows"], totals["rejected"], samples),
-        "shards": totals["shards"],
-        "rollouts": stats.rollouts,
-        "requests_refused": stats.requests_refused,
-        "tokens": stats.tokens,
-        # what a labeled step cost: the figure to compare methods and runs by
-        "rollouts_per_labeled_step": _per(stats.rollouts, labels["labeled_steps"]),
-        "tokens_per_labeled_step": _per(stats.tokens, labels["labeled_steps"]),
-        "config_fingerprint": manifest["config_fingerprint"],
-        "labels": labels,
-    }
+    return RunSummary(
+        problems_in=stats.inputs,
+        problems_loaded=stats.problems_loaded,
+        samples_per_problem=samples,
+        solutions_sampled=stats.solutions_sampled,
+        rows=totals["rows"],
+        rejected=totals["rejected"],
+        rejected_by_reason=stats.rejected_by_reason,
+        consensus=stats.consensus,
+        problems_labeled=stats.problems_labeled,
+        reconciles=_reconciles(config, stats, totals["rows"], totals["rejected"], samples),
+        shards=totals["shards"],
+        rollouts=stats.rollouts,
+        requests_refused=stats.requests_refused,
+        tokens=stats.tokens,
+        rollouts_per_labeled_step=_per(stats.rollouts, labels["labeled_steps"]),
+        tokens_per_labeled_step=_per(stats.tokens, labels["labeled_steps"]),
+        config_fingerprint=manifest["config_fingerprint"],
+        labels=labels,
+    )
 
 
 def _per(total: int, count: int) -> float | None:

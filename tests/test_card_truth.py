@@ -94,17 +94,18 @@ def test_the_card_states_consensus_only_when_it_ran(mc_run, exported, tmp_path):
     assert "onsensus kept" not in card and "records with consensus" not in card
     judged = write_run(tmp_path / "judged", pipeline_data("simulated-consensus"), 20)
     export_to_dir(judged, tmp_path / "out", ["trl"])
-    consensus = summarize(judged)["consensus"]
+    consensus = summarize(judged).consensus
+    assert consensus is not None
     text = " ".join((tmp_path / "out" / "README.md").read_text(encoding="utf-8").split())
-    assert f"Consensus kept {consensus['kept']} of {consensus['rows']} labeled rows." in text
+    assert f"Consensus kept {consensus.kept} of {consensus.rows} labeled rows." in text
     assert "| records with consensus |" in text
 
 
 def test_the_card_states_the_cost_of_a_labeled_step(mc_run, exported):
     summary = summarize(mc_run)
-    steps = summary["labels"]["labeled_steps"]
-    assert summary["rollouts_per_labeled_step"] == round(summary["rollouts"] / steps, 2)
-    rollouts, tokens = summary["rollouts"] / steps, summary["tokens"] / steps
+    steps = summary.labels["labeled_steps"]
+    assert summary.rollouts_per_labeled_step == round(summary.rollouts / steps, 2)
+    rollouts, tokens = summary.rollouts / steps, summary.tokens / steps
     card = (exported / "README.md").read_text(encoding="utf-8")
     assert f"| cost per labeled step | {rollouts:.1f} rollouts, {tokens:.1f} tokens |" in card
 

@@ -20,7 +20,7 @@ from prm_synth.annotate.labels import apply_rule
 from prm_synth.cli import app
 from prm_synth.config import load_config
 from prm_synth.shards import ShardStore, iter_records, read_manifest
-from prm_synth.summary import summarize
+from prm_synth.summary import RunSummary, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 SIMULATED = ROOT / "pipelines" / "simulated.yaml"
@@ -39,10 +39,10 @@ def write_pipeline(tmp_path: Path, **changes) -> Path:
     return path
 
 
-def check_dataset(out: Path) -> dict:
+def check_dataset(out: Path) -> RunSummary:
     """The checks a user would run: counts reconcile, labels agree with counts, ids unique."""
     summary = summarize(out)
-    assert summary["reconciles"], summary
+    assert summary.reconciles, summary
     rows = list(iter_records(out))
     rejected = list(iter_records(out, "rejected"))
     ids = [r["id"] for r in rows] + [r["id"] for r in rejected]
@@ -67,12 +67,12 @@ def test_flow_labels_simulated_problems_and_resumes(tmp_path):
     config = load_config(write_pipeline(tmp_path, output__shard_size=25))
     out = tmp_path / "out"
     summary = synthesize(config=config, out_dir=str(out), limit=120)
-    assert summary["problems_in"] == 120 and summary["rows"] + summary["rejected"] == 120
-    assert summary["shards"] == 5 and summary["shards_run"] == 5
+    assert summary.problems_in == 120 and summary.rows + summary.rejected == 120
+    assert summary.shards == 5 and summary.run.shards_run == 5
     check_dataset(out)
     picture = json.loads((out / "telemetry" / "simulated-arithmetic.json").read_text())  # the run's engine
     # sampling and rollouts share the engine's stream: the picture counts both
-    assert picture["summary"]["sequences"] == summary["rollouts"] + summary["solutions_sampled"]
+    assert picture["summary"]["sequences"] == summary.rollouts + summary.solutions_sampled
     assert picture["series"]
     rows = list(iter_records(out))
     truth = [arithmetic.true_first_error(r["steps"]) for r in rows]
@@ -83,13 +83,13 @@ def test_flow_labels_simulated_problems_and_resumes(tmp_path):
     (out / "data" / "shard-00001.arrow").write_bytes(b"torn")
     (out / "shards" / "shard-00003.json").unlink()
     again = synthesize(config=config, out_dir=str(out), limit=120)
-    assert again["shards_run"] == 2 and again["shards_skipped"] == 3
+    assert again.run.shards_run == 2 and again.run.shards_skipped == 3
     assert [r["id"] for r in iter_records(out)] == [r["id"] for r in rows]
     check_dataset(out)
 
     # A longer limit extends the same dataset; a different config is refused.
     more = synthesize(config=config, out_dir=str(out), limit=150)
-    assert more["shards_run"] == 2 and more["problems_in"] == 150  # the short last shard is redone whole
+    assert more.run.shards_run == 2 and more.problems_in == 150  # the short last shard is redone whole
     other = load_config(write_pipeline(tmp_path, annotate__k=4))
     with pytest.raises(Exception, match="another config"):
         synthesize(config=other, out_dir=str(out), limit=10)
@@ -116,8 +116,8 @@ def test_broken_problem_rows_are_rejected_with_reasons(tmp_path):
     path = write_pipeline(tmp_path, problems={"kind": "file", "path": str(problems), "preset": "gsm8k"})
     out = tmp_path / "out"
     summary = synthesize(config=load_config(path), out_dir=str(out))
-    assert summary["problems_in"] == 5
-    assert summary["rows"] == 1 and summary["rejected"] == 4
+    assert summary.problems_in == 5
+    assert summary.rows == 1 and summary.rejected == 4
     reasons = {r["reason"] for r in iter_records(out, "rejected")}
     assert len(reasons) >= 3 and all(reasons)
     check_dataset(out)
@@ -159,7 +159,7 @@ def test_a_broken_problem_source_writes_nothing_so_the_corrected_config_runs_int
     )
     fixed = load_config(write_pipeline(tmp_path, problems={"kind": "file", "path": str(tmp_path / "problems.jsonl")}))
     summary = synthesize(config=fixed, out_dir=str(out))
-    assert summary["problems_in"] == 1 and summary["rows"] + summary["rejected"] == 1
+    assert summary.problems_in == 1 and summary.rows + summary.rejected == 1
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -266,10 +266,11 @@ def test_consensus_run_reports_its_statistics_in_summary_and_artifacts(tmp_path)
 
     config = load_config(ROOT / "pipelines" / "simulated-consensus.yaml")
     summary = synthesize(config=config, out_dir=str(tmp_path / "out"), limit=40)
-    consensus = summary["consensus"]
-    assert consensus["rows"] == 80 and consensus["kept"] == summary["rows"]
-    assert summary["rows"] + summary["rejected"] == 80 and summary["reconciles"]
-    assert 0 < consensus["kept_fraction"] < 1 and consensus["agreement"]
+    consensus = summary.consensus
+    assert consensus is not None
+    assert consensus.rows == 80 and consensus.kept == summary.rows
+    assert summary.rows + summary.rejected == 80 and summary.reconciles
+    assert 0 < consensus.fractions()["kept_fraction"] < 1 and consensus.agreement
     rejected = list(iter_records(tmp_path / "out", "rejected"))
     assert {r["stage"] for r in rejected} == {"consensus"}
     assert all(json.loads(r["payload"])["judge_votes"] for r in rejected)  # the whole record travels along

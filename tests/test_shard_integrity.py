@@ -113,8 +113,8 @@ def test_row_counts_come_from_the_data_not_from_a_hand_edited_marker(dataset: Pa
     entry["rows"], entry["rejected"] = 999_999, 555
     marker.write_text(json.dumps(entry))
     summary = summarize(dataset)
-    assert summary["rows"] == honest["rows"] == ROWS
-    assert summary["rejected"] == honest["rejected"] == 4
+    assert summary.rows == honest.rows == ROWS
+    assert summary.rejected == honest.rejected == 4
 
 
 def test_a_damaged_manifest_is_a_clear_error_and_the_next_run_rebuilds_it(dataset: Path) -> None:
@@ -129,7 +129,7 @@ def test_a_damaged_manifest_is_a_clear_error_and_the_next_run_rebuilds_it(datase
     store.prepare(dump, yaml.safe_dump(dump))  # the same config: not blocked, the manifest is rebuilt
     manifest = read_manifest(dataset)
     assert [s["shard"] for s in manifest["shards"]] == [0, 1, 2] and manifest["config"] == dump
-    assert summarize(dataset)["rows"] == ROWS
+    assert summarize(dataset).rows == ROWS
 
 
 def test_output_files_follow_the_umask(tmp_path: Path) -> None:
@@ -229,12 +229,12 @@ def test_a_run_over_hostile_rows_and_a_damaged_shard_end_to_end(tmp_path: Path) 
     config = load_config(tmp_path / "p.yaml")
     out = tmp_path / "out"
     summary = synthesize(config=config, out_dir=str(out))
-    assert summary["problems_in"] == 6 and summary["rows"] == 3 and summary["reconciles"]
+    assert summary.problems_in == 6 and summary.rows == 3 and summary.reconciles
     reasons = {r["id"]: r["reason"] for r in iter_records(out, "rejected")}
     assert reasons == {"problems:1": "broken_line", "problems:2": "bad_text", "problems:3": "unparseable_answer"}
 
     _flip_byte(out / "data" / "shard-00002.arrow")
     _one_line_error(CliRunner().invoke(app, ["inspect", str(out)]), 2, "shard-00002.arrow")
     again = synthesize(config=config, out_dir=str(out))
-    assert again["shards_run"] == 1 and again["shards_skipped"] == 2
+    assert again.run.shards_run == 1 and again.run.shards_skipped == 2
     assert CliRunner().invoke(app, ["inspect", str(out), "--json"]).exit_code == 0

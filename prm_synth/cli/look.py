@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator, Mapping
 from itertools import islice
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
@@ -19,6 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from prm_synth.cli.common import fail
+
+if TYPE_CHECKING:
+    from prm_synth.summary import RunSummary
 
 STEP_CHARS = 160  # a step longer than this is cut in `show` (the shards keep it whole)
 
@@ -41,7 +44,7 @@ def inspect(
     except (FileNotFoundError, PrmSynthError) as e:
         fail(str(e))
     if json_out:
-        typer.echo(json.dumps(summary, sort_keys=True))
+        typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
         return
     Console().print(summary_table(summary, str(directory)))
 
@@ -54,22 +57,22 @@ def _per_step(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
-def summary_table(summary: Mapping[str, Any], title: str) -> Table:
+def summary_table(summary: RunSummary, title: str) -> Table:
     """The run summary as a two-column table (the same figures as `--json`)."""
-    labels = summary.get("labels") or {}
+    labels = summary.labels
     bad = labels.get("bad_step_fraction")
     rows: list[tuple[str, str]] = [
-        ("problems in", f"{summary['problems_in']} ({summary.get('problems_loaded', 0)} loaded)"),
-        ("rows out", str(summary["rows"])),
-        ("rejected", f"{summary['rejected']} ({_counts(summary.get('rejected_by_reason'))})"),
-        ("reconciles", "yes" if summary.get("reconciles") else "NO: counts do not add up"),
-        ("shards", str(summary["shards"])),
-        ("rollouts", str(summary["rollouts"])),
-        ("tokens", str(summary["tokens"])),
+        ("problems in", f"{summary.problems_in} ({summary.problems_loaded} loaded)"),
+        ("rows out", str(summary.rows)),
+        ("rejected", f"{summary.rejected} ({_counts(summary.rejected_by_reason)})"),
+        ("reconciles", "yes" if summary.reconciles else "NO: counts do not add up"),
+        ("shards", str(summary.shards)),
+        ("rollouts", str(summary.rollouts)),
+        ("tokens", str(summary.tokens)),
         (
             "cost per labeled step",
-            f"{_per_step(summary.get('rollouts_per_labeled_step'))} rollouts, "
-            f"{_per_step(summary.get('tokens_per_labeled_step'))} tokens",
+            f"{_per_step(summary.rollouts_per_labeled_step)} rollouts, "
+            f"{_per_step(summary.tokens_per_labeled_step)} tokens",
         ),
         ("steps", f"{labels.get('steps', 0)} ({labels.get('labeled_steps', 0)} labeled)"),
         ("bad steps", f"{labels.get('bad_steps', 0)}" + ("" if bad is None else f" ({bad:.1%} of labeled)")),
@@ -81,10 +84,9 @@ def summary_table(summary: Mapping[str, Any], title: str) -> Table:
             ", ".join(f"{k}: {v}" for k, v in (labels.get("first_error_histogram") or {}).items()) or "none",
         ),
     ]
-    consensus = summary.get("consensus") or {}
-    if consensus.get("rows"):
-        rows.append(("kept by consensus", f"{consensus['kept']} of {consensus['rows']}"))
-    rows.append(("config fingerprint", str(summary.get("config_fingerprint", ""))))
+    if summary.consensus is not None and summary.consensus.rows:
+        rows.append(("kept by consensus", f"{summary.consensus.kept} of {summary.consensus.rows}"))
+    rows.append(("config fingerprint", summary.config_fingerprint))
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")

@@ -7,7 +7,7 @@ import os
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -22,6 +22,7 @@ from prm_synth.cli.environment import (
 
 if TYPE_CHECKING:
     from prm_synth.config import PipelineConfig
+    from prm_synth.summary import RunSummary
 
 
 class Runner(StrEnum):
@@ -40,35 +41,33 @@ def register(app: typer.Typer) -> None:
     app.add_typer(models_app, name="models")
 
 
-def _print_summary(summary: dict) -> None:
-    labels = summary.get("labels", {})
+def _print_summary(summary: RunSummary) -> None:
+    run = summary.run
+    assert run is not None  # the flow's summary says what the run did
     lines = [
-        ("problems in", summary["problems_in"]),
-        ("rows out", summary["rows"]),
-        ("rejected", f"{summary['rejected']} {summary['rejected_by_reason'] or ''}".strip()),
-        ("reconciles", summary["reconciles"]),
-        (
-            "shards",
-            f"{summary['shards']} ({summary.get('shards_run', 0)} run, {summary.get('shards_skipped', 0)} resumed)",
-        ),
-        ("rollouts", summary["rollouts"]),
+        ("problems in", summary.problems_in),
+        ("rows out", summary.rows),
+        ("rejected", f"{summary.rejected} {summary.rejected_by_reason or ''}".strip()),
+        ("reconciles", summary.reconciles),
+        ("shards", f"{summary.shards} ({run.shards_run} run, {run.shards_skipped} resumed)"),
+        ("rollouts", summary.rollouts),
         (
             "engine requests",
-            f"{summary.get('requests_refused', 0)} refused, {summary.get('requests_retried', 0)} retried, "
-            f"{len(summary.get('shards_failed', []))} shard(s) failed",
+            f"{summary.requests_refused} refused, {run.requests_retried} retried, "
+            f"{len(run.shards_failed)} shard(s) failed",
         ),
-        ("tokens", summary["tokens"]),
+        ("tokens", summary.tokens),
         (
             "per labeled step",
-            f"{summary.get('rollouts_per_labeled_step')} rollouts, {summary.get('tokens_per_labeled_step')} tokens",
+            f"{summary.rollouts_per_labeled_step} rollouts, {summary.tokens_per_labeled_step} tokens",
         ),
-        ("bad step fraction", labels.get("bad_step_fraction")),
+        ("bad step fraction", summary.labels.get("bad_step_fraction")),
         *(
-            [("kept by consensus", f"{c['kept']} of {c['rows']} ({c['kept_fraction']:.1%})")]
-            if (c := summary.get("consensus")) and c.get("rows")
+            [("kept by consensus", f"{c.kept} of {c.rows} ({c.kept / c.rows:.1%})")]
+            if (c := summary.consensus) and c.rows
             else []
         ),
-        ("wall time", f"{summary.get('wall_seconds', 0):.1f} s ({summary.get('startup_seconds', 0):.1f} s start-up)"),
+        ("wall time", f"{run.wall_seconds:.1f} s ({run.startup_seconds:.1f} s start-up)"),
     ]
     width = max(len(k) for k, _ in lines)
     typer.echo("\nsummary")
@@ -112,10 +111,11 @@ def run(
         summary = _run_flow(config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out)
     except KeyboardInterrupt as e:
         _stop_interrupted(str(e) or "SIGINT")
-    summary["startup_seconds"] = round(max(0.0, summary.pop("started_at", started) - started), 3)
-    summary["wall_seconds"] = round(time.time() - started, 3)
+    assert summary.run is not None
+    summary.run.startup_seconds = round(max(0.0, summary.run.started_at - started), 3)
+    summary.run.wall_seconds = round(time.time() - started, 3)
     if json_out:
-        typer.echo(json.dumps(summary, sort_keys=True))
+        typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
         return
     _print_summary(summary)
     if dry_run:
@@ -145,7 +145,7 @@ def _run_flow(
     runner: str,
     ray_address: str | None,
     show_progress: bool,
-) -> dict[str, Any]:
+) -> RunSummary:
     from prm_synth.errors import PrmSynthError
 
     quiet_expected_failures()

@@ -23,7 +23,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from prm_synth.schema import LabelSource
 from prm_synth.shards import iter_records, iter_tables, read_manifest
-from prm_synth.summary import summarize
+from prm_synth.summary import RunSummary, summarize
 
 TEMPLATE_NAME = "prm_dataset_card.md.j2"
 BEGIN = "<!-- prm-synth:begin -->"
@@ -248,10 +248,10 @@ def _example(row: Mapping[str, Any] | None, width: int = 160) -> str:
     return json.dumps({k: cut(v) for k, v in row.items()}, ensure_ascii=False, indent=2)
 
 
-def problems_line(summary: Mapping[str, Any], config: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
+def problems_line(summary: RunSummary, config: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
     """How many problems the rows come from, and whether the run stopped short of the source."""
-    read = summary.get("problems_in", 0)
-    line = f"{read} read, {summary.get('problems_loaded', 0)} loaded"
+    read = summary.problems_in
+    line = f"{read} read, {summary.problems_loaded} loaded"
     limit = manifest.get("limit")
     configured = _get(config, "problems", "count", default=None)
     if limit is not None:
@@ -440,7 +440,7 @@ def render_card(
     summary = summarize(dataset_dir)
     facts = record_facts(dataset_dir)
     source = source_facts(config)
-    labels = summary["labels"]
+    labels = summary.labels
     name = f"{config.get('name', 'prm-synth')} (prm-synth)"
     meta = card_metadata(source, exports, license, name)
     meta["dataset_info"] = dataset_info(exports)
@@ -458,7 +458,7 @@ def render_card(
         "method_text": how["text"],
         "source_text": {k: v for k, v in SOURCE_TEXT.items() if any(k in row["label_sources"] for row in views)},
         "summary": summary,
-        "rejected_by_reason": sorted((summary.get("rejected_by_reason") or {}).items()),
+        "rejected_by_reason": sorted(summary.rejected_by_reason.items()),
         "facts": facts,
         "labels": labels,
         "bad_percent": "n/a" if bad is None else f"{100 * bad:.1f}%",
@@ -477,10 +477,13 @@ def render_card(
             dataset_dir, config, max((ex.get("min_confidence") or 0.0 for ex in exports), default=0.0)
         ),
         # consensus figures only where a consensus filter ran (0 of 0 would read as a result)
-        "consensus": (summary.get("consensus") or None) if config.get("consensus") else None,
+        "consensus": summary.consensus.as_dict() if summary.consensus and config.get("consensus") else None,
         "cost": {
-            k: "n/a" if summary.get(f"{k}_per_labeled_step") is None else f"{summary[f'{k}_per_labeled_step']:.1f}"
-            for k in ("rollouts", "tokens")
+            k: "n/a" if cost is None else f"{cost:.1f}"
+            for k, cost in (
+                ("rollouts", summary.rollouts_per_labeled_step),
+                ("tokens", summary.tokens_per_labeled_step),
+            )
         },
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
