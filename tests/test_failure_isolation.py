@@ -16,6 +16,7 @@ from _timed_engine import TimedEngine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.scheduler import JobsAfter, Probe, ProbeScheduler, Refused, SolutionJob
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines.base import (
@@ -397,6 +398,18 @@ def test_a_refused_rollout_rejects_its_solution_and_the_others_are_labeled():
     assert refused and all(r.stage == "annotate" for r in refused)
     assert len(out.records) + len(out.rejected) == len(shard.items) * 2
     assert {r.id for r in out.records}.isdisjoint(r.id for r in refused)
+
+
+def test_a_shard_whose_engine_is_gone_gives_up_its_sampling_requests_not_yet_read():
+    """The scheduler reads problems only as far as max_in_flight allows: when the shard fails, the
+    sampling requests of the problems it never reached are given up too (none runs for nobody)."""
+    config = simulated_config(run={"max_in_flight": 1})
+    (shard,) = list(iter_shards(config))
+    engine = Scripted()
+    engine.steps = [[(0, EngineError("server gone"))]]  # the first problem's sampling request
+    with pytest.raises(EngineError, match="server gone"):
+        make_labeler(config).label(engine, list(shard.items))  # type: ignore[arg-type]
+    assert sorted(engine.aborted) == list(range(1, len(shard.items)))
 
 
 def test_a_refused_judge_request_rejects_that_row_only():

@@ -224,7 +224,10 @@ class SolutionLabeler(_Base):
             JobsAfter(future, partial(jobs_of, problem), partial(refused, problem))
             for problem, future in zip(problems, futures, strict=True)
         )
-        annotations = self._jobs_run(scheduler, jobs, len(problems) * samples, progress)
+        try:
+            annotations = self._jobs_run(scheduler, jobs, len(problems) * samples, progress)
+        finally:  # a failed run has not read every problem yet: their sampling must not run for nobody
+            scheduler.stream.give_up(futures)
         sampled = Sampled()
         for problem in problems:  # input order, whatever order the annotators finished in
             sampled += by_problem[problem.id]
