@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from prm_synth.errors import PrmSynthError
 from prm_synth.prompts import PROMPT_VERSIONS, JudgePromptVersion
+from prm_synth.schema import SearchTestName
 
 # Bounds that keep a typo from starting a run that never ends (k: 1000000000 was accepted once).
 MAX_ROLLOUTS = 4096  # rollouts per probe
@@ -257,7 +258,7 @@ class BinaryConfig(SequentialTestConfig):
     k: RolloutCount = 8
     # The default (fidelity benchmark, README "Which annotate method"): calibrated holds when the policy
     # gets lucky and gives every label a calibrated p_good, at ~25 rollouts a solution.
-    search_test: Literal["sprt", "fixed", "calibrated"] = "calibrated"
+    search_test: SearchTestName = "calibrated"
     recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
 
@@ -275,7 +276,7 @@ class OmegaConfig(SequentialTestConfig):
     rollout_budget: int = Field(400, ge=1, le=1_000_000)  # hard cap on rollouts per question
     # How the bisection decides a prefix: `fixed` is the paper (k rollouts, MC > 0 good);
     # `sprt` uses the sequential test (bad_rate / good_rate above).
-    search_test: Literal["fixed", "sprt", "calibrated"] = "fixed"
+    search_test: SearchTestName = "fixed"
     screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
 
 

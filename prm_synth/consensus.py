@@ -24,7 +24,7 @@ from collections import Counter
 
 from prm_synth.annotate.calibration import confident_labels
 from prm_synth.config import ConsensusConfig
-from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord
+from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason
 
 
 def agrees(mc: int, judge: int, tolerance: int = 0) -> bool:
@@ -35,7 +35,7 @@ def agrees(mc: int, judge: int, tolerance: int = 0) -> bool:
 
 def decide(
     record: LabeledRecord, config: ConsensusConfig, min_confidence: float = 0.0
-) -> tuple[bool, str | None, str | None]:
+) -> tuple[bool, RejectReason | None, str | None]:
     """(keep, reason, detail) for one row: the filter's decision and, when dropped, why."""
     judge, mc = record.judge_first_error, record.first_error_mc
     doubtful = _doubtful_steps(record, min_confidence)

@@ -32,11 +32,11 @@ import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 from prm_synth import verify_pool
+from prm_synth.schema import VerdictStatus
 
-Status = Literal["correct", "incorrect", "unknown"]
 MAX_ANSWER_CHARS = 1000  # longer extracted (or gold) answers are unknown ("too_long"): bounds parser cost
 FALLBACK_LINE_CHARS = 200  # a longer final line is not an answer sentence
 CACHE_SIZE = 100_000
@@ -45,7 +45,7 @@ TRUNCATED_FINISH_REASONS = frozenset({"length"})  # vLLM and the OpenAI API: the
 
 @dataclass(frozen=True)
 class Verdict:
-    status: Status
+    status: VerdictStatus
     extracted: str | None
     reason: str | None  # how it was decided (numeric, math_verify) or why it is unknown
 

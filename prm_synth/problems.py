@@ -27,7 +27,7 @@ from prm_synth import arithmetic
 from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
 from prm_synth.errors import PrmSynthError
 from prm_synth.grading import last_boxed
-from prm_synth.schema import Item, Problem, RejectedRecord, reject
+from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
 from prm_synth.shards import storable
 
 PAYLOAD_CHARS = 2000
@@ -82,7 +82,7 @@ def _builtin(src: BuiltinSource) -> Iterator[Item]:
 _THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 
-def gold_from_field(value: Any, answer_format: str) -> tuple[str | None, str | None]:
+def gold_from_field(value: Any, answer_format: str) -> tuple[str | None, RejectReason | None]:
     """(gold answer, None) or (None, reason code) for one answer cell."""
     if value is None:
         return None, "missing_answer"
@@ -113,7 +113,7 @@ def _payload(row: Any) -> str:
 
 
 def _reject(
-    source: str, index: int, reason: str, detail: str, payload: str, problem_id: str | None = None
+    source: str, index: int, reason: RejectReason, detail: str, payload: str, problem_id: str | None = None
 ) -> RejectedRecord:
     def text(value: str | None) -> str | None:
         return None if value is None else storable(value)
@@ -153,7 +153,7 @@ class _RowReader:
         raw_id = row.get(m.id) if m.id else None
         pid = str(raw_id).strip() if raw_id is not None and str(raw_id).strip() else f"{self.id_prefix}-{index:06d}"
 
-        def reject(reason: str, detail: str) -> RejectedRecord:
+        def reject(reason: RejectReason, detail: str) -> RejectedRecord:
             return _reject(self.source, index, reason, detail, _payload(row), pid)
 
         question = row.get(m.question)

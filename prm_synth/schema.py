@@ -22,6 +22,50 @@ Stage = Literal["load", "sample", "split", "annotate", "judge", "consensus", "wr
 STAGES: tuple[str, ...] = get_args(Stage)
 # A grade of a solution or a rollout: unknown is never counted as correct.
 VerdictStatus = Literal["correct", "incorrect", "unknown"]
+# Why an input or a row was rejected (the `reason` of a RejectedRecord), by stage:
+RejectReason = Literal[
+    # load: a source row that is no usable problem
+    "not_an_object",
+    "missing_question",
+    "bad_question",
+    "empty_question",
+    "missing_answer",
+    "unparseable_answer",
+    "empty_answer",
+    "bad_text",
+    "duplicate_id",
+    "broken_line",
+    # sample / annotate / judge: the engine refused the request
+    "engine_refused",
+    # split: the policy wrote nothing to split
+    "empty_solution",
+    # annotate (OmegaPRM): a question without a row
+    "screened_out",
+    "no_paths",
+    # consensus
+    "disagree",
+    "judge_missing",
+    "judge_undecided",
+    "low_confidence",
+    # write: text that cannot be stored
+    "unencodable_text",
+]
+REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
+# Why a step has no label (a row's `unlabeled_reason`).
+UnlabeledReason = Literal[
+    "after_error",  # its prefix follows the first bad step: it holds that error
+    "undecided_budget",  # the rollout budget ran out before the evidence was clear
+    "undecided_uninformative",  # no probe was worth its rollouts
+    "undecided_verdict",  # nothing to measure (e.g. ungradable, one step)
+]
+# How a first-error search decides a prefix (annotate/prefix_test.py, the one place that reads it).
+SearchTestName = Literal["fixed", "sprt", "calibrated"]
+# The nodes of an OmegaPRM tree: the question, a measured prefix, a complete rollout (a leaf).
+NodeKind = Literal["root", "state", "rollout"]
+# Why an OmegaPRM question's search stopped.
+OmegaStop = Literal["screened_out", "search_limit", "pool_empty", "budget"]
+# Why the calibrated search of a solution stopped ("decided": every step at the confidence level).
+CalibratedStop = Literal["decided", "undecided_budget", "undecided_uninformative", "undecided_verdict"]
 
 PAYLOAD_CHARS = 4000  # a rejection keeps this much of what was rejected (JSON), enough to re-read it
 
@@ -113,7 +157,7 @@ class LabeledRecord:
     consensus: bool | None = None
     judge_model: str | None = None
     p_good: list[float] | None = None  # from Annotation.p_good
-    unlabeled_reason: list[str | None] | None = None  # annotate.labels.unlabeled_reasons
+    unlabeled_reason: list[UnlabeledReason | None] | None = None  # annotate.labels.unlabeled_reasons
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,7 +171,7 @@ class RejectedRecord:
     problem_id: str | None
     source: str
     stage: Stage
-    reason: str
+    reason: RejectReason
     detail: str | None = None
     payload: str | None = None
     config_fingerprint: str = ""
@@ -145,7 +189,7 @@ def reject(
     problem_id: str | None,
     source: str,
     stage: Stage,
-    reason: str,
+    reason: RejectReason,
     detail: str,
     payload: Any = None,
     *,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prm_synth.annotate.protocol import ProbeResult
-from prm_synth.schema import LabelSource, VerdictStatus
+from prm_synth.schema import LabelSource, UnlabeledReason, VerdictStatus
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Annotation:
     # Per step, the posterior probability that its prefix is still correct (None: not estimated).
     p_good: list[float] | None = None
     # Per step, why it is unlabeled (None where labeled, or where the method gives no reason).
-    unlabeled_reason: list[str | None] | None = None
+    unlabeled_reason: list[UnlabeledReason | None] | None = None
 
     @classmethod
     def empty(cls, method: str, n_steps: int) -> Annotation:

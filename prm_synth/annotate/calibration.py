@@ -29,6 +29,7 @@ import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.protocol import Annotator, Probe
+from prm_synth.schema import CalibratedStop, UnlabeledReason, VerdictStatus
 
 # Per-step error rates (a solution's difficulty) and luck rates the posterior ranges over.
 P_GRID = np.array([0.005, 0.015, 0.03, 0.05, 0.075, 0.1, 0.14, 0.2, 0.28, 0.4])
@@ -47,11 +48,11 @@ def _cell_widths(grid: np.ndarray) -> np.ndarray:
 _LOG_Q_WIDTH = np.log(_cell_widths(Q_GRID))
 _P_WIDTH = _cell_widths(P_GRID)
 
-# Why a step has no label.
-AFTER_ERROR = "after_error"  # its prefix follows the first bad step: it holds that error
-UNDECIDED_BUDGET = "undecided_budget"  # the rollout budget ran out before the evidence was clear
-UNDECIDED_UNINFORMATIVE = "undecided_uninformative"  # no probe was worth its rollouts
-UNDECIDED_VERDICT = "undecided_verdict"  # nothing to measure (e.g. ungradable, one step)
+# Why a step has no label (schema.UnlabeledReason says what each means).
+AFTER_ERROR: UnlabeledReason = "after_error"
+UNDECIDED_BUDGET: UnlabeledReason = "undecided_budget"
+UNDECIDED_UNINFORMATIVE: UnlabeledReason = "undecided_uninformative"
+UNDECIDED_VERDICT: UnlabeledReason = "undecided_verdict"
 
 
 class RunEstimates:
@@ -131,13 +132,13 @@ class Evidence:
     n: int
     correct: np.ndarray
     total: np.ndarray
-    verdict: str  # correct | incorrect | unknown
+    verdict: VerdictStatus
     # Steps of a complete solution, when the steps are only its beginning (a partial tree path):
     # a prefix's clean rate depends on the steps still ahead of it, not on the path's own length.
     horizon: int | None = None
 
     @classmethod
-    def empty(cls, n: int, verdict: str, horizon: int | None = None) -> Evidence:
+    def empty(cls, n: int, verdict: VerdictStatus, horizon: int | None = None) -> Evidence:
         return cls(n, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), verdict, horizon)
 
 
@@ -244,14 +245,14 @@ class Posterior:
 @dataclass(frozen=True)
 class StepLabels:
     labels: list[bool | None]
-    reasons: list[str | None]  # why a step is unlabeled (None where labeled)
+    reasons: list[UnlabeledReason | None]  # why a step is unlabeled (None where labeled)
 
 
-def labels_from_posterior(p_good: Sequence[float], confidence: float, undecided: str) -> StepLabels:
+def labels_from_posterior(p_good: Sequence[float], confidence: float, undecided: UnlabeledReason) -> StepLabels:
     """Good where P(still correct) >= confidence; the first step whose prefix holds an error with
     P >= confidence is bad; steps after it are unlabeled (they hold that error); the rest undecided."""
     labels: list[bool | None] = []
-    reasons: list[str | None] = []
+    reasons: list[UnlabeledReason | None] = []
     bad_seen = False
     for p in p_good:
         if bad_seen:
@@ -302,7 +303,7 @@ class SearchSettings:
 
 def calibrated_search(
     steps: list[str],
-    final_status: str,
+    final_status: VerdictStatus,
     settings: SearchSettings,
     estimates: RunEstimates | None = None,
     key: str = "",
@@ -314,7 +315,7 @@ def calibrated_search(
     ann = Annotation.empty("binary", n)
     ev = Evidence.empty(n, final_status)
     spent = 0
-    stop = UNDECIDED_VERDICT
+    stop: CalibratedStop = UNDECIDED_VERDICT
     key = key or f"solution-{id(ev)}"
     while True:
         post = Posterior(ev, estimates)
@@ -343,7 +344,9 @@ def calibrated_search(
     return ann
 
 
-def _label(ann: Annotation, post: Posterior, confidence: float, stop: str, final_status: str) -> None:
+def _label(
+    ann: Annotation, post: Posterior, confidence: float, stop: CalibratedStop, final_status: VerdictStatus
+) -> None:
     n = len(ann.label_source)
     undecided = UNDECIDED_VERDICT if stop == "decided" else stop
     lab = labels_from_posterior(post.p_good.tolist(), confidence, undecided)

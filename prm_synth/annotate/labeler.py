@@ -41,7 +41,16 @@ from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, Sam
 from prm_synth.grading import Verdict, grade
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
-from prm_synth.schema import LabeledRecord, Problem, RejectedRecord, ShardStats, Stage, VerdictStatus, reject
+from prm_synth.schema import (
+    LabeledRecord,
+    Problem,
+    RejectedRecord,
+    RejectReason,
+    ShardStats,
+    Stage,
+    VerdictStatus,
+    reject,
+)
 from prm_synth.steps import split_steps
 
 Progress = Callable[[str], None]
@@ -352,7 +361,7 @@ class OmegaLabeler(_Base):
                 out.trees[p.id] = tree_to_json(result.tree)
             paths = [] if result.screened_out else result.paths()
             if not paths:
-                reason = "screened_out" if result.screened_out else "no_paths"
+                reason: RejectReason = "screened_out" if result.screened_out else "no_paths"
                 detail = (
                     "the first rollouts were all right or all wrong (screening)"
                     if result.screened_out

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.calibration import AFTER_ERROR, UNDECIDED_VERDICT
+from prm_synth.schema import UnlabeledReason
 
 
 @dataclass(frozen=True)
@@ -74,14 +75,14 @@ def apply_rule(ann: Annotation, rule: str, significance: float = 0.05) -> Labels
 
 
 def unlabeled_reasons(
-    labels: Sequence[bool | None], first_error: int, given: Sequence[str | None] | None
-) -> list[str | None]:
+    labels: Sequence[bool | None], first_error: int, given: Sequence[UnlabeledReason | None] | None
+) -> list[UnlabeledReason | None]:
     """Why each unlabeled step has no label (None where labeled), never None where unlabeled.
 
     The annotator's own reason where it gave one (the calibrated search does); else `after_error`
     past the first bad step; else `undecided_verdict`: no gradable rollout measured the step (per-step
     MC of an ungradable solution's last step, or rollouts that were all ungradable)."""
-    reasons: list[str | None] = []
+    reasons: list[UnlabeledReason | None] = []
     for i, label in enumerate(labels):
         if label is not None:
             reasons.append(None)

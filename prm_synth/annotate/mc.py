@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.protocol import Annotator, Probe
+from prm_synth.schema import VerdictStatus
 
 
-def per_step_mc(steps: list[str], final_status: str, k: int, stop_at_first_zero: bool = False) -> Annotator[Annotation]:
+def per_step_mc(
+    steps: list[str], final_status: VerdictStatus, k: int, stop_at_first_zero: bool = False
+) -> Annotator[Annotation]:
     """Probe every prefix but the last (the full solution is already graded: its verdict is used).
 
     With `stop_at_first_zero`, prefixes are probed in order and probing stops at the first prefix

@@ -50,6 +50,7 @@ from prm_synth.annotate.calibration import (
 from prm_synth.annotate.prefix_test import CalibratedTest, PrefixTest, decide, make_test
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
 from prm_synth.config import OmegaConfig
+from prm_synth.schema import NodeKind, OmegaStop, VerdictStatus
 
 METHOD = "omegaprm"
 ROOT = 0  # node id of the empty prefix
@@ -93,7 +94,7 @@ class OmegaPath:
     mc_correct: list[int]
     mc_total: list[int]
     label_source: list[str]
-    final_status: str | None  # the leaf rollout's verdict when the leaf is a complete rollout
+    final_status: VerdictStatus | None  # the leaf rollout's verdict when the leaf is a complete rollout
     nodes: list[int]  # node ids from the root (excluded) to the leaf
     annotation: Annotation
 
@@ -110,7 +111,7 @@ class OmegaResult:
     selections: int
     selected: list[Candidate]  # in selection order; a rollout appears at most once
     screened_out: bool
-    stop_reason: str  # screened_out | search_limit | pool_empty | budget
+    stop_reason: OmegaStop
     pruned_lucky: int = 0  # complete correct leaves dropped because they lay below a bad state
     # calibrated search: the run's estimates, and the confidence a step label needs (paths get p_good)
     estimates: RunEstimates | None = None
@@ -158,7 +159,7 @@ def _label_by_posterior(tree: nx.DiGraph, path: OmegaPath, estimates: RunEstimat
 def _evidence(
     tree: nx.DiGraph,
     steps: Sequence[str],
-    verdict: str,
+    verdict: VerdictStatus,
     known: dict[str, ProbeResult] | None = None,
     horizon: int | None = None,
 ) -> Evidence:
@@ -239,7 +240,7 @@ class OmegaSearch:
             return self._result(screened_out=True, stop_reason="screened_out")
         self._harvest(ROOT)
 
-        stop_reason = "search_limit"
+        stop_reason: OmegaStop = "search_limit"
         while len(self.selected) < cfg.search_limit:
             if not self.pool:
                 stop_reason = "pool_empty"
@@ -367,7 +368,7 @@ class OmegaSearch:
         self._harvest(node)
         return node
 
-    def _add_complete(self, base: Steps, base_prefix: str, text: str, status: str, tokens: int) -> int:
+    def _add_complete(self, base: Steps, base_prefix: str, text: str, status: VerdictStatus, tokens: int) -> int:
         """A complete rollout as a leaf: its verdict is its one sample (MC 1/1 or 0/1)."""
         full = base_prefix + text
         self._seen_complete.add(full)
@@ -386,7 +387,7 @@ class OmegaSearch:
         )
         return node
 
-    def _insert(self, prefix: str, steps: Steps, kind: str) -> int:
+    def _insert(self, prefix: str, steps: Steps, kind: NodeKind) -> int:
         """Add a node under the deepest node whose steps are a proper prefix of its steps.
 
         Nodes come in bisection order (a middle position before a shallower one), so a new node
@@ -473,7 +474,7 @@ class OmegaSearch:
         for text, tokens in correct[: self.correct_leaves]:
             self._add_complete(steps, prefix, text, "correct", tokens)
 
-    def _result(self, screened_out: bool, stop_reason: str) -> OmegaResult:
+    def _result(self, screened_out: bool, stop_reason: OmegaStop) -> OmegaResult:
         return OmegaResult(
             tree=self.tree,
             rollouts=self.spent,
@@ -488,7 +489,7 @@ class OmegaSearch:
         )
 
 
-def _node_attrs(prefix: str, steps: Steps, kind: str) -> dict[str, Any]:
+def _node_attrs(prefix: str, steps: Steps, kind: NodeKind) -> dict[str, Any]:
     """Every node carries the same keys (kind: root | state | rollout, a complete rollout leaf)."""
     return {
         "prefix": prefix,

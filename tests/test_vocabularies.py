@@ -1,0 +1,45 @@
+"""Every vocabulary word the code writes is declared once, in schema.py: reject reasons read from the source."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import get_args
+
+from prm_synth.annotate import calibration
+from prm_synth.schema import REJECT_REASONS, UnlabeledReason
+
+ROOT = Path(__file__).resolve().parents[1] / "prm_synth"
+# Where each rejecting call takes its reason: schema.reject (5th argument), problems._reject (3rd), the
+# one-row closures named `reject` in problems.py (1st of 2), and RejectedRecord(reason=...).
+REASON_ARG = {"_reject": 2}
+
+
+def reasons_in_source() -> set[str]:
+    found: set[str] = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                continue
+            name, args = node.func.id, node.args
+            if name == "reject":
+                index = 4 if len(args) >= 5 else 0 if len(args) == 2 else None
+            else:
+                index = REASON_ARG.get(name)
+            if index is not None and isinstance(args[index], ast.Constant) and isinstance(args[index].value, str):
+                found.add(args[index].value)
+            for keyword in node.keywords if name == "RejectedRecord" else []:
+                if keyword.arg == "reason" and isinstance(keyword.value, ast.Constant):
+                    found.add(keyword.value.value)
+    return found
+
+
+def test_every_reject_reason_in_the_source_is_declared():
+    found = reasons_in_source()
+    assert {"not_an_object", "empty_solution", "unencodable_text"} <= found  # the scan sees the call sites
+    assert found <= set(REJECT_REASONS), f"declare in schema.RejectReason: {sorted(found - set(REJECT_REASONS))}"
+
+
+def test_the_calibrated_searchs_unlabeled_reasons_are_the_schemas():
+    names = [calibration.AFTER_ERROR, calibration.UNDECIDED_BUDGET, calibration.UNDECIDED_UNINFORMATIVE]
+    assert set(names) | {calibration.UNDECIDED_VERDICT} == set(get_args(UnlabeledReason))
