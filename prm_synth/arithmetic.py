@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-OPS = ("+", "-", "×", "÷")
-
 NAMES = ("Mia", "Noah", "Ava", "Liam", "Zoe", "Omar", "Iris", "Kofi", "Lena", "Ravi")
 ITEMS = ("marbles", "apples", "stickers", "coins", "shells", "cards", "beads", "stamps")
 

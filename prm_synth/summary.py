@@ -17,11 +17,6 @@ from prm_synth.schema import ConsensusStats, ShardStats
 from prm_synth.shards import dataset_shards, iter_tables, read_manifest
 
 
-def label_statistics(root: str | Path) -> dict[str, Any]:
-    """Streams the finished shards column-wise; memory holds one shard at a time."""
-    return _label_statistics(root)[0]
-
-
 def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
     """The label statistics and the number of rows they were computed from."""
     steps = labeled = bad = rows = with_error = 0

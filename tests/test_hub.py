@@ -405,21 +405,6 @@ def test_cli_push_uses_the_environment_token_and_scrubs_it(dataset, planted, mon
     assert result.exit_code == 1 and "401 Unauthorized" in result.output and TOKEN not in result.output
 
 
-def test_flow_body_exports_to_a_folder(dataset, tmp_path, capsys):
-    from flows.export import export_dataset_flow
-
-    out = export_dataset_flow.fn(str(dataset), to_dir=str(tmp_path), formats=["math-shepherd"])
-    assert out["files"] == [
-        "math-shepherd/train-00000-of-00001.parquet",
-        "math-shepherd/test-00000-of-00001.parquet",
-        "math-shepherd/view.json",
-        "README.md",
-    ]
-    assert "token" not in export_dataset_flow.parameters.properties  # never a flow parameter
-    with pytest.raises(ValueError):
-        export_dataset_flow.fn(str(dataset))
-
-
 def test_the_cards_k_and_budget_come_from_the_labeler():
     from prm_synth.config import ConfigError
     from prm_synth.export.card import labeling

@@ -526,23 +526,6 @@ def omegaprm(
 
 
 # ------------------------------------------------------------------ saving trees
-_SEQUENCE_ATTRS = {"steps": tuple, "rollouts": lambda rs: [tuple(r) for r in rs]}
-
-
 def tree_to_json(tree: nx.DiGraph) -> dict[str, Any]:
     """Node-link data of the tree: plain JSON types (tuples become lists)."""
     return json.loads(json.dumps(nx.node_link_data(tree, edges="edges")))
-
-
-def tree_from_json(data: dict[str, Any]) -> nx.DiGraph:
-    """The inverse of `tree_to_json`: the same nodes, attributes and edges."""
-    tree = nx.node_link_graph(data, directed=True, multigraph=False, edges="edges")
-    _restore_sequences(tree)
-    return tree
-
-
-def _restore_sequences(tree: nx.DiGraph) -> None:
-    for _, attrs in tree.nodes(data=True):
-        for key, convert in _SEQUENCE_ATTRS.items():
-            if key in attrs:
-                attrs[key] = convert(attrs[key])
