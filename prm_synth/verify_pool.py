@@ -36,16 +36,16 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from prm_synth.lifeline import set_parent_death_signal
-from prm_synth.schema import VerdictStatus
 
 GRADER_PROCESSES = max(1, min(4, os.cpu_count() or 1))
 WORKER_START_TIMEOUT_S = 120.0  # importing sympy on a loaded machine; not part of a comparison's deadline
 WORKER_MEMORY_BYTES = 4 << 30  # address-space cap of a worker: a runaway sympy gets MemoryError, not the host
 WORKER_ENTRY = "prm_synth.verify_pool:worker_main"
-STATUSES = frozenset(get_args(VerdictStatus))  # what a reply may say
+# What a reply may say: schema.VerdictStatus (not imported: a worker would load pyarrow for it; a test checks)
+STATUSES = frozenset({"correct", "incorrect", "unknown"})
 # A worker that fails in one of these ways is replaced and the comparison retried once.
 BROKEN = frozenset({"worker_died", "worker_garbage"})
 _REPLY_CHARS = 1000  # a reply is two short words; a longer line is garbage

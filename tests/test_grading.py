@@ -338,6 +338,18 @@ def test_a_transient_failure_is_never_remembered_as_a_verdict(monkeypatch, trans
     grading._judge.cache_clear()
 
 
+def test_a_worker_reply_speaks_the_verdict_vocabulary() -> None:
+    from typing import get_args
+
+    from prm_synth.schema import VerdictStatus
+
+    assert set(get_args(VerdictStatus)) == verify_pool.STATUSES
+    # which is why the worker's module does not import schema: every worker would load pyarrow
+    code = "import sys, prm_synth.verify_pool; print('pyarrow' in sys.modules)"
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout == "False\n"
+
+
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         grade("#### 1", "1", timeout_s=0)
