@@ -154,18 +154,6 @@ print(json.dumps({"states": [r.state.type.value for r in done], "artifacts": sor
     assert manifest["totals"]["problems"] == 2 and manifest["totals"]["rows"] >= 1
 
 
-def _flow_run_states(env, deployment: str) -> list[str]:
-    """States of the flow runs of a deployment (by its name, without the flow's)."""
-    return _client_call(
-        env,
-        f"""
-from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
-runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["{deployment}"])))
-print(json.dumps([r.state.type.value if r.state else "NONE" for r in runs]))
-""",
-    )
-
-
 def _wait_until(condition, deadline_s: float, what: str, poll_s: float = 2.0, alive=None):
     """Poll `condition` until it returns a truthy value; fail naming `what` after a generous deadline,
     or at once when the process `alive` (a Popen) has exited."""
@@ -180,12 +168,6 @@ def _wait_until(condition, deadline_s: float, what: str, poll_s: float = 2.0, al
     raise AssertionError(f"{what}: not within {deadline_s} s")
 
 
-def _run_finished(env, deployment: str):
-    states = _flow_run_states(env, deployment)
-    final = [s for s in states if s in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")]
-    return final or None
-
-
 def _stop_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
@@ -196,8 +178,26 @@ def _stop_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
+def _scheduled_run_completed(env, deployment: str):
+    """The first flow run THE SCHEDULER made for a deployment (auto_scheduled, no manual trigger) that
+    reached a final state: its state, or None while there is none."""
+    states = _client_call(
+        env,
+        f"""
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+try:
+    runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["{deployment}"])))
+    print(json.dumps([r.state.type.value for r in runs if r.auto_scheduled and r.state and r.state.is_final()]))
+except Exception:  # the server is not up yet
+    print("[]")
+""",
+    )
+    return states[0] if states else None
+
+
 @pytest.mark.slow
-def test_serve_registers_its_schedule_and_its_runs_complete(prefect_server, tmp_path):
+def test_serve_with_an_every_minute_cron_runs_by_itself(prefect_server, tmp_path):
+    """No trigger: the server's scheduler makes the run and the served process runs it to COMPLETED."""
     env = prefect_server
     served = tmp_path / "served"
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - closed below
@@ -207,7 +207,7 @@ def test_serve_registers_its_schedule_and_its_runs_complete(prefect_server, tmp_
             "serve",
             str(ROOT / "pipelines" / "simulated.yaml"),
             "--cron",
-            "*/30 * * * *",
+            "* * * * *",
             "--name",
             "served-simulated",
             "--out",
@@ -220,25 +220,18 @@ def test_serve_registers_its_schedule_and_its_runs_complete(prefect_server, tmp_
         start_new_session=True,
     )
     try:
-
-        def schedule():
-            return _client_call(
-                env,
-                f"""
-try:
-    d = await client.read_deployment_by_name("{FLOW}/served-simulated")
-    print(json.dumps([s.schedule.cron for s in d.schedules]))
-except Exception:
-    print("[]")
-""",
-            )
-
-        assert _wait_until(schedule, 300, "the served deployment is registered", alive=proc) == ["*/30 * * * *"]
-        _prefect(env, "deployment", "run", f"{FLOW}/served-simulated", "--param", "limit=20")
-        states = _wait_until(lambda: _run_finished(env, "served-simulated"), 600, "the triggered run ends", alive=proc)
-        assert states == ["COMPLETED"], (tmp_path / "serve.log").read_text()[-3000:]
+        # The first minute boundary after the schedule is registered, plus the runner's poll: 1-2 min
+        # on a quiet machine; the deadline is generous for a busy one.
+        state = _wait_until(
+            lambda: _scheduled_run_completed(env, "served-simulated"),
+            480,
+            "a scheduled run of the served deployment ends",
+            poll_s=5,
+            alive=proc,
+        )
+        assert state == "COMPLETED", (tmp_path / "serve.log").read_text()[-3000:]
         manifest = json.loads((served / "manifest.json").read_text())
-        assert manifest["totals"]["problems"] == 20
+        assert manifest["totals"]["problems"] == 400  # the pipeline's whole source, as scheduled
     finally:
         _stop_group(proc)
         log.close()
@@ -256,11 +249,17 @@ def _readme_block(heading: str) -> str:
 @pytest.mark.slow
 def test_the_readme_scheduling_block_works_as_written(tmp_path):
     """The README's deploy -> worker lines, run by bash against a fresh loopback server; only the port
-    (4200, which may be taken here) is changed. Then a triggered run must complete."""
+    (4200, which may be taken here) is changed, and the deployment gets an every-minute cron and a
+    temporary output folder. Then a run that the SCHEDULER makes (no trigger) must complete on the worker."""
     block = _readme_block("### 2. Scheduled deployments")
     assert "prefect server start" in block and "export PREFECT_API_URL=" in block
     port = _free_port()
-    script = block.replace("127.0.0.1:4200", f"127.0.0.1:{port}")
+    scheduled = tmp_path / "nightly"
+    deploy = "deploy --name simulated-nightly"
+    assert deploy in block
+    script = block.replace("127.0.0.1:4200", f"127.0.0.1:{port}").replace(
+        deploy, f"{deploy} --cron '* * * * *' --param out_dir={scheduled}"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")} | {
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "PREFECT_HOME": str(tmp_path / "prefect-home"),
@@ -298,23 +297,16 @@ except Exception:
             found = _wait_until(deployed_or_none, 600, "the README's lines deploy simulated-nightly", alive=proc)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{(tmp_path / 'readme.log').read_text()[-3000:]}") from None
-        assert found == {"cron": "0 3 * * *", "limit": 1}
-        out = tmp_path / "nightly"
-        _prefect(
-            client_env,
-            "deployment",
-            "run",
-            f"{FLOW}/simulated-nightly",
-            "--param",
-            "limit=30",
-            "--param",
-            f"out_dir={out}",
+        assert found == {"cron": "* * * * *", "limit": 1}
+        state = _wait_until(
+            lambda: _scheduled_run_completed(client_env, "simulated-nightly"),
+            480,
+            "a scheduled run of simulated-nightly ends",
+            poll_s=5,
+            alive=proc,
         )
-        states = _wait_until(
-            lambda: _run_finished(client_env, "simulated-nightly"), 600, "the triggered run ends", alive=proc
-        )
-        assert states == ["COMPLETED"], (tmp_path / "readme.log").read_text()[-3000:]
-        assert json.loads((out / "manifest.json").read_text())["totals"]["problems"] == 30
+        assert state == "COMPLETED", (tmp_path / "readme.log").read_text()[-3000:]
+        assert json.loads((scheduled / "manifest.json").read_text())["totals"]["problems"] == 400
     finally:
         _stop_group(proc)
         log.close()

@@ -200,7 +200,10 @@ def serve(
     out: Annotated[Path | None, typer.Option(help="Output folder every scheduled run resumes into.")] = None,
     name: Annotated[str | None, typer.Option(help="Deployment name (default: the pipeline name).")] = None,
 ) -> None:
-    """Serve the synthesis flow on a schedule from this process (Prefect's flow.serve)."""
+    """Serve the synthesis flow on a schedule from this process (Prefect's flow.serve).
+
+    One run at a time: every scheduled run resumes into the same folder, so a run that outlasts the
+    cron's interval makes the next one wait, as `concurrency_limit: 1` does in prefect.yaml."""
     from prm_synth.config import ConfigError, load_config
 
     try:
@@ -215,6 +218,7 @@ def serve(
         cron=cron,
         parameters={"config": config.model_dump(mode="json"), "out_dir": out_dir},
         tags=["prm-synth"],
+        limit=1,
     )
 
 
