@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from prm_synth.evaluate import BenchSample, load_processbench, processbench_metric
+from prm_synth.telemetry import Countdown
 from prm_synth.train import PRM_CONFIG, STEP_SEPARATOR, encode
 
 logger = logging.getLogger(__name__)
@@ -105,9 +106,17 @@ def load_prm(model: str | Path) -> tuple[Any, Any, str]:
 
 
 def score_steps(
-    prm: Any, tokenizer: Any, samples: Sequence[BenchSample], separator: str, max_length: int, batch_size: int = 4
+    prm: Any,
+    tokenizer: Any,
+    samples: Sequence[BenchSample],
+    separator: str,
+    max_length: int,
+    batch_size: int = 4,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[list[float]]:
-    """P(good) of each step of each sample; steps cut off by max_length get no score."""
+    """P(good) of each step of each sample; steps cut off by max_length get no score.
+
+    on_batch: called with the number of samples scored after each forward pass (progress)."""
     import torch
 
     scores: list[list[float]] = []
@@ -127,6 +136,8 @@ def score_steps(
             probs = prm(input_ids=ids, attention_mask=mask).logits.float().softmax(-1)[..., 1]
         for row, b in zip(probs.tolist(), batch, strict=True):
             scores.append([row[p] for p in b["step_positions"]])
+        if on_batch is not None:
+            on_batch(len(batch))
     return scores
 
 
@@ -157,17 +168,26 @@ def evaluate_prm(
     data = load_bench(bench, subsets, limit)
     if tune_on is not None and tune_on not in data:
         raise PRMEvalError(f"--tune-on {tune_on!r} is not among the subsets evaluated: {sorted(data)}")
+    logger.info("loading %s", model)
     prm, tokenizer, separator = load_prm(model)
+    countdown = Countdown(sum(len(samples) for samples in data.values()), "samples")
+    scored = 0
     scores = {}
     for name, samples in data.items():
-        logger.info("scoring %d samples of %s", len(samples), name)
-        scores[name] = score_steps(prm, tokenizer, samples, separator, max_length, batch_size)
+
+        def report(n: int, name: str = name) -> None:
+            nonlocal scored
+            scored += n
+            logger.info("scoring %s: %s", name, countdown.line(scored))
+
+        scores[name] = score_steps(prm, tokenizer, samples, separator, max_length, batch_size, report)
     if tune_on is not None:
         threshold = tune_threshold(scores[tune_on], [s.label for s in data[tune_on]])
     results = {}
     for name, samples in data.items():
         metric = processbench_metric([s.label for s in samples], [first_error(sc, threshold) for sc in scores[name]])
         metric["truncated_samples"] = sum(len(sc) < len(s.steps) for sc, s in zip(scores[name], samples, strict=True))
+        metric["flagged"] = sum(first_error(sc, threshold) != -1 for sc in scores[name])  # samples called wrong
         results[name] = metric
     return {
         "model": str(model),
@@ -176,4 +196,26 @@ def evaluate_prm(
         "limit": limit,
         "f1": {name: m["f1"] for name, m in results.items()},
         "subsets": results,
+        "note": one_class_note(results, threshold, tune_on),
     }
+
+
+def one_class_note(results: dict[str, dict[str, Any]], threshold: float, tune_on: str | None) -> str | None:
+    """What to say when the PRM gives one answer to every sample: an F1 that says nothing about its scores.
+
+    An undertrained PRM calls every step good (the majority class in training data): no sample is
+    flagged, every error accuracy is 0 and so is every F1, although its scores may still rank steps."""
+    flagged = sum(m["flagged"] for m in results.values())
+    samples = sum(m["n_error"] + m["n_correct"] for m in results.values())
+    if not samples or 0 < flagged < samples:
+        return None
+    verdict = "calls every step good" if flagged == 0 else "finds an error in every sample"
+    hint = (
+        "a threshold tuned on another subset may not carry over"
+        if tune_on
+        else "--tune-on SUBSET picks the threshold from one subset's scores"
+    )
+    return (
+        f"at threshold {threshold} the PRM {verdict} (one answer for every sample), so the F1 says nothing "
+        f"about its scores: train longer or on more rows; {hint}"
+    )

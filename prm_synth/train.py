@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.export.views import SkipRow, iter_record_rows, split_of, supervised_steps
+from prm_synth.telemetry import Countdown
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def step_metrics(predictions: Sequence[int], labels: Sequence[int]) -> dict[str,
     """Accuracy over labeled steps and F1 of finding the bad ones (the minority class that matters)."""
     pairs = list(zip(predictions, labels, strict=True))
     if not pairs:
-        return {"step_accuracy": None, "step_f1": None, "majority_accuracy": None}
+        return {"step_accuracy": None, "step_f1": None, "majority_accuracy": None, "predicted_bad_fraction": None}
     tp = sum(p == 0 and y == 0 for p, y in pairs)
     fp = sum(p == 0 and y == 1 for p, y in pairs)
     fn = sum(p == 1 and y == 0 for p, y in pairs)
@@ -181,6 +182,8 @@ def step_metrics(predictions: Sequence[int], labels: Sequence[int]) -> dict[str,
         "step_accuracy": sum(p == y for p, y in pairs) / len(pairs),
         "step_f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None,
         "majority_accuracy": max(bad, len(pairs) - bad) / len(pairs),
+        # 0.0: the model calls every step good (the majority class); its F1 is then 0 whatever it learned.
+        "predicted_bad_fraction": (tp + fp) / len(pairs),
     }
 
 
@@ -202,6 +205,7 @@ class TrainResult:
     eval_step_f1: float | None
     eval_step_accuracy: float | None
     eval_majority_accuracy: float | None
+    eval_predicted_bad_fraction: float | None
     steps: int
     seconds: float
     train_rows: int
@@ -211,6 +215,11 @@ class TrainResult:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def only_one_class(self) -> str | None:
+        """The class ("good" or "bad") the model predicts for every held-out step, or None if it predicts both."""
+        share = self.eval_predicted_bad_fraction
+        return None if share is None or 0.0 < share < 1.0 else ("bad" if share else "good")
 
 
 def _nan_to_none(x: Any) -> float | None:
@@ -258,6 +267,7 @@ def train_prm(
 
     settings = settings or TrainSettings()
     splits = load_examples(source, settings.test_fraction, settings.seed)
+    logger.info("loading %s", model_name)
     model, tokenizer = _load_model(model_name, settings)
     train = _dataset(tokenizer, splits["train"], settings.max_length)
     test = _dataset(tokenizer, splits["test"], settings.max_length) if splits["test"] else None
@@ -265,13 +275,34 @@ def train_prm(
     curve: list[tuple[int, float, float]] = []
     started = time.time()
 
-    class Curve(TrainerCallback):
+    rows_per_step = settings.batch_size * settings.grad_accum
+
+    class Report(TrainerCallback):
+        """The loss curve, and what a person plans by: steps done, rows seen, time left."""
+
+        countdown = Countdown(0, "steps")
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.countdown = Countdown(state.max_steps, "steps")
+            logger.info(
+                "training %d steps of %d rows on %d rows (%d held out)",
+                state.max_steps,
+                rows_per_step,
+                len(train),
+                len(test) if test is not None else 0,
+            )
+
         def on_log(
             self, args: Any, state: Any, control: Any, logs: Mapping[str, float] | None = None, **kw: Any
         ) -> None:
             if logs and "loss" in logs:
                 curve.append((state.global_step, round(time.time() - started, 2), float(logs["loss"])))
-                logger.info("step %d  loss %.4f", state.global_step, logs["loss"])
+                logger.info(
+                    "step %s, %d rows seen, loss %.4f",
+                    self.countdown.line(state.global_step),
+                    state.global_step * rows_per_step,
+                    logs["loss"],
+                )
 
     args = TrainingArguments(
         output_dir=str(out / "checkpoints"),
@@ -288,6 +319,7 @@ def train_prm(
         report_to=[],
         seed=settings.seed,
         dataloader_num_workers=0,
+        dataloader_pin_memory=False,  # pinning needs an accelerator; on a CPU it only warns
         disable_tqdm=True,
     )
     trainer = Trainer(
@@ -297,11 +329,14 @@ def train_prm(
         eval_dataset=test,
         data_collator=DataCollatorForTokenClassification(tokenizer),
         compute_metrics=_compute_metrics,
-        callbacks=[Curve()],
+        callbacks=[Report()],
     )
     trainer.remove_callback(PrinterCallback)  # stdout is for the report; the curve goes to the log
     state = trainer.train()
-    metrics = trainer.evaluate() if test is not None and len(test) else {}
+    metrics = {}
+    if test is not None and len(test):
+        logger.info("scoring the %d held-out rows", len(test))
+        metrics = trainer.evaluate()
     _save(trainer.model, tokenizer, out, model_name, settings)
     return TrainResult(
         loss_first=curve[0][2] if curve else None,
@@ -309,6 +344,7 @@ def train_prm(
         eval_step_f1=_nan_to_none(metrics.get("eval_step_f1")),
         eval_step_accuracy=_nan_to_none(metrics.get("eval_step_accuracy")),
         eval_majority_accuracy=_nan_to_none(metrics.get("eval_majority_accuracy")),
+        eval_predicted_bad_fraction=_nan_to_none(metrics.get("eval_predicted_bad_fraction")),
         steps=state.global_step,
         seconds=round(time.time() - started, 2),
         train_rows=len(train),

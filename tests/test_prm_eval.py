@@ -16,6 +16,7 @@ from prm_synth.prm_eval import (
     evaluate_prm,
     first_error,
     load_bench,
+    one_class_note,
     score_steps,
     tune_threshold,
 )
@@ -105,3 +106,16 @@ def test_every_processbench_sample_labels_a_step_it_has_or_none():
     assert data["gsm8k"]
     for sample in data["gsm8k"]:
         assert sample.steps and -1 <= sample.label < len(sample.steps), sample.id
+
+
+def _metric(n_error: int, n_correct: int, flagged: int) -> dict:
+    return {"n_error": n_error, "n_correct": n_correct, "flagged": flagged}
+
+
+def test_a_prm_with_one_answer_for_every_sample_is_named_and_pointed_to_tune_on():
+    everything_good = {"gsm8k": _metric(3, 3, 0), "math": _metric(2, 2, 0)}
+    note = one_class_note(everything_good, 0.5, None)
+    assert note is not None and "calls every step good" in note and "--tune-on" in note
+    assert "every sample" in one_class_note({"gsm8k": _metric(3, 3, 6)}, 0.5, None)
+    assert one_class_note({"gsm8k": _metric(3, 3, 2), "math": _metric(2, 2, 0)}, 0.5, None) is None
+    assert "--tune-on SUBSET" not in one_class_note(everything_good, 0.3, "gsm8k")  # already tuned

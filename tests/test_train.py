@@ -92,6 +92,8 @@ def test_step_metrics():
     m = step_metrics([0, 1, 1, 0], [0, 1, 0, 1])
     assert m["step_accuracy"] == 0.5 and m["step_f1"] == 0.5 and m["majority_accuracy"] == 0.5
     assert step_metrics([1, 1], [1, 1])["step_f1"] is None  # no bad step predicted or present
+    assert m["predicted_bad_fraction"] == 0.5
+    assert step_metrics([1, 1, 1], [0, 1, 1])["predicted_bad_fraction"] == 0.0  # the majority only
 
 
 # ---------------------------------------------------------------- end to end, tiny model
@@ -105,6 +107,7 @@ def test_train_then_eval_a_tiny_model_through_the_cli(tmp_path):
     report = json.loads(result.output.strip().splitlines()[-1])
     assert {"loss_first", "loss_last", "eval_step_f1", "steps"} <= set(report)
     assert report["steps"] == 4 and len(report["curve"]) == 4
+    assert "step 4/4 steps (100%)" in result.output and "rows seen" in result.output  # progress on stderr
     assert (out / PRM_CONFIG).exists() and (out / "tokenizer.json").exists()
 
     from transformers import AutoModelForTokenClassification
@@ -117,6 +120,7 @@ def test_train_then_eval_a_tiny_model_through_the_cli(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.output.strip().splitlines()[-1])
     assert set(report["f1"]) == {"gsm8k", "math", "olympiadbench", "omnimath"}
+    assert "scoring omnimath: 24/24 samples (100%)" in result.output
     for metric in report["subsets"].values():
         assert metric["n_error"] == metric["n_correct"] == 3
         assert metric["f1"] is None or 0.0 <= metric["f1"] <= 1.0

@@ -5,8 +5,10 @@ Each prints a readable report and, as its last line, one JSON object with the nu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +22,23 @@ def register(app: typer.Typer) -> None:
 
     app.command("train")(train)
     eval_app.command("prm")(eval_prm)
+
+
+@contextlib.contextmanager
+def _progress_to_stderr(logger_name: str) -> Iterator[None]:
+    """The library's progress lines (steps, samples, time left) on stderr while the command works; the
+    handler is removed after, so nothing global is left behind (the commands also run in-process, under tests)."""
+    log = logging.getLogger(logger_name)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    level = log.level
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 def train(
@@ -56,19 +75,11 @@ def train(
         test_fraction=test_fraction,
         seed=seed,
     )
-    # The loss curve goes to stderr while training runs; the handler is removed after, so nothing global
-    # is left behind (the command also runs in-process, under tests).
-    curve_log = logging.getLogger("prm_synth.train")
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    curve_log.addHandler(handler)
-    curve_log.setLevel(logging.INFO)
     try:
-        result = train_prm(source, model, out, settings)
+        with _progress_to_stderr("prm_synth.train"):
+            result = train_prm(source, model, out, settings)
     except (TrainError, FileNotFoundError, OSError) as e:
         fail(str(e))
-    finally:
-        curve_log.removeHandler(handler)
     typer.echo(f"trained {result.steps} steps in {result.seconds:.0f} s on {result.train_rows} rows; saved to {out}")
     typer.echo(f"{'step':>6}{'seconds':>10}{'loss':>10}")
     for step, seconds, loss in result.curve:
@@ -81,6 +92,12 @@ def train(
         f"held-out steps ({result.test_rows} rows): accuracy {fmt(result.eval_step_accuracy)} "
         f"(majority {fmt(result.eval_majority_accuracy)}), bad-step F1 {fmt(result.eval_step_f1)}"
     )
+    if (only := result.only_one_class()) is not None:
+        typer.echo(
+            f"note: the model predicts {only!r} for every held-out step (one class), so its F1 says nothing "
+            "yet: train longer or on more rows (--max-steps, --epochs); `prm-synth eval prm --tune-on SUBSET` "
+            "picks a threshold from its scores instead of 0.5"
+        )
     typer.echo(json.dumps(result.as_dict(), sort_keys=True))
 
 
@@ -104,7 +121,8 @@ def eval_prm(
     from prm_synth.prm_eval import PRMEvalError, evaluate_prm
 
     try:
-        report = evaluate_prm(model, processbench, subset, limit, threshold, tune_on, max_length, batch_size)
+        with _progress_to_stderr("prm_synth.prm_eval"):
+            report = evaluate_prm(model, processbench, subset, limit, threshold, tune_on, max_length, batch_size)
     except (PRMEvalError, OSError, ValueError) as e:
         fail(str(e))
 
@@ -119,4 +137,6 @@ def eval_prm(
             f"{name:<15}{m['n_error'] + m['n_correct']:>8}{pct(m['error_acc']):>11}"
             f"{pct(m['correct_acc']):>13}{pct(m['f1']):>7}"
         )
+    if report["note"]:
+        typer.echo(f"note: {report['note']}")
     typer.echo(json.dumps(report, sort_keys=True))
