@@ -17,14 +17,16 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
+from rich.console import Console
 from rich.progress import Progress
 
+from flows.terminal import LogsAboveTheBar, new_bar
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import PipelineConfig
 from prm_synth.engines import model_name
 from prm_synth.engines.stream import streams_now
 from prm_synth.summary import RunSummary
-from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, summary_markdown
+from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, compact, summary_markdown
 
 # The Prefect progress artifact is a server call: at most one update this often (seconds).
 ARTIFACT_INTERVAL_S = 5.0
@@ -40,32 +42,53 @@ def active_shard_callback(shard_index: int) -> Callable[[ProgressSnapshot], None
     return _ACTIVE.shard_callback(shard_index) if _ACTIVE is not None else None
 
 
+def close_active_progress() -> None:
+    """Close the run's progress if a flow left it open (an exception, Ctrl-C): the bar stops and the
+    log handlers are put back, so what the command prints next lands on a clean terminal."""
+    if _ACTIVE is not None:
+        _ACTIVE.close()
+
+
 class ShardProgress:
     """Shards done out of the expected total (None when the source cannot say how many), and what the
     shards in flight are doing: each one's probe scheduler reports a `ProgressSnapshot` every few
     seconds through `shard_callback(index)` (thread-safe), shown per shard and summed for the run in
-    the terminal bar and in the Prefect progress artifact's description."""
+    the terminal bar (flows.terminal) and in the Prefect progress artifact's description.
 
-    def __init__(self, total: int | None, terminal: bool) -> None:
+    Tokens are the summary's: finished and resumed shards count their stats' `tokens` (sampling,
+    rollouts and judge, prompts included); a shard in flight counts its rollouts' tokens so far."""
+
+    def __init__(self, total: int | None, terminal: bool, console: Console | None = None) -> None:
         self.total, self.done = total, 0
         self.started = time.perf_counter()
         self._lock = threading.Lock()
         self._live: dict[int, ProgressSnapshot] = {}  # shards being labeled: their latest snapshot
-        self._finished = [0, 0, 0]  # annotators, rollouts, generated tokens of shards that finished
+        self._annotated = self._rollouts = 0  # of shards that finished in this run
+        self._tokens = 0  # of shards finished in this run (their stats)
+        self._resumed_tokens = 0  # of shards an earlier run finished: in the summary, not in tok/s
         self._last_artifact = 0.0
         self.artifact = create_progress_artifact(0.0, description="shards finished or resumed")
         self.bar: Progress | None = None
+        self._logs: LogsAboveTheBar | None = None
         self._shard_tasks: dict[int, Any] = {}
+        self._closed = False
         if terminal:
-            self.bar = Progress(transient=False)
+            self.bar = new_bar(console)
+            self._logs = LogsAboveTheBar(self.bar.console)
+            self.task = self.bar.add_task(self._run_description(), total=total)
             self.bar.start()
-            self.task = self.bar.add_task("labeling shards", total=total)
+            self._logs.start()
 
-    def advance(self) -> None:
+    def advance(self, tokens: int = 0, resumed: bool = False) -> None:
+        """A shard is done (`resumed`: an earlier run finished it); `tokens`: its stats' tokens."""
         with self._lock:
             self.done += 1
+            if resumed:
+                self._resumed_tokens += tokens
+            else:
+                self._tokens += tokens
         if self.bar:
-            self.bar.advance(self.task)
+            self.bar.update(self.task, advance=1, description=self._run_description())
         self._publish(force=True)
 
     def activate(self) -> None:
@@ -82,27 +105,42 @@ class ShardProgress:
         with self._lock:
             if snapshot.finished:
                 self._live.pop(shard_index, None)
-                self._finished[0] += snapshot.annotators_done
-                self._finished[1] += snapshot.rollouts
-                self._finished[2] += snapshot.generated_tokens
+                self._annotated += snapshot.annotators_done
+                self._rollouts += snapshot.rollouts
             else:
                 self._live[shard_index] = snapshot
         if self.bar:
             self._show_shard(shard_index, snapshot)
-            self.bar.update(self.task, description=f"labeling shards: {self.run_line()}")
+            self.bar.update(self.task, description=self._run_description())
         self._publish()
+
+    def totals(self) -> tuple[int, int, int, float]:
+        """Annotators finished, rollouts and tokens so far (finished and resumed shards plus those in
+        flight), and this run's tokens per second (resumed shards' tokens left out)."""
+        with self._lock:
+            live = list(self._live.values())
+            annotated, rollouts, tokens, resumed = self._annotated, self._rollouts, self._tokens, self._resumed_tokens
+        tokens += sum(s.tokens for s in live)
+        rate = tokens / max(1e-9, time.perf_counter() - self.started)
+        return (
+            annotated + sum(s.annotators_done for s in live),
+            rollouts + sum(s.rollouts for s in live),
+            tokens + resumed,
+            rate,
+        )
+
+    def _engine(self) -> str:
+        with self._lock:
+            last = next(reversed(self._live.values()), None)
+        return f"engine {last.engine_running}/{last.engine_capacity}" if last else ""
 
     def run_line(self) -> str:
         """The run so far: annotators finished, rollouts, tokens, tokens/s, engine occupancy."""
-        with self._lock:
-            live = list(self._live.values())
-            annotators, rollouts, tokens = self._finished
-        annotators += sum(s.annotators_done for s in live)
-        rollouts += sum(s.rollouts for s in live)
-        tokens += sum(s.generated_tokens for s in live)
-        rate = tokens / max(1e-9, time.perf_counter() - self.started)
-        engine = f", engine {live[-1].engine_running}/{live[-1].engine_capacity} running" if live else ""
-        return f"{annotators} annotated, {rollouts} rollouts, {tokens} tokens, {rate:.1f} tok/s{engine}"
+        annotated, rollouts, tokens, rate = self.totals()
+        engine = self._engine()
+        return f"{annotated} annotated, {rollouts} rollouts, {tokens} tokens, {rate:.1f} tok/s" + (
+            f", {engine} running" if engine else ""
+        )
 
     def fraction(self) -> float:
         """Finished shards plus the finished share of the shards in flight, out of the expected total."""
@@ -113,13 +151,28 @@ class ShardProgress:
             return min(1.0, (self.done + partial) / self.total)
 
     def close(self) -> None:
+        """Stop the bar and put the log handlers back (call it in a `finally`: Ctrl-C included)."""
         global _ACTIVE
         if _ACTIVE is self:
             _ACTIVE = None
+        if self._closed:
+            return
+        self._closed = True
+        if self._logs:
+            self._logs.restore()
         if self.bar:
             self.bar.stop()
         with contextlib.suppress(Exception):
-            update_progress_artifact(self.artifact, 100.0, description=self._description())
+            update_progress_artifact(self.artifact, 100.0 * self.fraction(), description=self._description())
+
+    def _run_description(self) -> str:
+        """The run's bar line, most telling first (the end is cut on a narrow terminal)."""
+        _, _, tokens, rate = self.totals()
+        engine = self._engine()
+        total = "?" if self.total is None else str(self.total)
+        return f"{self.done}/{total} shards, {compact(tokens)} tok, {compact(rate)} tok/s" + (
+            f", {engine}" if engine else ""
+        )
 
     def _show_shard(self, shard_index: int, snapshot: ProgressSnapshot) -> None:
         assert self.bar is not None
@@ -131,7 +184,7 @@ class ShardProgress:
         if task is None:
             task = self._shard_tasks[shard_index] = self.bar.add_task("", total=snapshot.annotators_total)
         self.bar.update(
-            task, completed=snapshot.annotators_done, description=f"  shard {shard_index}: {snapshot.line()}"
+            task, completed=snapshot.annotators_done, description=f"  shard {shard_index}: {snapshot.short_line()}"
         )
 
     def _description(self) -> str:

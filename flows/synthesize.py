@@ -13,6 +13,8 @@ when they are strings ("SynthesizeModel is not fully defined").
 import contextlib
 import itertools
 import math
+import os
+import socket
 import sys
 import tempfile
 import time
@@ -35,6 +37,7 @@ from flows.reporting import (
     publish_run_artifacts,
     retries_since,
 )
+from flows.terminal import progress_line_extra, throttled
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
 from prm_synth.errors import PrmSynthError
@@ -63,18 +66,25 @@ class ShardsFailedError(PrmSynthError, RuntimeError):
 def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: list[Item]) -> dict[str, Any]:
     fingerprint = config.fingerprint()
     limit = config.run.gpu_concurrency_limit
+    logger = get_run_logger()
+    # Where a shard ran (a Ray worker on some node, or this process), for the flow run's logs.
+    where = (shard_index, len(items), socket.gethostname(), os.getpid())
+    logger.info("shard %d: %d problems on %s (pid %d)", *where, extra=progress_line_extra())
+
+    def log_progress(message: str) -> None:
+        logger.info("shard %d: %s", shard_index, message, extra=progress_line_extra())
+
     # Where a work pool shares GPUs, a global concurrency limit keeps one engine per GPU busy.
     with concurrency(limit, occupy=1, strict=False) if limit else contextlib.nullcontext():
         engine = get_engine(config.policy)
         judge_engine = get_engine(config.judge.engine) if config.judge else None
-        logger = get_run_logger()
         out = process_shard(
             engine,
             config,
             ShardInput(shard_index, items),
             fingerprint,
             judge_engine,
-            progress=lambda msg: logger.info("shard %d: %s", shard_index, msg),
+            progress=throttled(log_progress),
             on_progress=active_shard_callback(shard_index),
         )
     entry = ShardStore(out_dir, fingerprint).write_shard(
@@ -156,21 +166,23 @@ def synthesize(
     def drain_one() -> None:
         nonlocal done
         index, future = window.popleft()
+        tokens = 0
         try:
             entry = future.result()
             done += 1
+            tokens = entry["stats"].get("tokens", 0)
             logger.info("shard %d finished: %d rows, %d rejected", index, entry["rows"], entry["rejected"])
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             failed[index] = f"{type(e).__name__}: {e}"
             logger.error("shard %d failed: %s", index, failed[index])
-        progress.advance()
+        progress.advance(tokens)
 
     for shard in shards:
         entry = finished.get(shard.index)
         # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
         if entry is not None and entry.problems == len(shard.items):
             skipped += 1
-            progress.advance()
+            progress.advance(entry.stats.get("tokens", 0), resumed=True)
             continue
         if len(window) >= config.run.max_parallel_shards:
             drain_one()
@@ -179,7 +191,7 @@ def synthesize(
         window.append((shard.index, future))
     while window:
         drain_one()
-    progress.close()
+    progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
 
     store.write_manifest(config_dump)
     summary = summarize(target)
@@ -208,7 +220,7 @@ def synthesize_with_runner(runner: str = "threads", ray_address: str | None = No
     if runner == "threads":
         return synthesize
     if runner == "ray":
-        from prefect_ray import RayTaskRunner
+        from flows.ray_runner import FlowServerRayTaskRunner
 
-        return synthesize.with_options(task_runner=RayTaskRunner(address=ray_address))
+        return synthesize.with_options(task_runner=FlowServerRayTaskRunner(address=ray_address))
     raise ValueError(f"unknown runner {runner!r} (threads or ray)")

@@ -18,7 +18,9 @@ import json
 import logging
 import math
 import threading
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,12 @@ class WindowSummary:
 
 @dataclass(frozen=True)
 class ProgressSnapshot:
-    """A scheduler's progress, for bars, logs and artifacts (wall seconds; engine figures on its clock)."""
+    """A scheduler's progress, for bars, logs and artifacts (wall seconds; engine figures on its clock).
+
+    `tokens` is the README's one definition of cost: every token the model processed (prompts and
+    generated), here of this scheduler's rollouts so far; a finished shard adds its sampling and judge
+    tokens in its stats, so a bar that sums finished shards' stats and live snapshots ends equal to the
+    run summary."""
 
     label: str
     elapsed_s: float
@@ -56,8 +63,8 @@ class ProgressSnapshot:
     annotators_started: int
     annotators_total: int | None  # None: the job source does not say how many
     rollouts: int
-    generated_tokens: int
-    tokens_per_s: float  # this scheduler's generated tokens per wall second, since it started
+    tokens: int  # prompt + generated tokens of the rollouts so far
+    tokens_per_s: float  # `tokens` per wall second, since the scheduler started
     engine_running: int
     engine_capacity: int
     finished: bool = False
@@ -66,9 +73,55 @@ class ProgressSnapshot:
         total = "?" if self.annotators_total is None else str(self.annotators_total)
         return (
             f"{self.label}: annotated {self.annotators_done}/{total} ({self.annotators_started} started), "
-            f"{self.rollouts} rollouts, {self.generated_tokens} tokens, {self.tokens_per_s:.1f} tok/s, "
+            f"{self.rollouts} rollouts, {self.tokens} tokens, {self.tokens_per_s:.1f} tok/s, "
             f"engine {self.engine_running}/{self.engine_capacity} sequences running"
         )
+
+    def short_line(self) -> str:
+        """The same in a few words, for one line of a terminal bar."""
+        total = "?" if self.annotators_total is None else str(self.annotators_total)
+        return f"{self.annotators_done}/{total} annotated, {compact(self.rollouts)} rollouts, {compact(self.tokens)} tok"
+
+
+def compact(n: float) -> str:
+    """A count in a few characters: 950, 12.3k, 4.5M."""
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def duration(seconds: float) -> str:
+    """A span of time for a person: "45 s", "3 min 20 s", "1 h 05 min"."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+@dataclass
+class Countdown:
+    """Progress of a loop that knows its length (training steps, samples scored): done out of total,
+    time elapsed, and the time left at the pace so far (the first item includes the warm-up, so the
+    estimate starts pessimistic and settles)."""
+
+    total: int
+    unit: str
+    clock: Callable[[], float] = time.perf_counter
+    started: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def line(self, done: int) -> str:
+        elapsed = self.clock() - self.started
+        share = f" ({done / self.total:.0%})" if self.total else ""
+        left = ""
+        if 0 < done < self.total:
+            left = f", about {duration(elapsed / done * (self.total - done))} left"
+        return f"{done}/{self.total} {self.unit}{share}, {duration(elapsed)} elapsed{left}"
 
 
 class EngineTelemetry:

@@ -42,12 +42,14 @@ def test_progress_sums_the_shards_in_flight_and_the_finished_ones(artifacts, mon
     assert progress.fraction() == pytest.approx((0.5 + 0.25) / 4)
     assert progress.run_line().startswith("7 annotated, 52 rollouts, 520 tokens")
     progress.shard_callback(0)(snap(10, 10, 70, finished=True))
-    progress.advance()
+    progress.advance(tokens=700)  # a finished shard counts its stats' tokens (sampling and judge too)
     assert progress.fraction() == pytest.approx((1 + 0.25) / 4)
     assert progress.run_line().startswith("12 annotated, 82 rollouts, 820 tokens")
     updates = [c for c in artifacts if c[0] == "update_progress_artifact"]
     assert updates and "shard 1: annotate: annotated 2/8" in updates[-1][2]["description"]
     assert updates[-1][1][1] == pytest.approx(100 * 1.25 / 4)
+    progress.advance(tokens=1000, resumed=True)  # an earlier run's shard: in the total, not in tok/s
+    assert progress.totals()[2] == 1820
     progress.close()
 
 

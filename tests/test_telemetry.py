@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot, summary_markdown
+from prm_synth.telemetry import Countdown, EngineTelemetry, ProgressSnapshot, duration, summary_markdown
 
 events_st = st.lists(
     st.tuples(st.floats(0.0, 7.0), st.integers(0, 16), st.integers(0, 500), st.integers(0, 4)), min_size=1, max_size=60
@@ -76,3 +76,20 @@ def test_progress_line_says_what_is_done():
     assert snap.line() == (
         "shard 3: annotated 5/? (9 started), 120 rollouts, 4000 tokens, 333.3 tok/s, engine 30/64 sequences running"
     )
+
+
+def test_a_countdown_says_what_is_done_and_how_long_the_rest_takes_at_this_pace():
+    now = [0.0]
+    countdown = Countdown(10, "steps", clock=lambda: now[0])
+    now[0] = 30.0
+    assert countdown.line(2) == "2/10 steps (20%), 30 s elapsed, about 2 min 00 s left"
+    now[0] = 150.0
+    assert countdown.line(10) == "10/10 steps (100%), 2 min 30 s elapsed"  # nothing left to estimate
+    assert Countdown(5, "samples", clock=lambda: 0.0).line(0) == "0/5 samples (0%), 0 s elapsed"
+
+
+@given(st.floats(0, 10 * 86400))
+def test_a_duration_reads_in_the_largest_unit_that_fits(seconds):
+    text = duration(seconds)
+    unit = "s" if seconds < 59.5 else "min" if seconds < 3599.5 else "h"
+    assert text.split()[1] == unit

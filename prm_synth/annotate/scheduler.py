@@ -393,6 +393,7 @@ class ProbeScheduler:
 
     def snapshot(self, finished: bool = False) -> ProgressSnapshot:
         elapsed = time.perf_counter() - self._started if self._started else 0.0
+        tokens = self.stats.generated_tokens + self.stats.prompt_tokens  # every token processed (README)
         return ProgressSnapshot(
             label=self.label,
             elapsed_s=elapsed,
@@ -400,8 +401,8 @@ class ProbeScheduler:
             annotators_started=self.stats.annotators_started,
             annotators_total=self._total,
             rollouts=self.stats.rollouts,
-            generated_tokens=self.stats.generated_tokens,
-            tokens_per_s=self.stats.generated_tokens / elapsed if elapsed > 0 else 0.0,
+            tokens=tokens,
+            tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
             engine_running=self.stream.running(),
             engine_capacity=self.stream.capacity,
             finished=finished,

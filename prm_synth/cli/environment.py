@@ -13,6 +13,11 @@ COMMAND_STARTED_AT = time.time()
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 STARTUP_TIMEOUT_S = 300
 EPHEMERAL_TIMEOUT = "Timed out while attempting to connect to ephemeral Prefect API server"
+# Prefect's log line when a run stops on KeyboardInterrupt (prefect.states.exception_to_crashed_state).
+INTERRUPT_CRASH = "Crash detected! Execution was aborted by an interrupt signal"
+
+VLLM_LEVEL_ENV = "VLLM_LOGGING_LEVEL"
+QUIET_VLLM_LEVEL = "WARNING"
 
 DEFAULTS = {
     # No network here or in CI: neither Prefect's server nor its client may phone home, and the
@@ -22,12 +27,21 @@ DEFAULTS = {
     STARTUP_TIMEOUT_ENV: str(STARTUP_TIMEOUT_S),
     # vLLM logs to stdout by default; stdout is for results (the summary, --json), logs go to stderr.
     "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+    # vLLM's INFO lines (engine arguments, memory profiling, every worker's start) bury the run's own
+    # progress: only its warnings and errors, unless --verbose (or the user's own setting).
+    VLLM_LEVEL_ENV: QUIET_VLLM_LEVEL,
 }
 
 
 def prepare_environment() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
+
+
+def verbose_engines() -> None:
+    """--verbose: vLLM's INFO logs too (a level the user set stays). Before vLLM is imported."""
+    if os.environ.get(VLLM_LEVEL_ENV) == QUIET_VLLM_LEVEL:
+        os.environ[VLLM_LEVEL_ENV] = "INFO"
 
 
 class _NoTracebackFor(logging.Filter):
@@ -46,6 +60,20 @@ class _NoTracebackFor(logging.Filter):
         return True
 
 
+class _CalmInterrupt(logging.Filter):
+    """Prefect logs a stop by Ctrl-C or SIGTERM as "Crash detected! ..." at ERROR; for `prm-synth run`
+    it is the user's own request, which the command answers itself: one INFO line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.getMessage().startswith(INTERRUPT_CRASH):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "stopped by an interrupt (Ctrl-C or SIGTERM)", ()
+        return True
+
+
+CALM_INTERRUPT = _CalmInterrupt()  # one instance: adding it twice to a logger is a no-op
+
+
 def quiet_expected_failures() -> None:
     """Drop Prefect's tracebacks of the failures `prm-synth run` reports in one line itself."""
     from flows.synthesize import ShardsFailedError
@@ -58,3 +86,4 @@ def quiet_expected_failures() -> None:
     quiet = _NoTracebackFor(expected)
     for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.flow_engine", "prefect.task_engine"):
         logging.getLogger(name).addFilter(quiet)
+        logging.getLogger(name).addFilter(CALM_INTERRUPT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -18,6 +19,7 @@ from prm_synth.cli.environment import (
     EPHEMERAL_TIMEOUT,
     STARTUP_TIMEOUT_ENV,
     quiet_expected_failures,
+    verbose_engines,
 )
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ def run(
     runner: Annotated[Runner, typer.Option(help="Task runner.")] = Runner.threads,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option(help="Show vLLM's own INFO logs too (default: its warnings only).")] = False,
 ) -> None:
     """Run a pipeline as a one-off local Prefect flow run and print a summary.
 
@@ -93,6 +96,8 @@ def run(
     resumes. The work runs in a child process that cannot outlive the command (see prm_synth.lifeline).
     """
     started = supervise.started_at() or COMMAND_STARTED_AT
+    if verbose:
+        verbose_engines()
     config = _load(pipeline)
     try:
         out_dir = out if out is not None else preflight.default_out_dir(config)
@@ -109,8 +114,8 @@ def run(
         supervise.become_worker()
     try:
         summary = _run_flow(config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out)
-    except KeyboardInterrupt as e:
-        _stop_interrupted(str(e) or "SIGINT")
+    except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
+        _stop_interrupted(str(e) or signal.SIGINT.name)
     assert summary.run is not None
     summary.run.startup_seconds = round(max(0.0, summary.run.started_at - started), 3)
     summary.run.wall_seconds = round(time.time() - started, 3)
@@ -173,8 +178,10 @@ def _run_flow(
             )
         fail(str(e), code=1)
     finally:
+        from flows.reporting import close_active_progress
         from prm_synth.engines import close_engines
 
+        close_active_progress()  # a bar left live by an exception or Ctrl-C: stopped, log handlers back
         close_engines()  # shut engines down before the summary, not in the middle of it
 
 
@@ -182,7 +189,8 @@ def _stop_interrupted(signal_name: str) -> NoReturn:
     """After SIGINT/SIGTERM: shut the engines down (bounded), say how to resume, exit 130."""
     from prm_synth.engines import close_engines
 
-    typer.echo(f"\nstopping ({signal_name}): shutting the engine down", err=True)
+    reason = "Ctrl-C" if signal_name == signal.SIGINT.name else signal_name
+    typer.echo(f"\nstopping ({reason})... shutting the engine down", err=True)
     clean = supervise.stop_within(close_engines)
     typer.echo(
         "error: interrupted; finished shards are kept, run the same command again to resume"
@@ -199,6 +207,7 @@ def serve(
     cron: Annotated[str, typer.Option(help='Schedule, e.g. "0 3 * * *".')],
     out: Annotated[Path | None, typer.Option(help="Output folder every scheduled run resumes into.")] = None,
     name: Annotated[str | None, typer.Option(help="Deployment name (default: the pipeline name).")] = None,
+    verbose: Annotated[bool, typer.Option(help="Show vLLM's own INFO logs too (default: its warnings only).")] = False,
 ) -> None:
     """Serve the synthesis flow on a schedule from this process (Prefect's flow.serve).
 
@@ -206,6 +215,8 @@ def serve(
     cron's interval makes the next one wait, as `concurrency_limit: 1` does in prefect.yaml."""
     from prm_synth.config import ConfigError, load_config
 
+    if verbose:
+        verbose_engines()
     try:
         config = load_config(pipeline)
     except ConfigError as e:

@@ -60,9 +60,9 @@ def run_in_worker(argv: list[str], started_at: float) -> int:
     def forward(signum: int, _frame: FrameType | None) -> None:
         nonlocal signals_seen
         signals_seen += 1
-        if signals_seen == 1:
+        if signals_seen == 1:  # passed on as it came (the worker says "Ctrl-C" for SIGINT); SIGHUP as SIGTERM
             with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGTERM)
+                os.kill(worker.pid, signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
         else:  # a second Ctrl-C: the user does not want to wait for a clean stop
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.pid, signal.SIGKILL)

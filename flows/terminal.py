@@ -1,0 +1,107 @@
+"""What the terminal shows while a run works: a bar that fits 80 columns, with log lines above it.
+
+The bar has one line for the run and one per shard in flight, each updated in place. Its text column
+takes what the terminal leaves and is cut with an ellipsis; the bar, the percentage and the elapsed
+time keep their width, so the percentage is never cut off.
+
+While the bar is live, every console log handler (Prefect's, vLLM's, any plain stream handler) prints
+through the bar's console, which puts each line above the bar instead of gluing it onto the bar's
+line; and the shards' progress log lines, which the bar shows in place, are left out of the console
+(they still reach the Prefect server). Everything is put back when the bar stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.file_proxy import FileProxy
+from rich.progress import BarColumn, Progress, ProgressColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Column
+
+# Set on a log record (logging's `extra`) whose content a live bar already shows.
+PROGRESS_LINE = "prm_synth_progress_line"
+# A shard's progress log line at most this often (seconds): the server's log, not a ticker.
+PROGRESS_LOG_INTERVAL_S = 30.0
+
+
+def progress_line_extra() -> dict[str, Any]:
+    """`extra=` for a log call whose line the live bar shows in place."""
+    return {PROGRESS_LINE: True}
+
+
+def throttled(log: Callable[[str], None], every_s: float = PROGRESS_LOG_INTERVAL_S) -> Callable[[str], None]:
+    """`log`, passed on at most once every `every_s` seconds (the first after `every_s`): a shard that
+    labels in seconds logs no progress at all, a slow one a line now and then instead of ten at once."""
+    last = time.monotonic()
+
+    def maybe_log(message: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= every_s:
+            last = now
+            log(message)
+
+    return maybe_log
+
+
+def bar_columns() -> tuple[ProgressColumn, ...]:
+    return (
+        TextColumn("{task.description}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+        BarColumn(bar_width=12),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+    )
+
+
+def new_bar(console: Console | None = None) -> Progress:
+    """A bar on stderr (stdout is for results: the summary, --json), as wide as the terminal."""
+    return Progress(*bar_columns(), console=console or Console(stderr=True), expand=True, transient=False)
+
+
+class _NotProgressLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, PROGRESS_LINE, False)
+
+
+def _console_handlers() -> list[logging.Handler]:
+    loggers = [
+        logging.getLogger(),
+        *(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger)),
+    ]
+    seen: dict[int, logging.Handler] = {}
+    for logger in loggers:
+        for handler in logger.handlers:
+            stream = getattr(handler, "stream", None)
+            if stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or hasattr(handler, "console"):
+                seen.setdefault(id(handler), handler)
+    return list(seen.values())
+
+
+class LogsAboveTheBar:
+    """Route the console log handlers through `console` (the live bar's) until `restore()`."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._filter = _NotProgressLines()
+        self._undo: list[Callable[[], None]] = []
+
+    def start(self) -> None:
+        for handler in _console_handlers():
+            handler.addFilter(self._filter)
+            self._undo.append(lambda h=handler: h.removeFilter(self._filter))
+            if isinstance(getattr(handler, "console", None), Console):  # Prefect's handler prints with rich
+                previous = handler.console  # type: ignore[attr-defined]
+                handler.console = self.console  # type: ignore[attr-defined]
+                self._undo.append(lambda h=handler, c=previous: setattr(h, "console", c))
+            elif isinstance(handler, logging.StreamHandler):
+                stream = handler.setStream(FileProxy(self.console, handler.stream))
+                self._undo.append(lambda h=handler, s=stream: h.setStream(s))
+
+    def restore(self) -> None:
+        while self._undo:
+            self._undo.pop()()
