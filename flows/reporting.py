@@ -63,6 +63,7 @@ class ShardProgress:
         self.started = time.perf_counter()
         self._lock = threading.Lock()
         self._live: dict[int, ProgressSnapshot] = {}  # shards being labeled: their latest snapshot
+        self._ending: dict[int, ProgressSnapshot] = {}  # labeled, not yet written: their last snapshot
         self._annotated = self._rollouts = 0  # of shards that finished in this run
         self._tokens = 0  # of shards finished in this run (their stats)
         self._resumed_tokens = 0  # of shards an earlier run finished: in the summary, not in tok/s
@@ -79,10 +80,12 @@ class ShardProgress:
             self.bar.start()
             self._logs.start()
 
-    def advance(self, tokens: int = 0, resumed: bool = False) -> None:
-        """A shard is done (`resumed`: an earlier run finished it); `tokens`: its stats' tokens."""
+    def advance(self, tokens: int = 0, resumed: bool = False, shard_index: int | None = None) -> None:
+        """A shard is done (`resumed`: an earlier run finished it); `tokens`: its stats' tokens, which
+        replace the rollout tokens its last snapshot counted."""
         with self._lock:
             self.done += 1
+            self._ending.pop(shard_index, None)
             if resumed:
                 self._resumed_tokens += tokens
             else:
@@ -105,6 +108,7 @@ class ShardProgress:
         with self._lock:
             if snapshot.finished:
                 self._live.pop(shard_index, None)
+                self._ending[shard_index] = snapshot  # its tokens count until its stats do (advance)
                 self._annotated += snapshot.annotators_done
                 self._rollouts += snapshot.rollouts
             else:
@@ -120,6 +124,7 @@ class ShardProgress:
         with self._lock:
             live = list(self._live.values())
             annotated, rollouts, tokens, resumed = self._annotated, self._rollouts, self._tokens, self._resumed_tokens
+            tokens += sum(s.tokens for s in self._ending.values())
         tokens += sum(s.tokens for s in live)
         rate = tokens / max(1e-9, time.perf_counter() - self.started)
         return (

@@ -175,7 +175,7 @@ def synthesize(
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             failed[index] = f"{type(e).__name__}: {e}"
             logger.error("shard %d failed: %s", index, failed[index])
-        progress.advance(tokens)
+        progress.advance(tokens, shard_index=index)
 
     for shard in shards:
         entry = finished.get(shard.index)

@@ -42,7 +42,8 @@ def test_progress_sums_the_shards_in_flight_and_the_finished_ones(artifacts, mon
     assert progress.fraction() == pytest.approx((0.5 + 0.25) / 4)
     assert progress.run_line().startswith("7 annotated, 52 rollouts, 520 tokens")
     progress.shard_callback(0)(snap(10, 10, 70, finished=True))
-    progress.advance(tokens=700)  # a finished shard counts its stats' tokens (sampling and judge too)
+    assert progress.totals()[2] == 700 + 120  # labeled, not yet written: its rollouts' tokens still count
+    progress.advance(tokens=700, shard_index=0)  # written: its stats' tokens (sampling and judge too) instead
     assert progress.fraction() == pytest.approx((1 + 0.25) / 4)
     assert progress.run_line().startswith("12 annotated, 82 rollouts, 820 tokens")
     updates = [c for c in artifacts if c[0] == "update_progress_artifact"]
