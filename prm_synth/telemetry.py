@@ -80,7 +80,9 @@ class ProgressSnapshot:
     def short_line(self) -> str:
         """The same in a few words, for one line of a terminal bar."""
         total = "?" if self.annotators_total is None else str(self.annotators_total)
-        return f"{self.annotators_done}/{total} annotated, {compact(self.rollouts)} rollouts, {compact(self.tokens)} tok"
+        return (
+            f"{self.annotators_done}/{total} annotated, {compact(self.rollouts)} rollouts, {compact(self.tokens)} tok"
+        )
 
 
 def compact(n: float) -> str:

@@ -178,7 +178,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
-def _scheduled_run_completed(env, deployment: str):
+def _scheduled_run_state(env, deployment: str):
     """The first flow run THE SCHEDULER made for a deployment (auto_scheduled, no manual trigger) that
     reached a final state: its state, or None while there is none."""
     states = _client_call(
@@ -193,6 +193,19 @@ except Exception:  # the server is not up yet
 """,
     )
     return states[0] if states else None
+
+
+def _a_scheduled_run_completes(env, deployment: str, proc: subprocess.Popen, log: Path) -> None:
+    # The first minute boundary after the schedule is registered, plus the runner's or worker's poll:
+    # 1-2 min on a quiet machine; the deadline is generous for a busy one.
+    state = _wait_until(
+        lambda: _scheduled_run_state(env, deployment),
+        480,
+        f"a scheduled run of {deployment} ends",
+        poll_s=5,
+        alive=proc,
+    )
+    assert state == "COMPLETED", log.read_text()[-3000:]
 
 
 @pytest.mark.slow
@@ -220,16 +233,7 @@ def test_serve_with_an_every_minute_cron_runs_by_itself(prefect_server, tmp_path
         start_new_session=True,
     )
     try:
-        # The first minute boundary after the schedule is registered, plus the runner's poll: 1-2 min
-        # on a quiet machine; the deadline is generous for a busy one.
-        state = _wait_until(
-            lambda: _scheduled_run_completed(env, "served-simulated"),
-            480,
-            "a scheduled run of the served deployment ends",
-            poll_s=5,
-            alive=proc,
-        )
-        assert state == "COMPLETED", (tmp_path / "serve.log").read_text()[-3000:]
+        _a_scheduled_run_completes(env, "served-simulated", proc, tmp_path / "serve.log")
         manifest = json.loads((served / "manifest.json").read_text())
         assert manifest["totals"]["problems"] == 400  # the pipeline's whole source, as scheduled
     finally:
@@ -298,14 +302,7 @@ except Exception:
         except AssertionError as e:
             raise AssertionError(f"{e}\n{(tmp_path / 'readme.log').read_text()[-3000:]}") from None
         assert found == {"cron": "* * * * *", "limit": 1}
-        state = _wait_until(
-            lambda: _scheduled_run_completed(client_env, "simulated-nightly"),
-            480,
-            "a scheduled run of simulated-nightly ends",
-            poll_s=5,
-            alive=proc,
-        )
-        assert state == "COMPLETED", (tmp_path / "readme.log").read_text()[-3000:]
+        _a_scheduled_run_completes(client_env, "simulated-nightly", proc, tmp_path / "readme.log")
         assert json.loads((scheduled / "manifest.json").read_text())["totals"]["problems"] == 400
     finally:
         _stop_group(proc)
