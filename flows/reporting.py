@@ -168,7 +168,9 @@ class ShardProgress:
         if self.bar:
             self.bar.stop()
         with contextlib.suppress(Exception):
-            update_progress_artifact(self.artifact, 100.0 * self.fraction(), description=self._description())
+            # a run stopped early shows how far it got; without a known total, done is done
+            done = 100.0 * self.fraction() if self.total else 100.0
+            update_progress_artifact(self.artifact, done, description=self._description())
 
     def _run_description(self) -> str:
         """The run's bar line, most telling first (the end is cut on a narrow terminal)."""

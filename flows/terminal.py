@@ -4,24 +4,26 @@ The bar has one line for the run and one per shard in flight, each updated in pl
 takes what the terminal leaves and is cut with an ellipsis; the bar, the percentage and the elapsed
 time keep their width, so the percentage is never cut off.
 
-While the bar is live, every console log handler (Prefect's, vLLM's, any plain stream handler) prints
-through the bar's console, which puts each line above the bar instead of gluing it onto the bar's
-line; and the shards' progress log lines, which the bar shows in place, are left out of the console
+While the bar is live, every console log handler (Prefect's, vLLM's, any plain stream handler) writes
+through the bar's console (a finished line is printed above the bar) instead of
+gluing its text onto the bar's line; and the shards' progress log lines, which the bar shows in place, are left out of the console
 (they still reach the Prefect server). Everything is put back when the bar stops.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
+from rich.ansi import AnsiDecoder
 from rich.console import Console
-from rich.file_proxy import FileProxy
 from rich.progress import BarColumn, Progress, ProgressColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Column
+from rich.text import Text
 
 # Set on a log record (logging's `extra`) whose content a live bar already shows.
 PROGRESS_LINE = "prm_synth_progress_line"
@@ -82,6 +84,31 @@ def _console_handlers() -> list[logging.Handler]:
     return list(seen.values())
 
 
+class LinesAboveTheBar(io.TextIOBase):
+    """A text stream whose finished lines `console` (a live bar's) prints above the bar, colours kept.
+
+    rich's own FileProxy does this for sys.stdout/stderr, but a rich Console given a FileProxy as its
+    file writes around it (to the proxied file), which is why Prefect's handler needs this one."""
+
+    def __init__(self, console: Console, original: IO[str]) -> None:
+        self.console, self.original = console, original
+        self._partial = ""
+        self._decoder = AnsiDecoder()
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        if lines:
+            self.console.print(Text("\n").join(self._decoder.decode_line(line) for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._partial:
+            self.write("\n")
+
+    def isatty(self) -> bool:
+        return self.original.isatty()
+
+
 class LogsAboveTheBar:
     """Route the console log handlers through `console` (the live bar's) until `restore()`."""
 
@@ -94,12 +121,13 @@ class LogsAboveTheBar:
         for handler in _console_handlers():
             handler.addFilter(self._filter)
             self._undo.append(lambda h=handler: h.removeFilter(self._filter))
-            if isinstance(getattr(handler, "console", None), Console):  # Prefect's handler prints with rich
-                previous = handler.console  # type: ignore[attr-defined]
-                handler.console = self.console  # type: ignore[attr-defined]
-                self._undo.append(lambda h=handler, c=previous: setattr(h, "console", c))
+            own = getattr(handler, "console", None)
+            if isinstance(own, Console):  # Prefect's handler renders with rich (its own styles and markup)
+                previous = own.file
+                own.file = LinesAboveTheBar(self.console, previous)
+                self._undo.append(lambda c=own, f=previous: setattr(c, "file", f))
             elif isinstance(handler, logging.StreamHandler):
-                stream = handler.setStream(FileProxy(self.console, handler.stream))
+                stream = handler.setStream(LinesAboveTheBar(self.console, handler.stream))
                 self._undo.append(lambda h=handler, s=stream: h.setStream(s))
 
     def restore(self) -> None:

@@ -267,7 +267,7 @@ def train_prm(
 
     settings = settings or TrainSettings()
     splits = load_examples(source, settings.test_fraction, settings.seed)
-    logger.info("loading %s", model_name)
+    logger.info("loading %s (a checkpoint without a two-label head gets a new one: MISSING below)", model_name)
     model, tokenizer = _load_model(model_name, settings)
     train = _dataset(tokenizer, splits["train"], settings.max_length)
     test = _dataset(tokenizer, splits["test"], settings.max_length) if splits["test"] else None
