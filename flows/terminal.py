@@ -127,7 +127,10 @@ class LogsAboveTheBar:
                 own.file = LinesAboveTheBar(self.console, previous)
                 self._undo.append(lambda c=own, f=previous: setattr(c, "file", f))
             elif isinstance(handler, logging.StreamHandler):
-                stream = handler.setStream(LinesAboveTheBar(self.console, handler.stream))
+                try:
+                    stream = handler.setStream(LinesAboveTheBar(self.console, handler.stream))
+                except AttributeError:  # a stream it looks up on each write (logging.lastResort): sys.stderr,
+                    continue  # which the live bar itself redirects above the bar
                 self._undo.append(lambda h=handler, s=stream: h.setStream(s))
 
     def restore(self) -> None:
