@@ -14,15 +14,14 @@ from prm_synth import arithmetic
 from prm_synth.annotate.labeler import split_evenly
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.omega import (
-    ROOT,
     Candidate,
     OmegaResult,
     OmegaSearch,
     omegaprm,
     q_value,
-    tree_to_json,
     u_value,
 )
+from prm_synth.annotate.omega_tree import ROOT, tree_to_json
 from prm_synth.annotate.protocol import Probe, ProbeResult
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.config import OmegaConfig, SimulatedPolicyConfig
@@ -73,6 +72,12 @@ def drive(annotator, prober: Prober) -> OmegaResult:
         return stop.value
 
 
+def searched(cfg: OmegaConfig, prober: Prober, correct_leaves: int = 1) -> tuple[OmegaSearch, OmegaResult]:
+    """The search (its own state: selections, rollouts spent) and its result."""
+    search = OmegaSearch(cfg, split_lines, correct_leaves)
+    return search, drive(search.run(), prober)
+
+
 def config(**kw) -> OmegaConfig:
     return OmegaConfig(method="omegaprm", **kw)
 
@@ -112,7 +117,7 @@ def prefix_of(*marks: str) -> str:
 
 def test_binary_search_finds_the_first_error_and_adds_the_states_along_the_path():
     prober = Prober(hand_world([(None, 10), (2, 10), (None, 10), (5, 10)]))
-    result = drive(omegaprm(config(k=4, search_limit=1), split_lines), prober)
+    search, result = searched(config(k=4, search_limit=1), prober)
     # Root, then bisection of the rollout wrong at line 2 over positions 0..4 (5 is the rollout itself).
     assert [p.prefix for p in prober.asked] == [
         "",
@@ -121,9 +126,9 @@ def test_binary_search_finds_the_first_error_and_adds_the_states_along_the_path(
         prefix_of("ok", "ok"),
     ]
     assert all(p.k == 4 for p in prober.asked)
-    assert result.rollouts == prober.total == 16
-    assert result.selections == 1 and result.stop_reason == "search_limit"
-    assert [c.text for c in result.selected] == [completion("", 2)]
+    assert search.spent == prober.total == 16
+    assert result.stop_reason == "search_limit"
+    assert [c.text for c in search.selected] == [completion("", 2)]
     assert result.tree.nodes[ROOT]["N"] == 1
 
     paths = result.paths()
@@ -140,9 +145,6 @@ def test_binary_search_finds_the_first_error_and_adds_the_states_along_the_path(
     assert right.mc_total == [4, 4, 0, 0, 0, 1] and right.mc_correct == [2, 2, 0, 0, 0, 1]
     assert right.label_source == ["mc", "mc", "none", "none", "none", "verdict"]
     assert apply_rule(right.annotation, "hard").labels == [True, True, None, None, None, True]
-    inferred = result.paths(infer_good=True)[[p.final_status for p in paths].index("correct")]
-    assert inferred.label_source == ["mc", "mc", "inferred", "inferred", "inferred", "verdict"]
-    assert apply_rule(inferred.annotation, "hard").labels == [True] * 6
 
 
 def test_a_complete_rollout_is_never_resampled_its_verdict_is_the_last_step():
@@ -159,8 +161,8 @@ def test_a_complete_rollout_is_never_resampled_its_verdict_is_the_last_step():
 
 def test_shorter_rollout_of_the_same_state_is_selected_first():
     prober = Prober(hand_world([(None, 10), (1, 900), (2, 30)]))
-    result = drive(omegaprm(config(k=3, search_limit=1), split_lines), prober)
-    assert [c.text for c in result.selected] == [completion("", 2)]
+    search, _ = searched(config(k=3, search_limit=1), prober)
+    assert [c.text for c in search.selected] == [completion("", 2)]
 
 
 def test_q_and_u_on_hand_values():
@@ -209,8 +211,8 @@ def test_screening_keeps_only_questions_with_mixed_first_rollouts(root_plan, scr
 
 
 def test_states_with_mc_zero_or_one_feed_no_candidates():
-    all_right = drive(omegaprm(config(k=4), split_lines), Prober(hand_world([(None, 5)])))
-    assert all_right.stop_reason == "pool_empty" and all_right.selections == 0
+    search, all_right = searched(config(k=4), Prober(hand_world([(None, 5)])))
+    assert all_right.stop_reason == "pool_empty" and search.selected == []
     assert [p.final_status for p in all_right.paths()] == ["correct"]
     all_wrong = drive(omegaprm(config(k=4), split_lines), Prober(hand_world([(1, 5)])))
     assert all_wrong.stop_reason == "pool_empty" and all_wrong.paths() == []
@@ -218,8 +220,8 @@ def test_states_with_mc_zero_or_one_feed_no_candidates():
 
 def test_budget_is_a_hard_limit_and_an_interrupted_search_claims_no_error():
     prober = Prober(hand_world([(None, 10), (2, 10)]))
-    result = drive(omegaprm(config(k=4, rollout_budget=10), split_lines), prober)
-    assert prober.total == result.rollouts == 10
+    search, result = searched(config(k=4, rollout_budget=10), prober)
+    assert prober.total == search.spent == 10
     assert [(lines(p.prefix), p.k) for p in prober.asked] == [(0, 4), (3, 4), (1, 2)]  # the last gets what fits
     assert result.stop_reason == "budget"
     # The bad probe at position 2 is not a state: the first error could still be at position 1.
@@ -230,10 +232,10 @@ def test_budget_is_a_hard_limit_and_an_interrupted_search_claims_no_error():
 def test_a_prefix_shared_by_two_rollouts_is_measured_once():
     # Both root rollouts go wrong after the same two good lines; the second search reuses them.
     prober = Prober(hand_world([(None, 10), (2, 10), (3, 11)]))
-    result = drive(omegaprm(config(k=3, search_limit=2), split_lines), prober)
+    search, _ = searched(config(k=3, search_limit=2), prober)
     prefixes = [p.prefix for p in prober.asked]
     assert len(prefixes) == len(set(prefixes))
-    assert result.rollouts == prober.total
+    assert search.spent == prober.total
 
 
 # ---------------------------------------------------------------- properties on a random world
@@ -309,12 +311,11 @@ def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resamp
         screen=screen,
         search_test=search_test,
     )
-    result = drive(omegaprm(cfg, split_lines, correct_leaves=leaves), prober)
+    search, result = searched(cfg, prober, correct_leaves=leaves)
     assert prober.total <= budget
-    assert result.rollouts == prober.total
-    assert result.tokens == sum(t for rs in prober.drawn.values() for _, _, t in rs)
-    assert result.selections <= limit
-    chosen = [(c.state, c.text) for c in result.selected]
+    assert search.spent == prober.total
+    assert len(search.selected) <= limit
+    chosen = [(c.state, c.text) for c in search.selected]
     assert len(chosen) == len(set(chosen))
     completes = [result.tree.nodes[s]["prefix"] + text for s, text in chosen]
     assert len(completes) == len(set(completes))
@@ -335,11 +336,11 @@ def test_through_the_scheduler_with_the_simulated_policy():
     sched = ProbeScheduler(policy, SamplingOptions(), max_batch_requests=64, max_in_flight=8)
     results = {job.key: result for job, result in sched.run(jobs)}
     assert len(results) == 8
-    assert sum(r.rollouts for r in results.values()) == sched.stats.rollouts
+    assert sum(sched.spend[job.key].rollouts for job in jobs) == sched.stats.rollouts
     assert any(result.paths() for result in results.values())
     for job in jobs:
         result = results[job.key]
-        assert sched.spend[job.key].rollouts == result.rollouts <= 60
+        assert sched.spend[job.key].rollouts <= 60  # the budget, counted by the scheduler
         check_tree_and_paths(result)
         for path in result.paths():
             if path.final_status is not None:  # a complete rollout's verdict is its own grade
@@ -435,7 +436,8 @@ def test_a_correct_leaf_never_lies_below_a_bad_state():
 
     result = drive(omegaprm(config(k=2, search_limit=1), split_lines, correct_leaves=1), Prober(rollout))
     check_tree_and_paths(result)
-    assert result.pruned_lucky == 1
+    leaves = [a for n, a in result.tree.nodes(data=True) if a["kind"] == "rollout" and not result.tree.out_degree(n)]
+    assert not any(a["final_status"] == "correct" and "s1=bad" in a["prefix"] for a in leaves)  # the lucky one went
     for path in result.paths():
         labels = apply_rule(path.annotation, "hard").labels
         if path.final_status == "correct":

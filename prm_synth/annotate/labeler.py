@@ -24,6 +24,7 @@ from prm_synth.annotate.calibration import RunEstimates
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
+from prm_synth.annotate.omega_tree import tree_to_json
 from prm_synth.annotate.prefix_test import make_test
 from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.scheduler import (
@@ -336,8 +337,6 @@ class OmegaLabeler(_Base):
         progress: Progress = quiet,
         on_progress: ProgressCallback | None = None,
     ) -> LabelResult:
-        from prm_synth.annotate.omega import tree_to_json
-
         scheduler = new_scheduler(engine, self.config, on_progress)
         split = partial(split_steps, strategy=self.config.steps.strategy, pattern=self.config.steps.pattern)
         jobs = (
