@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -123,6 +124,78 @@ def _dry_run_shards(config: PipelineConfig) -> Iterator[ShardInput]:
         yield first
 
 
+@dataclass
+class ShardsOutcome:
+    """What the shard window did: shards labeled, skipped as already finished, and failed (index -> why)."""
+
+    done: int = 0
+    skipped: int = 0
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+def _open_shards(config: PipelineConfig, limit: int | None, dry_run: bool) -> Iterator[ShardInput]:
+    """The shards to label. The problem source is opened here, before anything is written: a broken
+    source leaves no folder behind that a corrected config would then be refused from as "another
+    config"; and the simulated policy, which cannot solve foreign text, is refused on the first shard."""
+    shards = _dry_run_shards(config) if dry_run else iter_shards(config, limit)
+    first = next(shards, None)
+    if first is None:
+        return iter(())
+    check_policy_can_solve(config.policy, ((p.id, p.question) for p in first.items if isinstance(p, Problem)))
+    return itertools.chain([first], shards)
+
+
+@contextlib.contextmanager
+def _output_folder(out_dir: str, dry_run: bool) -> Iterator[str]:
+    """Where the shards go: `out_dir`, or a temporary folder a dry run leaves nothing in."""
+    if not dry_run:
+        yield out_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="prm-synth-dry-run-") as tmp:
+        yield tmp
+
+
+def _label_shards(
+    config: PipelineConfig, target: str, shards: Iterator[ShardInput], store: ShardStore, progress: ShardProgress
+) -> ShardsOutcome:
+    """Submit every unfinished shard through a window of `run.max_parallel_shards` tasks."""
+    logger = get_run_logger()
+    finished = store.finished()
+    if finished:
+        logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
+    window: deque[tuple[int, PrefectFuture[dict[str, Any]]]] = deque()
+    outcome = ShardsOutcome()
+
+    def drain_one() -> None:
+        index, future = window.popleft()
+        tokens = 0
+        try:
+            entry = future.result()
+            outcome.done += 1
+            tokens = entry["stats"].get("tokens", 0)
+            logger.info("shard %d finished: %d rows, %d rejected", index, entry["rows"], entry["rejected"])
+        except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
+            outcome.failed[index] = f"{type(e).__name__}: {e}"
+            logger.error("shard %d failed: %s", index, outcome.failed[index])
+        progress.advance(tokens, shard_index=index)
+
+    for shard in shards:
+        entry = finished.get(shard.index)
+        # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
+        if entry is not None and entry.problems == len(shard.items):
+            outcome.skipped += 1
+            progress.advance(entry.stats.get("tokens", 0), resumed=True)
+            continue
+        if len(window) >= config.run.max_parallel_shards:
+            drain_one()
+        with _ray_options(config):
+            future = label_shard.submit(config, target, shard.index, shard.items)
+        window.append((shard.index, future))
+    while window:
+        drain_one()
+    return outcome
+
+
 @flow(name="prm-synth-synthesize", log_prints=True)
 def synthesize(
     config: PipelineConfig,
@@ -136,82 +209,36 @@ def synthesize(
 
     dry_run: label one small shard end to end in a temporary folder; nothing final is written.
     """
-    logger = get_run_logger()
     started = time.time()
-    # Open the problem source before anything is written: a broken source leaves no folder behind
-    # that a corrected config would then be refused from as "another config".
-    shards = _dry_run_shards(config) if dry_run else iter_shards(config, limit)
-    first = next(shards, None)
-    if first is not None:  # the simulated policy cannot solve foreign text: refuse before writing anything
-        check_policy_can_solve(config.policy, ((p.id, p.question) for p in first.items if isinstance(p, Problem)))
-    shards = itertools.chain([first] if first is not None else [], shards)
-    engines_before = engine_totals()  # this run's share of a long-lived process's engines
-    retries_before = engine_retries()
-    tmp = tempfile.TemporaryDirectory(prefix="prm-synth-dry-run-") if dry_run else None
-    target = tmp.name if tmp else out_dir
-    fingerprint = config.fingerprint()
-    store = ShardStore(target, fingerprint)
+    shards = _open_shards(config, limit, dry_run)
+    engines_before, retries_before = engine_totals(), engine_retries()  # this run's share of the engines
     config_dump = config.model_dump(mode="json")
-    store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
-    finished = store.finished()
-    if finished:
-        logger.info("resuming: %d shard(s) already finished in %s", len(finished), out_dir)
+    with _output_folder(out_dir, dry_run) as target:
+        store = ShardStore(target, config.fingerprint())
+        store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
+        expected = 1 if dry_run else _expected_shards(config, limit)
+        progress = ShardProgress(expected, show_progress and sys.stderr.isatty())
+        progress.activate()
+        outcome = _label_shards(config, target, shards, store, progress)
+        progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
+        store.write_manifest(config_dump)
 
-    progress = ShardProgress(1 if dry_run else _expected_shards(config, limit), show_progress and sys.stderr.isatty())
-    progress.activate()
-    window: deque[tuple[int, PrefectFuture[dict[str, Any]]]] = deque()
-    failed: dict[int, str] = {}
-    done = skipped = 0
-
-    def drain_one() -> None:
-        nonlocal done
-        index, future = window.popleft()
-        tokens = 0
-        try:
-            entry = future.result()
-            done += 1
-            tokens = entry["stats"].get("tokens", 0)
-            logger.info("shard %d finished: %d rows, %d rejected", index, entry["rows"], entry["rejected"])
-        except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
-            failed[index] = f"{type(e).__name__}: {e}"
-            logger.error("shard %d failed: %s", index, failed[index])
-        progress.advance(tokens, shard_index=index)
-
-    for shard in shards:
-        entry = finished.get(shard.index)
-        # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
-        if entry is not None and entry.problems == len(shard.items):
-            skipped += 1
-            progress.advance(entry.stats.get("tokens", 0), resumed=True)
-            continue
-        if len(window) >= config.run.max_parallel_shards:
-            drain_one()
-        with _ray_options(config):
-            future = label_shard.submit(config, target, shard.index, shard.items)
-        window.append((shard.index, future))
-    while window:
-        drain_one()
-    progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
-
-    store.write_manifest(config_dump)
-    summary = summarize(target)
-    summary.run = RunFacts(
-        started_at=started,
-        wall_seconds=round(time.time() - started, 3),
-        shards_run=done,
-        shards_skipped=skipped,
-        shards_failed=sorted(failed),
-        requests_retried=retries_since(retries_before),
-        dry_run=dry_run,
-    )
-    publish_run_artifacts(summary, config)
-    if not dry_run:
-        publish_engine_pictures(target, engines_before, config)
-    if tmp:
-        tmp.cleanup()
-    if failed:
-        details = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(failed.items()))
-        raise ShardsFailedError(f"{len(failed)} shard(s) failed and will be redone on the next run: {details}")
+        summary = summarize(target)
+        summary.run = RunFacts(
+            started_at=started,
+            wall_seconds=round(time.time() - started, 3),
+            shards_run=outcome.done,
+            shards_skipped=outcome.skipped,
+            shards_failed=sorted(outcome.failed),
+            requests_retried=retries_since(retries_before),
+            dry_run=dry_run,
+        )
+        publish_run_artifacts(summary, config)
+        if not dry_run:
+            publish_engine_pictures(target, engines_before, config)
+    if outcome.failed:
+        details = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(outcome.failed.items()))
+        raise ShardsFailedError(f"{len(outcome.failed)} shard(s) failed and will be redone on the next run: {details}")
     return summary
 
 
