@@ -79,6 +79,7 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
     with concurrency(limit, occupy=1, strict=False) if limit else contextlib.nullcontext():
         engine = get_engine(config.policy)
         judge_engine = get_engine(config.judge.engine) if config.judge else None
+        verify_engine = get_engine(config.verify.engine) if config.verify else None
         out = process_shard(
             engine,
             config,
@@ -87,6 +88,7 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
             judge_engine,
             progress=throttled(log_progress),
             on_progress=active_shard_callback(shard_index),
+            verify_engine=verify_engine,
         )
     entry = ShardStore(out_dir, fingerprint).write_shard(
         shard_index,

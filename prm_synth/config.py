@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from prm_synth.errors import PrmSynthError
-from prm_synth.prompts import PROMPT_VERSIONS, JudgePromptVersion
+from prm_synth.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
 from prm_synth.schema import SearchTestName
 
 # Bounds that keep a typo from starting a run that never ends (k: 1000000000 was accepted once).
@@ -182,6 +182,25 @@ class ConsensusConfig(Strict):
     tolerance: int = Field(0, ge=0)  # |judge - mc| <= tolerance counts as agreement (both -1 always agree)
 
 
+class VerifyConfig(Strict):
+    """Verification chains (ThinkPRM / GenPRM-style data for generative verifiers), see prm_synth/verify.py.
+
+    `votes` chains per row; a chain is kept when its step verdicts agree with the row's labels under
+    `rule`: `every-step` allows at most `tolerance` disagreeing steps (0: every labeled step up to the
+    first error agrees), `first-error` wants the chain's first incorrect step within `tolerance` steps
+    of the labels' first error. With `min_confidence` > 0 only labels whose p_good clears it are compared.
+    """
+
+    engine: JudgeEngineConfig
+    votes: int = Field(4, ge=1, le=MAX_SAMPLES, strict=True)  # chains sampled per row
+    temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
+    max_tokens: int = Field(2048, ge=1, le=MAX_TOKENS)
+    prompt_version: VerifyPromptVersion = VERIFY_PROMPT_VERSION
+    rule: Literal["every-step", "first-error"] = "every-step"
+    tolerance: int = Field(0, ge=0, le=1000)
+    min_confidence: float = Field(0.0, ge=0.0, le=1.0)
+
+
 # ---------------------------------------------------------------- stages
 class SamplingConfig(Strict):
     """How solutions are sampled from the policy."""
@@ -319,6 +338,7 @@ class PipelineConfig(Strict):
     labels: LabelConfig = LabelConfig()
     judge: JudgeConfig | None = None
     consensus: ConsensusConfig | None = None
+    verify: VerifyConfig | None = None
     output: OutputConfig = OutputConfig()
     run: RunConfig = RunConfig()
 
@@ -346,8 +366,17 @@ class PipelineConfig(Strict):
         return self
 
     def fingerprint(self) -> str:
-        """Hash of everything that changes the rows: the config but `run`, and the prompts' versions."""
-        data = self.model_dump(mode="json", exclude={"run"}) | {"prompt_versions": PROMPT_VERSIONS}
+        """Hash of everything that changes the rows: the config but `run`, and the prompts' versions.
+
+        Without a `verify` section neither it nor the verifier prompt's version is hashed: configs
+        written before the stage existed keep their fingerprint (and their output folders resume)."""
+        versions = dict(PROMPT_VERSIONS)
+        exclude = {"run"}
+        if self.verify is None:
+            exclude.add("verify")
+        else:
+            versions["verify"] = self.verify.prompt_version
+        data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
         if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume
             data["labels"]["rule"] = "soft"
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))

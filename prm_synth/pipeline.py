@@ -1,6 +1,6 @@
 """One shard of problems in, labeled records and rejected records out: the library's main job.
 
-load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ check
+load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ verify ─▶ check
 
 1 load       the shard's source rows: problems, and rows the loader already rejected (problems.py)
 2 sample     solutions from the policy, split and graded (sample.py; per-question labelers skip it)
@@ -9,7 +9,9 @@ load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ check
              back and the engine never drains between the two
 4 judge      an LLM judge names each row's first error (judge.py; only with a `judge` section)
 5 consensus  keep the rows where MC and the judge agree, reject the others (consensus.py)
-6 check      every problem ends as rows or a rejection with a reason, or the shard is not written
+6 verify     verification chains for the kept rows, kept where they agree with the labels (verify.py;
+             only with a `verify` section; it adds columns to rows, never drops one)
+7 check      every problem ends as rows or a rejection with a reason, or the shard is not written
 
 Each stage returns what it kept, what it rejected and its counters; `ShardStats` gathers them.
 Plain Python: the Prefect flow (flows/synthesize.py) only schedules shards and writes them.
@@ -31,7 +33,8 @@ from prm_synth.consensus import apply_consensus
 from prm_synth.engines.base import Engine
 from prm_synth.judge import judge_records
 from prm_synth.problems import iter_problems
-from prm_synth.schema import Item, LabeledRecord, Problem, RejectedRecord, ShardStats
+from prm_synth.schema import Item, LabeledRecord, Problem, RejectedRecord, ShardStats, VerifyStats
+from prm_synth.verify import verify_records
 
 
 @dataclass
@@ -68,6 +71,7 @@ def process_shard(
     judge_engine: Engine | None = None,
     progress: Progress = quiet,
     on_progress: ProgressCallback | None = None,
+    verify_engine: Engine | None = None,
 ) -> ShardOutput:
     clock = _Clock()
     problems = [it for it in shard.items if isinstance(it, Problem)]
@@ -88,6 +92,12 @@ def process_shard(
         else (judged, [], None)
     )
     clock.lap("consensus")
+    verify_stats: VerifyStats | None = None
+    if config.verify is not None:
+        if verify_engine is None:  # a caller's bug: rows would silently lack the chains the config asks for
+            raise ValueError("the config has a verify section, but no verify engine was given")
+        verify_stats = verify_records(verify_engine, records, config.verify, config.run.max_batch_requests)
+        clock.lap("verify")
 
     rejected = load_rejected + sampled.rejected + labeled.rejected + judge_rejected + consensus_rejected
     for r in rejected:
@@ -115,6 +125,7 @@ def process_shard(
         seconds=clock.laps,
         judge=judge_stats,
         consensus=consensus_stats,
+        verify=verify_stats,
     )
     return ShardOutput(records, rejected, stats, labeled.trees)
 

@@ -1,4 +1,4 @@
-"""Every text a model sees: the policy prompt and the judge prompt (with its parser).
+"""Every text a model sees: the policy prompt, the judge prompt and the verifier prompt (with their parsers).
 
 Versioned: a change of wording is a change of the data, so the versions are part of the config
 fingerprint (config.PipelineConfig.fingerprint) and the judge's version is stored in every row.
@@ -33,6 +33,8 @@ JudgePromptVersion = Literal["v1"]
 JUDGE_PROMPT_VERSION: JudgePromptVersion = "v1"
 assert JUDGE_PROMPT_VERSION in get_args(JudgePromptVersion)
 
+# The versions every config's fingerprint holds. The verifier's version enters it only when a config has
+# a `verify` section (config.PipelineConfig.fingerprint), so runs without one keep their fingerprint.
 PROMPT_VERSIONS = {"policy": POLICY_PROMPT_VERSION, "judge": JUDGE_PROMPT_VERSION}
 
 MAX_PROMPT_CHARS = 1_000_000  # parse_judge_prompt reads untrusted text: bounded
@@ -81,3 +83,68 @@ def parse_judge_prompt(prompt: str) -> tuple[str, list[str]] | None:
     if not steps or pos != len(solution):
         return None
     return question, steps
+
+
+# ------------------------------------------------------------------ verifier (ThinkPRM-style verification chains)
+# A generative verifier checks the solution step by step and ends every step with a verdict in a fixed
+# form, stopping at the first incorrect step (ThinkPRM, Khalifa et al. 2025; GenPRM, Zhao et al. 2025):
+#
+#     Step 1: <its check of step 1> \boxed{correct}
+#     Step 2: <its check of step 2> \boxed{incorrect}
+#
+# Steps are numbered from 1 in the prompt and in the chain, as ThinkPRM's chains number them.
+VerifyPromptVersion = Literal["verify-v1"]
+VERIFY_PROMPT_VERSION: VerifyPromptVersion = "verify-v1"
+assert VERIFY_PROMPT_VERSION in get_args(VerifyPromptVersion)
+
+VERDICT_CORRECT = "correct"
+VERDICT_INCORRECT = "incorrect"
+
+VERIFY_SYSTEM = "You are a careful math teacher who verifies solutions step by step."
+_VERIFY_PREAMBLE = "You are given a math problem and a proposed step-by-step solution.\n\n[Math Problem]\n\n"
+_VERIFY_SOLUTION_HEADER = "\n\n[Solution]\n\n"
+_VERIFY_INSTRUCTION = (
+    "\n\nReview and critique each step of the proposed solution, in order, to determine whether it is correct. "
+    "For each step write `Step N:` followed by your check of that step, and end the step with "
+    "\\boxed{correct} or \\boxed{incorrect}. Stop after the first incorrect step."
+)
+_NUMBERED_STEP = re.compile(r"Step (\d+): ([^\n]*)")
+
+
+def render_verify_prompt(question: str, steps: Sequence[str]) -> str:
+    """The verifier's user turn: the problem, then the steps numbered from 1, one a line, then the task.
+
+    A step's inner line breaks become spaces: one line a step keeps the numbering unambiguous (and
+    `parse_verify_prompt` exact). Steps are shown stripped, like the judge's paragraphs."""
+    if not steps:
+        raise ValueError("a solution to verify needs at least one step")
+    lines = "\n".join(f"Step {i}: {' '.join(s.split())}" for i, s in enumerate(steps, start=1))
+    return _VERIFY_PREAMBLE + question.strip() + _VERIFY_SOLUTION_HEADER + lines + _VERIFY_INSTRUCTION
+
+
+def parse_verify_prompt(prompt: str) -> tuple[str, list[str]] | None:
+    """(question, steps as shown) from a prompt made by `render_verify_prompt`; None for other text."""
+    if (
+        len(prompt) > MAX_PROMPT_CHARS
+        or not prompt.startswith(_VERIFY_PREAMBLE)
+        or not prompt.endswith(_VERIFY_INSTRUCTION)
+    ):
+        return None
+    body = prompt[len(_VERIFY_PREAMBLE) : -len(_VERIFY_INSTRUCTION)]
+    cut = body.rfind(_VERIFY_SOLUTION_HEADER + "Step 1: ")
+    if cut < 0:
+        return None
+    question, solution = body[:cut], body[cut + len(_VERIFY_SOLUTION_HEADER) :]
+    steps: list[str] = []
+    for i, line in enumerate(solution.split("\n"), start=1):
+        m = _NUMBERED_STEP.fullmatch(line)
+        if m is None or int(m[1]) != i:
+            return None
+        steps.append(m[2])
+    return question, steps
+
+
+def render_chain_step(number: int, check: str, correct: bool) -> str:
+    """One step of a verification chain in the form the parser reads (`number` counts from 1)."""
+    verdict = VERDICT_CORRECT if correct else VERDICT_INCORRECT
+    return f"Step {number}: {check} \\boxed{{{verdict}}}"

@@ -66,6 +66,20 @@ NodeKind = Literal["root", "state", "rollout"]
 OmegaStop = Literal["screened_out", "search_limit", "pool_empty", "budget"]
 # Why the calibrated search of a solution stopped ("decided": every step at the confidence level).
 CalibratedStop = Literal["decided", "undecided_budget", "undecided_uninformative", "undecided_verdict"]
+# Why a verification chain was dropped (prm_synth/verify.py): the first seven are chains that do not
+# read as a complete chain, the last two are readable chains the agreement filter refused.
+ChainDropReason = Literal[
+    "truncated",  # the model ran out of tokens
+    "too_long",  # longer than the parser reads (model output is untrusted)
+    "no_steps",  # no `Step N:` at all
+    "step_order",  # steps skipped, repeated, out of order, or past the solution's last step
+    "missing_verdict",  # a step without \boxed{correct} / \boxed{incorrect} as its last box
+    "stopped_early",  # ends before the last step without an incorrect verdict
+    "continued_after_error",  # goes on checking after its first incorrect step
+    "disagree",  # its verdicts disagree with the row's labels beyond the tolerance
+    "no_labels",  # the row has no (confident) label to compare a chain with
+]
+CHAIN_DROP_REASONS: tuple[str, ...] = get_args(ChainDropReason)
 
 PAYLOAD_CHARS = 4000  # a rejection keeps this much of what was rejected (JSON), enough to re-read it
 
@@ -110,6 +124,12 @@ RECORD_SCHEMA = pa.schema(
         pa.field("p_good", pa.list_(pa.float64())),
         # Per step, why it has no label: null exactly where labeled (annotate.labels.unlabeled_reasons).
         pa.field("unlabeled_reason", pa.list_(pa.string())),
+        # Verification chains (prm_synth/verify.py; null where no `verify` stage ran): the chains whose
+        # step verdicts agree with the labels, and for every other chain of the row why it was dropped.
+        pa.field("verify_chains", pa.list_(pa.string())),
+        pa.field("verify_dropped", pa.list_(pa.struct([("reason", pa.string()), ("detail", pa.string())]))),
+        pa.field("verify_model", pa.string()),
+        pa.field("verify_prompt_version", pa.string()),
     ]
 )
 
@@ -158,6 +178,10 @@ class LabeledRecord:
     judge_model: str | None = None
     p_good: list[float] | None = None  # from Annotation.p_good
     unlabeled_reason: list[UnlabeledReason | None] | None = None  # annotate.labels.unlabeled_reasons
+    verify_chains: list[str] | None = None  # kept verification chains (None: no verify stage ran)
+    verify_dropped: list[dict[str, str]] | None = None  # {"reason": ChainDropReason, "detail": ...} per drop
+    verify_model: str | None = None
+    verify_prompt_version: str | None = None
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -262,6 +286,36 @@ class ConsensusStats:
 
 
 @dataclass
+class VerifyStats:
+    """Counters of the verification stage (counts only: a run's are its shards' sum)."""
+
+    rows: int = 0  # rows whose chains were sampled
+    rows_with_chain: int = 0  # rows that kept at least one chain
+    chains: int = 0  # chains sampled
+    kept: int = 0
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)  # ChainDropReason -> chains
+    steps_compared: int = 0  # labeled steps a readable chain was compared on
+    steps_agreed: int = 0  # of those, where its verdict equals the label
+    chain_tokens_kept: int = 0  # generated tokens of the kept chains
+    tokens: int = 0  # prompt + generated tokens of every verify request
+    engine_calls: int = 0
+
+    def fractions(self) -> dict[str, float | None]:
+        """Kept / sampled chains, per-step agreement, what a kept chain cost (every verify token, the
+        dropped chains' included) and how long one is; recomputed from the counts."""
+        return {
+            "kept_fraction": self.kept / self.chains if self.chains else None,
+            "step_agreement": self.steps_agreed / self.steps_compared if self.steps_compared else None,
+            "tokens_per_kept_chain": self.tokens / self.kept if self.kept else None,
+            "kept_chain_tokens": self.chain_tokens_kept / self.kept if self.kept else None,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counts with the fractions (the run summary's `verify`)."""
+        return asdict(self) | self.fractions()
+
+
+@dataclass
 class ShardStats:
     """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object.
 
@@ -292,10 +346,13 @@ class ShardStats:
     seconds: dict[str, float] = field(default_factory=dict)  # per stage: sample_and_label, judge, consensus
     judge: JudgeStats | None = None  # None without a judge
     consensus: ConsensusStats | None = None  # None without consensus
+    verify: VerifyStats | None = None  # None without a verify stage
 
     @property
     def tokens(self) -> int:
-        return self.sampling_tokens + self.rollout_tokens + self.judge_tokens
+        return (
+            self.sampling_tokens + self.rollout_tokens + self.judge_tokens + (self.verify.tokens if self.verify else 0)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"tokens": self.tokens}
@@ -306,7 +363,7 @@ class ShardStats:
         that did not run is None (older markers wrote an empty object)."""
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in (data or {}).items() if k in names}
-        for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats)):
+        for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats), ("verify", VerifyStats)):
             values[name] = _read(stage, values.get(name))
         return cls(**values)
 
@@ -325,7 +382,7 @@ def _read(stage: type[Any], data: dict[str, Any] | None) -> Any:
 def _add(a: Any, b: Any) -> Any:
     if a is None or b is None:
         return b if a is None else a
-    if isinstance(a, JudgeStats | ConsensusStats):
+    if isinstance(a, JudgeStats | ConsensusStats | VerifyStats):
         return type(a)(**{f.name: _add(getattr(a, f.name), getattr(b, f.name)) for f in fields(a)})
     if isinstance(a, dict):
         out = dict(a)

@@ -13,7 +13,7 @@ from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import ConfigError, validate_config
-from prm_synth.schema import ConsensusStats, ShardStats
+from prm_synth.schema import ConsensusStats, ShardStats, VerifyStats
 from prm_synth.shards import dataset_shards, iter_tables, read_manifest
 
 
@@ -88,12 +88,14 @@ class RunSummary:
     tokens_per_labeled_step: float | None
     config_fingerprint: str
     labels: dict[str, Any] = field(default_factory=dict)  # label statistics (`_label_statistics`)
+    verify: VerifyStats | None = None  # None where no verify stage ran
     run: RunFacts | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat JSON: the counts, consensus counts with fractions ({} without consensus), the run's facts."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("consensus", "run")}
+        """Flat JSON: the counts, consensus and verify counts with fractions ({} without), the run's facts."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("consensus", "verify", "run")}
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
+        out["verify"] = self.verify.as_dict() if self.verify else {}
         if self.run is not None:
             out |= {k: v for k, v in asdict(self.run).items() if k != "started_at"}
         return out
@@ -122,6 +124,7 @@ def summarize(root: str | Path) -> RunSummary:
         rejected=totals["rejected"],
         rejected_by_reason=stats.rejected_by_reason,
         consensus=stats.consensus,
+        verify=stats.verify,
         problems_labeled=stats.problems_labeled,
         reconciles=_reconciles(config, stats, totals["rows"], totals["rejected"], samples),
         shards=totals["shards"],

@@ -29,7 +29,10 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("shard pipeline", {"prm_synth.pipeline"}),
-    ("stages", {"prm_synth.annotate", "prm_synth.judge", "prm_synth.consensus", "prm_synth.sample"}),
+    (
+        "stages",
+        {"prm_synth.annotate", "prm_synth.judge", "prm_synth.consensus", "prm_synth.sample", "prm_synth.verify"},
+    ),
     (
         "parts",
         {

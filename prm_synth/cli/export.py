@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from prm_synth.cli.common import fail
-from prm_synth.export.views import VIEW_NAMES
+from prm_synth.export.views import VIEWS
 
 
 def register(app: typer.Typer) -> None:
@@ -27,8 +27,8 @@ def export(
         typer.Option(
             "--format",
             "-f",
-            help=f"View to export (repeatable): {', '.join(VIEW_NAMES)}. Default: all with --tokenizer, "
-            "else those that do not need one.",
+            help=f"View to export (repeatable): {', '.join(VIEWS)}. Default: all PRM views with --tokenizer, "
+            "else those that do not need one; and verifier (chat SFT rows) when the run made verification chains.",
         ),
     ] = None,
     tokenizer: Annotated[
@@ -74,7 +74,7 @@ def export(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen) as Parquet with a dataset card."""
+    """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen, verifier) as Parquet with a dataset card."""
     from prm_synth.export.consumers import TokenizationError
     from prm_synth.export.hub import ExportRequestError, HubExportError, export_to_dir, export_to_hub, plan_export
 

@@ -69,6 +69,11 @@ def _print_summary(summary: RunSummary) -> None:
             if (c := summary.consensus) and c.rows
             else []
         ),
+        *(
+            [("verification chains", f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}) {v.dropped_by_reason}")]
+            if (v := summary.verify) and v.chains
+            else []
+        ),
         ("wall time", f"{run.wall_seconds:.1f} s ({run.startup_seconds:.1f} s start-up)"),
     ]
     width = max(len(k) for k, _ in lines)

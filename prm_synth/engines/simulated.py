@@ -20,15 +20,17 @@ requests are batched or ordered, and a re-run reproduces every sample.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import random
+import re
 from collections.abc import Callable, Sequence
 from functools import partial
 
 from prm_synth import arithmetic
 from prm_synth.config import SimulatedJudgeConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
-from prm_synth.prompts import parse_judge_prompt
+from prm_synth.prompts import parse_judge_prompt, parse_verify_prompt, render_chain_step
 
 
 def digest(*parts: object) -> str:
@@ -64,7 +66,7 @@ class _SimulatedEngine:
             sample = self._sampler(req)
             base = digest(*self._seed_parts(req))
             texts = [sample(random.Random(f"{base}:{req.first_sample_index + i}")) for i in range(req.n)]
-            completions = tuple(Completion(t, count_tokens(t), "stop") for t in texts)
+            completions = tuple(self._completion(req, t) for t in texts)
             out.append(GenerationResult(completions, count_tokens(req.user) + count_tokens(req.assistant_prefix)))
         return out
 
@@ -73,6 +75,9 @@ class _SimulatedEngine:
 
     def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str]:
         raise NotImplementedError
+
+    def _completion(self, req: GenerationRequest, text: str) -> Completion:
+        return Completion(text, count_tokens(text), "stop")
 
 
 class SimulatedPolicy(_SimulatedEngine):
@@ -143,12 +148,17 @@ class SimulatedPolicy(_SimulatedEngine):
 
 
 class SimulatedJudge(_SimulatedEngine):
-    """A judge engine that knows the truth: an instrument for measuring the consensus filter.
+    """A judge engine that knows the truth: an instrument for measuring the consensus and verify filters.
 
     It reads its own prompt back, recomputes the true first error from the step text
     (arithmetic.true_first_error), and names it with probability `accuracy`; otherwise it names
     another index in [-1, len(steps) - 1], uniformly. Each sample's randomness comes from
     (seed, prompt, sample index), so batching and order change nothing and re-runs repeat.
+
+    Asked with the verifier prompt (prompts.render_verify_prompt), it writes a verification chain
+    with the same error model: every step up to the index it names checked and found correct, that
+    step found incorrect, and there it stops (-1: every step correct). A chain longer than the
+    request's `max_tokens` words is cut there and ends with finish reason "length", as a model's would.
     """
 
     def __init__(self, config: SimulatedJudgeConfig | None = None) -> None:
@@ -158,17 +168,40 @@ class SimulatedJudge(_SimulatedEngine):
         return (self.config.seed, req.user)
 
     def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str]:
+        chain_of = parse_verify_prompt(req.user)
+        if chain_of is not None:
+            return partial(self._chain, chain_of[1])
         return partial(self._answer, parse_judge_prompt(req.user))
+
+    def _completion(self, req: GenerationRequest, text: str) -> Completion:
+        limit = req.sampling.max_tokens
+        if count_tokens(text) <= limit or parse_verify_prompt(req.user) is None:
+            return Completion(text, count_tokens(text), "stop")
+        end = list(itertools.islice(re.finditer(r"\S+", text), limit))[-1].end()
+        return Completion(text[:end], limit, "length")
+
+    def _named_error(self, steps: list[str], rng: random.Random) -> int:
+        """The true first error with probability `accuracy`, else another index in [-1, len(steps) - 1]."""
+        truth = arithmetic.true_first_error(steps)
+        if rng.random() < self.config.accuracy:
+            return truth
+        return rng.choice([i for i in range(-1, len(steps)) if i != truth])
+
+    def _chain(self, steps: list[str], rng: random.Random) -> str:
+        named = self._named_error(steps, rng)
+        last = named if named >= 0 else len(steps) - 1
+        lines = []
+        for i, step in enumerate(steps[: last + 1]):
+            finding = "this is wrong" if i == named else "this holds"
+            lines.append(
+                render_chain_step(i + 1, f"The step states: {step.strip()} Recomputing it, {finding}.", i != named)
+            )
+        return "\n".join(lines)
 
     def _answer(self, parsed: tuple[str, list[str]] | None, rng: random.Random) -> str:
         if parsed is None:
             return "I cannot read this solution."
-        steps = parsed[1]
-        truth = arithmetic.true_first_error(steps)
-        if rng.random() < self.config.accuracy:
-            index = truth
-        else:
-            index = rng.choice([i for i in range(-1, len(steps)) if i != truth])
+        index = self._named_error(parsed[1], rng)
         if index == -1:
             return "Every paragraph's arithmetic checks out.\n\n\\boxed{-1}"
         return f"The arithmetic in paragraph {index} is wrong.\n\n\\boxed{{{index}}}"

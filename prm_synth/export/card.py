@@ -69,11 +69,13 @@ def _distinct(values: Iterable[Any]) -> list[str]:
 
 def record_facts(dataset_dir: str | Path) -> dict[str, Any]:
     """Who made the rows and how many agree, read column-wise one shard at a time."""
-    seen: dict[str, set[Any]] = {c: set() for c in ("policy_model", "judge_model", "annotator", "label_rule")}
+    columns = ("policy_model", "judge_model", "annotator", "label_rule", "verify_model")
+    seen: dict[str, set[Any]] = {c: set() for c in columns}
     consensus: Counter[str] = Counter()
     for table in iter_tables(dataset_dir, "data"):
         for column, acc in seen.items():
-            acc.update(pc.unique(table[column]).to_pylist())
+            if column in table.column_names:  # verify_model came later: older shards lack it
+                acc.update(pc.unique(table[column]).to_pylist())
         for value in table["consensus"].to_pylist():
             consensus["none" if value is None else "agree" if value else "disagree"] += 1
     facts: dict[str, Any] = {column: _distinct(values) for column, values in seen.items()}
@@ -190,6 +192,17 @@ def _made_rows(
         (
             "consensus",
             f"policy `{consensus.get('policy')}`, tolerance {consensus.get('tolerance')}" if consensus else "none",
+        ),
+        *(
+            [
+                (
+                    "verification chains",
+                    f"{verify.get('votes')} a row, agreement rule `{verify.get('rule')}`, "
+                    f"tolerance {verify.get('tolerance')}, minimum confidence {verify.get('min_confidence')}",
+                )
+            ]
+            if (verify := _get(config, "verify", default=None))
+            else []
         ),
         ("config fingerprint", f"`{fingerprint}`"),
     ]
@@ -310,6 +323,30 @@ def label_quality(
         "good_labels": steps["predicted_good"],
         "bad_precision": fmt(steps["precision"]),
         "bad_labels": steps["predicted"],
+    }
+
+
+def verification_facts(summary: RunSummary, facts: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The card's "Verification chains" section: chains made, kept, why dropped, per-step agreement."""
+    verify = summary.verify
+    if verify is None or not verify.chains:
+        return None
+    fractions = verify.fractions()
+
+    def fmt(x: float | None, spec: str = ".3f") -> str:
+        return "n/a" if x is None else format(x, spec)
+
+    return {
+        "model": ", ".join(facts.get("verify_model") or []) or "n/a",
+        "rows": verify.rows,
+        "rows_with_chain": verify.rows_with_chain,
+        "chains": verify.chains,
+        "kept": verify.kept,
+        "kept_percent": _percent(verify.kept, verify.chains),
+        "dropped": sorted(verify.dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0])),
+        "step_agreement": fmt(fractions["step_agreement"]),
+        "steps_compared": verify.steps_compared,
+        "tokens_per_kept_chain": fmt(fractions["tokens_per_kept_chain"], ".0f"),
     }
 
 
@@ -485,6 +522,7 @@ def render_card(
                 ("tokens", summary.tokens_per_labeled_step),
             )
         },
+        "verification": verification_facts(summary, facts),
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
     fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)

@@ -18,6 +18,9 @@ tokenized here exactly as the consumer does it, and the labels it would find are
   which the check does on a copy and the card tells the user to do.
 - TRL `PRMTrainer.tokenize_row` (TRL 1.0-1.13): each step is tokenized alone plus the separator,
   the label goes on the last token; it always finds every label, the check counts tokens per row.
+- TRL `SFTTrainer` on the verifier view's `messages`: the conversation is rendered with the
+  tokenizer's chat template (`apply_chat_template`) and tokenized; a tokenizer without a chat
+  template cannot train on it, and the chain (the assistant turn) must appear whole in the rendering.
 
 Where the default marker (" ки", Math-Shepherd's) is not one token in context, `choose_marker` tries
 other markers and keeps the first that every row passes, or raises `TokenizationError` naming what
@@ -36,6 +39,7 @@ from prm_synth.export.views import (
     DEFAULT_MARKER,
     MARKED_VIEWS,
     QWEN_STEP_TOKEN,
+    VERIFIER_VIEW,
     VIEWS,
     Marker,
     SkipRow,
@@ -191,6 +195,18 @@ def trl_labels(
     return prompt_ids + input_ids, [IGNORE] * len(prompt_ids) + labels
 
 
+def chat_tokens(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """SFTTrainer's tokenization of a conversational row: the chat template, rendered and tokenized.
+
+    The assistant turn (the chain) must survive the template whole, or the model would learn another text."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise TokenizationError("the tokenizer has no chat template, which SFTTrainer needs for `messages`")
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False)
+    if messages[-1]["content"] not in text:
+        raise TokenizationError("the chat template changes the assistant turn's text")
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 # ---------------------------------------------------------------- checking a view
 @dataclass
 class ViewCheck:
@@ -237,6 +253,7 @@ CONSUMERS = {
     "math-shepherd": "Math-Shepherd step-tag scoring (input_ids == step tag id)",
     "openrlhf": "OpenRLHF ProcessRewardDataset (openrlhf/datasets/process_reward_dataset.py)",
     "qwen": "Qwen2.5-Math-PRM (chat template, <extra_0> after each step)",
+    VERIFIER_VIEW: "TRL SFTTrainer (conversational `messages`, chat template)",
 }
 
 
@@ -254,6 +271,8 @@ def _check_one(fmt: str, tokenizer: Any, view_row: Mapping[str, Any], n_labels: 
         return len(ids), len(positions)
     elif fmt == "trl":
         ids, labels = trl_labels(tokenizer, view_row)
+    elif fmt == VERIFIER_VIEW:  # one "label" a row: its chain, the turn SFT trains on
+        return len(chat_tokens(tokenizer, view_row["messages"])), 1
     else:
         raise ValueError(f"no consumer known for view {fmt!r}")
     return len(ids), sum(x != IGNORE for x in labels)
@@ -281,19 +300,20 @@ def check_view(
             if soft is not None:
                 row = with_soft_targets(row, soft)
             try:
-                view_row = view(row, marker)
+                made = view(row, marker)
             except SkipRow:
                 continue  # export_view skips it too, and counts it
-            n_labels = len(supervised_steps(row)[1])
-            try:
-                tokens, found = _check_one(fmt, tokenizer, view_row, n_labels, marker)
-            except TokenizationError as e:
-                check.add(0, n_labels, 0)
-                check.failure = check.failure or f"row {row['id']}: {e}"
-                if stop_at_first:
-                    return check
-                continue
-            check.add(tokens, n_labels, found)
+            n_labels = 1 if fmt == VERIFIER_VIEW else len(supervised_steps(row)[1])
+            for view_row in made if isinstance(made, list) else [made]:
+                try:
+                    tokens, found = _check_one(fmt, tokenizer, view_row, n_labels, marker)
+                except TokenizationError as e:
+                    check.add(0, n_labels, 0)
+                    check.failure = check.failure or f"row {row['id']}: {e}"
+                    if stop_at_first:
+                        return check
+                    continue
+                check.add(tokens, n_labels, found)
     return check
 
 

@@ -43,6 +43,7 @@ from prm_synth.export.views import (
     SOFT_SOURCES,
     SOFT_VIEWS,
     TOKENIZER_REQUIRED,
+    VERIFIER_VIEW,
     VIEW_NAMES,
     VIEWS,
     Marker,
@@ -126,9 +127,11 @@ def has_p_good(dataset_dir: str | Path) -> bool:
     )
 
 
-def default_formats(with_tokenizer: bool) -> list[str]:
-    """Every view with a tokenizer; without one, the views whose consumer does not depend on it."""
-    return list(VIEW_NAMES) if with_tokenizer else [v for v in VIEW_NAMES if v not in TOKENIZER_REQUIRED]
+def default_formats(with_tokenizer: bool, with_chains: bool = False) -> list[str]:
+    """Every PRM view with a tokenizer; without one, those whose consumer does not depend on it; and the
+    verifier view when the run made verification chains."""
+    prm = list(VIEW_NAMES) if with_tokenizer else [v for v in VIEW_NAMES if v not in TOKENIZER_REQUIRED]
+    return prm + [VERIFIER_VIEW] if with_chains else prm
 
 
 def plan_export(
@@ -153,8 +156,10 @@ def plan_export(
     chosen = list(dict.fromkeys(formats)) if formats is not None else default_formats(tokenizer is not None)
     unknown = [f for f in chosen if f not in VIEWS]
     if unknown or not chosen:
-        raise ExportRequestError(f"unknown view(s) {unknown or chosen}; choose from {', '.join(VIEW_NAMES)}")
+        raise ExportRequestError(f"unknown view(s) {unknown or chosen}; choose from {', '.join(VIEWS)}")
     manifest = read_manifest(dataset_dir)  # fail before writing anything when this is not a dataset folder
+    if formats is None and manifest.get("config", {}).get("verify"):
+        chosen = default_formats(tokenizer is not None, with_chains=True)
     if soft is not None:
         chosen, soft = _soft_request(dataset_dir, chosen, formats is not None, soft)
     if min_confidence is None:
@@ -216,6 +221,8 @@ def view_config(export: Mapping[str, Any], plan: ExportPlan) -> dict[str, Any]:
     elif fmt == "qwen":
         added = any("added" in n for n in plan.checks.get("qwen", {}).get("notes", []))
         consumer = {"step_token": QWEN_STEP_TOKEN, "add_step_token_as_special": added}
+    elif fmt == VERIFIER_VIEW:
+        consumer = {"trl": "SFTTrainer (conversational: `messages`, rendered with the model's chat template)"}
     elif plan.soft:  # TRL's PRMTrainer casts labels to int: it would train these as 0
         consumer = {"step_separator": TRL_STEP_SEPARATOR, "trl": "none: PRMTrainer casts labels to int"}
     else:

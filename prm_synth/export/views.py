@@ -1,7 +1,7 @@
 """Trainer-ready views of a finished dataset, and their export as Parquet with train/test splits.
 
 A view turns one record row (a dict per RECORD_SCHEMA) into one row of a trainer's format. All four
-views share one rule for which steps are supervised (`supervised_steps`):
+PRM views share one rule for which steps are supervised (`supervised_steps`):
 
     walk the steps in order; an unlabeled step (label null) ends the row before it, a bad step
     (label False) ends the row after it. What is left is zero or more good steps, optionally
@@ -12,6 +12,12 @@ holds the error, and its MC value only measures whether the policy happened to r
 on it teaches the model to forgive mistakes. A null label means the step was never measured; a
 guess would be worse than leaving it out, and a row cannot skip a step (the later steps sit on top
 of it in the text). A row whose first step is unlabeled has nothing to supervise and is skipped.
+
+The `verifier` view is of another kind: chat-format SFT rows for a generative verifier (ThinkPRM,
+GenPRM), one per distinct kept verification chain of a record (prm_synth/verify.py), with the
+`messages` (system, user = the question and the numbered steps, assistant = the chain) that TRL's
+`SFTTrainer` renders with the model's chat template. The chains were kept by agreeing with the
+labels when the run made them, so `min_confidence` at export time does not change this view.
 
 Step text is stripped of surrounding whitespace: the lossless split keeps each step's newline, and
 every format adds its own separator after a step. Views never change the record files.
@@ -39,7 +45,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prm_synth.annotate.calibration import confident_labels
+from prm_synth.prompts import VERIFY_SYSTEM, render_verify_prompt
 from prm_synth.shards import iter_tables
+from prm_synth.verify import parse_chain
 
 STEP_TAG = "ки"  # Math-Shepherd's step tag; also OpenRLHF's placeholder token in its Math-Shepherd example
 QWEN_STEP_TOKEN = "<extra_0>"  # Qwen2.5-Math-PRM scores the hidden state at this token after each step
@@ -202,13 +210,46 @@ def to_qwen(row: Row, marker: Marker = DEFAULT_MARKER) -> dict[str, Any]:
     }
 
 
+def to_verifier(row: Row, marker: Marker = DEFAULT_MARKER) -> list[dict[str, Any]]:
+    """Chat-format SFT rows for a generative verifier: one per distinct kept chain of the record.
+
+    The user turn is the verifier prompt the chain answered (prompts.render_verify_prompt), so the
+    trained verifier sees at inference exactly what the chains were made from."""
+    chains = row.get(CHAINS_COLUMN)
+    if chains is None:
+        raise SkipRow("not_verified")
+    if not chains:
+        raise SkipRow("no_kept_chain")
+    user = render_verify_prompt(row["question"], row["steps"])
+    return [
+        {
+            "messages": [
+                {"role": "system", "content": VERIFY_SYSTEM},
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": chain},
+            ],
+            **_ids(row),
+        }
+        for chain in dict.fromkeys(chains)  # identical chains of one record would only weigh it twice
+    ]
+
+
+def chain_verdicts(view_row: Row, n_steps: int) -> list[bool]:
+    """The step verdicts of a verifier row's chain (a kept chain always parses)."""
+    verdicts = parse_chain(view_row["messages"][-1]["content"], n_steps).verdicts
+    assert verdicts is not None, "a kept chain that does not parse"
+    return verdicts
+
+
 _ID_FIELDS = [pa.field("id", pa.string()), pa.field("problem_id", pa.string())]
 
-VIEWS: dict[str, Callable[..., dict[str, Any]]] = {
+VERIFIER_VIEW = "verifier"
+VIEWS: dict[str, Callable[..., dict[str, Any] | list[dict[str, Any]]]] = {
     "trl": to_trl,
     "math-shepherd": to_math_shepherd,
     "openrlhf": to_openrlhf,
     "qwen": to_qwen,
+    VERIFIER_VIEW: to_verifier,
 }
 # The views whose text carries a placeholder after each step, so its tokenization must be checked.
 MARKED_VIEWS = ("math-shepherd", "openrlhf")
@@ -236,9 +277,16 @@ VIEW_SCHEMAS: dict[str, pa.Schema] = {
             *_ID_FIELDS,
         ]
     ),
+    VERIFIER_VIEW: pa.schema(
+        [
+            pa.field("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            *_ID_FIELDS,
+        ]
+    ),
 }
 
-VIEW_NAMES: tuple[str, ...] = tuple(VIEWS)
+# The PRM views (step labels); the verifier view is asked for by name or made by default from runs with chains.
+VIEW_NAMES: tuple[str, ...] = tuple(v for v in VIEWS if v != VERIFIER_VIEW)
 _SOFT_LABELS = {"trl": "labels", "openrlhf": "value"}
 
 
@@ -367,16 +415,20 @@ def export_view(
             problems: dict[str, set[str]] = {s: set() for s in splits}
             for raw in _rows(table):
                 base = raw if soft is None else with_soft_targets(raw, soft)
-                row = with_min_confidence(base, min_confidence)
+                row = base if fmt == VERIFIER_VIEW else with_min_confidence(base, min_confidence)
                 try:
-                    view_row = view(row, marker)
+                    made = view(row, marker)
                 except SkipRow as e:
                     skipped[_skip_reason(e.reason, raw, base, row)] += 1
                     continue
+                view_rows = made if isinstance(made, list) else [made]
                 split = split_of(row["problem_id"], test_fraction, seed)
-                out[split].append(view_row)
-                example = example or view_row
+                out[split] += view_rows
+                example = example or view_rows[0]
                 problems[split].add(row["problem_id"])
+                if fmt == VERIFIER_VIEW:
+                    _count_chains(stats[split], view_rows, len(row["steps"]))
+                    continue
                 _count(stats[split], row)
                 stats[split]["steps_before_confidence"] += len(supervised_steps(base)[0]) if row is not base else 0
             for split, rows in out.items():
@@ -416,6 +468,7 @@ def _skip_reason(reason: str, raw: Row, base: Row, row: Row) -> str:
 
 _READ_COLUMNS = ["id", "problem_id", "question", "steps", "labels", "label_source", "mc_values"]
 CONFIDENCE_COLUMN = "p_good"  # per-step P(good), where a run computed one; counted when present
+CHAINS_COLUMN = "verify_chains"  # kept verification chains, where a run made them (the verifier view)
 
 
 def iter_record_rows(dataset_dir: str | Path) -> Iterable[list[dict[str, Any]]]:
@@ -426,7 +479,7 @@ def iter_record_rows(dataset_dir: str | Path) -> Iterable[list[dict[str, Any]]]:
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
     # Only the columns a view reads: converting the whole record to Python would double the work.
-    columns = [c for c in (*_READ_COLUMNS, CONFIDENCE_COLUMN) if c in table.column_names]
+    columns = [c for c in (*_READ_COLUMNS, CONFIDENCE_COLUMN, CHAINS_COLUMN) if c in table.column_names]
     return table.select(columns).to_pylist()
 
 
@@ -454,3 +507,12 @@ def _count(acc: dict[str, Any], row: Row) -> None:
         sources[source] = sources.get(source, 0) + 1
     confidence = row.get(CONFIDENCE_COLUMN) or []
     acc["with_confidence"] += sum(v is not None for v in confidence[:n])
+
+
+def _count_chains(acc: dict[str, Any], view_rows: list[dict[str, Any]], n_steps: int) -> None:
+    """Verifier rows: one per chain; its steps are the steps it gives a verdict on, bad the incorrect ones."""
+    for view_row in view_rows:
+        verdicts = chain_verdicts(view_row, n_steps)
+        acc["rows"] += 1
+        acc["steps"] += len(verdicts)
+        acc["bad_steps"] += verdicts.count(False)

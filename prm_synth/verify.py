@@ -1,0 +1,202 @@
+"""Verification chains: data for generative verifiers that agrees with the measured step labels.
+
+Generative verifiers (ThinkPRM, Khalifa et al. 2025; GenPRM, Zhao et al. 2025; the critic models
+ProcessBench evaluates) write a chain of thought that checks each step and ends it with a verdict.
+ThinkPRM trains one from about 1K synthetic chains, each kept only when its verdicts agree with
+PRM800K's human labels. Here the labels are the run's own, measured by rollouts (with a confidence
+where the method gives one), so the same filter runs on machine labels at any scale.
+
+For every row that survived consensus, `votes` chains are sampled with the verifier prompt
+(prompts.render_verify_prompt). Each chain must read as
+
+    Step 1: <check> \\boxed{correct}
+    ...
+    Step k: <check> \\boxed{incorrect}        (stopping at the first incorrect step)
+
+or reach the last step with every verdict correct. A chain that runs out of tokens, does not parse,
+or stops early without a verdict is dropped with its reason, never guessed (`parse_chain`). A
+readable chain is kept only when its verdicts agree with the row's labels (`compare`):
+
+- the steps compared are the labeled steps up to the row's first error (`first_error_mc`), and with
+  `min_confidence` > 0 only those whose `p_good` clears it (annotate.calibration.confident_labels);
+- rule `every-step`: a compared step whose verdict is missing or differs from its label is a
+  disagreement, and so is a chain's incorrect verdict on a step the labels do not show bad (a chain
+  never teaches an error nobody measured); at most `tolerance` disagreements are allowed (0: none);
+- rule `first-error`: the chain's first incorrect step (-1: none) and the compared labels' first bad
+  step (-1: none) agree within `tolerance` steps, -1 agreeing only with -1 (consensus.agrees).
+A row with no compared step keeps no chain (`no_labels`). Rows are never dropped by this stage: a
+row keeps its kept chains in `verify_chains` and, per dropped chain, the reason in `verify_dropped`.
+
+Model output is untrusted: a chain longer than MAX_CHAIN_CHARS is dropped unread, and the parser
+makes a bounded number of linear passes over the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from prm_synth.annotate.calibration import confident_labels
+from prm_synth.config import VerifyConfig
+from prm_synth.consensus import agrees
+from prm_synth.engines.base import Completion, Engine, GenerationRequest, SamplingOptions
+from prm_synth.grading import last_boxed
+from prm_synth.prompts import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_SYSTEM, render_verify_prompt
+from prm_synth.schema import ChainDropReason, LabeledRecord, VerifyStats
+
+MAX_CHAIN_CHARS = 100_000
+
+# A step header at the start of a line, markdown emphasis or a heading mark allowed: "Step 3:",
+# "**Step 3:**", "### Step 3:". [ \t] rather than \s: no pattern here can scan across lines twice.
+_STEP_HEADER = re.compile(r"^[ \t>#*]*Step[ \t]+(\d{1,6})[ \t*]*:", re.MULTILINE)
+_VERDICT = re.compile(r"\s*(?:\\text\{\s*(\w+)\s*\}|(\w+))\s*")
+
+
+@dataclass(frozen=True)
+class ParsedChain:
+    """A chain's verdicts (True: correct) for steps 0..len-1, or why it cannot be read."""
+
+    verdicts: list[bool] | None
+    reason: ChainDropReason | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Agreement:
+    keep: bool
+    reason: ChainDropReason | None
+    detail: str | None
+    compared: int  # labeled steps the chain was compared on
+    agreed: int  # of those, where its verdict equals the label
+
+
+def _refused(reason: ChainDropReason, detail: str) -> ParsedChain:
+    return ParsedChain(None, reason, detail)
+
+
+def _verdict(segment: str) -> bool | None:
+    """The verdict of one step's text: its last box, which must say correct or incorrect."""
+    box = last_boxed(segment)
+    m = _VERDICT.fullmatch(box) if box is not None else None
+    word = (m[1] or m[2]).lower() if m else None
+    return {VERDICT_CORRECT: True, VERDICT_INCORRECT: False}.get(word or "")
+
+
+def parse_chain(text: str, n_steps: int, finish_reason: str | None = None) -> ParsedChain:
+    """Read a verification chain of a solution with `n_steps` steps (see the module docstring)."""
+    if finish_reason == "length":
+        return _refused("truncated", "the chain ran out of tokens before its last verdict")
+    if len(text) > MAX_CHAIN_CHARS:
+        return _refused("too_long", f"{len(text)} characters, more than the {MAX_CHAIN_CHARS} read")
+    headers = list(_STEP_HEADER.finditer(text))
+    if not headers:
+        return _refused("no_steps", "no line starts with `Step N:`")
+    verdicts: list[bool] = []
+    for j, m in enumerate(headers):
+        number = int(m[1])
+        if number != j + 1 or number > n_steps:
+            return _refused("step_order", f"step {number} where step {j + 1} of {n_steps} was due")
+        end = headers[j + 1].start() if j + 1 < len(headers) else len(text)
+        verdict = _verdict(text[m.end() : end])
+        if verdict is None:
+            return _refused(
+                "missing_verdict", f"step {number} does not end in \\boxed{{correct}} or \\boxed{{incorrect}}"
+            )
+        verdicts.append(verdict)
+        if not verdict and j + 1 < len(headers):
+            return _refused("continued_after_error", f"step {number} is incorrect, yet the chain goes on")
+    if verdicts[-1] and len(verdicts) < n_steps:
+        return _refused("stopped_early", f"stops after step {len(verdicts)} of {n_steps} without an incorrect step")
+    return ParsedChain(verdicts)
+
+
+def compared_labels(record: LabeledRecord, min_confidence: float) -> dict[int, bool]:
+    """step -> label for the labeled (and confident enough) steps up to the row's first error."""
+    sure = confident_labels(record.labels, record.p_good, min_confidence)
+    end = record.first_error_mc if record.first_error_mc >= 0 else len(record.labels) - 1
+    return {i: label for i, label in enumerate(sure[: end + 1]) if label is not None}
+
+
+def compare(verdicts: Sequence[bool], labels: dict[int, bool], rule: str, tolerance: int) -> Agreement:
+    """Whether a readable chain agrees with the compared labels under `rule` (module docstring)."""
+    agreed = sum(1 for i, label in labels.items() if i < len(verdicts) and verdicts[i] == label)
+    if not labels:
+        return Agreement(False, "no_labels", "no labeled step up to the first error to compare with", 0, 0)
+    chain_first = next((i for i, ok in enumerate(verdicts) if not ok), -1)
+    if rule == "first-error":
+        label_first = next((i for i, label in sorted(labels.items()) if not label), -1)
+        if agrees(label_first, chain_first, tolerance):
+            return Agreement(True, None, None, len(labels), agreed)
+        detail = f"chain's first error {chain_first}, labels' {label_first} (tolerance {tolerance})"
+        return Agreement(False, "disagree", detail, len(labels), agreed)
+    wrong = [i for i, label in labels.items() if i >= len(verdicts) or verdicts[i] != label]
+    if chain_first >= 0 and labels.get(chain_first) is not False and chain_first not in wrong:
+        wrong.append(chain_first)  # an error the labels do not show
+    if len(wrong) <= tolerance:
+        return Agreement(True, None, None, len(labels), agreed)
+    detail = f"steps {sorted(wrong)[:8]} disagree with the labels (tolerance {tolerance})"
+    return Agreement(False, "disagree", detail, len(labels), agreed)
+
+
+def verify_requests(records: Sequence[LabeledRecord], config: VerifyConfig) -> list[GenerationRequest]:
+    sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
+    return [
+        GenerationRequest(
+            user=render_verify_prompt(r.question, r.steps), system=VERIFY_SYSTEM, n=config.votes, sampling=sampling
+        )
+        for r in records
+    ]
+
+
+def judge_chain(completion: Completion, record: LabeledRecord, config: VerifyConfig) -> tuple[ParsedChain, Agreement]:
+    """A chain read and compared with its row; a chain that does not parse compares on nothing."""
+    parsed = parse_chain(completion.text, len(record.steps), completion.finish_reason)
+    if parsed.verdicts is None:
+        return parsed, Agreement(False, parsed.reason, parsed.detail, 0, 0)
+    labels = compared_labels(record, config.min_confidence)
+    return parsed, compare(parsed.verdicts, labels, config.rule, config.tolerance)
+
+
+def verify_records(
+    engine: Engine, records: list[LabeledRecord], config: VerifyConfig, max_batch_requests: int
+) -> VerifyStats:
+    """Sample `votes` chains per row, keep those that agree with its labels; fills the rows' verify fields.
+
+    The verifier's tokens are added to the row's `tokens` (what making this row cost)."""
+    stats = VerifyStats()
+    dropped: Counter[str] = Counter()
+    requests = verify_requests(records, config)
+    for start in range(0, len(requests), max_batch_requests):
+        chunk = requests[start : start + max_batch_requests]
+        results = engine.generate(chunk)
+        stats.engine_calls += 1
+        if len(results) != len(chunk):
+            raise RuntimeError(f"verify engine returned {len(results)} results for {len(chunk)} requests")
+        for record, result in zip(records[start : start + len(chunk)], results, strict=True):
+            if len(result.completions) != config.votes:
+                raise RuntimeError(f"verify engine returned {len(result.completions)} chains, asked {config.votes}")
+            record.verify_chains, record.verify_dropped = [], []
+            for completion in result.completions:
+                _, agreement = judge_chain(completion, record, config)
+                stats.steps_compared += agreement.compared
+                stats.steps_agreed += agreement.agreed
+                if agreement.keep:
+                    record.verify_chains.append(completion.text)
+                    stats.chain_tokens_kept += completion.generated_tokens
+                else:
+                    assert agreement.reason is not None
+                    record.verify_dropped.append({"reason": agreement.reason, "detail": agreement.detail or ""})
+                    dropped[agreement.reason] += 1
+            tokens = result.prompt_tokens + result.generated_tokens
+            record.tokens += tokens
+            record.verify_model = engine.model_name
+            record.verify_prompt_version = config.prompt_version
+            stats.rows += 1
+            stats.rows_with_chain += bool(record.verify_chains)
+            stats.chains += len(result.completions)
+            stats.kept += len(record.verify_chains)
+            stats.tokens += tokens
+    stats.dropped_by_reason = dict(dropped)
+    return stats
