@@ -31,7 +31,14 @@ LIMIT = 120
 FINGERPRINT_FIELDS = {"config_fingerprint"}
 # Columns added to the record schema after a76cd92 (additive changes): left out so the digests compare
 # the columns both revisions write.
-ADDED_COLUMNS = {"p_good", "unlabeled_reason"}
+ADDED_COLUMNS = {
+    "p_good",
+    "unlabeled_reason",
+    "verify_chains",
+    "verify_dropped",
+    "verify_model",
+    "verify_prompt_version",
+}
 
 
 def variants(tmp: Path) -> dict[str, Path]:

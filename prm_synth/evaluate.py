@@ -29,11 +29,12 @@ from prm_synth.consensus import record_from_payload
 from prm_synth.engines.base import Engine
 from prm_synth.errors import PrmSynthError
 from prm_synth.grading import grade
-from prm_synth.judge import judge_solutions
+from prm_synth.judge import CRITIQUE, judge_solutions
 from prm_synth.problems import gold_from_field
-from prm_synth.prompts import policy_user_prompt
+from prm_synth.prompts import VERIFY_PROMPT_VERSION, policy_user_prompt
 from prm_synth.sample import check_policy_can_solve
 from prm_synth.shards import iter_records, read_manifest
+from prm_synth.verify import VERIFIER_PROMPT
 
 # ------------------------------------------------------------------ ProcessBench files
 
@@ -114,10 +115,19 @@ def format_metric(m: dict[str, Any]) -> str:
 
 
 def evaluate_judge(
-    engine: Engine, samples: Sequence[BenchSample], config: JudgeConfig, max_batch_requests: int = 256
+    engine: Engine,
+    samples: Sequence[BenchSample],
+    config: JudgeConfig,
+    max_batch_requests: int = 256,
+    verifier: bool = False,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(metric + judge stats, one prediction row per sample)."""
-    verdicts, stats = judge_solutions(engine, [(s.problem, s.steps) for s in samples], config, max_batch_requests)
+    """(metric + judge stats, one prediction row per sample).
+
+    `verifier`: ask with the verifier prompt and read each chain's first incorrect step as its answer
+    (a generative verifier trained on the `verifier` view), instead of ProcessBench's critique prompt."""
+    prompt = VERIFIER_PROMPT if verifier else CRITIQUE
+    items = [(s.problem, s.steps) for s in samples]
+    verdicts, stats = judge_solutions(engine, items, config, max_batch_requests, prompt)
     predictions = [
         {
             "id": s.id,
@@ -126,7 +136,7 @@ def evaluate_judge(
             "votes": v.votes,
             "match": v.first_error == s.label,
             "judge_model": engine.model_name,
-            "prompt_version": config.prompt_version,
+            "prompt_version": VERIFY_PROMPT_VERSION if verifier else config.prompt_version,
             "answers": v.texts,  # the judge's raw words, to audit the parser against
         }
         for s, v in zip(samples, verdicts, strict=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prm_synth.config import JudgeConfig
@@ -86,10 +86,26 @@ class JudgeVerdict:
     refused: str | None = None  # the engine refused the request: its message (no votes then)
 
 
-def judge_requests(items: Sequence[tuple[str, Sequence[str]]], config: JudgeConfig) -> list[GenerationRequest]:
+@dataclass(frozen=True)
+class JudgePrompt:
+    """How a judge is asked and how its answer is read: ProcessBench's critique prompt by default;
+    `evaluate` also scores generative verifiers, asked with the verifier prompt (prm_synth/verify.py)."""
+
+    render: Callable[[str, Sequence[str]], str] = render_judge_prompt
+    parse: Callable[[str, int], int] = parse_judge_answer  # (answer, steps) -> index, -1, or UNPARSEABLE
+    system: str | None = None
+
+
+CRITIQUE = JudgePrompt()
+
+
+def judge_requests(
+    items: Sequence[tuple[str, Sequence[str]]], config: JudgeConfig, prompt: JudgePrompt = CRITIQUE
+) -> list[GenerationRequest]:
     sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
     return [
-        GenerationRequest(user=render_judge_prompt(q, steps), n=config.samples, sampling=sampling) for q, steps in items
+        GenerationRequest(user=prompt.render(q, steps), system=prompt.system, n=config.samples, sampling=sampling)
+        for q, steps in items
     ]
 
 
@@ -98,10 +114,11 @@ def judge_solutions(
     items: Sequence[tuple[str, Sequence[str]]],
     config: JudgeConfig,
     max_batch_requests: int,
+    prompt: JudgePrompt = CRITIQUE,
 ) -> tuple[list[JudgeVerdict], JudgeStats]:
     """Judge (question, steps) pairs: one request of n=samples each, sent in chunks of the batch size
     through the engine's stream (a refused request fails alone: its verdict says so)."""
-    requests = judge_requests(items, config)
+    requests = judge_requests(items, config, prompt)
     stats = JudgeStats()
     verdicts: list[JudgeVerdict] = []
     stream = stream_for(engine)
@@ -120,7 +137,7 @@ def judge_solutions(
             if len(result.completions) != config.samples:
                 raise RuntimeError(f"judge engine returned {len(result.completions)} samples, asked {config.samples}")
             texts = [c.text for c in result.completions]
-            votes = [parse_judge_answer(t, len(steps)) for t in texts]
+            votes = [prompt.parse(t, len(steps)) for t in texts]
             winner, tie = majority_vote(votes)
             tokens = result.prompt_tokens + result.generated_tokens
             verdicts.append(JudgeVerdict(winner, votes, texts, tokens, tie))

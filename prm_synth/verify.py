@@ -43,6 +43,7 @@ from prm_synth.config import VerifyConfig
 from prm_synth.consensus import agrees
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, SamplingOptions
 from prm_synth.grading import last_boxed
+from prm_synth.judge import UNPARSEABLE, JudgePrompt
 from prm_synth.prompts import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_SYSTEM, render_verify_prompt
 from prm_synth.schema import ChainDropReason, LabeledRecord, VerifyStats
 
@@ -110,6 +111,18 @@ def parse_chain(text: str, n_steps: int, finish_reason: str | None = None) -> Pa
     if verdicts[-1] and len(verdicts) < n_steps:
         return _refused("stopped_early", f"stops after step {len(verdicts)} of {n_steps} without an incorrect step")
     return ParsedChain(verdicts)
+
+
+def chain_first_error(text: str, n_steps: int) -> int:
+    """A chain read as a judge's answer: its first incorrect step, -1 if none, UNPARSEABLE if unreadable."""
+    verdicts = parse_chain(text, n_steps).verdicts
+    if verdicts is None:
+        return UNPARSEABLE
+    return verdicts.index(False) if False in verdicts else -1
+
+
+# A verifier trained on the `verifier` view, asked as it was trained, scored like a critic on ProcessBench.
+VERIFIER_PROMPT = JudgePrompt(render=render_verify_prompt, parse=chain_first_error, system=VERIFY_SYSTEM)
 
 
 def compared_labels(record: LabeledRecord, min_confidence: float) -> dict[int, bool]:

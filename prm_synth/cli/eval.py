@@ -67,6 +67,14 @@ def judge_cmd(
     out: Annotated[
         Path | None, typer.Option(help="Predictions file (default: <file stem>.judge-predictions.jsonl).")
     ] = None,
+    verifier: Annotated[
+        bool,
+        typer.Option(
+            "--verifier",
+            help="A generative verifier trained on the `verifier` export: ask with its prompt and take the first "
+            "step its chain finds incorrect as the answer (instead of ProcessBench's critique prompt).",
+        ),
+    ] = False,
 ) -> None:
     """A judge on a ProcessBench-format file: ProcessBench's metric and per-sample predictions."""
     from prm_synth.engines import build_engine
@@ -81,7 +89,7 @@ def judge_cmd(
     )
     engine = build_engine(config.engine)
     try:
-        metric, predictions = evaluate_judge(engine, bench, config, batch)
+        metric, predictions = evaluate_judge(engine, bench, config, batch, verifier=verifier)
     finally:
         engine.close()
     out = out or Path(f"{file.stem}.judge-predictions.jsonl")
