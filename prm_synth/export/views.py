@@ -220,6 +220,8 @@ def to_verifier(row: Row, marker: Marker = DEFAULT_MARKER) -> list[dict[str, Any
         raise SkipRow("not_verified")
     if not chains:
         raise SkipRow("no_kept_chain")
+    if any(parse_chain(c, len(row["steps"])).verdicts is None for c in chains):
+        raise SkipRow("unreadable_chain")  # never written by the verify stage; a record edited since
     user = render_verify_prompt(row["question"], row["steps"])
     return [
         {
@@ -235,10 +237,8 @@ def to_verifier(row: Row, marker: Marker = DEFAULT_MARKER) -> list[dict[str, Any
 
 
 def chain_verdicts(view_row: Row, n_steps: int) -> list[bool]:
-    """The step verdicts of a verifier row's chain (a kept chain always parses)."""
-    verdicts = parse_chain(view_row["messages"][-1]["content"], n_steps).verdicts
-    assert verdicts is not None, "a kept chain that does not parse"
-    return verdicts
+    """The step verdicts of a verifier row's chain (to_verifier writes only chains that parse)."""
+    return parse_chain(view_row["messages"][-1]["content"], n_steps).verdicts or []
 
 
 _ID_FIELDS = [pa.field("id", pa.string()), pa.field("problem_id", pa.string())]
