@@ -115,7 +115,9 @@ def process_shard(
         final_correct=sum(1 for r in records if r.final_correct),
         final_unknown=sum(1 for r in records if r.final_correct is None),
         rollouts=sched.rollouts,
-        requests_refused=sched.requests_refused + (judge_stats.refused if judge_stats else 0),
+        requests_refused=sched.requests_refused
+        + (judge_stats.refused if judge_stats else 0)
+        + (verify_stats.refused if verify_stats else 0),
         engine_calls=sched.engine_calls,
         probes_asked=sched.probes_asked,
         probes_reused=sched.probes_reused,

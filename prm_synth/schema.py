@@ -67,7 +67,7 @@ OmegaStop = Literal["screened_out", "search_limit", "pool_empty", "budget"]
 # Why the calibrated search of a solution stopped ("decided": every step at the confidence level).
 CalibratedStop = Literal["decided", "undecided_budget", "undecided_uninformative", "undecided_verdict"]
 # Why a verification chain was dropped (prm_synth/verify.py): the first seven are chains that do not
-# read as a complete chain, the last two are readable chains the agreement filter refused.
+# read as a complete chain, the next two readable chains the agreement filter refused.
 ChainDropReason = Literal[
     "truncated",  # the model ran out of tokens
     "too_long",  # longer than the parser reads (model output is untrusted)
@@ -78,6 +78,7 @@ ChainDropReason = Literal[
     "continued_after_error",  # goes on checking after its first incorrect step
     "disagree",  # its verdicts disagree with the row's labels beyond the tolerance
     "no_labels",  # the row has no (confident) label to compare a chain with
+    "engine_refused",  # the engine refused the row's request (engines.base.RequestRefused): no chain came
 ]
 CHAIN_DROP_REASONS: tuple[str, ...] = get_args(ChainDropReason)
 
@@ -299,6 +300,7 @@ class VerifyStats:
     chain_tokens_kept: int = 0  # generated tokens of the kept chains
     tokens: int = 0  # prompt + generated tokens of every verify request
     engine_calls: int = 0
+    refused: int = 0  # rows whose request the engine refused (their chains count as `engine_refused`)
 
     def fractions(self) -> dict[str, float | None]:
         """Kept / sampled chains, per-step agreement, what a kept chain cost (every verify token, the

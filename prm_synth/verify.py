@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from prm_synth.annotate.calibration import confident_labels
 from prm_synth.config import VerifyConfig
 from prm_synth.consensus import agrees
-from prm_synth.engines.base import Completion, Engine, GenerationRequest, SamplingOptions
+from prm_synth.engines.base import Completion, Engine, GenerationRequest, RequestRefused, SamplingOptions
+from prm_synth.engines.stream import stream_for
 from prm_synth.grading import last_boxed
 from prm_synth.judge import UNPARSEABLE, JudgePrompt
 from prm_synth.prompts import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_SYSTEM, render_verify_prompt
@@ -177,20 +178,31 @@ def verify_records(
 ) -> VerifyStats:
     """Sample `votes` chains per row, keep those that agree with its labels; fills the rows' verify fields.
 
-    The verifier's tokens are added to the row's `tokens` (what making this row cost)."""
+    Requests go through the engine's stream like the judge's: a request the engine refuses costs its
+    row its chains (each dropped as `engine_refused`), never the row or the shard. The verifier's
+    tokens are added to the row's `tokens` (what making this row cost)."""
     stats = VerifyStats()
     dropped: Counter[str] = Counter()
     requests = verify_requests(records, config)
+    stream = stream_for(engine)
     for start in range(0, len(requests), max_batch_requests):
-        chunk = requests[start : start + max_batch_requests]
-        results = engine.generate(chunk)
+        futures = stream.submit_all(requests[start : start + max_batch_requests])
+        stream.wait(futures, all_of=True)
         stats.engine_calls += 1
-        if len(results) != len(chunk):
-            raise RuntimeError(f"verify engine returned {len(results)} results for {len(chunk)} requests")
-        for record, result in zip(records[start : start + len(chunk)], results, strict=True):
+        for record, future in zip(records[start : start + len(futures)], futures, strict=True):
+            record.verify_chains, record.verify_dropped = [], []
+            record.verify_model, record.verify_prompt_version = engine.model_name, config.prompt_version
+            stats.rows += 1
+            stats.chains += config.votes
+            error = future.exception()
+            if isinstance(error, RequestRefused):
+                record.verify_dropped = [{"reason": "engine_refused", "detail": str(error)}] * config.votes
+                dropped["engine_refused"] += config.votes
+                stats.refused += 1
+                continue
+            result = future.result()  # any other engine error fails the shard
             if len(result.completions) != config.votes:
                 raise RuntimeError(f"verify engine returned {len(result.completions)} chains, asked {config.votes}")
-            record.verify_chains, record.verify_dropped = [], []
             for completion in result.completions:
                 _, agreement = judge_chain(completion, record, config)
                 stats.steps_compared += agreement.compared
@@ -204,11 +216,7 @@ def verify_records(
                     dropped[agreement.reason] += 1
             tokens = result.prompt_tokens + result.generated_tokens
             record.tokens += tokens
-            record.verify_model = engine.model_name
-            record.verify_prompt_version = config.prompt_version
-            stats.rows += 1
             stats.rows_with_chain += bool(record.verify_chains)
-            stats.chains += len(result.completions)
             stats.kept += len(record.verify_chains)
             stats.tokens += tokens
     stats.dropped_by_reason = dict(dropped)

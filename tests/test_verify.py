@@ -234,6 +234,29 @@ def test_rows_keep_the_chains_that_agree_and_say_why_the_others_went():
     )
 
 
+def test_a_refused_verify_request_costs_its_row_the_chains_only():
+    from prm_synth.engines.base import RequestRefused
+
+    config = verifier_config(votes=3)
+    rows = run_shard(validate_config(config.model_dump() | {"verify": None}), limit=6).records
+    victim = render_verify_prompt(rows[1].question, rows[1].steps)
+    hit = [r for r in rows if render_verify_prompt(r.question, r.steps) == victim]  # twin solutions share it
+
+    class RefusingJudge(SimulatedJudge):
+        def generate(self, requests):
+            if any(r.user == victim for r in requests):
+                raise RequestRefused("HTTP 400: verify prompt too long")
+            return super().generate(requests)
+
+    stats = verify_records(RefusingJudge(config.verify.engine), rows, config.verify, max_batch_requests=4)
+    for r in hit:
+        assert r.verify_chains == [] and [d["reason"] for d in r.verify_dropped] == ["engine_refused"] * 3
+    assert stats.dropped_by_reason["engine_refused"] == 3 * len(hit) and stats.refused == len(hit)
+    assert stats.rows == len(rows)
+    assert stats.kept + sum(stats.dropped_by_reason.values()) == stats.chains == 3 * len(rows)
+    assert all(len(r.verify_chains) + len(r.verify_dropped) == 3 for r in rows)
+
+
 def test_chains_cut_by_max_tokens_are_dropped_as_truncated():
     out = run_shard(verifier_config(max_tokens=12), limit=4)
     assert out.stats.verify.dropped_by_reason.get("truncated", 0) > 0
