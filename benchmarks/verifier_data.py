@@ -32,7 +32,7 @@ from prm_synth.engines import build_engine
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.prompts import parse_verify_prompt
-from prm_synth.schema import VerifyStats
+from prm_synth.schema import ShardStats, VerifyStats
 from prm_synth.verify import parse_chain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,18 +100,19 @@ def measure(limit: int, **verify: object) -> dict[str, object]:
     assert config.verify is not None
     policy = build_engine(config.policy)
     judge = RecordingEngine(build_engine(config.verify.engine))
-    stats = VerifyStats()
+    total = ShardStats()
     all_chains, kept_chains = Score(), Score()
     for shard in iter_shards(config, limit=limit):
         judge.chains.clear()
         out = process_shard(policy, config, shard, config.fingerprint(), verify_engine=judge)
-        stats += out.stats.verify
+        total += out.stats
         for steps, text, finish in judge.chains:
             all_chains.add(steps, text, finish)
         for record in out.records:
             shown = [" ".join(s.split()) for s in record.steps]  # the steps as the prompt showed them
             for text in record.verify_chains or []:
                 kept_chains.add(shown, text, "stop")
+    stats = total.verify or VerifyStats()
     assert kept_chains.chains == stats.kept
     return {
         "setting": ", ".join(f"{k}={v}" for k, v in verify.items()) or "default",

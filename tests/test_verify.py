@@ -271,7 +271,7 @@ def test_without_a_verify_section_rows_and_fingerprint_are_as_before():
     assert with_verify.fingerprint() != plain.fingerprint()
     out = run_shard(plain, limit=8)
     assert all(r.verify_chains is None and r.verify_dropped is None for r in out.records)
-    assert out.stats.verify == VerifyStats() and "verify" not in out.stats.seconds
+    assert out.stats.verify is None and "verify" not in out.stats.seconds
 
 
 def test_a_verify_section_without_an_engine_is_refused():
@@ -287,7 +287,8 @@ def test_verify_stats_sum_and_read_back_from_older_markers():
     total = ShardStats(verify=a) + ShardStats(verify=b)
     assert total.verify.kept == 6 and total.verify.dropped_by_reason == {"disagree": 4, "no_steps": 2}
     assert ShardStats.from_dict(total.to_dict()) == total
-    assert ShardStats.from_dict({"rows": 3}).verify == VerifyStats()  # a marker written before the stage
+    assert ShardStats.from_dict({"rows": 3}).verify is None  # a marker written before the stage
+    assert (ShardStats() + ShardStats(verify=a)).tokens == 10  # the verifier's tokens are the run's too
 
 
 # ------------------------------------------------------------------ shards and the verifier view
@@ -319,7 +320,7 @@ def test_chains_survive_the_shard_and_the_summary(verified_run):
     rows = list(iter_records(verified_run))
     assert rows and all(isinstance(r["verify_chains"], list) for r in rows)
     assert any(r["verify_dropped"] for r in rows) and any(r["verify_chains"] for r in rows)
-    summary = summarize(verified_run)["verify"]
+    summary = summarize(verified_run).to_dict()["verify"]
     assert summary["kept"] == sum(len(r["verify_chains"]) for r in rows)
     assert summary["kept_fraction"] == summary["kept"] / summary["chains"]
     assert 0 < summary["step_agreement"] <= 1 and summary["tokens_per_kept_chain"] > 0
@@ -391,7 +392,7 @@ def test_shards_written_before_the_verify_columns_still_read(tmp_path, monkeypat
     store.write_shard(0, rows, [], problems=6, stats={"rows": len(rows)})
     store.write_manifest(dump)
     monkeypatch.undo()
-    assert "verify" not in summarize(tmp_path) or summarize(tmp_path)["verify"] == {}
+    assert summarize(tmp_path).verify is None and summarize(tmp_path).to_dict()["verify"] == {}
     export = export_view(tmp_path, "verifier", tmp_path / "views", test_fraction=0.0)
     assert export["rows"] == 0 and export["skipped"] == {"not_verified": len(rows)}
     assert export_view(tmp_path, "trl", tmp_path / "views")["rows"] > 0
