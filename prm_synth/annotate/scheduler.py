@@ -15,8 +15,8 @@ still being sampled), so sampling and annotation share the engine. A request the
 (`RequestRefused`: e.g. a prefix longer than the model's context) ends the annotators that wait on
 it: each is yielded with `Refused` instead of its annotation, and the others go on. Any other engine
 error ends the run (the shard fails and is redone), and the requests still out are given up, so the
-engine stops running them. (The former `rounds` behaviour, one batch of every pending probe at a
-time, is a benchmark instrument: benchmarks/rounds_scheduler.py.)
+engine stops running them. (A scheduler that sends every pending probe as one batch and waits for
+all of it, the former behaviour, is kept in benchmarks/ as the baseline this one is measured against.)
 """
 
 from __future__ import annotations
