@@ -323,7 +323,7 @@ class OmegaLabeler(_Base):
         self.annotate: OmegaConfig = config.annotate  # type: ignore[assignment]
         self.estimates = RunEstimates()  # search_test calibrated: pooled by every question's search
 
-    def annotate_given(self, steps: list[str], final_status: str, key: str) -> Annotator[Annotation]:
+    def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""
         test = make_test(self.annotate)
         return first_error_search(
