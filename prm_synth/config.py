@@ -243,20 +243,25 @@ class SequentialTestConfig(Strict):
     sprt_error: float = Field(0.1, gt=0.0, lt=0.5)  # both error probabilities of each test
     probe_batch: int = Field(2, ge=1, le=MAX_ROLLOUTS)
     probe_max_rollouts: int = Field(32, ge=1, le=MAX_ROLLOUTS)
-    # search_test calibrated (annotate/calibration.py): a posterior over the first error, with the
-    # luck rate and the problems' difficulty estimated from the run's own rollouts. A step is labeled
-    # only when the posterior says so with at least `confidence`; a solution's search stops at
-    # `calibrated_max_rollouts`, or when no probe is expected to remove `calibrated_min_gain` bits of
-    # label uncertainty per rollout (the steps left stay unlabeled, with the reason).
-    confidence: float = Field(0.9, gt=0.5, lt=1.0)
-    calibrated_max_rollouts: int = Field(96, ge=1, le=MAX_ROLLOUTS)
-    calibrated_min_gain: float = Field(0.02, ge=0.0)
 
     @model_validator(mode="after")
     def _rates(self) -> SequentialTestConfig:
         if self.bad_rate >= self.good_rate:
             raise ValueError("annotate.bad_rate must be below annotate.good_rate")
         return self
+
+
+class CalibratedSearchConfig(Strict):
+    """search_test calibrated (annotate/calibration.py): a posterior over the first error, with the
+    luck rate and the problems' difficulty estimated from the run's own rollouts. A step is labeled
+    only when the posterior says so with at least `confidence`; a solution's search stops at
+    `calibrated_max_rollouts`, or when no probe is expected to remove `calibrated_min_gain` bits of
+    label uncertainty per rollout (the steps left stay unlabeled, with the reason). In OmegaPRM's
+    bisection the same posterior decides each prefix, `probe_batch` rollouts at a time."""
+
+    confidence: float = Field(0.9, gt=0.5, lt=1.0)
+    calibrated_max_rollouts: int = Field(96, ge=1, le=MAX_ROLLOUTS)
+    calibrated_min_gain: float = Field(0.02, ge=0.0)
 
 
 class MCConfig(Strict):
@@ -267,7 +272,7 @@ class MCConfig(Strict):
     stop_at_first_zero: bool = False  # stop probing after the first prefix with MC 0
 
 
-class BinaryConfig(SequentialTestConfig):
+class BinaryConfig(SequentialTestConfig, CalibratedSearchConfig):
     """Binary search for the first error, each prefix decided by a test.
 
     search_test fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule);
@@ -282,7 +287,7 @@ class BinaryConfig(SequentialTestConfig):
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
 
 
-class OmegaConfig(SequentialTestConfig):
+class OmegaConfig(SequentialTestConfig, CalibratedSearchConfig):
     """OmegaPRM (Luo et al. 2024) with the paper's defaults; lengths are measured in generated tokens."""
 
     method: Literal["omegaprm"]
