@@ -1,79 +1,116 @@
-"""Label fidelity under luck: which labels are right, how many steps get one, and how sure each is.
+"""Label fidelity across a suite of simulated worlds: which labels are right, how many steps get one,
+and whether `p_good` means what it says.
 
-The simulated policy writes arithmetic chains of 10 to 20 steps whose true first error is
-recomputable from the text. Each problem has its own difficulty (step error drawn uniformly from
-0.03-0.2), and at luck rate q a continuation of a prefix that holds an error still reaches the gold
-answer, and so does a sampled solution after its own error (lucky solutions). For q in {0, 0.05,
-0.15, 0.3}, the same problems (one sampled solution each) are labeled by every method at its
-defaults and at a better setting, through the library (annotators + ProbeScheduler + policy).
+Every world is the simulated policy (prm_synth/engines/simulated.py) writing arithmetic chains whose
+true first error is recomputed from the text (arithmetic.true_first_error), never taken from a
+labeler. Luck q is the chance that a continuation of a wrong prefix still reaches the gold answer
+(and, `recover_in_sample`, that a sampled solution with an error still ends on it). Each world
+breaks one assumption of a change-point model (one luck rate per run, a geometric clean curve,
+exact grading, one step per line, independent rollouts); the first is the model's own world:
 
-Per method: good / bad precision of the emitted labels, coverage (labeled steps among the steps up
-to and including the true first error; every step of a clean solution), first-error accuracy (the
-row's first bad label is the true first error; -1 for a clean one), expected calibration error of
-`p_good` over every step of every row (10 bins), and rollouts per question. Last line, one JSON
-object for the default method (calibrated search):
-{"min_good_precision", "min_bad_precision", "coverage": {q: ...}, "ece", "rollouts_per_question": {q: ...}}
+- in_model: 10-20 steps, step error drawn per problem from 0.03-0.2, luck 0.15.
+- hard_step: one hard step per problem (fresh errors 0.5 there, 0.02 elsewhere), luck 0.
+- hard_step_luck: the same with luck 0.15.
+- problem_luck: luck drawn per problem from 0-0.7 (step error 0.03-0.2).
+- high_luck: luck 0.6 for every problem (above the old posterior's grid, which stops at 0.45).
+- very_hard: step error 0.3-0.5 per problem, luck 0.05 (one of the two hardest worlds).
+- ungradable: 15 % of completions (rollouts and samples) cannot be graded: half cut off at
+  max_tokens (finish reason "length"), half without an answer; luck 0.05.
+- step_drift: a continuation puts two operations on one line (a skipped step) or adds a line
+  without an equation (an extra step), each 15 % a step, so rollouts and the sampled solution
+  write a different number of steps than the prefix implies; luck 0.1.
+- lengths: solutions of 3 to 40 steps, step error 0.01-0.1, luck 0.1.
+- recent_luck: luck that depends on where the prefix ends: a continuation notices and fixes a recent
+  error with probability 0.4 * 0.5^d (d = steps written after it) on top of luck 0.05 (one of the two
+  hardest worlds: the prefix right after the error looks almost clean).
+- correlated: all rollouts of one prefix share a factor exp(0.7 z), z ~ N(0, 1), on their step error
+  and the odds of their luck (overdispersed counts); luck 0.15.
+- mixed: one hard step (0.4, 0.03 elsewhere), luck per problem 0-0.5, 10 % ungradable and 10 %
+  step drift at once.
 
-    python benchmarks/fidelity.py [--problems 300] [--quick]
+Each world's problems get one sampled solution each and are labeled through the library's labeler
+(`annotate.make_labeler`: sampling, scheduler, grading, the annotators), as `prm-synth run` does.
+
+Per world and method: good / bad precision of the emitted labels; coverage (labeled steps among the
+steps up to and including the true first error, every step of a clean solution); ece_kept and a
+reliability table of `p_good` over the steps a trainer keeps: steps up to and including the first
+error, by the truth or by the row (its first bad label, else its first step with p_good < 0.5),
+whichever is later (the steps after both hold an error and score about 0 trivially, so they are
+left out); max_bin_gap, the largest |mean p_good - observed share still correct| over bins with at
+least 100 such steps; rollouts_per_question (the sampled solution included); unknown_rate
+(ungradable rollouts among all rollouts). A reliability diagram (PNG) is saved per run.
+
+knob_independent: the default method on the `mixed` world, run twice with different
+`run.max_in_flight` and `run.max_batch_requests`: every row must be identical.
+
+Last line, one JSON object for the default method:
+{"worlds": {NAME: {"good_precision", "bad_precision", "coverage", "ece_kept", "max_bin_gap",
+"rollouts_per_question", "unknown_rate"}}, "min_good_precision", "min_bad_precision", "min_coverage",
+"max_bin_gap", "knob_independent"}
+(with --methods, one more JSON line per extra method precedes it, in the same shape).
+
+    python benchmarks/fidelity.py --worlds all [--problems 150] [--methods default mc8 calibrated]
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
+import math
 import os
-import random
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# One core: the posterior's matrix products are small, and BLAS threads would only contend.
+# One core: the posterior's array work is small, and BLAS threads would only contend.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 from prm_synth import arithmetic  # noqa: E402
-from prm_synth.annotate.annotation import Annotation  # noqa: E402
-from prm_synth.annotate.calibration import RunEstimates  # noqa: E402
-from prm_synth.annotate.labels import apply_rule  # noqa: E402
-from prm_synth.annotate.mc import per_step_mc  # noqa: E402
-from prm_synth.annotate.omega import omegaprm  # noqa: E402
-from prm_synth.annotate.scheduler import Annotator, ProbeScheduler, SolutionJob  # noqa: E402
-from prm_synth.annotate.search import binary_search  # noqa: E402
-from prm_synth.config import AnnotateConfig, BinaryConfig, MCConfig, SimulatedPolicyConfig  # noqa: E402
-from prm_synth.engines.base import GenerationRequest, SamplingOptions  # noqa: E402
+from prm_synth.annotate.labeler import make_labeler  # noqa: E402
+from prm_synth.config import PipelineConfig  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
-from prm_synth.grading import grade  # noqa: E402
-from prm_synth.prompts import policy_user_prompt  # noqa: E402
-from prm_synth.steps import split_steps  # noqa: E402
+from prm_synth.problems import iter_problems  # noqa: E402
+from prm_synth.schema import LabeledRecord, Problem  # noqa: E402
 
-LUCK = (0.0, 0.05, 0.15, 0.3)
-DEFAULT = "calibrated (default)"
-# name -> (annotate config, labeling rule)
-METHODS: dict[str, tuple[dict[str, Any], str]] = {
-    "mc k8 hard (default)": ({"method": "mc", "k": 8}, "hard"),
-    "mc k8 relative": ({"method": "mc", "k": 8}, "relative"),
-    "binary sprt (default)": ({"method": "binary"}, "hard"),
-    "binary sprt, verify all": ({"method": "binary", "verify_correct": 1.0}, "hard"),
-    "omegaprm (default)": ({"method": "omegaprm"}, "hard"),
-    "omegaprm calibrated": ({"method": "omegaprm", "search_test": "calibrated"}, "hard"),
-    DEFAULT: ({"method": "binary", "search_test": "calibrated"}, "hard"),
-    "calibrated, confidence 0.95": ({"method": "binary", "search_test": "calibrated", "confidence": 0.95}, "hard"),
+# name -> (policy overrides, (min_ops, max_ops))
+WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
+    "in_model": ({"step_error_range": (0.03, 0.2), "recover": 0.15}, (10, 20)),
+    "hard_step": ({"step_error": 0.02, "hard_step_error": 0.5, "recover": 0.0}, (10, 20)),
+    "hard_step_luck": ({"step_error": 0.02, "hard_step_error": 0.5, "recover": 0.15}, (10, 20)),
+    "problem_luck": ({"step_error_range": (0.03, 0.2), "recover_range": (0.0, 0.7)}, (10, 20)),
+    "high_luck": ({"step_error_range": (0.03, 0.2), "recover": 0.6}, (10, 20)),
+    "very_hard": ({"step_error_range": (0.3, 0.5), "recover": 0.05}, (10, 20)),
+    "ungradable": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "ungradable": 0.15}, (10, 20)),
+    "step_drift": ({"step_error_range": (0.03, 0.2), "recover": 0.1, "step_drift": 0.3}, (10, 20)),
+    "lengths": ({"step_error_range": (0.01, 0.1), "recover": 0.1}, (3, 40)),
+    "recent_luck": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "recent_recover": 0.4}, (10, 20)),
+    "correlated": ({"step_error_range": (0.03, 0.2), "recover": 0.15, "correlation": 0.7}, (10, 20)),
+    "mixed": (
+        {
+            "step_error": 0.03,
+            "hard_step_error": 0.4,
+            "recover_range": (0.0, 0.5),
+            "ungradable": 0.1,
+            "step_drift": 0.1,
+        },
+        (10, 20),
+    ),
 }
-split = functools.partial(split_steps, strategy="line")
-
-
-@dataclass
-class Row:
-    steps: list[str]
-    labels: list[bool | None]
-    p_good: list[float] | None
+HARDEST = ("very_hard", "recent_luck")  # coverage target 0.25 instead of 0.5
+# name -> (annotate section, labels rule)
+METHODS: dict[str, tuple[dict[str, Any], str]] = {
+    "default": ({"method": "binary"}, "hard"),
+    "mc8": ({"method": "mc", "k": 8}, "hard"),
+    "calibrated": ({"method": "binary", "search_test": "calibrated"}, "hard"),
+    "sprt": ({"method": "binary", "search_test": "sprt"}, "hard"),
+}
+BINS = 10
+MIN_BIN = 100  # steps a bin needs before its gap counts
+KNOBS = ({"max_in_flight": 64, "max_batch_requests": 256}, {"max_in_flight": 3, "max_batch_requests": 5})
 
 
 @dataclass
@@ -85,17 +122,18 @@ class Score:
     bad_right: int = 0
     covered: int = 0
     coverable: int = 0
-    first_error_right: int = 0
     rollouts: int = 0
-    questions: int = 0
-    calibration: list[tuple[float, bool]] = field(default_factory=list)
+    unknown: int = 0
+    all_rollouts: int = 0
+    kept: list[tuple[float, bool]] = field(default_factory=list)  # (p_good, still correct) of kept steps
     seconds: float = 0.0
 
-    def add(self, row: Row) -> None:
+    def add(self, row: LabeledRecord) -> None:
         n = len(row.steps)
         truth = arithmetic.true_first_error(row.steps)
-        end = truth if truth >= 0 else n - 1  # the last step that counts for coverage
+        truth_end = truth if truth >= 0 else n - 1
         self.rows += 1
+        self.rollouts += row.rollouts + 1  # the sampled solution is one more sample of the policy
         for i, label in enumerate(row.labels):
             still_good = truth < 0 or i < truth
             if label is True:
@@ -104,150 +142,198 @@ class Score:
             elif label is False:
                 self.bad += 1
                 self.bad_right += not still_good
-            if i <= end:
+            if i <= truth_end:
                 self.coverable += 1
                 self.covered += label is not None
-            if row.p_good is not None:
-                self.calibration.append((row.p_good[i], still_good))
-        first = next((i for i, x in enumerate(row.labels) if x is False), -1)
-        self.first_error_right += first == truth
+        if row.p_good is None:
+            return
+        row_end = next((i for i, x in enumerate(row.labels) if x is False), None)
+        if row_end is None:
+            row_end = next((i for i, p in enumerate(row.p_good) if p is not None and p < 0.5), n - 1)
+        for i, p in enumerate(row.p_good[: max(truth_end, row_end) + 1]):
+            if p is not None:
+                self.kept.append((p, truth < 0 or i < truth))
 
-    def ece(self) -> float:
-        if not self.calibration:
-            return float("nan")
-        bins: dict[int, list[tuple[float, bool]]] = {}
-        for p, y in self.calibration:
-            bins.setdefault(min(int(p * 10), 9), []).append((p, y))
-        total = len(self.calibration)
-        return sum(abs(sum(p for p, _ in b) - sum(y for _, y in b)) for b in bins.values()) / total
+    def bins(self) -> list[tuple[int, float, float]]:
+        """Per bin of p_good: (count, mean p_good, observed share still correct)."""
+        groups: list[list[tuple[float, bool]]] = [[] for _ in range(BINS)]
+        for p, y in self.kept:
+            groups[min(int(p * BINS), BINS - 1)].append((p, y))
+        return [
+            (len(g), sum(p for p, _ in g) / len(g), sum(y for _, y in g) / len(g)) if g else (0, math.nan, math.nan)
+            for g in groups
+        ]
 
-    def row(self) -> dict[str, float]:
-        def div(a: float, b: float) -> float:
-            return round(a / b, 3) if b else float("nan")
+    def ece(self) -> float | None:
+        if not self.kept:
+            return None
+        return sum(c * abs(m - o) for c, m, o in self.bins() if c) / len(self.kept)
+
+    def max_bin_gap(self) -> float | None:
+        if not self.kept:
+            return None
+        return max((abs(m - o) for c, m, o in self.bins() if c >= MIN_BIN), default=0.0)
+
+    def headline(self) -> dict[str, float | None]:
+        def div(a: float, b: float) -> float | None:
+            return round(a / b, 3) if b else None
+
+        def rnd(x: float | None) -> float | None:
+            return None if x is None else round(x, 3)
 
         return {
-            "good prec": div(self.good_right, self.good),
-            "bad prec": div(self.bad_right, self.bad),
+            "good_precision": div(self.good_right, self.good),
+            "bad_precision": div(self.bad_right, self.bad),
             "coverage": div(self.covered, self.coverable),
-            "first-err acc": div(self.first_error_right, self.rows),
-            "ECE p_good": round(self.ece(), 3),
-            "rollouts/q": div(self.rollouts, self.questions),
-            "seconds": round(self.seconds, 1),
+            "ece_kept": rnd(self.ece()),
+            "max_bin_gap": rnd(self.max_bin_gap()),
+            "rollouts_per_question": div(self.rollouts, self.rows),
+            "unknown_rate": div(self.unknown, self.all_rollouts) or 0.0,
         }
 
 
-@dataclass(frozen=True)
-class Question:
-    key: str
-    prompt: str
-    gold: str
-    steps: list[str]
-    status: str
+def pipeline(world: str, method: str, problems: int, seed: int, run: dict[str, int] | None = None) -> PipelineConfig:
+    policy, (lo, hi) = WORLDS[world]
+    annotate, rule = METHODS[method]
+    return PipelineConfig.model_validate(
+        {
+            "name": f"fidelity-{world}",
+            "problems": {"kind": "builtin", "count": problems, "seed": seed, "min_ops": lo, "max_ops": hi},
+            "policy": {"kind": "simulated", "recover_in_sample": True, "seed": seed, **policy},
+            "sampling": {"samples_per_problem": 1},
+            "steps": {"strategy": "line"},
+            "annotate": annotate,
+            "labels": {"rule": rule},
+            "run": run or KNOBS[0],
+        }
+    )
 
 
-def questions(policy: SimulatedPolicy, count: int, seed: int) -> list[Question]:
-    """`count` problems of 10-20 steps and one sampled solution of each."""
-    problems = [arithmetic.generate(random.Random(f"{seed}:{i}"), 10, 20) for i in range(count)]
-    prompts = [policy_user_prompt(p.question()) for p in problems]
-    results = policy.generate([GenerationRequest(prompt, n=1) for prompt in prompts])
-    out = []
-    for i, (p, prompt, result) in enumerate(zip(problems, prompts, results, strict=True)):
-        text = result.completions[0].text
-        out.append(Question(f"q{i}", prompt, str(p.answer), split(text), grade(text, str(p.answer)).status))
-    return out
+def label(config: PipelineConfig) -> tuple[list[LabeledRecord], Any]:
+    problems = [p for p in iter_problems(config.problems) if isinstance(p, Problem)]
+    engine = SimulatedPolicy(config.policy)  # type: ignore[arg-type]
+    result = make_labeler(config).label(engine, problems)
+    return result.records, result.stats
 
 
-def annotator(config: AnnotateConfig, q: Question, estimates: RunEstimates) -> Annotator[Annotation]:
-    """The per-solution annotator of `config` (what the pipeline's labeler builds)."""
-    if isinstance(config, MCConfig):
-        return per_step_mc(q.steps, q.status, config.k, config.stop_at_first_zero)
-    assert isinstance(config, BinaryConfig)
-    verify = config.verify_correct >= 1.0
-    return binary_search(q.steps, q.status, config, verify, estimates, q.key)
-
-
-def label(policy: SimulatedPolicy, config: AnnotateConfig, rule: str, qs: list[Question]) -> Iterator[Row]:
-    scheduler = ProbeScheduler(policy, SamplingOptions(), max_batch_requests=256, max_in_flight=64)
-    estimates = RunEstimates()
-    if config.method == "omegaprm":
-        jobs = [SolutionJob(q.key, q.key, q.prompt, q.gold, omegaprm(config, split, estimates=estimates)) for q in qs]
-        for _, result in scheduler.run(jobs):
-            for path in result.paths():
-                ann = path.annotation
-                yield Row(path.steps, apply_rule(ann, rule).labels, ann.p_good)
-    else:
-        jobs = [SolutionJob(q.key, q.key, q.prompt, q.gold, annotator(config, q, estimates)) for q in qs]
-        by_key = {q.key: q for q in qs}
-        for job, ann in scheduler.run(jobs):
-            yield Row(by_key[job.key].steps, apply_rule(ann, rule).labels, ann.p_good)
-    label.rollouts = scheduler.stats.rollouts  # type: ignore[attr-defined]
-
-
-def run(method: str, luck: float, qs: list[Question], seed: int) -> Score:
-    overrides, rule = METHODS[method]
-    config: AnnotateConfig = TypeAdapter(AnnotateConfig).validate_python(overrides)
-    policy = SimulatedPolicy(policy_config(luck, seed))
-    score = Score(questions=len(qs))
+def score(world: str, method: str, problems: int, seed: int) -> Score:
     started = time.perf_counter()
-    for row in label(policy, config, rule, qs):
-        score.add(row)
-    score.rollouts = label.rollouts  # type: ignore[attr-defined]
-    score.seconds = time.perf_counter() - started
-    return score
+    records, stats = label(pipeline(world, method, problems, seed))
+    s = Score()
+    for row in records:
+        s.add(row)
+    s.all_rollouts = stats.rollouts
+    s.unknown = getattr(stats, "unknown_rollouts", 0)
+    s.seconds = time.perf_counter() - started
+    return s
 
 
-def policy_config(luck: float, seed: int) -> SimulatedPolicyConfig:
-    return SimulatedPolicyConfig(step_error_range=(0.03, 0.2), recover=luck, recover_in_sample=True, seed=seed)
+def knob_independent(problems: int, seed: int) -> bool:
+    """The default method's rows on the mixed world do not depend on the run's concurrency knobs."""
+    a, _ = label(pipeline("mixed", "default", problems, seed, KNOBS[0]))
+    b, _ = label(pipeline("mixed", "default", problems, seed, KNOBS[1]))
+    return [r.model_dump() if hasattr(r, "model_dump") else r.__dict__ for r in a] == [
+        r.model_dump() if hasattr(r, "model_dump") else r.__dict__ for r in b
+    ]
 
 
-def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
-    cols = list(next(iter(rows.values())))
-    name_w = max(len(n) for n in rows) + 2
-    print(f"\n{title}")
-    print(" " * name_w + "".join(f"{c:>14}" for c in cols))
-    for name, values in rows.items():
-        print(f"{name:<{name_w}}" + "".join(f"{values[c]:>14}" for c in cols))
+def fmt(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def print_world(world: str, scores: dict[str, Score]) -> None:
+    cols = list(next(iter(scores.values())).headline()) + ["seconds"]
+    print(f"\n== {world}: {WORLDS[world][0]}, {WORLDS[world][1][0]}-{WORLDS[world][1][1]} steps")
+    print(f"{'method':<12}" + "".join(f"{c[:12]:>13}" for c in cols))
+    for method, s in scores.items():
+        values = s.headline() | {"seconds": s.seconds}
+        print(f"{method:<12}" + "".join(f"{fmt(values[c]):>13}" for c in cols))
+    for method, s in scores.items():
+        if not s.kept:
+            continue
+        print(f"  reliability of p_good, {method} ({len(s.kept)} kept steps): bin, count, mean p, observed")
+        for b, (count, mean, observed) in enumerate(s.bins()):
+            if count:
+                flag = "  <- gap > 0.07" if count >= MIN_BIN and abs(mean - observed) > 0.07 else ""
+                print(f"    [{b / BINS:.1f}, {(b + 1) / BINS:.1f})  {count:>6}  {mean:.3f}  {observed:.3f}{flag}")
+
+
+def diagram(path: Path, results: dict[str, dict[str, Score]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    worlds = list(results)
+    cols = 4
+    rows = (len(worlds) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 4 * rows), squeeze=False)
+    for ax, world in zip(axes.flat, worlds, strict=False):
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8)
+        for method, s in results[world].items():
+            pts = [(m, o, c) for c, m, o in s.bins() if c]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=[8 + 60 * p[2] / len(s.kept) for p in pts])
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=method)
+        ax.set_title(world)
+        ax.set_xlabel("p_good")
+        ax.set_ylabel("share still correct")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(worlds) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def summary(results: dict[str, dict[str, Score]], method: str) -> dict[str, Any]:
+    worlds = {w: by_method[method].headline() for w, by_method in results.items() if method in by_method}
+
+    def worst(key: str, pick: Any) -> float | None:
+        values = [h[key] for h in worlds.values() if h[key] is not None]
+        return pick(values) if values else None
+
+    return {
+        "method": method,
+        "worlds": worlds,
+        "min_good_precision": worst("good_precision", min),
+        "min_bad_precision": worst("bad_precision", min),
+        "min_coverage": worst("coverage", min),
+        "max_bin_gap": worst("max_bin_gap", max),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", type=int, default=300)
+    parser.add_argument("--worlds", nargs="*", default=["all"], help=f"'all' or names from {list(WORLDS)}")
+    parser.add_argument("--methods", nargs="*", default=["default"], help=f"names from {list(METHODS)}")
+    parser.add_argument("--problems", type=int, default=150, help="problems (one solution each) per world")
+    parser.add_argument("--knob-problems", type=int, default=40, help="problems of the knob-independence check")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--methods", nargs="*", default=list(METHODS), help="names from METHODS")
+    parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
     args = parser.parse_args()
-    if DEFAULT not in args.methods:
-        args.methods.append(DEFAULT)
+    worlds = list(WORLDS) if args.worlds in (["all"], []) else args.worlds
+    for name in worlds:
+        if name not in WORLDS:
+            parser.error(f"unknown world {name!r}; choose from {list(WORLDS)}")
+    methods = list(dict.fromkeys(["default", *args.methods]))
+    for name in methods:
+        if name not in METHODS:
+            parser.error(f"unknown method {name!r}; choose from {list(METHODS)}")
 
-    default: dict[float, dict[str, float]] = {}
-    default_calibration: list[tuple[float, bool]] = []
-    for luck in LUCK:
-        qs = questions(SimulatedPolicy(policy_config(luck, args.seed)), args.problems, args.seed)
-        table = {}
-        for method in args.methods:
-            score = run(method, luck, qs, args.seed)
-            table[method] = score.row()
-            if method == DEFAULT:
-                default[luck] = table[method]
-                default_calibration += score.calibration
-        lucky = sum(q.status == "correct" and arithmetic.true_first_error(q.steps) >= 0 for q in qs)
-        print_table(
-            f"luck q {luck}: {args.problems} problems of 10-20 steps, step error 0.03-0.2 per problem, "
-            f"{sum(q.status == 'correct' for q in qs)} solutions correct ({lucky} of them by luck)",
-            table,
-        )
-    pooled = Score(calibration=default_calibration)
-    print(f"\n{DEFAULT}: ECE of p_good over all settings {pooled.ece():.3f}")
-    print(
-        json.dumps(
-            {
-                "min_good_precision": min(r["good prec"] for r in default.values()),
-                "min_bad_precision": min(r["bad prec"] for r in default.values()),
-                "coverage": {str(q): r["coverage"] for q, r in default.items()},
-                "ece": round(max(r["ECE p_good"] for r in default.values()), 3),
-                "rollouts_per_question": {str(q): r["rollouts/q"] for q, r in default.items()},
-            }
-        )
-    )
+    results: dict[str, dict[str, Score]] = {}
+    for world in worlds:
+        results[world] = {m: score(world, m, args.problems, args.seed) for m in methods}
+        print_world(world, results[world])
+        sys.stdout.flush()
+    diagram(args.png, results)
+    print(f"\nreliability diagram: {args.png}; hardest worlds (coverage target 0.25): {', '.join(HARDEST)}")
+    for method in methods[1:]:
+        print(json.dumps(summary(results, method)))
+    head = summary(results, "default")
+    head["knob_independent"] = knob_independent(args.knob_problems, args.seed)
+    print(json.dumps(head))
 
 
 if __name__ == "__main__":

@@ -142,15 +142,18 @@ def answer_text(value: int) -> str:
 
 
 def step_is_wrong(step_text: str) -> bool | None:
-    """True when the step's equation is false, False when true, None when it holds none."""
-    m = _EQUATION.search(step_text)
-    if not m:
+    """True when one of the step's equations is false (a step may hold two: a skipped step),
+    False when all are true, None when it holds none."""
+    found = _EQUATION.findall(step_text)
+    if not found:
         return None
-    a, op, b, c = int(m[1]), m[2], int(m[3]), int(m[4])
-    try:
-        return Fraction(apply_fraction(a, op, b)) != c
-    except ZeroDivisionError:
-        return True
+    for a, op, b, c in found:
+        try:
+            if Fraction(apply_fraction(int(a), op, int(b))) != int(c):
+                return True
+        except ZeroDivisionError:
+            return True
+    return False
 
 
 def apply_fraction(a: int, op: str, b: int) -> Fraction:

@@ -115,12 +115,29 @@ class SimulatedPolicyConfig(Strict):
     recover_in_sample: bool = False
     step_format: Literal["line", "paragraph"] = "line"
     model_name: str = "simulated-arithmetic"
+    # Worlds that break one assumption of a labeler's model each (benchmarks/fidelity.py); all off by default.
+    # Per-problem luck: each problem's `recover` drawn uniformly from [lo, hi] (None: recover).
+    recover_range: tuple[float, float] | None = None
+    # One hard step per problem (its position drawn per problem): fresh errors there at this rate.
+    hard_step_error: float | None = Field(None, ge=0.0, le=1.0)
+    # Share of completions (rollouts and samples) that cannot be graded: half cut off at max_tokens
+    # (finish reason "length"), half ending without an answer.
+    ungradable: float = Field(0.0, ge=0.0, le=1.0)
+    # Per written step: with probability step_drift / 2 two operations go on one line (a skipped
+    # step), with step_drift / 2 a line without an equation follows (an extra step).
+    step_drift: float = Field(0.0, ge=0.0, le=1.0)
+    # Luck that depends on where the prefix ends: a continuation of a wrong prefix also notices and
+    # fixes the error with probability recent_recover * 0.5 ** d, d = steps written after the error.
+    recent_recover: float = Field(0.0, ge=0.0, le=1.0)
+    # Correlated rollouts: all continuations of one prefix share a factor exp(correlation * z), z ~ N(0, 1)
+    # drawn per prefix, on their step error and on the odds of their luck.
+    correlation: float = Field(0.0, ge=0.0, le=5.0)
 
-    @field_validator("step_error_range")
+    @field_validator("step_error_range", "recover_range")
     @classmethod
     def _range(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
         if v is not None and not 0.0 <= v[0] <= v[1] <= 1.0:
-            raise ValueError("step_error_range must be [lo, hi] with 0 <= lo <= hi <= 1")
+            raise ValueError("a range must be [lo, hi] with 0 <= lo <= hi <= 1")
         return v
 
 

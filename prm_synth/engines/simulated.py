@@ -13,6 +13,13 @@ fresh error still end on the gold answer, with probability `recover` (its last e
 sampled solutions can then be right by luck, and every prefix between the error and the end still
 reaches the answer only at the luck rate.
 
+Worlds that break one assumption of a labeler's model each (all off by default; the fidelity
+benchmark documents them): per-problem luck (`recover_range`), one hard step per problem
+(`hard_step_error`), ungradable completions (`ungradable`: cut off at max_tokens, or no answer),
+continuations that skip or add a step (`step_drift`), luck that depends on how recent the error is
+(`recent_recover`), and rollouts of one prefix that share their fortune (`correlation`). Each draws
+its randomness only when it is on, so the default policy writes what it always wrote.
+
 Randomness is derived from (seed, prompt, prefix, sample index), so results do not depend on how
 requests are batched or ordered, and a re-run reproduces every sample.
 """
@@ -73,10 +80,14 @@ class _SimulatedEngine:
     def _seed_parts(self, req: GenerationRequest) -> tuple[object, ...]:
         raise NotImplementedError
 
-    def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str]:
+    def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str | tuple[str, str]]:
+        """A sample's text, or (text, finish reason) when it did not stop on its own."""
         raise NotImplementedError
 
-    def _completion(self, req: GenerationRequest, text: str) -> Completion:
+    def _completion(self, req: GenerationRequest, text: str | tuple[str, str]) -> Completion:
+        """A sample's completion; (text, finish reason) when it did not stop on its own."""
+        if isinstance(text, tuple):
+            return Completion(text[0], count_tokens(text[0]), text[1])
         return Completion(text, count_tokens(text), "stop")
 
 
@@ -88,26 +99,47 @@ class SimulatedPolicy(_SimulatedEngine):
     def _seed_parts(self, req: GenerationRequest) -> tuple[object, ...]:
         return (self.config.seed, req.user, req.assistant_prefix)
 
-    def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str]:
-        return partial(self._continue, arithmetic.parse_question(req.user), req.assistant_prefix)
+    def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str | tuple[str, str]]:
+        return partial(self._sample, req.user, arithmetic.parse_question(req.user), req.assistant_prefix)
 
-    def _continue(self, problem: arithmetic.ChainProblem | None, prefix: str, rng: random.Random) -> str:
+    def _sample(
+        self, user: str, problem: arithmetic.ChainProblem | None, prefix: str, rng: random.Random
+    ) -> str | tuple[str, str]:
+        cfg = self.config
+        ungradable = cfg.ungradable > 0 and rng.random() < cfg.ungradable
+        text = self._continue(user, problem, prefix, rng)
+        if not ungradable:
+            return text
+        if rng.random() < 0.5:  # cut off by max_tokens: ungradable whatever it says
+            return text[: len(text) // 2], "length"
+        body = text.rsplit(". The answer is", 1)[0]
+        return body + self.sep + "I am not able to finish this one."
+
+    def _continue(self, user: str, problem: arithmetic.ChainProblem | None, prefix: str, rng: random.Random) -> str:
         if problem is None:
             return "I do not know how to solve this problem."
         truth = problem.values()
-        step_error = self.step_error(problem)
         done = arithmetic.count_equations(prefix)
         if done >= len(problem.ops):
             return "" if "The answer is" in prefix else f" The answer is {arithmetic.last_value(prefix)}."
         value = problem.start if done == 0 else arithmetic.last_value(prefix)
         assert value is not None
-        wrong = arithmetic.true_first_error(prefix.split("\n")) >= 0 or (done and value != truth[done - 1])
-        if wrong and rng.random() < self.config.recover:
+        mood = self._mood(user, prefix)
+        luck = self._scaled_odds(self.luck(problem), mood)
+        error_at = self._errors(problem, mood)
+        first_wrong = arithmetic.true_first_error(prefix.split("\n"))
+        wrong = first_wrong >= 0 or (done and value != truth[done - 1])
+        if wrong and self.config.recent_recover > 0:  # a recent error is noticed more often
+            after = (
+                arithmetic.count_equations("\n".join(prefix.split("\n")[first_wrong + 1 :])) if first_wrong >= 0 else 0
+            )
+            luck = min(1.0, luck + self.config.recent_recover * 0.5**after)
+        if wrong and rng.random() < luck:
             value, wrong = truth[done - 1], False
             fresh_errors = False  # a recovered continuation reaches the gold answer
         else:
             fresh_errors = not wrong
-        lines = []
+        equations = []
         lucky = False  # recover_in_sample: this completion's own error will end on the gold answer
         for j in range(done, len(problem.ops)):
             op, b = problem.ops[j]
@@ -115,18 +147,34 @@ class SimulatedPolicy(_SimulatedEngine):
                 c = arithmetic.apply(value, op, b)
             except ValueError:  # a foreign prefix made the division inexact: the step is wrong
                 c = value // b
-            if fresh_errors and rng.random() < step_error:
+            if fresh_errors and rng.random() < error_at[j]:
                 c = self._wrong_value(c, problem, j, rng)
                 fresh_errors = False  # from now on the wrong value is carried on
-                lucky = self.config.recover_in_sample and rng.random() < self.config.recover
+                lucky = self.config.recover_in_sample and rng.random() < luck
             if lucky and j == len(problem.ops) - 1:
                 c = truth[-1]  # the last (false) equation happens to land on the gold answer
-            lines.append(arithmetic.equation_text(value, op, b, c))
+            equations.append(arithmetic.equation_text(value, op, b, c))
             value = c
+        lines = self._drift(equations, rng) if self.config.step_drift > 0 else equations
         text = self.sep.join(lines) + ". " + arithmetic.answer_text(value)
         if prefix and not prefix.endswith("\n"):
             text = self.sep + text
         return text
+
+    def _drift(self, equations: list[str], rng: random.Random) -> list[str]:
+        """Lines from equations, some merged (a skipped step) and some followed by a remark (an extra one)."""
+        lines: list[str] = []
+        merge = False
+        for eq in equations:
+            if merge:
+                lines[-1] += f", then {eq}"
+            else:
+                lines.append(eq)
+            u = rng.random()
+            merge = u < self.config.step_drift / 2
+            if self.config.step_drift / 2 <= u < self.config.step_drift:
+                lines.append("Let me keep going with that value.")
+        return lines
 
     def step_error(self, problem: arithmetic.ChainProblem) -> float:
         """This problem's step error: fixed, or drawn once per problem from `step_error_range`."""
@@ -134,6 +182,43 @@ class SimulatedPolicy(_SimulatedEngine):
             return self.config.step_error
         lo, hi = self.config.step_error_range
         return random.Random(digest(self.config.seed, "difficulty", problem)).uniform(lo, hi)
+
+    def luck(self, problem: arithmetic.ChainProblem) -> float:
+        """This problem's luck rate: `recover`, or drawn once per problem from `recover_range`."""
+        if self.config.recover_range is None:
+            return self.config.recover
+        lo, hi = self.config.recover_range
+        return random.Random(digest(self.config.seed, "luck", problem)).uniform(lo, hi)
+
+    def hard_step(self, problem: arithmetic.ChainProblem) -> int | None:
+        """The index of this problem's hard step (None when the world has none)."""
+        if self.config.hard_step_error is None:
+            return None
+        return random.Random(digest(self.config.seed, "hard", problem)).randrange(len(problem.ops))
+
+    def _errors(self, problem: arithmetic.ChainProblem, mood: float) -> list[float]:
+        """Each operation's chance of a fresh error for this prefix's continuations."""
+        base = min(0.95, self.step_error(problem) * mood)
+        out = [base] * len(problem.ops)
+        hard = self.hard_step(problem)
+        if hard is not None:
+            assert self.config.hard_step_error is not None
+            out[hard] = min(0.95, self.config.hard_step_error * mood)
+        return out
+
+    def _mood(self, user: str, prefix: str) -> float:
+        """The factor all continuations of one prefix share (1 unless rollouts are correlated)."""
+        if self.config.correlation <= 0:
+            return 1.0
+        z = random.Random(digest(self.config.seed, "mood", user, prefix)).gauss(0.0, 1.0)
+        return math.exp(self.config.correlation * z)
+
+    @staticmethod
+    def _scaled_odds(rate: float, factor: float) -> float:
+        if factor == 1.0 or rate <= 0.0 or rate >= 1.0:
+            return rate
+        odds = rate / (1.0 - rate) * factor
+        return odds / (1.0 + odds)
 
     @staticmethod
     def _wrong_value(c: int, problem: arithmetic.ChainProblem, j: int, rng: random.Random) -> int:
