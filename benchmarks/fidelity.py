@@ -107,6 +107,7 @@ METHODS: dict[str, tuple[dict[str, Any], str]] = {
     "mc8": ({"method": "mc", "k": 8}, "hard"),
     "calibrated": ({"method": "binary", "search_test": "calibrated"}, "hard"),
     "sprt": ({"method": "binary", "search_test": "sprt"}, "hard"),
+    "changepoint": ({"method": "binary", "search_test": "changepoint"}, "hard"),
 }
 BINS = 10
 MIN_BIN = 100  # steps a bin needs before its gap counts

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from prm_synth.errors import PrmSynthError
 from prm_synth.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
-from prm_synth.schema import SearchTestName
+from prm_synth.schema import BinarySearchTestName, SearchTestName
 
 # Bounds that keep a typo from starting a run that never ends (k: 1000000000 was accepted once).
 MAX_ROLLOUTS = 4096  # rollouts per probe
@@ -299,7 +299,9 @@ class BinaryConfig(SequentialTestConfig, CalibratedSearchConfig):
     k: RolloutCount = 8
     # The default (fidelity benchmark, README "Which annotate method"): calibrated holds when the policy
     # gets lucky and gives every label a calibrated p_good, at ~25 rollouts a solution.
-    search_test: SearchTestName = "calibrated"
+    search_test: BinarySearchTestName = "changepoint"
+    # search_test changepoint (annotate/changepoint.py): rollouts a solution may take at most
+    changepoint_max_rollouts: int = Field(56, ge=1, le=MAX_ROLLOUTS)
     recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
 

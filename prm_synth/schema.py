@@ -60,6 +60,8 @@ UnlabeledReason = Literal[
 ]
 # How a first-error search decides a prefix (annotate/prefix_test.py, the one place that reads it).
 SearchTestName = Literal["fixed", "sprt", "calibrated"]
+# The binary method's searches also include `changepoint` (a search of its own, not a bisection test).
+BinarySearchTestName = Literal["fixed", "sprt", "calibrated", "changepoint"]
 # The nodes of an OmegaPRM tree: the question, a measured prefix, a complete rollout (a leaf).
 NodeKind = Literal["root", "state", "rollout"]
 # Why an OmegaPRM question's search stopped.

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.calibration import RunEstimates
+from prm_synth.annotate.changepoint import ChangepointSettings, relabel
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
@@ -241,6 +242,15 @@ class SolutionLabeler(_Base):
         sampled = Sampled()
         for problem in problems:  # input order, whatever order the annotators finished in
             sampled += by_problem[problem.id]
+        a = self.annotate
+        if isinstance(a, BinaryConfig) and a.search_test == "changepoint":
+            settings = ChangepointSettings(confidence=a.confidence, max_rollouts=a.changepoint_max_rollouts)
+            searched = [
+                s
+                for s in sampled.solutions
+                if isinstance(annotations.get(s.id), Annotation) and "evidence" in annotations[s.id].extra
+            ]
+            relabel([annotations[s.id] for s in searched], settings, [s.verdict.status for s in searched])
         records, rejected = [], []
         for s in sampled.solutions:
             ann = annotations[s.id]
