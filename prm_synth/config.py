@@ -323,6 +323,7 @@ class OmegaConfig(SequentialTestConfig, CalibratedSearchConfig):
     screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
 
 
+P_GOOD_TESTS = ("changepoint", "calibrated")  # the searches that estimate a per-step p_good
 AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
 
 
@@ -382,10 +383,11 @@ class PipelineConfig(Strict):
     @model_validator(mode="after")
     def _min_confidence_needs_p_good(self) -> PipelineConfig:
         # Without p_good no label reaches a threshold: every row would be rejected or left unlabeled.
-        if self.labels.min_confidence > 0 and getattr(self.annotate, "search_test", None) != "calibrated":
+        if self.labels.min_confidence > 0 and getattr(self.annotate, "search_test", None) not in P_GOOD_TESTS:
             raise ValueError(
-                f"labels.min_confidence needs per-step p_good, which only `search_test: calibrated` estimates "
-                f"(annotate.method {self.annotate.method}): set min_confidence to 0 or use the calibrated search"
+                f"labels.min_confidence needs per-step p_good, which only `search_test: changepoint` or "
+                f"`calibrated` estimates (annotate.method {self.annotate.method}): set min_confidence to 0 or "
+                "use one of those searches"
             )
         return self
 

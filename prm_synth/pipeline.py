@@ -115,6 +115,7 @@ def process_shard(
         final_correct=sum(1 for r in records if r.final_correct),
         final_unknown=sum(1 for r in records if r.final_correct is None),
         rollouts=sched.rollouts,
+        unknown_rollouts=sched.unknown_rollouts,
         requests_refused=sched.requests_refused
         + (judge_stats.refused if judge_stats else 0)
         + (verify_stats.refused if verify_stats else 0),

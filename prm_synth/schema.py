@@ -133,6 +133,9 @@ RECORD_SCHEMA = pa.schema(
         pa.field("verify_dropped", pa.list_(pa.struct([("reason", pa.string()), ("detail", pa.string())]))),
         pa.field("verify_model", pa.string()),
         pa.field("verify_prompt_version", pa.string()),
+        # Per step, rollouts from its prefix that could not be graded (a timeout, a cut-off or answerless
+        # completion): left out of mc_total and of the evidence. Added later: older shards lack it.
+        pa.field("mc_unknown", pa.list_(pa.int32())),
     ]
 )
 
@@ -185,6 +188,7 @@ class LabeledRecord:
     verify_dropped: list[dict[str, str]] | None = None  # {"reason": ChainDropReason, "detail": ...} per drop
     verify_model: str | None = None
     verify_prompt_version: str | None = None
+    mc_unknown: list[int] | None = None  # per step, ungradable rollouts (not in mc_total)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -338,6 +342,7 @@ class ShardStats:
     final_correct: int = 0
     final_unknown: int = 0
     rollouts: int = 0
+    unknown_rollouts: int = 0  # rollouts that could not be graded: left out of the evidence
     # Engine requests refused for what they asked (e.g. HTTP 400): what they were for is rejected
     # ("engine_refused"); transient failures are retried by the engine and not counted here.
     requests_refused: int = 0

@@ -83,6 +83,10 @@ class RunSummary:
     rollouts: int
     requests_refused: int
     tokens: int
+    # ungradable rollouts are left out of the evidence; many of them make labels rarer, not wrong
+    unknown_rollouts: int
+    unknown_rate: float
+    warnings: list[str]
     # what a labeled step cost: the figure to compare methods and runs by
     rollouts_per_labeled_step: float | None
     tokens_per_labeled_step: float | None
@@ -129,6 +133,9 @@ def summarize(root: str | Path) -> RunSummary:
         reconciles=_reconciles(config, stats, totals["rows"], totals["rejected"], samples),
         shards=totals["shards"],
         rollouts=stats.rollouts,
+        unknown_rollouts=stats.unknown_rollouts,
+        unknown_rate=round(stats.unknown_rollouts / stats.rollouts, 4) if stats.rollouts else 0.0,
+        warnings=_warnings(stats),
         requests_refused=stats.requests_refused,
         tokens=stats.tokens,
         rollouts_per_labeled_step=_per(stats.rollouts, labels["labeled_steps"]),
@@ -136,6 +143,21 @@ def summarize(root: str | Path) -> RunSummary:
         config_fingerprint=manifest["config_fingerprint"],
         labels=labels,
     )
+
+
+UNKNOWN_WARN_RATE = 0.05  # above this share of ungradable rollouts the summary warns
+
+
+def _warnings(stats: ShardStats) -> list[str]:
+    """What a user should look at before trusting the run."""
+    out = []
+    if stats.rollouts and stats.unknown_rollouts / stats.rollouts > UNKNOWN_WARN_RATE:
+        out.append(
+            f"{stats.unknown_rollouts} of {stats.rollouts} rollouts ({stats.unknown_rollouts / stats.rollouts:.1%}) "
+            "could not be graded (timeouts, cut-off or answerless completions); they are left out of the "
+            "evidence, so fewer steps get a label: check the grader and rollouts.max_tokens"
+        )
+    return out
 
 
 def _per(total: int, count: int) -> float | None:

@@ -30,14 +30,18 @@ class Annotation:
     p_good: list[float] | None = None
     # Per step, why it is unlabeled (None where labeled, or where the method gives no reason).
     unlabeled_reason: list[UnlabeledReason | None] | None = None
+    # Per step, rollouts that could not be graded: left out of mc_total (unknown is not failure).
+    mc_unknown: list[int] | None = None
 
     @classmethod
     def empty(cls, method: str, n_steps: int) -> Annotation:
-        return cls(method, [0] * n_steps, [0] * n_steps, ["none"] * n_steps)
+        return cls(method, [0] * n_steps, [0] * n_steps, ["none"] * n_steps, mc_unknown=[0] * n_steps)
 
     def record(self, result: ProbeResult) -> None:
         self.mc_correct[result.step] = result.correct
-        self.mc_total[result.step] = result.total
+        self.mc_total[result.step] = result.graded
+        if self.mc_unknown is not None:
+            self.mc_unknown[result.step] = result.unknown
         self.label_source[result.step] = "mc"
 
     def record_verdict(self, step: int, status: VerdictStatus) -> None:

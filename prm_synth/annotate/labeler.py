@@ -177,6 +177,7 @@ class _Base:
             mc_values=lab.mc_values,
             mc_correct=ann.mc_correct,
             mc_total=ann.mc_total,
+            mc_unknown=ann.mc_unknown,
             labels=lab.labels,
             label_source=ann.label_source,
             label_rule=rule.rule,

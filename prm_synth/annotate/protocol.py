@@ -44,14 +44,19 @@ class ProbeResult:
     step: int
     correct: int = 0
     total: int = 0
-    unknown: int = 0  # rollouts whose answer could not be graded: counted in total, never as correct
+    unknown: int = 0  # rollouts whose answer could not be graded: in total, never correct, not evidence
     tokens: int = 0  # generated tokens of all rollouts behind this estimate
     # The rollouts themselves, for tree search.
     rollouts: tuple[Rollout, ...] = ()
 
     @property
+    def graded(self) -> int:
+        """Rollouts with a verdict: the evidence (an ungradable rollout is unknown, not a failure)."""
+        return self.total - self.unknown
+
+    @property
     def mc(self) -> float | None:
-        return self.correct / self.total if self.total else None
+        return self.correct / self.graded if self.graded else None
 
 
 # An annotator yields probe lists, receives result lists, and returns its annotation.

@@ -75,6 +75,7 @@ class SchedulerStats:
     engine_calls: int = 0  # batches of requests handed to the engine
     requests: int = 0
     rollouts: int = 0
+    unknown_rollouts: int = 0  # of `rollouts`, those that could not be graded (left out of the evidence)
     generated_tokens: int = 0
     prompt_tokens: int = 0
     probes_asked: int = 0
@@ -379,6 +380,7 @@ class ProbeScheduler:
             est.total += 1
             est.correct += status == "correct"
             est.unknown += status == "unknown"
+            self.stats.unknown_rollouts += status == "unknown"
             est.tokens += completion.generated_tokens
             est.rollouts.append((completion.text, status, completion.generated_tokens))
         self.stats.rollouts += len(result.completions)

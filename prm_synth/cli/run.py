@@ -52,7 +52,7 @@ def _print_summary(summary: RunSummary) -> None:
         ("rejected", f"{summary.rejected} {summary.rejected_by_reason or ''}".strip()),
         ("reconciles", summary.reconciles),
         ("shards", f"{summary.shards} ({run.shards_run} run, {run.shards_skipped} resumed)"),
-        ("rollouts", summary.rollouts),
+        ("rollouts", f"{summary.rollouts} ({summary.unknown_rollouts} ungradable)"),
         (
             "engine requests",
             f"{summary.requests_refused} refused, {run.requests_retried} retried, "
@@ -80,6 +80,8 @@ def _print_summary(summary: RunSummary) -> None:
     typer.echo("\nsummary")
     for key, value in lines:
         typer.echo(f"  {key:<{width}}  {value}")
+    for warning in summary.warnings:
+        typer.echo(f"  warning: {warning}")
 
 
 def run(
