@@ -57,6 +57,7 @@ UnlabeledReason = Literal[
     "undecided_budget",  # the rollout budget ran out before the evidence was clear
     "undecided_uninformative",  # no probe was worth its rollouts
     "undecided_verdict",  # nothing to measure (e.g. ungradable, one step)
+    "undecided_misfit",  # the solution's rollouts contradict the search's model (changepoint)
 ]
 # How a first-error search decides a prefix (annotate/prefix_test.py, the one place that reads it).
 SearchTestName = Literal["fixed", "sprt", "calibrated"]

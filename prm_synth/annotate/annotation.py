@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.schema import LabelSource, UnlabeledReason, VerdictStatus
@@ -32,6 +33,9 @@ class Annotation:
     unlabeled_reason: list[UnlabeledReason | None] | None = None
     # Per step, rollouts that could not be graded: left out of mc_total (unknown is not failure).
     mc_unknown: list[int] | None = None
+    # What a search measured, kept so the labeler can label again once it has pooled a whole shard
+    # (search_test changepoint: a changepoint.Evidence); None for the other methods.
+    evidence: Any = None
 
     @classmethod
     def empty(cls, method: str, n_steps: int) -> Annotation:

@@ -315,6 +315,7 @@ def calibrated_search(
     ann = Annotation.empty("binary", n)
     ev = Evidence.empty(n, final_status)
     spent = 0
+    samples = np.zeros(n, dtype=np.int64)  # rollouts asked per prefix, graded or not
     stop: CalibratedStop = UNDECIDED_VERDICT
     key = key or f"solution-{id(ev)}"
     while True:
@@ -335,9 +336,11 @@ def calibrated_search(
             stop = UNDECIDED_UNINFORMATIVE
             break
         step = j - 1  # prefix j ends at step j-1 (−1: the question alone)
-        (result,) = yield [Probe.of_steps(steps, step, int(ev.total[j]) + b)]
-        spent += max(0, result.total - int(ev.total[j]))
-        ev.correct[j], ev.total[j] = result.correct, result.total
+        # ungradable rollouts are sampled again and left out of the evidence
+        (result,) = yield [Probe.of_steps(steps, step, int(samples[j]) + b)]
+        spent += max(0, result.total - int(samples[j]))
+        samples[j] = result.total
+        ev.correct[j], ev.total[j] = result.correct, result.graded
         if step >= 0:
             ann.record(result)
     _label(ann, post, settings.confidence, stop, final_status)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from prm_synth.annotate.calibration import (
     UNDECIDED_VERDICT,
     labels_from_posterior,
 )
-from prm_synth.annotate.scheduler import Annotator, Probe
+from prm_synth.annotate.protocol import Annotator, Probe
 
 UNDECIDED_MISFIT = "undecided_misfit"  # the solution's evidence contradicts the model: no label is trusted
 __all__ = ["AFTER_ERROR", "UNDECIDED_MISFIT", "Evidence", "Posterior", "Priors", "changepoint_search"]
@@ -51,17 +52,21 @@ S_GRID = np.array(
     [0.002, 0.02, 0.05, 0.09, 0.14, 0.2, 0.26, 0.33, 0.4, 0.47, 0.54, 0.61, 0.68, 0.75, 0.81, 0.86]
     + [0.9, 0.935, 0.96, 0.98, 0.993]
 )
-P_GRID = np.array([0.003, 0.01, 0.02, 0.04, 0.07, 0.11, 0.16, 0.23, 0.32, 0.45, 0.6])  # shapes of the error-position prior
-import os
-JUMP = float(os.environ.get("CP_JUMP", 0.1))  # chance that the clean curve moves up between two adjacent prefixes
-JUMP_DECAY = float(os.environ.get("CP_DECAY", 0.5))
-TEMPER = float(os.environ.get("CP_TEMPER", 1.0))
+P_GRID = np.array(
+    [0.003, 0.01, 0.02, 0.04, 0.07, 0.11, 0.16, 0.23, 0.32, 0.45, 0.6]
+)  # shapes of the error-position prior
+# The clean curve's prior: it moves up between two adjacent prefixes with chance JUMP, by k grid
+# levels with weight JUMP_DECAY ** k. Flat stretches and small rises are likelier than big leaps, so
+# a lower rate after a higher one reads as an error, not as noise of a steep curve (measured: a
+# steeper prior cost bad-label precision in the hard-step worlds of benchmarks/fidelity.py).
+JUMP = 0.1
+JUMP_DECAY = 0.5
 _LOG_Q = np.log(Q_GRID)
 _LOG_1Q = np.log1p(-Q_GRID)
 # Rollouts of one prefix share more than their rate (the prefix's own wording, a recent error the
 # policy may notice): each prefix's rate varies around its curve or luck value as Beta(K m, K (1 - m)),
 # so counts are beta-binomial. One fluke prefix then cannot outvote the rest.
-K = float(os.environ.get("CP_K", 20.0))
+K = 20.0
 MAX_COUNT = 4096
 
 
@@ -85,6 +90,8 @@ def _loglik(hit: np.ndarray, miss: np.ndarray, c: np.ndarray, f: np.ndarray) -> 
     c = np.minimum(c, MAX_COUNT)
     f = np.minimum(f, MAX_COUNT - c)
     return hit[c] + miss[f] - _K_ALL[c + f][:, None]
+
+
 _ALLOWED = S_GRID[None, :] >= Q_GRID[:, None] * 0.999  # [q, s]: a clean rate is never below luck
 
 
@@ -137,6 +144,7 @@ class Evidence:
     correct: np.ndarray
     graded: np.ndarray
     verdict: str  # correct | incorrect | unknown
+    stop: str = ""  # why the search stopped (its reason for steps it left undecided)
 
     @classmethod
     def empty(cls, n: int, verdict: str) -> Evidence:
@@ -146,7 +154,7 @@ class Evidence:
         c, g = self.correct.copy(), self.graded.copy()
         c[j] += correct
         g[j] += graded
-        return Evidence(self.n, c, g, self.verdict)
+        return Evidence(self.n, c, g, self.verdict, self.stop)
 
 
 class Posterior:
@@ -209,24 +217,31 @@ class Posterior:
     def uncertainty(self) -> float:
         return float(_entropy(self.p_good).sum())
 
-    def misfit(self, threshold: float) -> bool:
-        """Posterior predictive check: the best (e, q, curve) against a free rate per probed prefix.
-
-        The deviance 2 (saturated - best) log-likelihood grows like a chi-square with about one degree
-        of freedom per probed prefix beyond the model's few; far above that, the model does not hold
-        for this solution."""
+    def misfit(self, level: float) -> bool:
+        """Posterior predictive check, leave one out: each probed prefix's count against what the
+        model predicts for it from everything else. A count at least as unlikely as the observed one
+        has predictive probability p_j; the model fails this solution when min p_j < level / probes
+        (Bonferroni), e.g. a prefix after the error that reaches the answer far more often than luck
+        allows, or a clean stretch that falls and rises again."""
         ev = self.evidence
-        probed = ev.graded > 0
-        if probed.sum() < 3:
+        probed = np.flatnonzero(ev.graded > 0)
+        if len(probed) < 3:
             return False
-        c, g = ev.correct[probed].astype(float), ev.graded[probed].astype(float)
-        rate = c / g
-        return False  # TODO
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sat = np.nansum(c * np.log(np.where(rate > 0, rate, 1.0)) + (g - c) * np.log(np.where(rate < 1, 1 - rate, 1.0)))
-        best = float(np.max(self.loglik[np.isfinite(self.loglik)])) if np.isfinite(self.loglik).any() else -np.inf
-        dof = max(1, int(probed.sum()) - 2)
-        return 2.0 * (sat - best) > threshold + 2.0 * dof
+        for j in probed:
+            g, c = int(ev.graded[j]), int(ev.correct[j])
+            rest = ev.plus(j, -c, -g)
+            priors = self.priors
+            base = Posterior(rest, priors).log_evidence
+            pmf = np.array(
+                [
+                    math.exp(_log_comb(g, k) + Posterior(rest.plus(j, k, g), priors).log_evidence - base)
+                    for k in range(g + 1)
+                ]
+            )
+            pmf /= pmf.sum()
+            if pmf[pmf <= pmf[c] * (1 + 1e-9)].sum() < level / len(probed):
+                return True
+        return False
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
@@ -269,19 +284,25 @@ def best_probe(post: Posterior, priors: Priors, batch: int, room: int, cap: int)
 
 @dataclass(frozen=True)
 class ChangepointSettings:
+    """The search's knobs; `of(config)` reads them from a binary annotate config."""
+
     confidence: float = 0.9
     max_rollouts: int = 56  # per solution: with the sampled solution, under 60 samples a question
     batch: int = 4  # rollouts a probe asks for
     prefix_cap: int = 16  # graded rollouts one prefix may take
     min_gain: float = 0.01  # bits of label uncertainty a rollout must be expected to remove
-    misfit_threshold: float = 12.0  # deviance above 2 per degree of freedom that flags a misfit
+    misfit_level: float = 0.01  # the predictive check's false-alarm rate for a solution the model fits
+
+    @classmethod
+    def of(cls, config: Any) -> ChangepointSettings:
+        return cls(confidence=config.confidence, max_rollouts=config.changepoint_max_rollouts)
 
 
 def changepoint_search(
     steps: list[str], final_status: str, settings: ChangepointSettings, priors: Priors | None = None
 ) -> Annotator[Annotation]:
     """Probe the most informative prefix until every step is decided, the budget is spent, or no
-    probe is worth its rollouts; the evidence goes into `ann.extra["evidence"]` so the labeler can
+    probe is worth its rollouts; the evidence goes into `ann.evidence` so the labeler can
     label again under the shard's pooled priors (`relabel`)."""
     priors = priors or Priors()
     n = len(steps)
@@ -313,7 +334,8 @@ def changepoint_search(
         ev.graded[j] = result.total - result.unknown
         if j >= 1:
             ann.record(result)
-    ann.extra |= {"stop": stop, "evidence": ev, "root": (int(ev.correct[0]), int(ev.graded[0]))}
+    ev.stop = stop
+    ann.evidence = ev
     label(ann, post, settings, stop, final_status)
     return ann
 
@@ -321,7 +343,7 @@ def changepoint_search(
 def label(ann: Annotation, post: Posterior, settings: ChangepointSettings, stop: str, final_status: str) -> None:
     """Labels, sources, reasons and p_good from a posterior (again after pooling: `relabel`)."""
     n = len(ann.label_source)
-    if post.misfit(settings.misfit_threshold):
+    if post.misfit(settings.misfit_level):
         undecided = UNDECIDED_MISFIT
         lab_labels: list[bool | None] = [None] * n
         reasons: list[str | None] = [UNDECIDED_MISFIT] * n
@@ -341,10 +363,11 @@ def label(ann: Annotation, post: Posterior, settings: ChangepointSettings, stop:
             ann.decide(i, lbl, "verdict")
         else:
             ann.decide(i, lbl, "test" if measured else "inferred")
-    ann.extra["boundary"] = next((i for i, x in enumerate(lab_labels) if x is False), -1)
 
 
-def pool_priors(evidence: Sequence[Evidence], base: Priors | None = None, rounds: int = 8, strength: float = 8.0) -> Priors:
+def pool_priors(
+    evidence: Sequence[Evidence], base: Priors | None = None, rounds: int = 8, strength: float = 8.0
+) -> Priors:
     """The shard's priors on luck and on the error-position shapes, estimated from every solution's
     evidence at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a
     small shard from collapsing onto a few grid points). Depends on the set of evidence only, not on
@@ -364,13 +387,11 @@ def pool_priors(evidence: Sequence[Evidence], base: Priors | None = None, rounds
     return priors
 
 
-def relabel(anns: Sequence[Annotation], settings: ChangepointSettings, final_statuses: Sequence[str]) -> Priors:
+def relabel(anns: Sequence[Annotation], settings: ChangepointSettings) -> Priors:
     """Label every annotation again under the priors pooled from all of them (the shard's)."""
-    evidence = [a.extra["evidence"] for a in anns]
+    anns = [a for a in anns if isinstance(a.evidence, Evidence)]
+    evidence = [a.evidence for a in anns]
     priors = pool_priors(evidence)
-    for ann, ev, status in zip(anns, evidence, final_statuses, strict=True):
-        label(ann, Posterior(ev, priors), settings, ann.extra["stop"], status)
-        ann.extra["luck_rate"] = float((priors.q * Q_GRID).sum())
-    if os.environ.get("CP_DEBUG"):
-        print("pooled q", np.round(priors.q, 3), "p", np.round(priors.p, 3))
+    for ann, ev in zip(anns, evidence, strict=True):
+        label(ann, Posterior(ev, priors), settings, ev.stop, ev.verdict)
     return priors

@@ -21,12 +21,12 @@ from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.calibration import RunEstimates
-from prm_synth.annotate.changepoint import ChangepointSettings, relabel
+from prm_synth.annotate.changepoint import relabel
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
 from prm_synth.annotate.omega_tree import tree_to_json
-from prm_synth.annotate.prefix_test import make_test
+from prm_synth.annotate.prefix_test import ChangepointTest, make_test
 from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.scheduler import (
     JobsAfter,
@@ -243,15 +243,7 @@ class SolutionLabeler(_Base):
         sampled = Sampled()
         for problem in problems:  # input order, whatever order the annotators finished in
             sampled += by_problem[problem.id]
-        a = self.annotate
-        if isinstance(a, BinaryConfig) and a.search_test == "changepoint":
-            settings = ChangepointSettings(confidence=a.confidence, max_rollouts=a.changepoint_max_rollouts)
-            searched = [
-                s
-                for s in sampled.solutions
-                if isinstance(annotations.get(s.id), Annotation) and "evidence" in annotations[s.id].extra
-            ]
-            relabel([annotations[s.id] for s in searched], settings, [s.verdict.status for s in searched])
+        self._pool([s for s in sampled.solutions if isinstance(annotations[s.id], Annotation)], annotations)
         records, rejected = [], []
         for s in sampled.solutions:
             ann = annotations[s.id]
@@ -263,6 +255,9 @@ class SolutionLabeler(_Base):
                 self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, spend.rollouts, spend.tokens + s.tokens)
             )
         return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled)
+
+    def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
+        """After every search of the shard is done, in input order: what a method learns from all of them."""
 
     def _job(self, s: Solution) -> SolutionJob[Annotation]:
         return SolutionJob(
@@ -316,6 +311,14 @@ class BinaryLabeler(SolutionLabeler):
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         a = self.annotate
         return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), self.estimates, key)
+
+    def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
+        """search_test changepoint: label every solution again under the priors pooled from the whole
+        shard. Done once all searches are finished, over the set of them, so no row depends on the
+        order they finished in (run.max_in_flight, batch sizes) or on other shards."""
+        test = make_test(self.annotate)
+        if isinstance(test, ChangepointTest):
+            relabel([annotations[s.id] for s in solutions], test.settings)
 
     def budget_line(self) -> str:
         return f"first-error search per solution, {make_test(self.annotate).describe()}"

@@ -99,7 +99,7 @@ class PrefixTree(nx.DiGraph):
     def set_measurement(self, node: int, result: ProbeResult) -> None:
         self.nodes[node].update(
             correct=result.correct,
-            total=result.total,
+            total=result.graded,  # the evidence: ungradable rollouts are counted apart, never as failures
             unknown=result.unknown,
             tokens=result.tokens,
             mc=result.mc,
@@ -168,13 +168,13 @@ def _flatten(tree: nx.DiGraph, node_path: list[int]) -> OmegaPath:
     leaf = tree.nodes[node_path[-1]]
     steps = list(leaf["steps"])
     n = len(steps)
-    correct, total, source = [0] * n, [0] * n, ["none"] * n
+    correct, total, unknown, source = [0] * n, [0] * n, [0] * n, ["none"] * n
     for node_id in node_path:
         node = tree.nodes[node_id]
         i = len(node["steps"]) - 1
-        correct[i], total[i] = node["correct"], node["total"]
+        correct[i], total[i], unknown[i] = node["correct"], node["total"], node.get("unknown", 0)
         source[i] = "verdict" if node["kind"] == "rollout" else "mc"
-    ann = Annotation(METHOD, correct, total, source)
+    ann = Annotation(METHOD, correct, total, source, mc_unknown=unknown)
     for node_id in node_path:
         node = tree.nodes[node_id]
         if node.get("decided") is not None:

@@ -1,5 +1,5 @@
 """The test that decides one prefix good or bad from its rollouts: the only place that knows the
-`search_test` choices (`fixed`, `sprt`, `calibrated`).
+`search_test` choices (`fixed`, `sprt`, `calibrated`, `changepoint`).
 
 Both first-error searches (binary search in `search.py`, OmegaPRM's bisection in `omega.py`) ask
 `make_test(config)` for their test and run `decide` with it. A test answers two questions:
@@ -18,6 +18,12 @@ The choices:
   pooled luck and difficulty estimates. For a solution it is a search of its own (it picks the
   prefix to probe: `calibration.calibrated_search`); inside OmegaPRM's bisection it decides one
   prefix at a time (`PosteriorTest`).
+- `changepoint` (the default of the binary method): a change-point posterior that assumes little
+  (a monotone clean curve, each solution's own luck; `changepoint.py`) with priors pooled per shard
+  once every search is done. A search of its own, like `calibrated`.
+
+Rollouts that could not be graded are not evidence: a test sees the graded ones only, and asks for
+more samples until it has what it wants (giving up on a prefix whose rollouts are mostly ungradable).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from prm_synth.annotate.calibration import Posterior, SearchSettings
+from prm_synth.annotate.changepoint import ChangepointSettings
 from prm_synth.annotate.protocol import Probe, ProbeResult
 from prm_synth.config import BinaryConfig, OmegaConfig
 from prm_synth.schema import LabelSource
@@ -182,7 +189,35 @@ class CalibratedTest:
         )
 
 
-SearchTest = FixedTest | SequentialTest | CalibratedTest
+@dataclass(frozen=True)
+class ChangepointTest:
+    """search_test changepoint: the robust change-point posterior decides (see the module docstring)."""
+
+    settings: ChangepointSettings
+    source: LabelSource = "test"
+
+    def describe(self) -> str:
+        s = self.settings
+        return (
+            f"a change-point posterior with a monotone clean curve and per-solution luck (labels at confidence "
+            f"{s.confidence}; at most {s.max_rollouts} rollouts a solution; priors pooled per shard)"
+        )
+
+    def card_text(self) -> str:
+        s = self.settings
+        return (
+            "First-error search under a change-point model that assumes little: a clean prefix's chance to reach "
+            "the answer never falls as the prefix grows (no curve shape assumed), a prefix holding the error "
+            "reaches it at the solution's own luck rate (a shard-wide prior, up to 0.94), and rollouts of one prefix "
+            "may share their fortune (beta-binomial counts). Every step gets its posterior probability of being "
+            "still correct (p_good); the search probes the prefix whose rollouts most reduce the label "
+            f"uncertainty and labels a step at confidence {s.confidence}, within {s.max_rollouts} rollouts a "
+            "solution. Steps it cannot decide stay unlabeled with the reason; a solution whose rollouts contradict "
+            "the model is left unlabeled (`undecided_misfit`); ungradable rollouts are not evidence."
+        )
+
+
+SearchTest = FixedTest | SequentialTest | CalibratedTest | ChangepointTest
 
 
 def _bisection_text(test: FixedTest | SequentialTest) -> str:
@@ -202,12 +237,15 @@ def make_test(config: BinaryConfig | OmegaConfig) -> SearchTest:
         return SequentialTest.of(
             config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
         )
+    if config.search_test == "changepoint" and isinstance(config, BinaryConfig):
+        return ChangepointTest(ChangepointSettings.of(config))
     if config.search_test == "calibrated":
         settings = SearchSettings(config.confidence, config.calibrated_max_rollouts, config.calibrated_min_gain)
         return CalibratedTest(settings, batch=max(config.probe_batch, 3), max_rollouts=config.probe_max_rollouts)
     raise ValueError(f"unknown search_test {config.search_test!r}")
 
 
+UNGRADABLE_GIVE_UP = 16  # ungradable rollouts of one prefix (and twice its graded ones) end its test
 Measure = Callable[[int], Generator[list[Probe], list[ProbeResult], ProbeResult | None]]
 
 
@@ -221,16 +259,17 @@ def decide(
     for `want` rollouts in total and returns the new measurement: fewer than `want` when a budget
     cut it short, None when no rollout fits."""
     while True:
-        total = have.total if have else 0
-        verdict = test.verdict(have.correct if have else 0, total)
+        total = have.total if have else 0  # samples, graded or not
+        graded = have.graded if have else 0
+        verdict = test.verdict(have.correct if have else 0, graded)
         if verdict is not None and have is not None:
             return verdict, have
-        want = test.want(total)
-        if want is None:
-            return None
-        have = yield from measure(want)
+        want = test.want(graded)
+        if want is None or (have is not None and have.unknown >= UNGRADABLE_GIVE_UP and have.unknown > 2 * graded):
+            return None  # the test gives up, or the prefix's rollouts are mostly ungradable
+        have = yield from measure(total + want - graded)  # ungradable ones are sampled again
         if have is None or have.total == total:
             return None
-        if have.total < want:  # cut by the budget: no more rollouts will come
-            verdict = test.verdict(have.correct, have.total, final=True)
+        if have.total < total + want - graded:  # cut by the budget: no more rollouts will come
+            verdict = test.verdict(have.correct, have.graded, final=True)
             return None if verdict is None else (verdict, have)

@@ -15,8 +15,17 @@ from collections.abc import Generator
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.calibration import RunEstimates, calibrated_search
+from prm_synth.annotate.changepoint import changepoint_search
 from prm_synth.annotate.mc import per_step_mc
-from prm_synth.annotate.prefix_test import CalibratedTest, FixedTest, SearchTest, SequentialTest, decide, make_test
+from prm_synth.annotate.prefix_test import (
+    CalibratedTest,
+    ChangepointTest,
+    FixedTest,
+    SearchTest,
+    SequentialTest,
+    decide,
+    make_test,
+)
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
 from prm_synth.config import BinaryConfig
 from prm_synth.schema import VerdictStatus
@@ -36,7 +45,8 @@ def decide_step(
 
     # Always asked afresh: an earlier estimate of the same prefix (the scheduler's) may hold more.
     decision = yield from decide(test, None, measure)
-    assert decision is not None  # no budget here: a bisection test always reaches a verdict
+    if decision is None:  # no budget here: only a prefix whose rollouts are mostly ungradable ends so
+        return ann.mc_correct[step] > 0 if step >= 0 else True
     return decision[0]
 
 
@@ -88,6 +98,10 @@ def first_error_search(
 
     verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
     trusted. `method` names the annotation's method."""
+    if isinstance(test, ChangepointTest):
+        ann = yield from changepoint_search(steps, final_status, test.settings)
+        ann.method = method
+        return ann
     if isinstance(test, CalibratedTest):
         ann = yield from calibrated_search(steps, final_status, test.settings, estimates, key)
         ann.method = method
