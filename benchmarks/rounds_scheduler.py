@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prm_synth.annotate.protocol import Probe
-from prm_synth.annotate.scheduler import JobsAfter, ProbeScheduler, SolutionJob, T, _Key, _Pending
+from prm_synth.annotate.scheduler import JobsAfter, ProbeScheduler, SolutionJob, T, _Key, _Pending, _Sent
 
 
 class RoundsScheduler(ProbeScheduler):
@@ -91,14 +91,15 @@ class RoundsScheduler(ProbeScheduler):
         keys = list(need)
         for start in range(0, len(keys), self.max_batch_requests):
             chunk = keys[start : start + self.max_batch_requests]
-            requests = [self._request(need[k][0], k[1], need[k][1], self._have(k)) for k in chunk]
+            sent = [_Sent(k, need[k][0], need[k][1], self._have(k)) for k in chunk]
+            requests = [self._request(s.job, s.key[1], s.n, s.first) for s in sent]
             futures = self.stream.submit_all(requests)
             self.stats.engine_calls += 1
             self.stats.requests += len(chunk)
             while not self.stream.wait(futures, timeout=self._until_report(), all_of=True):
                 self._report()
-            for key, future in zip(chunk, futures, strict=True):
-                self._absorb(key, need[key][0], future.result(), need[key][1])
+            for s, future in zip(sent, futures, strict=True):
+                self._absorb(s, future.result())
             self._report()
 
     def _have(self, key: _Key) -> int:

@@ -80,10 +80,12 @@ def test_every_annotate_config_has_one_labeler_of_its_method():
         assert (labeler.method,) == typing.get_args(config_class.model_fields["method"].annotation)
 
 
-def test_the_default_card_text_describes_the_calibrated_search():
-    labeler = make_labeler(validate_config(SIM))  # binary + calibrated
-    assert "calibrated" in labeler.card_text().lower() and "p_good" in labeler.card_text()
-    assert "calibrated posterior" in labeler.budget_line()
+def test_the_default_card_text_describes_the_changepoint_search():
+    labeler = make_labeler(validate_config(SIM))  # binary + changepoint
+    assert "change-point" in labeler.card_text() and "p_good" in labeler.card_text()
+    assert "change-point posterior" in labeler.budget_line()
+    calibrated = make_labeler(validate_config(SIM | {"annotate": {"method": "binary", "search_test": "calibrated"}}))
+    assert "calibrated posterior" in calibrated.budget_line()
     sprt = make_labeler(validate_config(SIM | {"annotate": {"method": "binary", "search_test": "sprt"}}))
     assert "Binary search" in sprt.card_text() and "sequential test" in sprt.budget_line()
 

@@ -276,7 +276,7 @@ def test_streaming_never_takes_longer_than_rounds(lengths, rounds):
 
 # ---------------------------------------------------------------- binary search on the simulated policy
 def simulated_jobs(policy: SimulatedPolicy, count: int) -> list[SolutionJob]:
-    config = BinaryConfig(method="binary", probe_batch=2)
+    config = BinaryConfig(method="binary", search_test="sprt", probe_batch=2)
     jobs = []
     for i in range(count):
         chain = make_chain(random.Random(f"stream-test:{i}"), 4, 12)

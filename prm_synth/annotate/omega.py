@@ -220,7 +220,7 @@ class OmegaSearch:
         new = min(want - have_total, room)
         if new <= 0:
             return None
-        # The scheduler reads k as "at least k in total": asking have_total + new draws `new` at most.
+        # The scheduler reads k as "the first k samples": asking have_total + new draws `new` at most.
         (result,) = yield [Probe(prefix, have_total + new, step)]
         self.spent += new
         self._known[prefix] = result

@@ -22,7 +22,7 @@ Rollout = tuple[str, VerdictStatus, int]
 
 @dataclass(frozen=True)
 class Probe:
-    """Estimate `prefix` (the assistant text so far) with at least `k` rollouts in total.
+    """Estimate `prefix` (the assistant text so far) with its first `k` rollouts (samples 0..k-1).
 
     `step` is the annotator's own tag (e.g. the index of the prefix's last step), echoed back.
     """
@@ -39,7 +39,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """The answer to one probe: everything measured of its prefix so far (at least the k asked)."""
+    """The answer to one probe: the first k samples of its prefix, exactly (shared with other probes of it, never more: rows must not depend on who asked first)."""
 
     step: int
     correct: int = 0

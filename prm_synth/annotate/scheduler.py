@@ -100,16 +100,37 @@ class Spend:
 
 @dataclass
 class _Estimate:
-    """Everything measured of one prefix so far (the accumulator; annotators get frozen copies)."""
+    """Everything measured of one prefix so far, by sample index (the accumulator).
 
-    correct: int = 0
-    total: int = 0
-    unknown: int = 0
-    tokens: int = 0
-    rollouts: list[Rollout] = field(default_factory=list)
+    A probe for k rollouts is answered with samples 0..k-1 exactly, whatever else other annotators
+    have asked of the same prefix and in whatever order the requests came back: with a
+    deterministic policy, a row then does not depend on max_in_flight, batch sizes or timing."""
 
-    def answer(self, step: int) -> ProbeResult:
-        return ProbeResult(step, self.correct, self.total, self.unknown, self.tokens, tuple(self.rollouts))
+    samples: dict[int, Rollout] = field(default_factory=dict)  # sample index -> rollout
+    asked_by: dict[int, str] = field(default_factory=dict)  # sample index -> key of the job that asked
+    read_by: dict[str, int] = field(default_factory=dict)  # job key -> how many samples it read
+
+    @property
+    def total(self) -> int:
+        return len(self.samples)
+
+    def ready(self) -> int:
+        """How many samples from index 0 on are back without a gap."""
+        n = 0
+        while n in self.samples:
+            n += 1
+        return n
+
+    def answer(self, step: int, k: int) -> ProbeResult:
+        rollouts = tuple(self.samples[i] for i in range(min(k, self.ready())))
+        return ProbeResult(
+            step,
+            correct=sum(status == "correct" for _, status, _ in rollouts),
+            total=len(rollouts),
+            unknown=sum(status == "unknown" for _, status, _ in rollouts),
+            tokens=sum(tokens for _, _, tokens in rollouts),
+            rollouts=rollouts,
+        )
 
 
 ProgressCallback = Callable[[ProgressSnapshot], None]
@@ -130,6 +151,7 @@ class _Sent:
     key: _Key
     job: SolutionJob[Any]  # the annotator whose probe caused it (its spend)
     n: int
+    first: int  # the first sample index it asked for
 
 
 class ProbeScheduler:
@@ -165,6 +187,7 @@ class ProbeScheduler:
         # (problem_key, prefix text) -> accumulated estimate; lives for one run of the scheduler.
         self._estimates: dict[_Key, _Estimate] = {}
         # Per-job spend: rollouts and tokens that this job's probes caused.
+        # (`rollouts` is settled when the run ends: see `_settle_rollouts`.)
         self.spend: dict[str, Spend] = {}
         # samples asked and not back yet, who waits for which prefix, requests out
         self._inflight: dict[_Key, int] = {}
@@ -202,6 +225,7 @@ class ProbeScheduler:
         finally:
             # a run that ends early (an engine error, a consumer that stops) leaves requests out
             self.stream.give_up([*self._sent, *self._deferred])
+            self._settle_rollouts()
             self.stats.seconds = time.perf_counter() - self._started
             self.stats.engine = EngineTelemetry.window(engine_start, self.telemetry.totals())
             self._report(finished=True)
@@ -289,7 +313,7 @@ class ProbeScheduler:
             else:
                 n = probe.k - have - coming
                 self._inflight[key] = coming + n
-                self._unsent.append((self._request(job, key[1], n, have + coming), _Sent(key, job, n)))
+                self._unsent.append((self._request(job, key[1], n, have + coming), _Sent(key, job, n, have + coming)))
             if pending.need.get(key, 0) < probe.k:
                 if key not in pending.need:
                     self._waiters.setdefault(key, []).append(pending)
@@ -324,12 +348,12 @@ class ProbeScheduler:
                 continue
             if error is not None:
                 raise error
-            self._absorb(sent.key, sent.job, future.result(), sent.n)
+            self._absorb(sent, future.result())
             still = []
             for pending in self._waiters.pop(sent.key, []):
                 if pending.job.key in self._failed:
                     continue
-                if self._estimates[sent.key].total >= pending.need[sent.key]:
+                if self._estimates[sent.key].ready() >= pending.need[sent.key]:
                     del pending.need[sent.key]
                     if not pending.need:
                         self._resumable.append(pending)
@@ -369,20 +393,18 @@ class ProbeScheduler:
             first_sample_index=first_sample_index,
         )
 
-    def _absorb(self, key: _Key, job: SolutionJob[Any], result: GenerationResult, asked: int) -> None:
+    def _absorb(self, sent: _Sent, result: GenerationResult) -> None:
         """Grade a request's rollouts into the prefix's estimate; charge them to the job that asked."""
-        if len(result.completions) != asked:
-            raise RuntimeError(f"engine returned {len(result.completions)} completions, asked {asked}")
+        key, job = sent.key, sent.job
+        if len(result.completions) != sent.n:
+            raise RuntimeError(f"engine returned {len(result.completions)} completions, asked {sent.n}")
         est = self._estimates.setdefault(key, _Estimate())
-        for completion in result.completions:
+        for i, completion in enumerate(result.completions):
             truncated = is_truncated(completion.finish_reason)  # cut by max_tokens: never correct
             status = "unknown" if truncated else self.grader(key[1] + completion.text, job.gold)
-            est.total += 1
-            est.correct += status == "correct"
-            est.unknown += status == "unknown"
             self.stats.unknown_rollouts += status == "unknown"
-            est.tokens += completion.generated_tokens
-            est.rollouts.append((completion.text, status, completion.generated_tokens))
+            est.samples[sent.first + i] = (completion.text, status, completion.generated_tokens)
+            est.asked_by[sent.first + i] = job.key
         self.stats.rollouts += len(result.completions)
         self.stats.generated_tokens += result.generated_tokens
         self.stats.prompt_tokens += result.prompt_tokens
@@ -391,7 +413,22 @@ class ProbeScheduler:
         spend.tokens += result.generated_tokens + result.prompt_tokens
 
     def _result(self, job: SolutionJob[Any], probe: Probe) -> ProbeResult:
-        return self._estimates[(job.problem_key, probe.prefix)].answer(probe.step)
+        est = self._estimates[(job.problem_key, probe.prefix)]
+        est.read_by[job.key] = max(est.read_by.get(job.key, 0), probe.k)
+        return est.answer(probe.step, probe.k)
+
+    def _settle_rollouts(self) -> None:
+        """Charge each sample of a shared prefix to the first job (by key) that read it, not to whichever
+        asked first: which job asks first depends on timing, so rows' `rollouts` would depend on
+        max_in_flight and batch sizes. Samples nobody read stay with the job that asked."""
+        charged: dict[str, int] = {}
+        for est in self._estimates.values():
+            readers = sorted(est.read_by)
+            for i, asker in est.asked_by.items():
+                payer = next((job for job in readers if est.read_by[job] > i), asker)
+                charged[payer] = charged.get(payer, 0) + 1
+        for key, spend in self.spend.items():
+            spend.rollouts = charged.get(key, 0)
 
     def snapshot(self, finished: bool = False) -> ProgressSnapshot:
         elapsed = time.perf_counter() - self._started if self._started else 0.0

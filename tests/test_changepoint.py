@@ -1,0 +1,159 @@
+"""The changepoint search (the binary method's default): its posterior, its search, unknown rollouts,
+the model check, and rows that do not depend on how a run is executed."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prm_synth import arithmetic
+from prm_synth.annotate.changepoint import (
+    UNDECIDED_MISFIT,
+    ChangepointSettings,
+    Evidence,
+    Posterior,
+    Priors,
+    changepoint_search,
+    pool_priors,
+)
+from prm_synth.annotate.labeler import make_labeler
+from prm_synth.annotate.protocol import ProbeResult
+from prm_synth.config import validate_config
+from prm_synth.engines.simulated import SimulatedPolicy
+from prm_synth.problems import iter_problems
+from prm_synth.schema import Problem
+
+# A world that breaks the old model: one hard step, luck per problem, ungradable rollouts, step drift.
+MIXED = {
+    "problems": {"kind": "builtin", "count": 16, "min_ops": 6, "max_ops": 12},
+    "policy": {
+        "kind": "simulated",
+        "step_error": 0.03,
+        "hard_step_error": 0.4,
+        "recover_range": [0.0, 0.5],
+        "recover_in_sample": True,
+        "ungradable": 0.15,
+        "step_drift": 0.1,
+    },
+    "sampling": {"samples_per_problem": 2},
+    "steps": {"strategy": "line"},
+    "annotate": {"method": "binary"},
+}
+
+
+def _records(run: dict[str, int]):
+    config = validate_config(MIXED | {"run": run})
+    problems = [p for p in iter_problems(config.problems) if isinstance(p, Problem)]
+    return make_labeler(config).label(SimulatedPolicy(config.policy), problems)
+
+
+def test_the_default_binary_method_is_the_changepoint_search():
+    assert validate_config(MIXED).annotate.search_test == "changepoint"
+
+
+def test_rows_do_not_depend_on_in_flight_or_batch_knobs():
+    wide = _records({"max_in_flight": 64, "max_batch_requests": 256})
+    narrow = _records({"max_in_flight": 2, "max_batch_requests": 3})
+    # every column but `tokens`: it counts each engine request's prompt once, and how a prefix's
+    # samples were split into requests depends on who asked first (rollouts are charged order-free)
+    rows = [[r.to_row() | {"tokens": None} for r in result.records] for result in (wide, narrow)]
+    assert rows[0] == rows[1]
+    assert len(wide.records) == 32
+
+
+def test_ungradable_rollouts_are_counted_apart_and_reported():
+    result = _records({"max_in_flight": 64, "max_batch_requests": 256})
+    unknown = sum(sum(r.mc_unknown) for r in result.records)
+    assert unknown > 0 and result.stats.unknown_rollouts >= unknown
+    for r in result.records:
+        assert all(v is None or 0.0 <= v <= 1.0 for v in r.mc_values)
+        for c, t, v in zip(r.mc_correct, r.mc_total, r.mc_values, strict=True):
+            assert c <= t and (v is None if t == 0 else v == c / t)
+
+
+def test_labels_of_the_mixed_world_are_mostly_right():
+    rows = _records({"max_in_flight": 64, "max_batch_requests": 256}).records
+    right = wrong = 0
+    for r in rows:
+        truth = arithmetic.true_first_error(r.steps)
+        for i, label in enumerate(r.labels):
+            if label is not None:
+                good = truth < 0 or i < truth
+                right += label == good
+                wrong += label != good
+    assert right > 5 * wrong and right > 50
+
+
+def _drive(steps: list[str], status: str, rate_of) -> object:
+    """Run the search against a stand-in whose prefix j succeeds at rate_of(j), unknown every 4th."""
+    search = changepoint_search(steps, status, ChangepointSettings())
+    probes = next(search)
+    rng = np.random.default_rng(0)
+    try:
+        while True:
+            out = []
+            for probe in probes:
+                j = probe.step + 1
+                total = probe.k
+                unknown = total // 4
+                correct = int(rng.binomial(total - unknown, rate_of(j)))
+                out.append(ProbeResult(probe.step, correct, total, unknown))
+            probes = search.send(out)
+    except StopIteration as stop:
+        return stop.value
+
+
+def test_the_search_finds_a_clear_error_and_never_counts_unknown_as_failure():
+    steps = [f"step {i}\n" for i in range(12)]
+    ann = _drive(steps, "incorrect", lambda j: 0.9 if j <= 7 else 0.0)  # step 7 is the first error
+    assert ann.p_good is not None
+    first_bad = next(i for i in range(12) if ann.decided.get(i) is False)
+    assert first_bad == 7
+    assert all(ann.decided.get(i) is True for i in range(7) if i in ann.decided)
+    assert sum(ann.mc_unknown) > 0
+    assert all(t + u > 0 for t, u in zip(ann.mc_total, ann.mc_unknown, strict=True) if t)
+
+
+def test_a_solution_that_contradicts_the_model_is_left_unlabeled():
+    # after a clear drop to 0, a prefix reaches the answer every time: no luck rate explains both
+    ev = Evidence.empty(10, "incorrect")
+    for j, (c, g) in {0: (8, 8), 3: (0, 12), 4: (0, 12), 6: (12, 12), 8: (0, 12)}.items():
+        ev.correct[j], ev.graded[j] = c, g
+    assert Posterior(ev, Priors()).misfit(0.01)
+    from prm_synth.annotate.annotation import Annotation
+    from prm_synth.annotate.changepoint import label
+
+    ann = Annotation.empty("binary", 10)
+    label(ann, Posterior(ev, Priors()), ChangepointSettings(), "decided", "incorrect")
+    assert set(ann.unlabeled_reason) == {UNDECIDED_MISFIT} and not ann.decided
+
+
+def test_pooled_priors_depend_on_the_set_of_evidence_not_its_order():
+    evs = []
+    for k in range(6):
+        ev = Evidence.empty(8, "incorrect")
+        ev.correct[0], ev.graded[0] = 3 + k % 3, 8
+        ev.correct[5], ev.graded[5] = k % 2, 8
+        evs.append(ev)
+    a, b = pool_priors(evs), pool_priors(list(reversed(evs)))
+    assert np.allclose(a.q, b.q) and np.allclose(a.p, b.p)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 25),
+    counts=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), min_size=25, max_size=25),
+    verdict=st.sampled_from(["correct", "incorrect", "unknown"]),
+)
+def test_p_good_is_a_non_increasing_probability_for_any_evidence(n, counts, verdict):
+    ev = Evidence.empty(n, verdict)
+    for j in range(n):
+        c, extra = counts[j]
+        ev.correct[j], ev.graded[j] = c, c + extra
+    post = Posterior(ev, Priors())
+    assert np.all(post.p_good >= 0) and np.all(post.p_good <= 1)
+    assert np.all(np.diff(post.p_good) <= 1e-12)
+    assert abs(post.joint.sum() - 1.0) < 1e-9
+    if verdict == "incorrect":
+        assert post.p_good[-1] < 1e-9  # an incorrect solution holds an error somewhere
