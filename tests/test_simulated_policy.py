@@ -120,3 +120,49 @@ def test_in_sample_recovery_makes_lucky_solutions_at_the_configured_rate():
         first = arithmetic.true_first_error(steps)
         for i in range(first, len(steps) - 1):
             assert arithmetic.last_value("".join(steps[: i + 1])) != p.values()[i]
+
+
+def _world(**kw: object) -> SimulatedPolicy:
+    return SimulatedPolicy(SimulatedPolicyConfig(step_error=0.2, recover=0.1, recover_in_sample=True, seed=4, **kw))
+
+
+def test_world_options_keep_the_truth_recomputable_from_the_text():
+    """Step drift, a hard step, correlated rollouts, recent luck: every completion's first error is
+    still where its text says, and a correct final answer after it is only by luck."""
+    policy = _world(step_drift=0.4, hard_step_error=0.6, correlation=1.0, recent_recover=0.4)
+    merged = extra = 0
+    for seed in range(40):
+        p = _problem(seed, 4, 10)
+        (res,) = policy.generate([GenerationRequest(policy_user_prompt(p.question()), n=4)])
+        for c in res.completions:
+            lines = _lines(c.text)
+            merged += sum(arithmetic.count_equations(line) > 1 for line in lines)
+            extra += sum(arithmetic.count_equations(line) == 0 for line in lines)
+            assert arithmetic.count_equations(c.text) == len(p.ops)
+            first = arithmetic.true_first_error(lines)
+            if first < 0:
+                assert c.text.endswith(f"The answer is {p.answer}.")
+    assert merged > 0 and extra > 0  # continuations write a different number of steps than the ops
+
+
+def test_ungradable_completions_are_cut_off_or_answerless():
+    from prm_synth.grading import grade_completion
+
+    policy = _world(ungradable=0.5)
+    statuses = []
+    for seed in range(20):
+        p = _problem(seed, 4, 8)
+        (res,) = policy.generate([GenerationRequest(policy_user_prompt(p.question()), n=6)])
+        statuses += [grade_completion(c.text, str(p.answer), c.finish_reason).status for c in res.completions]
+        assert {c.finish_reason for c in res.completions} <= {"stop", "length"}
+    unknown = statuses.count("unknown") / len(statuses)
+    assert 0.35 < unknown < 0.65
+
+
+def test_per_problem_luck_and_hard_step_are_drawn_once_per_problem():
+    policy = _world(recover_range=(0.0, 0.7), hard_step_error=0.5)
+    lucks = {round(policy.luck(_problem(s, 5, 9)), 6) for s in range(30)}
+    assert len(lucks) > 20 and all(0.0 <= q <= 0.7 for q in lucks)
+    p = _problem(3, 5, 9)
+    assert policy.hard_step(p) == policy.hard_step(p) is not None
+    assert _world().hard_step(p) is None and _world().luck(p) == 0.1
