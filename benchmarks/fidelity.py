@@ -33,10 +33,10 @@ Each world's problems get one sampled solution each and are labeled through the 
 
 Per world and method: good / bad precision of the emitted labels; coverage (labeled steps among the
 steps up to and including the true first error, every step of a clean solution); ece_kept and a
-reliability table of `p_good` over the steps a trainer keeps: steps up to and including the first
-error, by the truth or by the row (its first bad label, else its first step with p_good < 0.5),
-whichever is later (the steps after both hold an error and score about 0 trivially, so they are
-left out); max_bin_gap, the largest |mean p_good - observed share still correct| over bins with at
+reliability table of `p_good` over the steps a trainer keeps: a row's steps up to and including its
+first error as the row says (its first bad label, else its first step with p_good < 0.5, else all
+of them). The steps after it hold that error and would score about 0 trivially, so they are left
+out; the choice reads the row only, never the truth, so it cannot favour a labeler. max_bin_gap, the largest |mean p_good - observed share still correct| over bins with at
 least 100 such steps; rollouts_per_question (the sampled solution included); unknown_rate
 (ungradable rollouts among all rollouts). A reliability diagram (PNG) is saved per run.
 
@@ -151,7 +151,7 @@ class Score:
         row_end = next((i for i, x in enumerate(row.labels) if x is False), None)
         if row_end is None:
             row_end = next((i for i, p in enumerate(row.p_good) if p is not None and p < 0.5), n - 1)
-        for i, p in enumerate(row.p_good[: max(truth_end, row_end) + 1]):
+        for i, p in enumerate(row.p_good[: row_end + 1]):
             if p is not None:
                 self.kept.append((p, truth < 0 or i < truth))
 

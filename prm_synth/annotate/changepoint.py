@@ -4,23 +4,31 @@ The model, for one solution of n steps whose first error is at step e (e = n: no
 steps 0..j-1 (j = 0: the question alone), so prefix j is clean iff j <= e:
 - a clean prefix reaches the gold answer at a rate s_j that never falls as the prefix grows
   (s_0 <= s_1 <= ... <= s_e): a policy that has written more correct steps is no worse off. No curve
-  shape is assumed: a hard step, a policy that skips or adds steps, any difficulty profile fits. The
-  curve lives on a grid of rates and moves up in jumps of any size (a Markov chain on the grid);
+  shape is assumed (a hard step, a policy that skips or adds steps, any difficulty profile fit): the
+  curve lives on a grid of rates and moves up now and then (a Markov chain on the grid, `JUMP`);
 - a prefix that holds the error reaches it at the luck rate q, and a clean prefix is never worse
-  than luck (s_j >= q). q is this solution's own, on a grid that reaches 0.94; its prior is the
-  shard's (pooled after every search of the shard is done, so rows never depend on the order the
-  searches finished in; see `pool_priors`);
+  than luck (s_j >= q). q is this solution's own, on a grid that reaches 0.94;
+- the rollouts of one prefix share more than their rate (its wording, an error the policy may
+  notice): counts are beta-binomial around s_j or q (`K`), so one fluke prefix cannot outvote the rest;
 - the solution's own verdict: correct for sure when clean, correct at the luck rate when not;
-- the error's position has a prior that mixes geometric shapes (a pooled weight each).
+- the error's position has a prior that mixes geometric shapes.
 Rollouts that cannot be graded are left out of the evidence: unknown is not failure.
+
+The priors on q and on the shapes are the shard's: the search runs under a weak default, and once
+every search of the shard is done, `relabel` pools them from all the evidence at once (EM on the grid
+weights, `pool_priors`) and labels every solution again. Pooling over the finished set, never online,
+keeps rows independent of the order the searches finished in (run.max_in_flight, batch sizes).
 
 Everything is summed over (e, q, the curve) exactly (a forward pass over the prefixes), so `p_good`
 is the posterior probability that a step's prefix is still correct. The search asks for the probe
-that most reduces the label uncertainty per rollout, among a few candidates (the two prefixes around
-the posterior's median error, ambiguous probed prefixes, and the question alone), by computing the
-posterior after each possible outcome. A posterior predictive check compares the best fit with a
-free rate per probed prefix: when the data contradict the model (a deviance no model world would
-give), the solution is left unlabeled with reason `undecided_misfit`.
+that most reduces the label uncertainty per rollout, among a few candidates (prefixes around the
+posterior's quartiles of the error, ambiguous probed prefixes, the question alone, the last prefix),
+by computing the posterior after each possible outcome. A posterior predictive check (leave one
+probed prefix out, how surprising is its count?) leaves a solution unlabeled with reason
+`undecided_misfit` when its data contradict the model.
+
+Measured across a suite of simulated worlds that each break one assumption of the older models
+(benchmarks/fidelity.py): see the README's "Which annotate method" for what holds where.
 """
 
 from __future__ import annotations
@@ -309,7 +317,6 @@ def changepoint_search(
     ann = Annotation.empty("binary", n)
     ev = Evidence.empty(n, final_status)
     samples = np.zeros(n, dtype=np.int64)  # rollouts asked per prefix, graded or not
-    unknown = np.zeros(n, dtype=np.int64)
     spent = 0
     while True:
         post = Posterior(ev, priors)
@@ -329,7 +336,6 @@ def changepoint_search(
         (result,) = yield [Probe.of_steps(steps, j - 1, want)]
         spent += max(0, result.total - int(samples[j]))
         samples[j] = result.total
-        unknown[j] = result.unknown
         ev.correct[j] = result.correct
         ev.graded[j] = result.total - result.unknown
         if j >= 1:

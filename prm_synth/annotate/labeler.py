@@ -298,7 +298,7 @@ class MCLabeler(SolutionLabeler):
 
 
 class BinaryLabeler(SolutionLabeler):
-    """binary: a first-error search per sampled solution (bisection with a test, or the calibrated search)."""
+    """binary: a first-error search per sampled solution (bisection with a test, the changepoint search (default) or the calibrated search)."""
 
     method = "binary"
 

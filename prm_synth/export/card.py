@@ -150,7 +150,7 @@ SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's
 
 
 SOFT_TEXT = {  # what a soft view's float targets are
-    "p_good": "`p_good`, the calibrated search's posterior probability that the step's prefix is still correct",
+    "p_good": "`p_good`, the first-error search's posterior probability that the step's prefix is still correct",
     "mc": "`mc_values`, the share of rollouts from the step's prefix that reached the gold answer "
     "(Math-Shepherd's soft label)",
 }
