@@ -12,7 +12,8 @@ exact grading, one step per line, independent rollouts); the first is the model'
 - hard_step: one hard step per problem (fresh errors 0.5 there, 0.02 elsewhere), luck 0.
 - hard_step_luck: the same with luck 0.15.
 - problem_luck: luck drawn per problem from 0-0.7 (step error 0.03-0.2).
-- high_luck: luck 0.6 for every problem (above the old posterior's grid, which stops at 0.45).
+- high_luck: luck 0.6 for every problem (above the old posterior's grid, which stops at 0.45); one of
+  the two hardest worlds: a wrong prefix reaches the answer almost as often as a right one.
 - very_hard: step error 0.3-0.5 per problem, luck 0.05 (one of the two hardest worlds).
 - ungradable: 15 % of completions (rollouts and samples) cannot be graded: half cut off at
   max_tokens (finish reason "length"), half without an answer; luck 0.05.
@@ -21,8 +22,8 @@ exact grading, one step per line, independent rollouts); the first is the model'
   write a different number of steps than the prefix implies; luck 0.1.
 - lengths: solutions of 3 to 40 steps, step error 0.01-0.1, luck 0.1.
 - recent_luck: luck that depends on where the prefix ends: a continuation notices and fixes a recent
-  error with probability 0.4 * 0.5^d (d = steps written after it) on top of luck 0.05 (one of the two
-  hardest worlds: the prefix right after the error looks almost clean).
+  error with probability 0.4 * 0.5^d (d = steps written after it) on top of luck 0.05 (the prefix
+  right after the error looks almost clean).
 - correlated: all rollouts of one prefix share a factor exp(0.7 z), z ~ N(0, 1), on their step error
   and the odds of their luck (overdispersed counts); luck 0.15.
 - mixed: one hard step (0.4, 0.03 elsewhere), luck per problem 0-0.5, 10 % ungradable and 10 %
@@ -100,7 +101,7 @@ WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
         (10, 20),
     ),
 }
-HARDEST = ("very_hard", "recent_luck")  # coverage target 0.25 instead of 0.5
+HARDEST = ("very_hard", "high_luck")  # coverage target 0.25 instead of 0.5
 # name -> (annotate section, labels rule)
 METHODS: dict[str, tuple[dict[str, Any], str]] = {
     "default": ({"method": "binary"}, "hard"),
