@@ -297,9 +297,9 @@ class BinaryConfig(SequentialTestConfig, CalibratedSearchConfig):
 
     method: Literal["binary"]
     k: RolloutCount = 8
-    # The default (benchmarks/fidelity.py, README "Which annotate method"): changepoint keeps bad-label
-    # precision >= 0.91 across the benchmark's worlds (a hard step, luck per problem or up to 0.94,
-    # ungradable rollouts, step drift), labelling less where the evidence is weak, at 31-53 rollouts.
+    # The default (benchmarks/fidelity.py, README "Which annotate method"): changepoint keeps label
+    # precision about 0.9 or more across the benchmark's worlds (a hard step, luck per problem or up to
+    # 0.6, ungradable rollouts, step drift), labelling less where the evidence is weak, at 31-53 rollouts.
     search_test: BinarySearchTestName = "changepoint"
     # search_test changepoint (annotate/changepoint.py): rollouts a solution may take at most
     changepoint_max_rollouts: int = Field(56, ge=1, le=MAX_ROLLOUTS)

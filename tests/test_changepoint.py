@@ -157,3 +157,14 @@ def test_p_good_is_a_non_increasing_probability_for_any_evidence(n, counts, verd
     assert abs(post.joint.sum() - 1.0) < 1e-9
     if verdict == "incorrect":
         assert post.p_good[-1] < 1e-9  # an incorrect solution holds an error somewhere
+
+
+def test_the_summary_warns_when_more_than_five_percent_of_rollouts_are_ungradable():
+    from prm_synth.schema import ShardStats
+    from prm_synth.summary import _warnings
+
+    assert _warnings(ShardStats(rollouts=100, unknown_rollouts=5)) == []
+    (warning,) = _warnings(ShardStats(rollouts=100, unknown_rollouts=6))
+    assert "6 of 100" in warning and "left out of the evidence" in warning
+    old = ShardStats.from_dict({"rollouts": 10})  # a marker written before the field existed
+    assert old.unknown_rollouts == 0 and _warnings(old) == []
