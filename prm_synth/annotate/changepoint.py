@@ -390,7 +390,7 @@ def label(ann: Annotation, post: Posterior, settings: ChangepointSettings, stop:
 def pool_priors(
     evidence: Sequence[Evidence], base: Priors | None = None, rounds: int = 8, strength: float = 8.0
 ) -> Priors:
-    """The shard's priors on luck and on the error-position shapes, estimated from every solution's
+    """The shard's priors on luck, the error-position shapes and the curves, estimated from every solution's
     evidence at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a
     small shard from collapsing onto a few grid points). Depends on the set of evidence only, not on
     the order the searches finished in."""
