@@ -29,7 +29,8 @@ exact grading, one step per line, independent rollouts); the first is the model'
 - mixed: one hard step (0.4, 0.03 elsewhere), luck per problem 0-0.5, 10 % ungradable and 10 %
   step drift at once.
 
-Each world's problems get one sampled solution each and are labeled through the library's labeler
+Each world's problems get one sampled solution each (`--samples N`: N, which then share their
+problem's luck and difficulty, as the default search uses) and are labeled through the library's labeler
 (`annotate.make_labeler`: sampling, scheduler, grading, the annotators), as `prm-synth run` does.
 
 Per world and method: good / bad precision of the emitted labels; coverage (labeled steps among the
@@ -38,7 +39,7 @@ reliability table of `p_good` over the steps a trainer keeps: a row's steps up t
 first error as the row says (its first bad label, else its first step with p_good < 0.5, else all
 of them). The steps after it hold that error and would score about 0 trivially, so they are left
 out; the choice reads the row only, never the truth, so it cannot favour a labeler. max_bin_gap, the largest |mean p_good - observed share still correct| over bins with at
-least 100 such steps; rollouts_per_question (the sampled solution included); unknown_rate
+least 100 such steps; rollouts_per_question (per sampled solution, itself included); unknown_rate
 (ungradable rollouts among all rollouts). A reliability diagram (PNG) is saved per run.
 
 knob_independent: the default method on the `mixed` world, run twice with different
@@ -196,7 +197,9 @@ class Score:
         }
 
 
-def pipeline(world: str, method: str, problems: int, seed: int, run: dict[str, int] | None = None) -> PipelineConfig:
+def pipeline(
+    world: str, method: str, problems: int, seed: int, run: dict[str, int] | None = None, samples: int = 1
+) -> PipelineConfig:
     policy, (lo, hi) = WORLDS[world]
     annotate, rule = METHODS[method]
     return PipelineConfig.model_validate(
@@ -204,7 +207,7 @@ def pipeline(world: str, method: str, problems: int, seed: int, run: dict[str, i
             "name": f"fidelity-{world}",
             "problems": {"kind": "builtin", "count": problems, "seed": seed, "min_ops": lo, "max_ops": hi},
             "policy": {"kind": "simulated", "recover_in_sample": True, "seed": seed, **policy},
-            "sampling": {"samples_per_problem": 1},
+            "sampling": {"samples_per_problem": samples},
             "steps": {"strategy": "line"},
             "annotate": annotate,
             "labels": {"rule": rule},
@@ -220,9 +223,9 @@ def label(config: PipelineConfig) -> tuple[list[LabeledRecord], Any]:
     return result.records, result.stats
 
 
-def score(world: str, method: str, problems: int, seed: int) -> Score:
+def score(world: str, method: str, problems: int, seed: int, samples: int = 1) -> Score:
     started = time.perf_counter()
-    records, stats = label(pipeline(world, method, problems, seed))
+    records, stats = label(pipeline(world, method, problems, seed, samples=samples))
     s = Score()
     for row in records:
         s.add(row)
@@ -311,6 +314,9 @@ def main() -> None:
     parser.add_argument("--worlds", nargs="*", default=["all"], help=f"'all' or names from {list(WORLDS)}")
     parser.add_argument("--methods", nargs="*", default=["default"], help=f"names from {list(METHODS)}")
     parser.add_argument("--problems", type=int, default=150, help="problems (one solution each) per world")
+    parser.add_argument(
+        "--samples", type=int, default=1, help="sampled solutions a problem (they share its luck and difficulty)"
+    )
     parser.add_argument("--knob-problems", type=int, default=40, help="problems of the knob-independence check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
@@ -326,7 +332,7 @@ def main() -> None:
 
     results: dict[str, dict[str, Score]] = {}
     for world in worlds:
-        results[world] = {m: score(world, m, args.problems, args.seed) for m in methods}
+        results[world] = {m: score(world, m, args.problems, args.seed, args.samples) for m in methods}
         print_world(world, results[world])
         sys.stdout.flush()
     diagram(args.png, results)

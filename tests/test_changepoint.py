@@ -168,3 +168,71 @@ def test_the_summary_warns_when_more_than_five_percent_of_rollouts_are_ungradabl
     assert "6 of 100" in warning and "left out of the evidence" in warning
     old = ShardStats.from_dict({"rollouts": 10})  # a marker written before the field existed
     assert old.unknown_rollouts == 0 and _warnings(old) == []
+
+
+def test_a_rise_after_a_hard_step_is_not_read_as_an_error():
+    # a correct solution whose prefixes reach the answer rarely until step 4, then always: a hard
+    # step the policy got right (the curve of a clean prefix rises to 1), not a wrong step
+    ev = Evidence.empty(10, "correct")
+    for j in range(10):
+        ev.correct[j], ev.graded[j] = (1 if j <= 4 else 8), 8
+    post = Posterior(ev, Priors())
+    assert post.p_good.min() > 0.9
+
+
+def test_pooling_picks_the_overdispersion_the_rollouts_show():
+    rng = np.random.default_rng(0)
+
+    def shard(all_or_nothing: bool) -> list[Evidence]:
+        out = []
+        for _ in range(40):
+            ev = Evidence.empty(8, "incorrect")
+            for j in range(0, 8, 2):
+                rate = 0.5 if j < 4 else 0.1
+                if all_or_nothing:  # every rollout of a prefix shares its fate
+                    hit = rng.random() < rate
+                    ev.correct[j], ev.graded[j] = 8 * hit, 8
+                else:
+                    ev.correct[j], ev.graded[j] = rng.binomial(8, rate), 8
+            out.append(ev)
+        return out
+
+    from prm_synth.annotate.changepoint import K_CHOICES
+
+    shared, independent = pool_priors(shard(True)).k, pool_priors(shard(False)).k
+    assert shared == min(K_CHOICES) and independent > shared
+
+
+def _annotation_with(ev: Evidence):
+    from prm_synth.annotate.annotation import Annotation
+
+    ann = Annotation.empty("binary", ev.n)
+    ann.evidence = ev
+    return ann
+
+
+def test_solutions_of_one_problem_share_its_luck_and_each_prefix_counts_once():
+    from prm_synth.annotate.changepoint import relabel
+
+    def ambiguous() -> Evidence:  # an incorrect solution whose rollouts alone cannot say much
+        ev = Evidence.empty(8, "incorrect")
+        ev.correct[4], ev.graded[4] = 3, 4
+        return ev
+
+    def lucky() -> Evidence:  # a clear error at step 2, and wrong prefixes that still reach the answer often
+        ev = Evidence.empty(8, "incorrect")
+        for j, (c, g) in {0: (14, 16), 1: (16, 16), 2: (16, 16), 3: (9, 16), 5: (10, 16), 7: (9, 16)}.items():
+            ev.correct[j], ev.graded[j] = c, g
+        return ev
+
+    alone = _annotation_with(ambiguous())
+    relabel([alone, _annotation_with(lucky())], ChangepointSettings(), [("a", ["x"] * 8), ("b", ["y"] * 8)])
+    shared = _annotation_with(ambiguous())
+    relabel([shared, _annotation_with(lucky())], ChangepointSettings(), [("a", ["x"] * 8), ("a", ["y"] * 8)])
+    assert alone.p_good != shared.p_good  # the sibling's luck changes what the ambiguous one's rollouts mean
+    # a sibling with the same text holds the same rollouts and verdict: it adds nothing
+    twin = _annotation_with(ambiguous())
+    relabel([twin, _annotation_with(ambiguous())], ChangepointSettings(), [("a", ["x"] * 8), ("a", ["x"] * 8)])
+    single = _annotation_with(ambiguous())  # the same shard (same pooled priors), but not siblings
+    relabel([single, _annotation_with(ambiguous())], ChangepointSettings(), [("a", ["x"] * 8), ("b", ["x"] * 8)])
+    assert twin.p_good == single.p_good

@@ -14,11 +14,11 @@ from prm_synth.shards import ShardStore
 def test_memory_is_flat_across_shards(tmp_path):
     config = validate_config(
         {
-            "problems": {"kind": "builtin", "count": 3000, "min_ops": 3, "max_ops": 8},
+            "problems": {"kind": "builtin", "count": 1500, "min_ops": 3, "max_ops": 8},
             "policy": {"kind": "simulated"},
             "sampling": {"samples_per_problem": 1},
             "annotate": {"method": "binary"},
-            "output": {"shard_size": 50},
+            "output": {"shard_size": 25},
         }
     )
     engine = SimulatedPolicy(config.policy)
@@ -35,5 +35,5 @@ def test_memory_is_flat_across_shards(tmp_path):
             marks[shard.index] = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     growth = marks[59] - marks[10]
-    # 49 more shards wrote ~2,450 rows (megabytes of Python objects if anything kept them).
+    # 49 more shards wrote ~1,225 rows (megabytes of Python objects if anything kept them).
     assert growth < 1_500_000, f"memory grew by {growth / 1e6:.1f} MB over 49 shards"

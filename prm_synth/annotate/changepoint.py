@@ -1,26 +1,30 @@
-"""First-error search under a model that assumes little: a monotone clean curve and per-solution luck.
+"""First-error search under a model of how a policy writes a solution, with little else assumed.
 
-The model, for one solution of n steps whose first error is at step e (e = n: no error); prefix j is
-steps 0..j-1 (j = 0: the question alone), so prefix j is clean iff j <= e:
-- a clean prefix reaches the gold answer at a rate s_j that never falls as the prefix grows
-  (s_0 <= s_1 <= ... <= s_e): a policy that has written more correct steps is no worse off. No curve
-  shape is assumed (a hard step, a policy that skips or adds steps, any difficulty profile fit): the
-  curve lives on a grid of rates and moves up now and then (a Markov chain on the grid; two priors
-  on how it moves, a flat one and a rising one, mixed by a weight the shard pools: `CURVES`);
-- a prefix that holds the error reaches it at the luck rate q, and a clean prefix is never worse
-  than luck (s_j >= q). q is this solution's own, on a grid that reaches 0.94;
+One solution of n steps; its first error is at step e (e = n: no error); prefix j is steps 0..j-1
+(j = 0: the question alone), so prefix j is clean iff j <= e. The policy that wrote the solution
+also writes the rollouts, and both go wrong the same way:
+- every step j has a hazard h_j, the chance the policy gets it wrong having got everything before
+  it right. The sampled solution's first error follows them: P(e = j) = (1 - h_0) ... (1 - h_{j-1}) h_j;
+- a clean prefix j finishes without an error with chance c_j = (1 - h_j) ... (1 - h_{n-1}), so the
+  curve of c rises to c_n = 1 and is steepest where the hard steps are, the same steps where an error
+  is likeliest. Its rollouts reach the gold answer at q + (1 - q) c_j;
+- a prefix that holds the error reaches the answer at the luck rate q, this solution's own, on a grid
+  that reaches 0.94; the solution's own verdict: correct for sure when clean, at q when not;
+- hazards are drawn per step from the solution's difficulty class (a typical hazard, spread around
+  it, and now and then a hard step: P_GRID, SPREAD, SPIKE), so no curve shape is assumed: a hard step,
+  uneven difficulty, solutions of any length fit;
 - the rollouts of one prefix share more than their rate (its wording, an error the policy may
-  notice): counts are beta-binomial around s_j or q (`K`), so one fluke prefix cannot outvote the rest;
-- the solution's own verdict: correct for sure when clean, correct at the luck rate when not;
-- the error's position has a prior that mixes geometric shapes.
+  notice): counts are beta-binomial around the model's rate with overdispersion k (`K_CHOICES`).
 Rollouts that cannot be graded are left out of the evidence: unknown is not failure.
 
-The priors on q and on the shapes are the shard's: the search runs under a weak default, and once
-every search of the shard is done, `relabel` pools them from all the evidence at once (EM on the grid
-weights, `pool_priors`) and labels every solution again. Pooling over the finished set, never online,
-keeps rows independent of the order the searches finished in (run.max_in_flight, batch sizes).
+The luck prior, the classes' weights and k are the shard's: the search runs under a weak default,
+and once every search of the shard is done, `relabel` pools them from all the evidence at once (EM
+on the grid weights for each k, the likeliest k wins: `pool_priors`) and labels every solution
+again. Pooling over the finished set, never online, keeps rows independent of the order the searches
+finished in (run.max_in_flight, batch sizes).
 
-Everything is summed over (e, q, the curve) exactly (a forward pass over the prefixes), so `p_good`
+Everything is summed exactly (one forward pass over the prefixes, the curve's level on a grid as the
+state; the levels after the error do not touch the evidence, so their part is a table), so `p_good`
 is the posterior probability that a step's prefix is still correct. The search asks for the probe
 that most reduces the label uncertainty per rollout, among a few candidates (prefixes around the
 posterior's quartiles of the error, ambiguous probed prefixes, the question alone, the last prefix),
@@ -34,9 +38,10 @@ Measured across a suite of simulated worlds that each break one assumption of th
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -57,27 +62,28 @@ __all__ = ["AFTER_ERROR", "UNDECIDED_MISFIT", "Evidence", "Posterior", "Priors",
 Q_GRID = np.array(
     [0.001, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.26, 0.32, 0.39, 0.46, 0.53, 0.6, 0.67, 0.74, 0.81, 0.88, 0.94]
 )
-S_GRID = np.array(
-    [0.002, 0.02, 0.05, 0.09, 0.14, 0.2, 0.26, 0.33, 0.4, 0.47, 0.54, 0.61, 0.68, 0.75, 0.81, 0.86]
-    + [0.9, 0.935, 0.96, 0.98, 0.993]
+# Levels of the clean-finish chance c (a clean prefix's rollouts write the rest without an error with
+# chance c, and reach the answer at q + (1 - q) c). Fine near 1, where the last steps live, and
+# logarithmic towards 0, where long hard solutions start.
+C_GRID = np.array(
+    [1.0, 0.97, 0.93, 0.88, 0.82, 0.75, 0.68, 0.6, 0.52, 0.44, 0.37, 0.3, 0.24, 0.19, 0.15, 0.11, 0.08]
+    + [0.055, 0.035, 0.02, 0.01, 0.004, 0.001]
 )
-P_GRID = np.array(
-    [0.003, 0.01, 0.02, 0.04, 0.07, 0.11, 0.16, 0.23, 0.32, 0.45, 0.6]
-)  # shapes of the error-position prior
-# The clean curve's priors: it moves up between two adjacent prefixes with chance JUMP, by k grid
-# levels with weight DECAY ** k. The flat one reads a lower rate after a higher one as an error, not
-# as noise of a steep curve (a hard step); the rising one fits a policy whose chances grow with every
-# step it has right (a geometric curve). Measured on benchmarks/fidelity.py: the flat one alone
-# left p_good off by up to 0.36 and good precision at 0.88; the rising one alone cost bad precision
-# with a hard step (0.80); mixed, with the shard's weight: gaps up to 0.27, precision >= 0.90.
-CURVES = ((0.1, 0.5), (0.3, 0.7))  # (JUMP, DECAY) of the flat and of the rising curve
+H_GRID = np.array([0.003, 0.01, 0.02, 0.035, 0.055, 0.08, 0.11, 0.15, 0.2, 0.27, 0.35, 0.45, 0.57, 0.7, 0.85])
+# A solution's difficulty class: its steps' hazards spread (log-sd SPREAD) around a typical one, and
+# any step is a hard one (hazard >= 0.2) with chance SPIKE. The shard pools the classes' weights.
+P_GRID = np.array([0.01, 0.03, 0.07, 0.14, 0.25, 0.4])
+SPREAD = 0.3
+SPIKE = 0.03
 _LOG_Q = np.log(Q_GRID)
 _LOG_1Q = np.log1p(-Q_GRID)
-# Rollouts of one prefix share more than their rate (the prefix's own wording, a recent error the
-# policy may notice): each prefix's rate varies around its curve or luck value as Beta(K m, K (1 - m)),
-# so counts are beta-binomial. One fluke prefix then cannot outvote the rest.
-K = 20.0
-MAX_COUNT = 4096
+# Rollouts of one prefix may share more than their rate (the prefix's own wording, a recent error the
+# policy may notice): each prefix's rate varies around its model value as Beta(k m, k (1 - m)), so
+# counts are beta-binomial. How much they share is the shard's to say: pooling picks the k under
+# which the shard's evidence is likeliest (`pool_priors`); the search runs under the first.
+K_CHOICES = (60.0, 12.0, 400.0)
+MAX_COUNT = 1024
+MAX_STEPS = 512  # the bad stretch's level tables are kept this long; longer solutions reuse the last
 
 
 def _rising(a: np.ndarray) -> np.ndarray:
@@ -86,58 +92,101 @@ def _rising(a: np.ndarray) -> np.ndarray:
     return np.concatenate([np.zeros((1, len(a))), np.cumsum(steps, axis=0)])
 
 
-def _count_table(rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return _rising(K * rates), _rising(K * (1.0 - rates))
+_CLEAN_RATE = (Q_GRID[:, None] + (1.0 - Q_GRID[:, None]) * C_GRID[None, :]).ravel()  # [q * level]
 
 
-_S_HIT, _S_MISS = _count_table(S_GRID)
-_Q_HIT, _Q_MISS = _count_table(Q_GRID)
-_K_ALL = _rising(np.array([K]))[:, 0]
+@dataclass(frozen=True)
+class _CountTables:
+    """log rising factorials for the beta-binomial likelihood of every clean and luck rate, one k."""
+
+    clean_hit: np.ndarray
+    clean_miss: np.ndarray
+    bad_hit: np.ndarray
+    bad_miss: np.ndarray
+    total: np.ndarray
+
+    @classmethod
+    @functools.cache
+    def of(cls, k: float) -> _CountTables:
+        clean = np.clip(_CLEAN_RATE, 0.001, 0.995)
+        bad = np.clip(Q_GRID, 0.001, 0.995)
+        return cls(
+            _rising(k * clean),
+            _rising(k * (1 - clean)),
+            _rising(k * bad),
+            _rising(k * (1 - bad)),
+            _rising(np.array([k]))[:, 0],
+        )
+
+    def loglik(self, clean: bool, c: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """[j, rate]: log beta-binomial likelihood (without the binomial coefficient) of c hits, f misses."""
+        c = np.minimum(c, MAX_COUNT)
+        f = np.minimum(f, MAX_COUNT - c)
+        hit, miss = (self.clean_hit, self.clean_miss) if clean else (self.bad_hit, self.bad_miss)
+        return hit[c] + miss[f] - self.total[c + f][..., None]
 
 
-def _loglik(hit: np.ndarray, miss: np.ndarray, c: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """[j, rate]: log beta-binomial likelihood (without the binomial coefficient) of c hits, f misses."""
-    c = np.minimum(c, MAX_COUNT)
-    f = np.minimum(f, MAX_COUNT - c)
-    return hit[c] + miss[f] - _K_ALL[c + f][:, None]
+def _level_kernel(h: float) -> np.ndarray:
+    """K[b, a]: the level of prefix j given the level b of prefix j + 1 and step j's hazard h
+    (c_j = c_{j+1} (1 - h), split between the two grid levels around it, in log space)."""
+    log_c = np.log(C_GRID)
+    k = np.zeros((len(C_GRID), len(C_GRID)))
+    for b, top in enumerate(log_c):
+        t = top + math.log1p(-h)
+        lo = int(np.searchsorted(-log_c, -t))  # first level at or below t
+        if lo >= len(C_GRID):
+            k[b, -1] = 1.0
+            continue
+        hi = lo - 1
+        w = (t - log_c[lo]) / (log_c[hi] - log_c[lo])
+        k[b, hi], k[b, lo] = w, 1.0 - w
+    return k
 
 
-_ALLOWED = S_GRID[None, :] >= Q_GRID[:, None] * 0.999  # [q, s]: a clean rate is never below luck
+def _hazard_weights(p: float) -> np.ndarray:
+    w = np.exp(-0.5 * ((np.log(H_GRID) - math.log(p)) / SPREAD) ** 2)
+    spike = (H_GRID >= 0.2).astype(float)
+    return (1.0 - SPIKE) * w / w.sum() + SPIKE * spike / spike.sum()
 
 
-def _transition(jump: float, decay: float) -> np.ndarray:
-    """T[s, s']: stay, or move up by k levels with weight decay ** k (small moves are likelier)."""
-    k = len(S_GRID)
-    t = np.zeros((k, k))
-    for i in range(k):
-        up = decay ** np.arange(1, k - i)
-        t[i, i] = 1.0 - jump if len(up) else 1.0
-        if len(up):
-            t[i, i + 1 :] = jump * up / up.sum()
-    return t
+def _class_kernels() -> tuple[np.ndarray, np.ndarray]:
+    """Per class d: the clean-to-clean transition (step j right: weight 1 - h) and the bad stretch's
+    switch table SIGMA[m, d, a]: the weight of 'prefix j at level a is the last clean one' when m
+    steps lie between prefix j + 1 and the end (bad prefixes' levels summed out: their rollouts
+    do not depend on them)."""
+    kernels = np.stack([_level_kernel(h) for h in H_GRID])  # [h, b, a]
+    weights = np.stack([_hazard_weights(p) for p in P_GRID])  # [d, h]
+    clean = np.einsum("dh,hba->dba", weights * (1.0 - H_GRID), kernels)
+    switch = np.einsum("dh,hba->dba", weights * H_GRID, kernels)
+    carry = np.einsum("dh,hba->dba", weights, kernels)
+    level = np.zeros((len(P_GRID), len(C_GRID)))
+    level[:, 0] = 1.0  # after the last step nothing is left to get wrong: c_n = 1
+    sigma = np.empty((MAX_STEPS, len(P_GRID), len(C_GRID)))
+    for m in range(MAX_STEPS):
+        sigma[m] = np.einsum("db,dba->da", level, switch)
+        level = np.einsum("db,dba->da", level, carry)
+    return np.ascontiguousarray(clean.transpose(0, 2, 1)), sigma
 
 
-_TS = [_transition(jump, decay) for jump, decay in CURVES]
-_START = _ALLOWED / _ALLOWED.sum(axis=1, keepdims=True)  # s_0 uniform over the allowed levels
+_CLEAN_T, _SIGMA = _class_kernels()  # _CLEAN_T[d, a, b]: forward, from level a at j to b at j + 1
 
 
 @dataclass(frozen=True)
 class Priors:
-    """Prior weights on the luck grid, the error-position shapes and the two curve priors (a shard pools them)."""
+    """Prior weights on the luck grid and on the difficulty classes, and the rollouts' overdispersion
+    k (a shard pools them)."""
 
     q: np.ndarray = field(default_factory=lambda: _default_q())
     p: np.ndarray = field(default_factory=lambda: np.full(len(P_GRID), 1.0 / len(P_GRID)))
-    curve: np.ndarray = field(default_factory=lambda: np.full(len(CURVES), 1.0 / len(CURVES)))
+    k: float = K_CHOICES[0]
+    # [luck]: log-likelihood of the same problem's other solutions (they share its luck); None for a
+    # solution labeled on its own
+    siblings: np.ndarray | None = None
 
-    def log_prior_e(self, n: int) -> np.ndarray:
-        """log P(e = j), j = 0..n: geometric shapes mixed by `p`."""
-        return np.log(np.maximum(self._prior_e_by_p(n) @ self.p, 1e-300))
-
-    @staticmethod
-    def _prior_e_by_p(n: int) -> np.ndarray:
-        e = np.arange(n + 1)[:, None]
-        keep = 1.0 - P_GRID[None, :]
-        return np.where(e < n, keep**e * P_GRID[None, :], keep**n)  # [e, p]
+    def log_prior(self) -> np.ndarray:
+        """[class, luck]: the log prior one solution is labeled under."""
+        prior = np.log(self.p)[:, None] + np.log(self.q)[None, :]
+        return prior if self.siblings is None else prior + self.siblings[None, :]
 
 
 def _default_q() -> np.ndarray:
@@ -168,55 +217,89 @@ class Evidence:
         return Evidence(self.n, c, g, self.verdict, self.stop)
 
 
+def _sigma(m: int) -> np.ndarray:
+    return _SIGMA[min(m, MAX_STEPS - 1)]
+
+
+def _log_joint(correct: np.ndarray, graded: np.ndarray, verdict: str, priors: Priors) -> np.ndarray:
+    """[b, e, d, q]: log P(first error e, class d, luck q, data) for a batch of evidence of one
+    solution (rows of `correct` and `graded` are alternative measurements of the same n prefixes)."""
+    batch, n = correct.shape
+    tables = _CountTables.of(priors.k)
+    ll_clean = tables.loglik(True, correct, graded - correct).reshape(batch, n, len(Q_GRID), len(C_GRID))
+    ll_bad = tables.loglik(False, correct, graded - correct)  # [b, j, q]; an unprobed prefix scores 0
+    if verdict == "correct":
+        v_clean, v_bad = 0.0, _LOG_Q
+    elif verdict == "incorrect":
+        v_clean, v_bad = -np.inf, _LOG_1Q
+    else:
+        v_clean, v_bad = 0.0, np.zeros(len(Q_GRID))
+    # bad_after[:, j]: log P(rollouts of prefixes j..n-1 and the verdict | they all hold the error)
+    bad_after = np.concatenate([ll_bad[:, ::-1].cumsum(axis=1)[:, ::-1], np.zeros((batch, 1, len(Q_GRID)))], axis=1)
+    bad_after = bad_after + v_bad
+    # forward over the clean stretch: msg[b, d, q, level] = P(data of prefixes < j, prefix j clean at level)
+    msg = np.ones((batch, len(P_GRID), len(Q_GRID), len(C_GRID)))
+    log_acc = np.zeros((batch, len(P_GRID), len(Q_GRID)))
+    log_e = np.empty((batch, n + 1, len(P_GRID), len(Q_GRID)))
+    with np.errstate(divide="ignore"):
+        for j in range(n):
+            if graded[:, j].any():
+                top = ll_clean[:, j].max(axis=2)  # [b, q]
+                msg = msg * np.exp(ll_clean[:, j] - top[:, :, None])[:, None]
+                log_acc = log_acc + top[:, None]
+            switch = (msg * _sigma(n - j - 1)[None, :, None, :]).sum(axis=3)
+            log_e[:, j] = log_acc + np.log(switch) + bad_after[:, j + 1][:, None]
+            msg = np.matmul(msg, _CLEAN_T)
+            scale = np.maximum(msg.sum(axis=3), 1e-300)
+            msg = msg / scale[..., None]
+            log_acc = log_acc + np.log(scale)
+        log_e[:, n] = log_acc + np.log(msg[..., 0]) + v_clean
+    return log_e + priors.log_prior()[None, None]
+
+
+def _evidence_and_p_good(log_joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per batch row: the log evidence and p_good (P(prefix after step i is clean), i = 0..n-1)."""
+    top = log_joint.max(axis=(1, 2, 3))
+    w = np.exp(log_joint - top[:, None, None, None])
+    total = w.sum(axis=(1, 2, 3))
+    p_error = w.sum(axis=(2, 3)) / total[:, None]
+    return top + np.log(total), np.clip(1.0 - np.cumsum(p_error, axis=1)[:, :-1], 0.0, 1.0)
+
+
+def _alternatives(ev: Evidence, j: int, graded: int, base: Evidence | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The evidence of `base` (default `ev`) plus each possible count 0..graded at prefix j, as a batch."""
+    base = base or ev
+    k = np.arange(graded + 1)
+    correct = np.repeat(base.correct[None], graded + 1, axis=0)
+    total = np.repeat(base.graded[None], graded + 1, axis=0)
+    correct[:, j] += k
+    total[:, j] += graded
+    return correct, total
+
+
 class Posterior:
-    """The posterior over (first error e, luck q) of one solution, the clean curve summed out."""
+    """The posterior over (first error e, luck q, difficulty class) of one solution, the curve summed out."""
 
     def __init__(self, ev: Evidence, priors: Priors) -> None:
         self.evidence = ev
-        n = ev.n
-        c = ev.correct
-        f = ev.graded - ev.correct
-        # clean part: forward pass over prefixes with the curve's level as the state, for every q at once
-        lik_s = np.exp(_loglik(_S_HIT, _S_MISS, c, f))  # [j, s] (unnormalised)
-        log_clean = np.stack([_clean_loglik(ev, lik_s, t) for t in _TS])  # [curve, j, q]
-        # bad part: prefixes after e at the luck rate
-        ll_bad = _loglik(_Q_HIT, _Q_MISS, c, f)  # [j, q]
-        after = ll_bad[::-1].cumsum(axis=0)[::-1]  # sum over j' >= j
-        log_bad = np.zeros((n + 1, len(Q_GRID)))
-        log_bad[: n - 1] = after[1:]  # e: prefixes e+1..n-1 hold the error
-        loglik = np.empty((len(_TS), n + 1, len(Q_GRID)))
-        loglik[:, :n] = log_clean + log_bad[None, :n]
-        loglik[:, n] = log_clean[:, n - 1]
-        if ev.verdict == "correct":
-            loglik[:, :n] += _LOG_Q[None, None]
-        elif ev.verdict == "incorrect":
-            loglik[:, :n] += _LOG_1Q[None, None]
-            loglik[:, n] = -np.inf
-        joint = loglik + priors.log_prior_e(n)[None, :, None] + np.log(priors.q)[None, None]
-        joint += np.log(priors.curve)[:, None, None]
+        self.priors = priors
+        joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)[0]
         top = joint.max()
         w = np.exp(joint - top)
         total = w.sum()
         self.log_evidence = float(top + math.log(total))
-        self.by_curve = w / total  # [curve, e, q]
-        self.joint = self.by_curve.sum(axis=0)  # [e, q]
+        self.by_class = w / total  # [e, d, q]
+        self.joint = self.by_class.sum(axis=1)  # [e, q]
         self.p_error = self.joint.sum(axis=1)
-        self.p_good = np.clip(1.0 - np.cumsum(self.p_error)[:n], 0.0, 1.0)
-        self.priors = priors
+        self.p_good = np.clip(1.0 - np.cumsum(self.p_error)[: ev.n], 0.0, 1.0)
 
     @property
     def q_marginal(self) -> np.ndarray:
         return self.joint.sum(axis=0)
 
-    @property
-    def curve_marginal(self) -> np.ndarray:
-        return self.by_curve.sum(axis=(1, 2))
-
     def p_marginal(self) -> np.ndarray:
-        """Posterior weights of the error-position shapes (for pooling the prior)."""
-        by_p = Priors._prior_e_by_p(self.evidence.n) * self.priors.p[None]  # [e, p]
-        by_p /= np.maximum(by_p.sum(axis=1, keepdims=True), 1e-300)
-        return self.p_error @ by_p
+        """Posterior weights of the difficulty classes (for pooling the prior)."""
+        return self.by_class.sum(axis=(0, 2))
 
     def uncertainty(self) -> float:
         return float(_entropy(self.p_good).sum())
@@ -233,39 +316,14 @@ class Posterior:
             return False
         for j in probed:
             g, c = int(ev.graded[j]), int(ev.correct[j])
-            rest = ev.plus(j, -c, -g)
-            priors = self.priors
-            base = Posterior(rest, priors).log_evidence
-            pmf = np.array(
-                [
-                    math.exp(_log_comb(g, k) + Posterior(rest.plus(j, k, g), priors).log_evidence - base)
-                    for k in range(g + 1)
-                ]
-            )
+            correct, graded = _alternatives(ev, j, g, base=ev.plus(j, -c, -g))
+            log_ev, _ = _evidence_and_p_good(_log_joint(correct, graded, ev.verdict, self.priors))
+            log_pmf = np.array([_log_comb(g, k) for k in range(g + 1)]) + log_ev
+            pmf = np.exp(log_pmf - log_pmf.max())
             pmf /= pmf.sum()
             if pmf[pmf <= pmf[c] * (1 + 1e-9)].sum() < level / len(probed):
                 return True
         return False
-
-
-def _clean_loglik(ev: Evidence, lik_s: np.ndarray, transition: np.ndarray) -> np.ndarray:
-    """[j, q]: log P(data of prefixes 0..j | all clean), by a forward pass over the prefixes with the
-    curve's level as the state, for every luck value at once (the level may not fall below it)."""
-    n = ev.n
-    out = np.empty((n, len(Q_GRID)))
-    alpha = _START * lik_s[0][None]
-    scale = alpha.sum(axis=1)
-    log_acc = np.log(scale)
-    alpha /= scale[:, None]
-    out[0] = log_acc
-    for j in range(1, n):
-        if ev.graded[j]:
-            alpha = (alpha @ transition) * lik_s[j][None]
-            scale = alpha.sum(axis=1)
-            log_acc = log_acc + np.log(scale)
-            alpha /= scale[:, None]
-        out[j] = log_acc  # an unprobed prefix adds nothing (its level still moves, summed out)
-    return out
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
@@ -278,7 +336,8 @@ def _log_comb(n: int, k: int) -> float:
 
 
 def best_probe(post: Posterior, priors: Priors, batch: int, room: int, cap: int) -> tuple[int, float]:
-    """(prefix j, expected bits of label uncertainty removed per rollout) of the best candidate probe."""
+    """(prefix j, expected bits of label uncertainty removed per rollout) of the best candidate probe;
+    every outcome of every candidate is scored in one batch."""
     ev = post.evidence
     n = ev.n
     b = min(batch, room)
@@ -290,20 +349,19 @@ def best_probe(post: Posterior, priors: Priors, batch: int, room: int, cap: int)
         first_below = int(np.searchsorted(-p_clean, -level))  # first prefix with P(clean) < level
         candidates |= {first_below - 1, first_below}
     candidates |= {j for j in range(n) if ev.graded[j] and 0.05 < p_clean[j] < 0.95}
-    now = post.uncertainty()
-    best = (-1, 0.0)
-    for j in sorted(candidates):
-        if not 0 <= j < n or ev.graded[j] + b > cap:
-            continue
-        after = 0.0
-        for k in range(b + 1):
-            nxt = Posterior(ev.plus(j, k, b), priors)
-            pred = math.exp(_log_comb(b, k) + nxt.log_evidence - post.log_evidence)
-            after += pred * nxt.uncertainty()
-        gain = (now - after) / b
-        if gain > best[1]:
-            best = (j, gain)
-    return best
+    chosen = [j for j in sorted(candidates) if 0 <= j < n and ev.graded[j] + b <= cap]
+    if not chosen:
+        return -1, 0.0
+    batches = [_alternatives(ev, j, b) for j in chosen]
+    correct = np.concatenate([c for c, _ in batches])
+    graded = np.concatenate([g for _, g in batches])
+    log_ev, p_good = _evidence_and_p_good(_log_joint(correct, graded, ev.verdict, priors))
+    log_comb = np.array([_log_comb(b, k) for k in range(b + 1)])
+    pred = np.exp(np.tile(log_comb, len(chosen)) + log_ev - post.log_evidence)
+    after = (pred * _entropy(p_good).sum(axis=1)).reshape(len(chosen), b + 1).sum(axis=1)
+    gains = (post.uncertainty() - after) / b
+    best = int(np.argmax(gains))
+    return (chosen[best], float(gains[best])) if gains[best] > 0 else (-1, 0.0)
 
 
 @dataclass(frozen=True)
@@ -390,32 +448,101 @@ def label(ann: Annotation, post: Posterior, settings: ChangepointSettings, stop:
 def pool_priors(
     evidence: Sequence[Evidence], base: Priors | None = None, rounds: int = 8, strength: float = 8.0
 ) -> Priors:
-    """The shard's priors on luck, the error-position shapes and the curves, estimated from every solution's
-    evidence at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a
-    small shard from collapsing onto a few grid points). Depends on the set of evidence only, not on
-    the order the searches finished in."""
+    """The shard's priors on luck and the difficulty classes, estimated from every solution's evidence
+    at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a small shard
+    from collapsing onto a few grid points), under each overdispersion k in K_CHOICES; the k under
+    which the shard's evidence is likeliest wins. Depends on the set of evidence only, not on the
+    order the searches finished in."""
     base = base or Priors()
-    priors = base
     if not evidence:
         return base
-    for _ in range(rounds):
-        q = strength * base.q
-        p = strength * base.p
-        curve = strength * base.curve
-        for ev in evidence:
-            post = Posterior(ev, priors)
-            q = q + post.q_marginal
-            p = p + post.p_marginal()
-            curve = curve + post.curve_marginal
-        priors = Priors(q / q.sum(), p / p.sum(), curve / curve.sum())
-    return priors
+    best: tuple[float, Priors] | None = None
+    for k in K_CHOICES:
+        priors = Priors(base.q, base.p, k)
+        for _ in range(rounds):
+            q = strength * base.q
+            p = strength * base.p
+            for ev in evidence:
+                post = Posterior(ev, priors)
+                q = q + post.q_marginal
+                p = p + post.p_marginal()
+            priors = Priors(q / q.sum(), p / p.sum(), k)
+        fit = sum(Posterior(ev, priors).log_evidence for ev in evidence)
+        if best is None or fit > best[0]:
+            best = (fit, priors)
+    assert best is not None
+    return best[1]
 
 
-def relabel(anns: Sequence[Annotation], settings: ChangepointSettings) -> Priors:
-    """Label every annotation again under the priors pooled from all of them (the shard's)."""
-    anns = [a for a in anns if isinstance(a.evidence, Evidence)]
-    evidence = [a.evidence for a in anns]
+def _luck_loglik(ev: Evidence, priors: Priors) -> np.ndarray:
+    """[luck]: what one solution's evidence says about its problem's luck (its log-likelihood, the
+    first error and the difficulty class summed out under the shard's prior, up to a constant).
+    Only luck is shared between siblings: difficulty is poorly told apart from luck where luck is
+    high, and sharing it there made the siblings' correct verdicts read as an easy problem
+    (benchmarks/fidelity.py --samples 4, high_luck: good precision 0.92 -> 0.83)."""
+    joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)[0]  # [e, d, q]
+    top = joint.max()
+    loglik = np.log(np.exp(joint - top).sum(axis=(0, 1))) - np.log(priors.q)
+    return loglik - loglik.max()
+
+
+def _shared_prefixes(a: Sequence[str], b: Sequence[str]) -> int:
+    """The last prefix two solutions share: prefixes 0..m (m steps each) are the same text, so the
+    scheduler answered both from the same rollouts."""
+    m = 0
+    while m < min(len(a), len(b)) and a[m] == b[m]:
+        m += 1
+    return m
+
+
+def _without(ev: Evidence, upto: int) -> Evidence:
+    """The evidence with prefixes 0..upto left out (measured for another solution already)."""
+    correct, graded = ev.correct.copy(), ev.graded.copy()
+    correct[: upto + 1] = 0
+    graded[: upto + 1] = 0
+    return Evidence(ev.n, correct, graded, ev.verdict, ev.stop)
+
+
+def _siblings_loglik(
+    i: int, group: list[int], evidence: list[Evidence], steps: list[list[str]], priors: Priors
+) -> np.ndarray:
+    """[luck]: what the other solutions of solution i's problem say about its luck, every prefix
+    counted once: a sibling's prefixes that solution i, or a sibling before it, also has are left
+    out (they hold the same rollouts)."""
+    total = np.zeros(len(Q_GRID))
+    seen = [i]
+    for j in group:
+        if j == i:
+            continue
+        if any(steps[j] == steps[k] for k in seen):
+            continue  # the same text again: its rollouts and its verdict are already counted
+        shared = max(_shared_prefixes(steps[j], steps[k]) for k in seen)
+        total += _luck_loglik(_without(evidence[j], shared), priors)
+        seen.append(j)
+    return total
+
+
+def relabel(
+    anns: Sequence[Annotation],
+    settings: ChangepointSettings,
+    problems: Sequence[tuple[str, list[str]]] | None = None,
+) -> Priors:
+    """Label every annotation again under the priors pooled from all of them (the shard's). Solutions
+    of one problem (`problems`: each annotation's problem id and steps) share its luck: each is
+    labeled under the shard's prior times what its siblings' evidence says about it."""
+    keys = list(problems) if problems is not None else [(str(i), []) for i in range(len(anns))]
+    kept = [(a, key) for a, key in zip(anns, keys, strict=True) if isinstance(a.evidence, Evidence)]
+    evidence = [a.evidence for a, _ in kept]
+    steps = [key[1] for _, key in kept]
     priors = pool_priors(evidence)
-    for ann, ev in zip(anns, evidence, strict=True):
-        label(ann, Posterior(ev, priors), settings, ev.stop, ev.verdict)
+    by_problem: dict[str, list[int]] = {}
+    for i, (_, (problem, _)) in enumerate(kept):
+        by_problem.setdefault(problem, []).append(i)
+    for i, (ann, (problem, _)) in enumerate(kept):
+        group = by_problem[problem]
+        own = (
+            priors if len(group) == 1 else replace(priors, siblings=_siblings_loglik(i, group, evidence, steps, priors))
+        )
+        ev = evidence[i]
+        label(ann, Posterior(ev, own), settings, ev.stop, ev.verdict)
     return priors

@@ -318,7 +318,7 @@ class BinaryLabeler(SolutionLabeler):
         order they finished in (run.max_in_flight, batch sizes) or on other shards."""
         test = make_test(self.annotate)
         if isinstance(test, ChangepointTest):
-            relabel([annotations[s.id] for s in solutions], test.settings)
+            relabel([annotations[s.id] for s in solutions], test.settings, [(s.problem.id, s.steps) for s in solutions])
 
     def budget_line(self) -> str:
         return f"first-error search per solution, {make_test(self.annotate).describe()}"

@@ -18,9 +18,10 @@ The choices:
   pooled luck and difficulty estimates. For a solution it is a search of its own (it picks the
   prefix to probe: `calibration.calibrated_search`); inside OmegaPRM's bisection it decides one
   prefix at a time (`PosteriorTest`).
-- `changepoint` (the default of the binary method): a change-point posterior that assumes little
-  (a monotone clean curve, each solution's own luck; `changepoint.py`) with priors pooled per shard
-  once every search is done. A search of its own, like `calibrated`.
+- `changepoint` (the default of the binary method): a change-point posterior in which the solution's
+  first error and its prefixes' chances come from the same per-step hazards (no curve shape
+  assumed), each solution has its own luck, and rollouts may share their fortune (`changepoint.py`);
+  priors pooled per shard once every search is done. A search of its own, like `calibrated`.
 
 Rollouts that could not be graded are not evidence: a test sees the graded ones only, and asks for
 more samples until it has what it wants (giving up on a prefix whose rollouts are mostly ungradable).
@@ -199,17 +200,19 @@ class ChangepointTest:
     def describe(self) -> str:
         s = self.settings
         return (
-            f"a change-point posterior with a monotone clean curve and per-solution luck (labels at confidence "
+            f"a change-point posterior with per-step hazards and per-solution luck (labels at confidence "
             f"{s.confidence}; at most {s.max_rollouts} rollouts a solution; priors pooled per shard)"
         )
 
     def card_text(self) -> str:
         s = self.settings
         return (
-            "First-error search under a change-point model that assumes little: a clean prefix's chance to reach "
-            "the answer never falls as the prefix grows (no curve shape assumed), a prefix holding the error "
-            "reaches it at the solution's own luck rate (a shard-wide prior, up to 0.94), and rollouts of one prefix "
-            "may share their fortune (beta-binomial counts). Every step gets its posterior probability of being "
+            "First-error search under a change-point model of how the policy writes: every step has a hazard (the "
+            "chance the policy gets it wrong), which sets both where the sampled solution's first error is likely "
+            "and how often a clean prefix's rollouts finish without one (no curve shape assumed: hard steps and "
+            "uneven difficulty fit), a prefix holding the error reaches the answer at the solution's own luck rate "
+            "(a shard-wide prior, up to 0.94), and rollouts of one prefix may share their fortune (beta-binomial "
+            "counts, their spread chosen per shard). Every step gets its posterior probability of being "
             "still correct (p_good); the search probes the prefix whose rollouts most reduce the label "
             f"uncertainty and labels a step at confidence {s.confidence}, within {s.max_rollouts} rollouts a "
             "solution. Steps it cannot decide stay unlabeled with the reason; a solution whose rollouts contradict "
