@@ -314,8 +314,9 @@ class BinaryLabeler(SolutionLabeler):
 
     def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
         """search_test changepoint: label every solution again under the priors pooled from the whole
-        shard. Done once all searches are finished, over the set of them, so no row depends on the
-        order they finished in (run.max_in_flight, batch sizes) or on other shards."""
+        shard, each with what its problem's other solutions say about the problem's luck. Done once
+        all searches are finished, over the set of them, so no row depends on the order they
+        finished in (run.max_in_flight, batch sizes) or on other shards."""
         test = make_test(self.annotate)
         if isinstance(test, ChangepointTest):
             relabel([annotations[s.id] for s in solutions], test.settings, [(s.problem.id, s.steps) for s in solutions])
