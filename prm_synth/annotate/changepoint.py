@@ -266,12 +266,11 @@ def _evidence_and_p_good(log_joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return top + np.log(total), np.clip(1.0 - np.cumsum(p_error, axis=1)[:, :-1], 0.0, 1.0)
 
 
-def _alternatives(ev: Evidence, j: int, graded: int, base: Evidence | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The evidence of `base` (default `ev`) plus each possible count 0..graded at prefix j, as a batch."""
-    base = base or ev
+def _alternatives(ev: Evidence, j: int, graded: int) -> tuple[np.ndarray, np.ndarray]:
+    """The evidence plus each possible count 0..graded of `graded` more rollouts at prefix j, as a batch."""
     k = np.arange(graded + 1)
-    correct = np.repeat(base.correct[None], graded + 1, axis=0)
-    total = np.repeat(base.graded[None], graded + 1, axis=0)
+    correct = np.repeat(ev.correct[None], graded + 1, axis=0)
+    total = np.repeat(ev.graded[None], graded + 1, axis=0)
     correct[:, j] += k
     total[:, j] += graded
     return correct, total
@@ -316,7 +315,7 @@ class Posterior:
             return False
         for j in probed:
             g, c = int(ev.graded[j]), int(ev.correct[j])
-            correct, graded = _alternatives(ev, j, g, base=ev.plus(j, -c, -g))
+            correct, graded = _alternatives(ev.plus(j, -c, -g), j, g)  # every count j could have had
             log_ev, _ = _evidence_and_p_good(_log_joint(correct, graded, ev.verdict, self.priors))
             log_pmf = np.array([_log_comb(g, k) for k in range(g + 1)]) + log_ev
             pmf = np.exp(log_pmf - log_pmf.max())
