@@ -29,8 +29,8 @@ exact grading, one step per line, independent rollouts); the first is the model'
 - mixed: one hard step (0.4, 0.03 elsewhere), luck per problem 0-0.5, 10 % ungradable and 10 %
   step drift at once.
 
-Each world's problems get one sampled solution each (`--samples N`: N, which then share their
-problem's luck and difficulty, as the default search uses) and are labeled through the library's labeler
+Each world's problems get one sampled solution each (`--samples N`: N, which the default search
+labels with their problem's luck shared) and are labeled through the library's labeler
 (`annotate.make_labeler`: sampling, scheduler, grading, the annotators), as `prm-synth run` does.
 
 Per world and method: good / bad precision of the emitted labels; coverage (labeled steps among the
@@ -315,7 +315,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="*", default=["default"], help=f"names from {list(METHODS)}")
     parser.add_argument("--problems", type=int, default=150, help="problems (one solution each) per world")
     parser.add_argument(
-        "--samples", type=int, default=1, help="sampled solutions a problem (they share its luck and difficulty)"
+        "--samples", type=int, default=1, help="sampled solutions a problem (the default search shares its luck between them)"
     )
     parser.add_argument("--knob-problems", type=int, default=40, help="problems of the knob-independence check")
     parser.add_argument("--seed", type=int, default=0)
