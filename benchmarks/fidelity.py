@@ -315,7 +315,10 @@ def main() -> None:
     parser.add_argument("--methods", nargs="*", default=["default"], help=f"names from {list(METHODS)}")
     parser.add_argument("--problems", type=int, default=150, help="problems (one solution each) per world")
     parser.add_argument(
-        "--samples", type=int, default=1, help="sampled solutions a problem (the default search shares its luck between them)"
+        "--samples",
+        type=int,
+        default=1,
+        help="sampled solutions a problem (the default search shares its luck between them)",
     )
     parser.add_argument("--knob-problems", type=int, default=40, help="problems of the knob-independence check")
     parser.add_argument("--seed", type=int, default=0)
