@@ -42,5 +42,8 @@ def test_every_reject_reason_in_the_source_is_declared():
 
 def test_the_searches_unlabeled_reasons_are_the_schemas():
     names = [calibration.AFTER_ERROR, calibration.UNDECIDED_BUDGET, calibration.UNDECIDED_UNINFORMATIVE]
-    names += [calibration.UNDECIDED_VERDICT, changepoint.UNDECIDED_MISFIT]  # the verdict's and the change-point search's own
+    names += [
+        calibration.UNDECIDED_VERDICT,
+        changepoint.UNDECIDED_MISFIT,
+    ]  # the verdict's and the change-point search's own
     assert set(names) == set(get_args(UnlabeledReason))
