@@ -282,15 +282,13 @@ class Posterior:
     def __init__(self, ev: Evidence, priors: Priors) -> None:
         self.evidence = ev
         self.priors = priors
-        joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)[0]
-        top = joint.max()
-        w = np.exp(joint - top)
-        total = w.sum()
-        self.log_evidence = float(top + math.log(total))
-        self.by_class = w / total  # [e, d, q]
+        joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)
+        log_evidence, p_good = _evidence_and_p_good(joint)
+        self.log_evidence = float(log_evidence[0])
+        self.p_good = p_good[0]
+        self.by_class = np.exp(joint[0] - self.log_evidence)  # [e, d, q]
         self.joint = self.by_class.sum(axis=1)  # [e, q]
         self.p_error = self.joint.sum(axis=1)
-        self.p_good = np.clip(1.0 - np.cumsum(self.p_error)[: ev.n], 0.0, 1.0)
 
     @property
     def q_marginal(self) -> np.ndarray:
