@@ -10,7 +10,7 @@ STAMP := $(VENV)/.prm-synth-installed
 # On a machine with a GPU: make demo VLLM_EXTRA=gpu
 VLLM_EXTRA ?= cpu
 
-.PHONY: demo test lint clean-venv
+.PHONY: demo test test-fast lint clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/prm-synth run pipelines/demo.yaml --out runs/demo
 
+# The whole suite (what CI runs), with the 25 slowest steps listed at the end: where the time goes.
 test: $(STAMP)
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=25
+
+# The edit-test loop: everything that needs no vLLM, no Ray, no model server and no long `prm-synth`
+# process (tests/conftest.py fails a test that imports vLLM or Ray here: it must be marked slow).
+test-fast: $(STAMP)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -432,6 +432,7 @@ def test_a_refused_judge_request_rejects_that_row_only():
 
 
 # ---------------------------------------------------------------- vLLM: an add that fails part-way
+@pytest.mark.slow  # imports vLLM (half a minute on two cores)
 def test_vllm_add_that_fails_on_the_second_sample_aborts_the_first():
     pytest.importorskip("vllm")
     from prm_synth.config import VLLMConfig

@@ -206,14 +206,18 @@ def wait_for(condition, deadline_s: float, what: str, poll_s: float = 0.05):
     raise AssertionError(f"{what}: not within {deadline_s} s")
 
 
+SIGKILL_PROBLEMS, SIGKILL_SHARDS = 600, 60
+
+
 @pytest.mark.slow
 def test_sigkill_part_way_then_rerun_loses_and_duplicates_nothing(tmp_path):
     """A real `prm-synth run` process, killed with SIGKILL after a few shards, then run again.
 
     The kill comes when 5 shard markers exist, however long that takes; the killed command's worker,
-    watchdog and Prefect server must all be gone before the rerun (nothing survives a SIGKILL).
+    watchdog and Prefect server must all be gone before the rerun (nothing survives a SIGKILL). 60 shards:
+    enough that the kill lands part-way on a fast machine too (the run needs seconds for the other 55).
     """
-    path = write_pipeline(tmp_path, problems__count=3000, output__shard_size=20)
+    path = write_pipeline(tmp_path, problems__count=SIGKILL_PROBLEMS, output__shard_size=10)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(path), "--out", str(out), "--json"]
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
@@ -228,23 +232,27 @@ def test_sigkill_part_way_then_rerun_loses_and_duplicates_nothing(tmp_path):
             raise AssertionError(f"the run ended before it was killed:\n{log.read_text()[-3000:]}")
         return len(list((out / "shards").glob("*.json"))) >= 5
 
-    wait_for(five_markers, 600, "5 shard markers")
-    seen.update(_tree(proc.pid))
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        wait_for(five_markers, 600, "5 shard markers")
+        seen.update(_tree(proc.pid))
+    finally:
+        if proc.poll() is None:  # also when the wait failed: no run left behind
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
     wait_for(lambda: not _alive(seen), 120, f"every process of the killed run ends ({_alive(seen)} alive)", 0.2)
     finished_before = len(list((out / "shards").glob("*.json")))
-    assert 5 <= finished_before < 150, "the run was not killed part-way"
+    assert 5 <= finished_before < SIGKILL_SHARDS, "the run was not killed part-way"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["shards_skipped"] >= finished_before - 2  # a marker written as it was killed may be torn
-    assert summary["problems_in"] == 3000 and summary["rows"] + summary["rejected"] == 3000
+    assert summary["problems_in"] == SIGKILL_PROBLEMS
+    assert summary["rows"] + summary["rejected"] == SIGKILL_PROBLEMS
     assert summary["wall_seconds"] >= summary["startup_seconds"] > 0
     check_dataset(out)
     manifest = read_manifest(out)
-    assert [s["shard"] for s in manifest["shards"]] == list(range(150))
-    assert len(ShardStore(out, manifest["config_fingerprint"]).finished(verify=True)) == 150
+    assert [s["shard"] for s in manifest["shards"]] == list(range(SIGKILL_SHARDS))
+    assert len(ShardStore(out, manifest["config_fingerprint"]).finished(verify=True)) == SIGKILL_SHARDS
 
 
 def test_inspect_prints_counts_as_json(tmp_path):

@@ -256,14 +256,9 @@ def test_simulated_judge_cannot_read_foreign_prompts():
 
 
 # ------------------------------------------------------------------ a real model as judge
-@pytest.fixture(scope="module")
-def demo_judge_engine():
-    pytest.importorskip("vllm")
-    from prm_synth.engines.vllm import VLLMEngine
-
-    engine = VLLMEngine(VLLMConfig(model="demo", max_model_len=2048, seed=0))
-    yield engine
-    engine.close()
+@pytest.fixture
+def demo_judge_engine(demo_vllm_engine):
+    return demo_vllm_engine  # the session's shared demo engine (tests/conftest.py)
 
 
 @pytest.mark.slow

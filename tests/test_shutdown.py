@@ -1,6 +1,10 @@
-"""Stopping `prm-synth run` with the real demo engine: SIGINT, SIGTERM and SIGKILL each stop the run,
-no process of it survives (vLLM's EngineCore and Worker, Prefect's temporary server), and the next run
-resumes where it stopped."""
+"""Stopping `prm-synth run`: SIGINT, SIGTERM and SIGKILL each stop the run, no process of it survives
+(vLLM's EngineCore and Worker, Prefect's temporary server), and the next run resumes where it stopped.
+
+Each real process starts as little as it needs: the signals, the calm stop and the resume are shown on the
+simulated policy (the same worker, signal handling and shard markers as with any engine); the real demo
+engine through vLLM is started once for a graceful stop (SIGTERM: the engine is shut down) and once for
+SIGKILL (the command dies at once; its worker and vLLM's processes must not outlive it)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,9 @@ from prm_synth.shards import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = 8
+# The simulated runs: far more problems than a run gets through before its signal, one problem a shard
+# and one shard at a time, so the markers are the shards 0..N-1 in order.
+SIMULATED_PROBLEMS = 5000
 
 
 def small_demo(tmp_path: Path) -> Path:
@@ -32,6 +39,17 @@ def small_demo(tmp_path: Path) -> Path:
     data["rollouts"] = {"max_tokens": 24}
     data["output"] = {"shard_size": 1}
     path = tmp_path / "demo-small.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def endless_simulated(tmp_path: Path) -> Path:
+    """pipelines/simulated.yaml with more problems than a signalled run reaches (the resume takes --limit)."""
+    data = yaml.safe_load((ROOT / "pipelines" / "simulated.yaml").read_text())
+    data["problems"]["count"] = SIMULATED_PROBLEMS
+    data["output"] = {"shard_size": 1}
+    data["run"] = {"max_parallel_shards": 1}
+    path = tmp_path / "simulated-long.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -70,37 +88,35 @@ def wait_for(condition, deadline_s: float, what: str, poll_s: float = 0.2):
     raise AssertionError(f"{what}: not within {deadline_s} s")
 
 
-@pytest.mark.slow
-def test_sigint_sigterm_and_sigkill_stop_everything_and_the_next_run_resumes(tmp_path):
-    pipeline = small_demo(tmp_path)
-    out = tmp_path / "out"
+def markers(out: Path) -> int:
+    return len(list((out / "shards").glob("*.json")))
+
+
+def run_command(pipeline: Path, out: Path, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(pipeline), "--out", str(out), "--json"]
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(ROOT)}
-    env.pop("PRM_SYNTH_IN_PROCESS", None)
+    env.pop("PRM_SYNTH_IN_PROCESS", None)  # the real command: a parent over a worker child
+    return cmd, env
 
-    def markers() -> int:
-        return len(list((out / "shards").glob("*.json")))
 
-    engine_seen = False
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        before = markers()
-        log = tmp_path / f"{sig.name}.log"
-        with log.open("w") as sink:
-            proc = subprocess.Popen(
-                cmd, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        seen: dict[int, str] = {}
+def stop_mid_run(cmd, env, out: Path, sig: signal.Signals, log: Path) -> dict[int, str]:
+    """Start the command, send `sig` once it has finished one more shard (its engine is up and working
+    on the next), check how it ended, and wait until none of its processes is alive. Returns every
+    process of the run that was seen (pid: command line)."""
+    before = markers(out)
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    seen: dict[int, str] = {}
 
-        def one_more_shard() -> bool:
-            seen.update(tree(proc.pid))  # noqa: B023 - this iteration's process
-            if proc.poll() is not None:  # noqa: B023
-                raise AssertionError(f"the run ended before {sig.name}:\n{log.read_text()[-3000:]}")  # noqa: B023
-            return markers() > before  # noqa: B023
+    def one_more_shard() -> bool:
+        seen.update(tree(proc.pid))
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before {sig.name}:\n{log.read_text()[-3000:]}")
+        return markers(out) > before
 
-        # The engine is up once a shard is finished: stop the run while it works on the next one.
+    try:
         wait_for(one_more_shard, 900, f"a finished shard before {sig.name}")
         seen.update(tree(proc.pid))
-        engine_seen |= any("EngineCore" in c or "VLLM" in c for c in seen.values())
         os.kill(proc.pid, sig)
         if sig == signal.SIGKILL:
             proc.wait(timeout=60)
@@ -115,17 +131,52 @@ def test_sigint_sigterm_and_sigkill_stop_everything_and_the_next_run_resumes(tmp
             assert f"stopping ({'Ctrl-C' if sig == signal.SIGINT else 'SIGTERM'})..." in said
             assert "Crash detected" not in said  # our own stop is not logged as a crash
         try:
-            wait_for(lambda: not alive(seen), 120, f"every process of the run ends after {sig.name}")  # noqa: B023
+            wait_for(lambda: not alive(seen), 120, f"every process of the run ends after {sig.name}")
         except AssertionError as e:
             raise AssertionError(f"{e}; alive: {[seen[pid][:120] for pid in alive(seen)]}") from None
-    assert engine_seen, "the run never started vLLM's processes, so the test showed nothing"
+    finally:
+        if proc.poll() is None:  # a failed check above: leave no process behind
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    return seen
 
-    finished = markers()
-    assert 3 <= finished < PROBLEMS
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+@pytest.mark.slow
+def test_sigint_sigterm_and_sigkill_stop_a_run_and_the_next_run_resumes(tmp_path):
+    """On the simulated policy: each signal stops the run part-way and leaves no process (the worker, its
+    watchdog, Prefect's temporary server); then the same command resumes, redoing no finished shard."""
+    out = tmp_path / "out"
+    cmd, env = run_command(endless_simulated(tmp_path), out, tmp_path)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        seen = stop_mid_run(cmd, env, out, sig, tmp_path / f"{sig.name}.log")
+        assert any("prefect.server" in c for c in seen.values()), "no temporary Prefect server was seen"
+
+    finished = markers(out)
+    assert 3 <= finished < SIMULATED_PROBLEMS
+    shards = sorted(int(p.stem.split("-")[-1]) for p in (out / "shards").glob("*.json"))
+    # Through the last finished shard and a few more: the resume skips the finished ones and does the rest.
+    limit = shards[-1] + 1 + 3
+    done = subprocess.run([*cmd, "--limit", str(limit)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["shards_skipped"] >= finished - 1  # a marker written as it was killed may be torn
-    assert summary["problems_in"] == PROBLEMS and summary["reconciles"]
+    assert summary["shards_run"] == limit - summary["shards_skipped"]
+    assert summary["problems_in"] == limit and summary["reconciles"]
     ids = [r["id"] for r in iter_records(out)] + [r["id"] for r in iter_records(out, "rejected")]
-    assert len(ids) == len(set(ids)) == PROBLEMS
+    assert len(ids) == len(set(ids)) == limit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_run_on_the_real_demo_engine_stopped_by_a_signal_leaves_no_vllm_process(tmp_path, sig):
+    """SIGTERM: the worker shuts vLLM down within its deadline and the command exits 130. SIGKILL: the
+    command dies at once; its worker (parent-death signal, watchdog) stops and takes vLLM's EngineCore
+    and Worker with it. Either way no process of the run survives, and the finished shards are kept."""
+    out = tmp_path / "out"
+    cmd, env = run_command(small_demo(tmp_path), out, tmp_path)
+    seen = stop_mid_run(cmd, env, out, sig, tmp_path / f"{sig.name}.log")
+    assert any("EngineCore" in c or "VLLM" in c for c in seen.values()), (
+        "the run never started vLLM's processes, so the test showed nothing"
+    )
+    assert 1 <= markers(out) < PROBLEMS

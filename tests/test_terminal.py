@@ -131,6 +131,7 @@ print(quiet, logging.getLogger("vllm").level)
 """
 
 
+@pytest.mark.slow  # imports vLLM (half a minute on two cores)
 def test_vllm_logs_warnings_only_unless_verbose():
     pytest.importorskip("vllm")
     env = {k: v for k, v in __import__("os").environ.items() if k != "VLLM_LOGGING_LEVEL"}

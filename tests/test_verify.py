@@ -400,21 +400,14 @@ def test_shards_written_before_the_verify_columns_still_read(tmp_path, monkeypat
 
 # ------------------------------------------------------------------ the demo model through vLLM
 @pytest.mark.slow
-def test_the_demo_model_writes_chains_that_are_kept_or_dropped_with_reasons():
-    pytest.importorskip("vllm")
-    from prm_synth.engines.vllm import VLLMEngine
-
+def test_the_demo_model_writes_chains_that_are_kept_or_dropped_with_reasons(demo_vllm_engine):
     config = VerifyConfig(engine={"kind": "vllm", "model": "demo"}, votes=2, max_tokens=96, temperature=0.7)
     records = [record([True, True, False]), record([True, True])]
     for r in records:
         r.question = "Tom has 3 apples and buys 4 more. How many apples does he have?"
     records[0].steps = ["Tom starts with 3 apples.\n", "He buys 4 more: 3 + 4 = 7.\n", "So he has 8 apples."]
     records[1].steps = ["3 + 4 = 7.\n", "The answer is 7."]
-    engine = VLLMEngine(config.engine)
-    try:
-        stats = verify_records(engine, records, config, max_batch_requests=8)
-    finally:
-        engine.close()
+    stats = verify_records(demo_vllm_engine, records, config, max_batch_requests=8)  # the shared engine (conftest)
     assert stats.rows == 2 and stats.chains == 4 and stats.engine_calls == 1 and stats.tokens > 0
     assert stats.kept + sum(stats.dropped_by_reason.values()) == 4
     assert set(stats.dropped_by_reason) <= set(CHAIN_DROP_REASONS)

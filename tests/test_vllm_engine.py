@@ -8,19 +8,16 @@ from prm_synth.config import VLLMConfig
 from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
 from prm_synth.engines.chat import TOKENIZATION_KWARGS, messages_for, render_plain, render_prompt
 
-pytest.importorskip("vllm")
-
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 PREFIX = "Step 1: Tom starts with 3 apples.\nStep 2:"
 
 
-@pytest.fixture(scope="module")
-def engine():
-    from prm_synth.engines.vllm import VLLMEngine
-
-    eng = VLLMEngine(VLLMConfig(model="demo", max_model_len=1024, seed=1))
-    yield eng
-    eng.close()
+@pytest.fixture
+def engine(demo_vllm_engine):
+    """The session's shared demo engine (tests/conftest.py): vLLM is imported and started only by the tests
+    that use it, all of them slow. The too-long prompt below (3000 words) relies on its 2048-token context."""
+    assert demo_vllm_engine.config == VLLMConfig(model="demo", max_model_len=2048)
+    return demo_vllm_engine
 
 
 def test_render_prompt_is_template_then_exact_prefix():
@@ -80,6 +77,7 @@ def test_continuation_extends_the_prompt(engine):
     assert longer.completions[0].generated_tokens > 0
 
 
+@pytest.mark.slow
 def test_a_prompt_longer_than_the_context_does_not_fail_the_batch(engine):
     from prm_synth.engines.base import GenerationRequest, SamplingOptions
 
