@@ -154,12 +154,8 @@ class EngineTelemetry:
             self.capacity = max(self.capacity, capacity)
             start = self.last_t
             self._busy += running * (t - start)
-            while start < t:  # spread the interval over the buckets it covers
-                index = int((start - self.origin) / self.width)
-                end = min(t, self.origin + (index + 1) * self.width)
-                self._bucket(index)[0] += running * (end - start)
-                self._bucket(index)[3] = max(self._bucket(index)[3], capacity)
-                start = end
+            if t > start:
+                self._spread(start, t, running, capacity)
             if tokens or sequences:
                 # credited to the bucket whose time just ended (t on a boundary closes the earlier one)
                 bucket = self._bucket(max(0, math.ceil((t - self.origin) / self.width) - 1))
@@ -240,6 +236,27 @@ class EngineTelemetry:
         return paths
 
     # ------------------------------------------------------------ internals
+    def _index(self, t: float) -> int:
+        return max(0, int((t - (self.origin or 0.0)) / self.width))
+
+    def _spread(self, start: float, t: float, running: int, capacity: int) -> None:
+        """Spread `running` sequences over [start, t) across the buckets it covers.
+
+        The walk runs over integer bucket indices, never over float positions: a boundary that float
+        rounding files under the wrong bucket cannot stop it making progress (a loop `start = end` did
+        spin forever once the clock crossed 2048 s). One index past the last on each side absorbs such
+        rounding; each piece is clipped to [start, t), so no time is counted twice or lost."""
+        while self._index(t) >= 2 * self.max_buckets:  # a jump of the clock: widen first, keep the walk short
+            self._merge()
+        origin, width = self.origin or 0.0, self.width
+        for index in range(max(0, self._index(start) - 1), self._index(t) + 2):
+            lo = max(start, origin + index * width)
+            hi = min(t, origin + (index + 1) * width)
+            if hi > lo:
+                bucket = self._bucket(index)
+                bucket[0] += running * (hi - lo)
+                bucket[3] = max(bucket[3], capacity)
+
     def _bucket(self, index: int) -> list[float]:
         while len(self._buckets) <= index:
             self._buckets.append([0.0, 0, 0, self.capacity])

@@ -93,3 +93,46 @@ def test_a_duration_reads_in_the_largest_unit_that_fits(seconds):
     text = duration(seconds)
     unit = "s" if seconds < 59.5 else "min" if seconds < 3599.5 else "h"
     assert text.split()[1] == unit
+
+
+def test_an_interval_starting_on_a_boundary_that_rounding_misfiles_ends():
+    """The values of ../shared/repro/telemetry_hang.py: start = origin + 179 * 0.3 in floats, but
+    int((start - origin) / 0.3) == 178. The old walk spun forever there."""
+    tel = EngineTelemetry(bucket_s=0.3)
+    origin, start = 3037.1899814263015, 3090.8899814263013
+    tel.advance(origin, running=1, capacity=1)
+    tel.advance(start, running=1, capacity=1)
+    tel.advance(start + 1.0, running=1, capacity=1)
+    assert tel.totals().busy == pytest.approx(start + 1.0 - origin)
+    assert sum(r["running"] for r in tel.series()) > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    origin=st.one_of(st.floats(0.0, 1e7), st.sampled_from([2047.999, 4095.9999999, 2.0**20 - 1e-6, 3037.1899814263015])),
+    width=st.sampled_from([0.1, 0.3, 1.0, 0.7, 1e-3, 2.5]),
+    steps=st.lists(st.floats(0.0, 50.0), min_size=1, max_size=20),
+    max_buckets=st.integers(2, 50),
+)
+def test_advance_always_returns_and_keeps_every_sequence_second(origin, width, steps, max_buckets):
+    """Bounded by construction: whatever the origin (across powers of two), width and times, advance
+    returns, the kept buckets stay within max_buckets, and their busy time sums to the total."""
+    tel = EngineTelemetry(bucket_s=width, max_buckets=max_buckets)
+    t = origin
+    tel.advance(t, 2, 4)
+    for dt in steps:
+        t += dt
+        tel.advance(t, 2, 4, tokens=1, sequences=1)
+    rows, totals = tel.series(), tel.totals()
+    assert len(rows) <= max_buckets
+    covered = [max(1e-9, min(tel.width, (totals.t - origin) - r["t"])) for r in rows]
+    busy = sum(r["running"] * c for r, c in zip(rows, covered, strict=True))
+    assert busy == pytest.approx(totals.busy, rel=1e-6, abs=1e-6)
+
+
+def test_a_jump_of_the_clock_widens_the_buckets_instead_of_walking_them():
+    tel = EngineTelemetry(bucket_s=1e-3, max_buckets=100)
+    tel.advance(0.0, 1, 1)
+    tel.advance(1e9, 1, 1)  # a day-long gap at millisecond buckets would be 10^12 steps
+    assert len(tel.series()) <= 100
+    assert tel.totals().busy == pytest.approx(1e9)
