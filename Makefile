@@ -28,7 +28,7 @@ test: $(STAMP)
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=25
 
 # The edit-test loop: everything that needs no vLLM, no Ray, no model server and no long `prm-synth`
-# process (tests/conftest.py fails a test that imports vLLM or Ray here: it must be marked slow).
+# process (tests/conftest.py fails a test that imports vLLM here: it must be marked slow).
 test-fast: $(STAMP)
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q -m "not slow" --durations=10
 

@@ -1,4 +1,4 @@
-"""Shared fixtures, the session's test order, and the guard that keeps vLLM and Ray out of the fast tests.
+"""Shared fixtures, the session's test order, and the guard that keeps vLLM out of the fast tests.
 
 Fixtures any test file may use (ask for them by name; none needs an import):
 
@@ -20,14 +20,17 @@ Fixtures any test file may use (ask for them by name; none needs an import):
 
 Markers (pyproject.toml): `slow` = needs vLLM (even only its import), Ray, a model server, the demo model
 through vLLM, or whole `prm-synth` processes that take minutes. `make test-fast` (`-m "not slow"`) runs the
-rest; when slow tests are deselected, importing `vllm` or `ray` in the pytest process fails the test that
-did it, naming the module (a test that needs them must be marked slow instead of silently costing the fast
-run half a minute).
+rest; when slow tests are deselected, importing `vllm` in the pytest process fails the test that did it (a
+test that needs vLLM must be marked slow instead of silently costing the fast run half a minute). Asking
+whether it is installed (`importlib.util.find_spec`, TRL's checks) is not importing it and still works.
+Ray is not guarded: every in-process flow run imports prefect_ray (flows/synthesize.py `_ray_options`),
+whose lazy `ray` module loads for real when something walks sys.modules (torch's `inspect.getmodule`).
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import os
 import sys
 import tempfile
@@ -39,8 +42,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prm-synth-prefect-"))
 
 DEMO_ENGINE = "demo_vllm_engine"
-# Imported only by slow tests: each costs 10-30 s of import on two cores, and vLLM a quarter of the RAM.
-HEAVY_MODULES = ("vllm", "ray")
+# Imported only by slow tests: 10-30 s of import on two cores.
+HEAVY_MODULES = ("vllm",)
 
 
 @pytest.fixture(scope="session")
@@ -107,20 +110,37 @@ def pytest_sessionfinish(session, exitstatus):
     _shared_demo_engine.close()  # a session stopped early (-x) ends with the engine still up
 
 
-# ---------------------------------------------------------------- no vLLM or Ray in the fast tests
+# ---------------------------------------------------------------- no vLLM in the fast tests
 class HeavyImportInFastTests(RuntimeError):
     """Not an ImportError on purpose: `pytest.importorskip` must not turn it into a quiet skip."""
 
 
+class _RefusingLoader(importlib.abc.Loader):
+    """Runs no code of the module: executing it (importing it for real) is the error. Finding it is not:
+    libraries ask whether vLLM is installed (`find_spec`) without loading it."""
+
+    def __init__(self, fullname: str) -> None:
+        self.fullname = fullname
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        top = self.fullname.partition(".")[0]
+        raise HeavyImportInFastTests(
+            f"`import {self.fullname}` in the fast tests (-m 'not slow'): a test that needs {top} must be "
+            "marked @pytest.mark.slow"
+        )
+
+
 class _RefuseHeavyImports(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
-        top = fullname.partition(".")[0]
-        if top in HEAVY_MODULES:
-            raise HeavyImportInFastTests(
-                f"`import {fullname}` in the fast tests (-m 'not slow'): a test that needs {top} must be "
-                "marked @pytest.mark.slow"
-            )
-        return None
+        if fullname.partition(".")[0] not in HEAVY_MODULES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None:
+            spec.loader = _RefusingLoader(fullname)
+        return spec
 
 
 def _deselects_slow(config) -> bool:
