@@ -121,12 +121,12 @@ def test_soft_openrlhf_values_are_p_good_and_its_consumer_finds_every_one(calibr
 def test_a_step_without_a_soft_target_ends_the_row(calibrated_run, tmp_path):
     """A binary search infers labels without measuring: those steps have no MC value to train toward."""
     plan = plan_export(calibrated_run, ["trl"], soft="mc")
-    export = export_to_dir(calibrated_run, tmp_path, plan=plan)["views"]["trl"]
+    export = export_to_dir(calibrated_run, tmp_path, plan=plan).views["trl"]
     records = {r["id"]: r for r in iter_records(calibrated_run)}
     for row in _rows(tmp_path / "trl"):
         assert None not in records[row["id"]]["mc_values"][: len(row["labels"])]
-    hard = export_to_dir(calibrated_run, tmp_path / "hard", ["trl"])["views"]["trl"]
-    assert sum(s["steps"] for s in export["splits"].values()) < sum(s["steps"] for s in hard["splits"].values())
+    hard = export_to_dir(calibrated_run, tmp_path / "hard", ["trl"]).views["trl"]
+    assert sum(s.steps for s in export.splits.values()) < sum(s.steps for s in hard.splits.values())
 
 
 def test_soft_refuses_views_with_token_labels_and_p_good_a_run_lacks(mc_run, tmp_path):
