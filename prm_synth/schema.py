@@ -9,7 +9,7 @@ the stages, the card and the tests, so a new word is added in one place.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 import pyarrow as pa
@@ -376,6 +376,15 @@ class ShardStats:
         for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats), ("verify", VerifyStats)):
             values[name] = _read(stage, values.get(name))
         return cls(**values)
+
+    def moved_to_rejected(self, reasons: list[str]) -> ShardStats:
+        """These stats after rows were moved to rejected at write time (`reasons`: one per row moved)."""
+        by_reason = dict(self.rejected_by_reason)
+        for reason in reasons:
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+        # Stats that never counted rows (a caller that passed none) are not driven below zero.
+        moved = min(len(reasons), self.rows)
+        return replace(self, rows=self.rows - moved, rejected=self.rejected + moved, rejected_by_reason=by_reason)
 
     def __add__(self, other: ShardStats) -> ShardStats:
         """Field-wise sum (nested counts are summed key by key): a run's stats are its shards' sum."""

@@ -28,7 +28,7 @@ def test_memory_is_flat_across_shards(tmp_path):
     marks = {}
     for shard in iter_shards(config):
         out = process_shard(engine, config, shard, "f")
-        store.write_shard(shard.index, [r.to_row() for r in out.records], [], len(shard.items), out.stats.to_dict())
+        store.write_shard(shard.index, [r.to_row() for r in out.records], [], len(shard.items), out.stats)
         del out
         if shard.index in (10, 59):
             gc.collect()

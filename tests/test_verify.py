@@ -301,7 +301,7 @@ def write_run(root: Path, config, out) -> None:
         [r.to_row() for r in out.records],
         [r.to_row() for r in out.rejected],
         problems=out.stats.inputs,
-        stats=out.stats.to_dict(),
+        stats=out.stats,
     )
     store.write_manifest(dump)
 
@@ -389,7 +389,7 @@ def test_shards_written_before_the_verify_columns_still_read(tmp_path, monkeypat
     store = ShardStore(tmp_path, config.fingerprint())
     dump = config.model_dump(mode="json")
     store.prepare(dump, yaml.safe_dump(dump))
-    store.write_shard(0, rows, [], problems=6, stats={"rows": len(rows)})
+    store.write_shard(0, rows, [], problems=6, stats=ShardStats(rows=len(rows)))
     store.write_manifest(dump)
     monkeypatch.undo()
     assert summarize(tmp_path).verify is None and summarize(tmp_path).to_dict()["verify"] == {}
