@@ -67,7 +67,8 @@ BinarySearchTestName = Literal["fixed", "sprt", "calibrated", "changepoint"]
 NodeKind = Literal["root", "state", "rollout"]
 # Why an OmegaPRM question's search stopped.
 OmegaStop = Literal["screened_out", "search_limit", "pool_empty", "budget"]
-# Why the calibrated search of a solution stopped ("decided": every step at the confidence level).
+# Why a posterior search (calibrated; change-point reuses its reasons) stopped ("decided": every step
+# at the confidence level).
 CalibratedStop = Literal["decided", "undecided_budget", "undecided_uninformative", "undecided_verdict"]
 # Why a verification chain was dropped (prm_synth/verify.py): the first seven are chains that do not
 # read as a complete chain, the next two readable chains the agreement filter refused.
@@ -123,7 +124,8 @@ RECORD_SCHEMA = pa.schema(
         pa.field("config_fingerprint", pa.string(), nullable=False),
         pa.field("rollouts", pa.int64(), nullable=False),
         pa.field("tokens", pa.int64(), nullable=False),
-        # Per step, the posterior probability that its prefix is still correct (calibrated search);
+        # Per step, the posterior probability that its prefix is still correct (the change-point search,
+        # the default, or the calibrated one);
         # null for methods that do not estimate it. Added after the first release: older shards lack it.
         pa.field("p_good", pa.list_(pa.float64())),
         # Per step, why it has no label: null exactly where labeled (annotate.labels.unlabeled_reasons).
