@@ -618,8 +618,11 @@ def _clear_view_folder(folder: Path) -> None:
 
 @dataclass
 class SplitCounts:
-    """What one split of a view holds: the supervised steps a trainer sees, not what the records hold."""
+    """One split of a view: its files, then what they hold (the supervised steps a trainer sees, not
+    what the records hold)."""
 
+    files: list[str] = field(default_factory=list)
+    num_bytes: int = 0  # Arrow bytes, what `datasets` records as the split's num_bytes
     rows: int = 0
     problems: int = 0
     steps: int = 0
@@ -627,8 +630,6 @@ class SplitCounts:
     label_sources: dict[str, int] = field(default_factory=dict)
     with_confidence: int = 0
     steps_before_confidence: int = 0  # supervised steps of the kept rows without the confidence filter
-    files: list[str] = field(default_factory=list)
-    num_bytes: int = 0  # Arrow bytes, what `datasets` records as the split's num_bytes
 
 
 @dataclass(frozen=True)
