@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -260,7 +261,7 @@ _ID_FIELDS = [pa.field("id", pa.string()), pa.field("problem_id", pa.string())]
 
 
 # ---------------------------------------------------------------- the registry: one class per view
-class View:
+class View(ABC):
     """One trainer format, declared whole: its columns, what its consumer needs and finds, its card text.
 
     A new view is one subclass and one line in VIEWS; nothing else dispatches on a view's name.
@@ -278,8 +279,8 @@ class View:
     needs_tokenizer: ClassVar[bool] = False  # cannot be trained on without knowing the consumer's tokenizer
     step_labels: ClassVar[bool] = True  # a PRM view of step labels (False: the verifier's chains)
 
-    def build(self, row: Row, marker: Marker) -> list[dict[str, Any]]:
-        raise NotImplementedError
+    @abstractmethod
+    def build(self, row: Row, marker: Marker) -> list[dict[str, Any]]: ...
 
     def schema(self, soft: str | None = None) -> pa.Schema:
         """The Parquet schema; with soft targets the label column holds floats."""
@@ -306,16 +307,17 @@ class View:
         """The tokenizer as the consumer will use it, and notes on what had to change for that."""
         return tokenizer, []
 
-    def read_as_consumer(
-        self, tokenizer: Any, view_row: Row, n_labels: int, marker: Marker
-    ) -> tuple[int, int]:  # pragma: no cover - every view overrides it
-        raise NotImplementedError
+    @abstractmethod
+    def read_as_consumer(self, tokenizer: Any, view_row: Row, n_labels: int, marker: Marker) -> tuple[int, int]:
+        """(tokens, labels found) of one view row; TokenizationError where the consumer would fail."""
 
+    @abstractmethod
     def consumer_config(self, marker: Marker, soft: str | None, check: Mapping[str, Any] | None) -> dict[str, Any]:
-        raise NotImplementedError
+        """What `<view>/view.json` tells the trainer (`check`: this view's token check, if one ran)."""
 
+    @abstractmethod
     def card_text(self, marker: Marker, soft_text: str | None, check: Mapping[str, Any] | None) -> str:
-        raise NotImplementedError
+        """The view's line in the card after its name and columns (`soft_text`: what its soft targets are)."""
 
 
 def _soft_card_text(soft_text: str, layout: str) -> str:
