@@ -107,8 +107,8 @@ def with_min_confidence(row: Row, min_confidence: float) -> Row:
 
 
 # Soft targets: the float a step is trained toward instead of its good/bad label. `p_good` is the
-# first-error search's posterior that the prefix is still correct (`search_test: changepoint`, the
-# default, or `calibrated`); `mc` is Math-Shepherd's soft label,
+# first-error search's posterior that the prefix is still correct (where the run's search estimates
+# one, as the default search does); `mc` is Math-Shepherd's soft label,
 # the share of rollouts from the prefix that reached the answer (`mc_values`).
 SOFT_SOURCES = {"p_good": "p_good", "mc": "mc_values"}
 
