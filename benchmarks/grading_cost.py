@@ -16,7 +16,7 @@ import json
 import statistics
 import time
 
-from prm_synth import grading, verify_pool
+from prm_synth import grading, grading_pool
 from prm_synth.grading import grade
 
 
@@ -39,7 +39,7 @@ def main() -> None:
     numeric = _per_call([(f"Step 1: {i} + 1 = {i + 1}.\nThe answer is {i + 1}.", str(i + 1)) for i in range(n)])
 
     start = time.perf_counter()
-    worker = verify_pool._Worker()
+    worker = grading_pool._Worker()
     start_s = time.perf_counter() - start
     worker.kill()
 
@@ -54,7 +54,7 @@ def main() -> None:
         grade(f"\\boxed{{\\Gamma({99999990 + i})}}", "2", timeout_s=1.0)
         grade("\\boxed{y+1}", "1+y")  # includes replacing the killed worker
         hostile.append(time.perf_counter() - start)
-    verify_pool.POOL.shutdown()
+    grading_pool.POOL.shutdown()
 
     def ms(xs: list[float]) -> tuple[float, float]:
         return statistics.median(xs) * 1e3, sorted(xs)[int(0.95 * (len(xs) - 1))] * 1e3

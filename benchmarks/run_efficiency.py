@@ -1,14 +1,14 @@
-"""How full the engine stays while the default labeler (binary method, calibrated search) annotates: the
+"""How full the engine stays while the default labeler (binary method, change-point search) annotates: the
 streaming scheduler against the ceiling and against the former round-based scheduler, and a whole
 pipeline shard (sampling overlapped with labeling) against the same ceiling, on the demo model through vLLM.
 
 It runs the library directly (not the `prm-synth run` CLI, whose Prefect start-up and shard writing
 would add a minute here without touching the engine). Three runs on the same engine, each with its own
-labeler (`make_labeler(config)`: the calibrated search's pooled estimates start empty in each) and its
+labeler (`make_labeler(config)`: whatever a search shares between solutions starts empty in each) and its
 own telemetry window and picture:
 - `stream`: the sample stage draws the solutions once (`prm_synth.sample.sample_solutions`), then the
   labeler's annotators (`annotate_given`) run on `ProbeScheduler`;
-- `rounds`: the same solutions on `RoundsScheduler` (benchmarks/rounds_scheduler.py), the former
+- `rounds`: the same solutions on `rounds_scheduler` (benchmarks/rounds_scheduler.py), the former
   round-based loop;
 - `pipeline`: `prm_synth.pipeline.process_shard` on the same problems, what `prm-synth run` does per
   shard: sampling and labeling share one engine stream, so a problem's annotators start as soon as
@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rounds_scheduler import RoundsScheduler
+from rounds_scheduler import rounds_scheduler
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -138,16 +138,15 @@ def main() -> None:
     sampling = SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p)
     runs: dict[str, dict[str, Any]] = {}
     out_dir = Path(args.out or tempfile.mkdtemp(prefix="run-efficiency-"))
-    for mode, scheduler_class in (("stream", ProbeScheduler), ("rounds", RoundsScheduler)):
+    for mode, make_scheduler in (("stream", ProbeScheduler), ("rounds", rounds_scheduler)):
         engine.record = mode == "stream"
-        sched = scheduler_class(engine, sampling, config.run.max_batch_requests, config.run.max_in_flight, label=mode)
+        sched = make_scheduler(engine, sampling, config.run.max_batch_requests, config.run.max_in_flight, label=mode)
         llm.reset_prefix_cache()
         before = stream.telemetry.totals()
         t = time.perf_counter()
         done = sum(1 for _ in sched.run(jobs()))
         wall = time.perf_counter() - t
-        window = sched.stats.engine
-        assert window is not None
+        window = stream.telemetry.window(before, stream.telemetry.totals())  # the engine's own stream, either mode
         stream.telemetry.save(out_dir, name=f"annotate-{mode}", start=before)
         runs[mode] = {
             "annotated": done,

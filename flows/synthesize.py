@@ -46,7 +46,7 @@ from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems import count_hint
 from prm_synth.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
-from prm_synth.shards import ShardStore
+from prm_synth.shards import ShardEntry, ShardStore
 from prm_synth.summary import RunFacts, RunSummary, summarize
 
 DRY_RUN_PROBLEMS = 8
@@ -64,7 +64,7 @@ class ShardsFailedError(PrmSynthError, RuntimeError):
     # Resume is the manifest's job; the engine handle is never part of a cache key.
     cache_policy=NO_CACHE,
 )
-def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: list[Item]) -> dict[str, Any]:
+def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: list[Item]) -> ShardEntry:
     fingerprint = config.fingerprint()
     limit = config.run.gpu_concurrency_limit
     logger = get_run_logger()
@@ -95,10 +95,10 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
         [r.to_row() for r in out.records],
         [r.to_row() for r in out.rejected],
         problems=len(items),
-        stats=out.stats.to_dict(),
+        stats=out.stats,
         trees=out.trees,
     )
-    return entry.to_json()
+    return entry
 
 
 def _ray_options(config: PipelineConfig) -> contextlib.AbstractContextManager[Any]:
@@ -165,7 +165,7 @@ def _label_shards(
     finished = store.finished()
     if finished:
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
-    window: deque[tuple[int, PrefectFuture[dict[str, Any]]]] = deque()
+    window: deque[tuple[int, PrefectFuture[ShardEntry]]] = deque()
     outcome = ShardsOutcome()
 
     def drain_one() -> None:
@@ -174,8 +174,8 @@ def _label_shards(
         try:
             entry = future.result()
             outcome.done += 1
-            tokens = entry["stats"].get("tokens", 0)
-            logger.info("shard %d finished: %d rows, %d rejected", index, entry["rows"], entry["rejected"])
+            tokens = entry.stats.tokens
+            logger.info("shard %d finished: %d rows, %d rejected", index, entry.rows, entry.rejected)
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             outcome.failed[index] = f"{type(e).__name__}: {e}"
             logger.error("shard %d failed: %s", index, outcome.failed[index])
@@ -186,7 +186,7 @@ def _label_shards(
         # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
         if entry is not None and entry.problems == len(shard.items):
             outcome.skipped += 1
-            progress.advance(entry.stats.get("tokens", 0), resumed=True)
+            progress.advance(entry.stats.tokens, resumed=True)
             continue
         if len(window) >= config.run.max_parallel_shards:
             drain_one()

@@ -17,7 +17,7 @@ Equivalence is exact Fraction arithmetic when both sides are plain numbers (in-p
 else math-verify (sympy). Model text is never evaluated as code: the only parser that sees it is
 math-verify's LaTeX parser.
 
-The time bound is hard and the same in every thread: math-verify runs in worker processes (verify_pool.py),
+The time bound is hard and the same in every thread: math-verify runs in worker processes (grading_pool.py),
 and a comparison that is not answered within `timeout_s` is unknown ("timeout"). A cheap in-process guard
 still refuses the shapes known to run for minutes ("too_complex") so they do not cost a worker. Every length
 limit applies before any loop over the text, so extraction is linear in the text's length.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from prm_synth import verify_pool
+from prm_synth import grading_pool
 from prm_synth.schema import VerdictStatus
 
 MAX_ANSWER_CHARS = 1000  # longer extracted (or gold) answers are unknown ("too_long"): bounds parser cost
@@ -268,9 +268,9 @@ def _judge(gold: str, extracted: str, timeout_s: float) -> Verdict:
         return Verdict("correct" if g == e else "incorrect", extracted, "numeric")
     if _too_complex(extracted) or _too_complex(gold):
         return unknown("too_complex")
-    status, reason = verify_pool.compare(gold, extracted, timeout_s)
+    status, reason = grading_pool.compare(gold, extracted, timeout_s)
     verdict = Verdict(status, extracted, reason)  # type: ignore[arg-type]
-    if verify_pool.is_transient(reason):
+    if grading_pool.is_transient(reason):
         raise _NotCached(verdict)
     return verdict
 

@@ -9,7 +9,7 @@ the stages, the card and the tests, so a new word is added in one place.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 import pyarrow as pa
@@ -67,7 +67,8 @@ BinarySearchTestName = Literal["fixed", "sprt", "calibrated", "changepoint"]
 NodeKind = Literal["root", "state", "rollout"]
 # Why an OmegaPRM question's search stopped.
 OmegaStop = Literal["screened_out", "search_limit", "pool_empty", "budget"]
-# Why the calibrated search of a solution stopped ("decided": every step at the confidence level).
+# Why a posterior search (calibrated; change-point reuses its reasons) stopped ("decided": every step
+# at the confidence level).
 CalibratedStop = Literal["decided", "undecided_budget", "undecided_uninformative", "undecided_verdict"]
 # Why a verification chain was dropped (prm_synth/verify.py): the first seven are chains that do not
 # read as a complete chain, the next two readable chains the agreement filter refused.
@@ -123,7 +124,8 @@ RECORD_SCHEMA = pa.schema(
         pa.field("config_fingerprint", pa.string(), nullable=False),
         pa.field("rollouts", pa.int64(), nullable=False),
         pa.field("tokens", pa.int64(), nullable=False),
-        # Per step, the posterior probability that its prefix is still correct (calibrated search);
+        # Per step, the posterior probability that its prefix is still correct, from a search that
+        # estimates one (the default search does);
         # null for methods that do not estimate it. Added after the first release: older shards lack it.
         pa.field("p_good", pa.list_(pa.float64())),
         # Per step, why it has no label: null exactly where labeled (annotate.labels.unlabeled_reasons).
@@ -376,6 +378,15 @@ class ShardStats:
         for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats), ("verify", VerifyStats)):
             values[name] = _read(stage, values.get(name))
         return cls(**values)
+
+    def moved_to_rejected(self, reasons: list[str]) -> ShardStats:
+        """These stats after rows were moved to rejected at write time (`reasons`: one per row moved)."""
+        by_reason = dict(self.rejected_by_reason)
+        for reason in reasons:
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+        # Stats that never counted rows (a caller that passed none) are not driven below zero.
+        moved = min(len(reasons), self.rows)
+        return replace(self, rows=self.rows - moved, rejected=self.rejected + moved, rejected_by_reason=by_reason)
 
     def __add__(self, other: ShardStats) -> ShardStats:
         """Field-wise sum (nested counts are summed key by key): a run's stats are its shards' sum."""

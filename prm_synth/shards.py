@@ -90,11 +90,34 @@ class ShardEntry:
     rejected_file: str
     sha256: dict[str, str]
     config_fingerprint: str
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: ShardStats = field(default_factory=ShardStats)
     finished_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        return self.__dict__ | {"stats": self.stats.to_dict()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ShardEntry:
+        """A marker as written by any version (ShardStats.from_dict reads older stats); TypeError when
+        it is not a marker."""
+        if not isinstance(data, dict) or not isinstance(data.get("stats", {}), dict):
+            raise TypeError("not a shard marker")
+        return cls(**(data | {"stats": ShardStats.from_dict(data.get("stats"))}))
+
+
+@dataclass(frozen=True)
+class ShardTotals:
+    """The manifest's sums over the finished shards."""
+
+    shards: int = 0
+    problems: int = 0
+    rows: int = 0
+    rejected: int = 0
+    stats: ShardStats = field(default_factory=ShardStats)
+
+    def to_json(self) -> dict[str, Any]:
+        counts = {"shards": self.shards, "problems": self.problems, "rows": self.rows, "rejected": self.rejected}
+        return counts | {"stats": self.stats.to_dict()} if self.shards else counts
 
 
 def shard_name(index: int) -> str:
@@ -275,7 +298,7 @@ class ShardStore:
         records: list[Mapping[str, Any]],
         rejected: list[Mapping[str, Any]],
         problems: int,
-        stats: dict[str, Any] | None = None,
+        stats: ShardStats | None = None,
         trees: dict[str, Any] | None = None,
     ) -> ShardEntry:
         """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
@@ -287,7 +310,7 @@ class ShardStore:
             rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
         except UnicodeEncodeError:  # rare: find the rows at fault, keep the rest
             records, rejected, moved = _storable_rows(records, rejected, self.fingerprint)
-            stats = _count_moved(stats or {}, moved)
+            stats = (stats or ShardStats()).moved_to_rejected(moved)
             data_bytes = _table_bytes(records, RECORD_SCHEMA)
             rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
         data_rel, rej_rel = f"data/{name}.arrow", f"rejected/{name}.arrow"
@@ -306,7 +329,7 @@ class ShardStore:
             rejected_file=rej_rel,
             sha256=hashes,
             config_fingerprint=self.fingerprint,
-            stats=stats or {},
+            stats=stats or ShardStats(),
             finished_at=time.time(),
         )
         # The commit point: once this marker exists, the shard is finished.
@@ -319,7 +342,7 @@ class ShardStore:
         out: dict[int, ShardEntry] = {}
         for marker in sorted((self.root / "shards").glob("shard-*.json")):
             try:
-                entry = ShardEntry(**json.loads(marker.read_text()))
+                entry = ShardEntry.from_json(json.loads(marker.read_text()))
             except (ValueError, TypeError):
                 continue  # unreadable marker: the shard is redone
             if entry.config_fingerprint != self.fingerprint:
@@ -345,24 +368,23 @@ class ShardStore:
             "config_fingerprint": self.fingerprint,
             "config": config_dump if config_dump is not None else old.get("config", {}),
             "shards": [e.to_json() for e in entries],
-            "totals": totals(entries),
+            "totals": totals(entries).to_json(),
             "updated_at": time.time(),
         }
         atomic_write_json(self.root / MANIFEST, manifest)
         return manifest
 
 
-def totals(entries: Iterable[ShardEntry]) -> dict[str, Any]:
+def totals(entries: Iterable[ShardEntry]) -> ShardTotals:
     """Sum counts over shards; the stats are `ShardStats` summed field by field (schema.py)."""
-    out: dict[str, Any] = {"shards": 0, "problems": 0, "rows": 0, "rejected": 0}
-    stats = ShardStats()
-    for e in entries:
-        out["shards"] += 1
-        out["problems"] += e.problems
-        out["rows"] += e.rows
-        out["rejected"] += e.rejected
-        stats += ShardStats.from_dict(e.stats)
-    return out | {"stats": stats.to_dict()} if out["shards"] else out
+    entries = list(entries)
+    return ShardTotals(
+        shards=len(entries),
+        problems=sum(e.problems for e in entries),
+        rows=sum(e.rows for e in entries),
+        rejected=sum(e.rejected for e in entries),
+        stats=sum((e.stats for e in entries), start=ShardStats()),
+    )
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:
@@ -389,7 +411,7 @@ def dataset_shards(root: str | Path) -> list[ShardEntry]:
     entries = []
     for marker in sorted((root / "shards").glob("shard-*.json")):
         try:
-            entry = ShardEntry(**json.loads(marker.read_bytes()))
+            entry = ShardEntry.from_json(json.loads(marker.read_bytes()))
         except (OSError, ValueError, TypeError, RecursionError) as e:
             raise DatasetError(
                 f"shard marker {marker} is damaged ({type(e).__name__}); re-run the same config into {root} "
@@ -456,17 +478,6 @@ def data_files(root: str | Path, kind: str = "data") -> list[str]:
         rel = _shard_file(entry, kind)
         _verified_buffer(root, entry, rel)
         out.append(str(root / rel))
-    return out
-
-
-def _count_moved(stats: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
-    """The shard's stats with the rows moved to rejected at write time counted by reason."""
-    by_reason = dict(stats.get("rejected_by_reason") or {})
-    for reason in reasons:
-        by_reason[reason] = by_reason.get(reason, 0) + 1
-    out = stats | {"rejected_by_reason": by_reason}
-    if isinstance(stats.get("rows"), int) and isinstance(stats.get("rejected"), int):
-        out |= {"rows": stats["rows"] - len(reasons), "rejected": stats["rejected"] + len(reasons)}
     return out
 
 

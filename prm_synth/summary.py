@@ -116,7 +116,7 @@ def summarize(root: str | Path) -> RunSummary:
         "rows": rows,
         "rejected": sum(table.num_rows for table in iter_tables(root, "rejected")),
     }
-    stats = sum((ShardStats.from_dict(e.stats) for e in entries), start=ShardStats())
+    stats = sum((e.stats for e in entries), start=ShardStats())
     config = manifest.get("config", {})
     samples = config.get("sampling", {}).get("samples_per_problem", 1)
     return RunSummary(

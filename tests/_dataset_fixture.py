@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from prm_synth.config import validate_config
-from prm_synth.schema import LabeledRecord, RejectedRecord
+from prm_synth.schema import LabeledRecord, RejectedRecord, ShardStats
 from prm_synth.shards import ShardStore
 
 PATTERNS: list[list[bool | None]] = [
@@ -105,15 +105,14 @@ def make_dataset(root: Path) -> list[dict[str, Any]]:
                 ).to_row()
             )
         reasons = Counter(r["reason"] for r in rejected)
-        stats = {
-            "inputs": len(problems) + len(rejected),
-            "problems_loaded": len(problems) + len(rejected),
-            "rows": len(records),
-            "rejected": len(rejected),
-            "rejected_by_reason": dict(reasons),
-            "rollouts": sum(r["rollouts"] for r in records),
-            "tokens": sum(r["tokens"] for r in records),
-        }
+        stats = ShardStats(
+            inputs=len(problems) + len(rejected),
+            problems_loaded=len(problems) + len(rejected),
+            rows=len(records),
+            rejected=len(rejected),
+            rejected_by_reason=dict(reasons),
+            rollouts=sum(r["rollouts"] for r in records),
+        )
         store.write_shard(shard, records, rejected, problems=len(problems), stats=stats)
         rows += records
     store.write_manifest(dump)

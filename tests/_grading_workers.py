@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import os
 
-from prm_synth import verify_pool
+from prm_synth import grading_pool
 
 GARBAGE_MARKER_ENV = "PRM_TEST_GARBAGE_MARKER"
 
 
 def noisy(parent_pid: int, requests_fd: int, replies_fd: int) -> None:
     """A worker whose libraries print on stdout (Python and C level) around every comparison."""
-    inner = verify_pool.verify_pair
+    inner = grading_pool.verify_pair
 
     def loud(gold: str, extracted: str) -> tuple[str, str]:
         print(f"noise from python: comparing {gold}", flush=True)
         os.write(1, b"noise from C\n")
         return inner(gold, extracted)
 
-    verify_pool.verify_pair = loud
-    verify_pool.worker_main(parent_pid, requests_fd, replies_fd)
+    grading_pool.verify_pair = loud
+    grading_pool.worker_main(parent_pid, requests_fd, replies_fd)
 
 
 def garbage(parent_pid: int, requests_fd: int, replies_fd: int) -> None:
@@ -29,5 +29,5 @@ def garbage(parent_pid: int, requests_fd: int, replies_fd: int) -> None:
     if marker is None or not os.path.exists(marker):
         if marker is not None:
             open(marker, "w").close()  # noqa: SIM115 - an empty file is the whole message
-        verify_pool.verify_pair = lambda gold, extracted: ("maybe", "who knows")  # type: ignore[assignment]
-    verify_pool.worker_main(parent_pid, requests_fd, replies_fd)
+        grading_pool.verify_pair = lambda gold, extracted: ("maybe", "who knows")  # type: ignore[assignment]
+    grading_pool.worker_main(parent_pid, requests_fd, replies_fd)

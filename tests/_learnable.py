@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prm_synth.export.views import VIEW_SCHEMAS
+from prm_synth.export.views import VIEWS
 
 
 def _row(rng: random.Random, i: int) -> dict:
@@ -43,6 +43,6 @@ def make_learnable_view(root: Path, train: int = 48, test: int = 16, seed: int =
     for split, n, offset in (("train", train, 0), ("test", test, train)):
         rows = [_row(rng, offset + i) for i in range(n)]
         pq.write_table(
-            pa.Table.from_pylist(rows, schema=VIEW_SCHEMAS["trl"]), folder / f"{split}-00000-of-00001.parquet"
+            pa.Table.from_pylist(rows, schema=VIEWS["trl"].columns), folder / f"{split}-00000-of-00001.parquet"
         )
     return root

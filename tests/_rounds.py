@@ -1,20 +1,17 @@
-"""The scheduler's former `rounds` mode, a benchmark instrument (benchmarks/rounds_scheduler.py), for the
-tests that hold it to the same answers as the stream."""
+"""The scheduler's former `rounds` mode (benchmarks/rounds_scheduler.py), made from the public parts
+the benchmark uses, for the tests that hold it to the same answers as the stream."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 from prm_synth.annotate.scheduler import ProbeScheduler
+from prm_synth.engines.stream import RoundBased
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "rounds_scheduler.py"
-_spec = importlib.util.spec_from_file_location("rounds_scheduler", _PATH)
-assert _spec is not None and _spec.loader is not None
-_module = importlib.util.module_from_spec(_spec)
-sys.modules["rounds_scheduler"] = _module
-_spec.loader.exec_module(_module)
 
-RoundsScheduler: type[ProbeScheduler] = _module.RoundsScheduler
-SCHEDULERS: dict[str, type[ProbeScheduler]] = {"stream": ProbeScheduler, "rounds": RoundsScheduler}
+def RoundsScheduler(engine: Any, *args: Any, **kwargs: Any) -> ProbeScheduler:  # noqa: N802 - used like a class
+    return ProbeScheduler(RoundBased(engine), *args, **kwargs)
+
+
+SCHEDULERS: dict[str, Callable[..., ProbeScheduler]] = {"stream": ProbeScheduler, "rounds": RoundsScheduler}

@@ -228,6 +228,7 @@ class FakeCompletionsServer:
         self.latency_s = latency_s
         self.calls = 0
         self.max_in_flight = 0
+        self.asked: list[tuple[str, int, int | None]] = []  # (prompt, n, seed) of every request
         self._in_flight = 0
         self._lt: _LoopThread | None = None
         self._runner: web.AppRunner | None = None
@@ -269,6 +270,7 @@ class FakeCompletionsServer:
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
             prompt, n = body["prompt"], body.get("n", 1)
+            self.asked.append((prompt, n, body.get("seed")))
             texts = [f"{prompt[-40:]}|{i}" for i in range(n)]
             choices = [{"index": i, "text": t, "finish_reason": "stop", "logprobs": None} for i, t in enumerate(texts)]
             # reversed, as servers may return them out of order

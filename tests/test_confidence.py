@@ -82,13 +82,13 @@ def test_the_card_reports_what_a_minimum_confidence_leaves(tmp_path):
         "sampling": {"samples_per_problem": 2},
     }
     write_run(tmp_path / "run", data)
-    loose = export_to_dir(tmp_path / "run", tmp_path / "loose", ["trl"])["views"]["trl"]
+    loose = export_to_dir(tmp_path / "run", tmp_path / "loose", ["trl"]).views["trl"]
     strict_out = tmp_path / "strict"
     from prm_synth.export.hub import plan_export
 
     plan = plan_export(tmp_path / "run", ["trl"], min_confidence=0.95)
-    strict = export_to_dir(tmp_path / "run", strict_out, plan=plan)["views"]["trl"]
-    steps = sum(s["steps"] for s in strict["splits"].values())
-    before = sum(s["steps_before_confidence"] for s in strict["splits"].values())
-    assert steps <= before and steps <= sum(s["steps"] for s in loose["splits"].values())
+    strict = export_to_dir(tmp_path / "run", strict_out, plan=plan).views["trl"]
+    steps = sum(s.steps for s in strict.splits.values())
+    before = sum(s.steps_before_confidence for s in strict.splits.values())
+    assert steps <= before and steps <= sum(s.steps for s in loose.splits.values())
     assert f"p ≥ 0.95: kept {steps} of {before} supervised steps" in (strict_out / "README.md").read_text()

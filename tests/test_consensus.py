@@ -135,8 +135,8 @@ def test_stats_are_counts_that_shard_totals_sum():
     _, _, b = apply_consensus(_rows()[:2], ConsensusConfig())
     assert _numbers_only(asdict(a))
     stored = [ShardStats(consensus=s).to_dict() for s in (a, b)]  # as the shard markers hold them
-    entries = [ShardEntry(i, 1, 1, 0, "d", "r", {}, "fp", stats=s) for i, s in enumerate(stored)]
-    summed = totals(entries)["stats"]["consensus"]
+    entries = [ShardEntry(i, 1, 1, 0, "d", "r", {}, "fp", stats=ShardStats.from_dict(s)) for i, s in enumerate(stored)]
+    summed = totals(entries).to_json()["stats"]["consensus"]
     assert summed["rows"] == 9 and summed["kept"] == 4 and summed["agreement"]["mc=-1,judge=-1"] == 2
     assert summed["by_source"]["gsm8k"]["kept"] == 4
     run = ShardStats.from_dict(stored[0]) + ShardStats.from_dict(stored[1])

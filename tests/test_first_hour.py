@@ -33,7 +33,8 @@ def mc_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def calibrated_run(tmp_path_factory):
+def changepoint_run(tmp_path_factory):
+    # binary's default search is the change-point test (search_test: changepoint), which estimates p_good
     data = pipeline_data(annotate={"method": "binary"}, policy={"kind": "simulated", "recover": 0.2})
     return write_run(tmp_path_factory.mktemp("binary") / "run", data, 30)
 
@@ -61,11 +62,32 @@ def test_show_bad_renders_rows_with_a_bad_step_their_labels_and_cost(mc_run):
     assert good_only["id"] not in result.output
 
 
-def test_show_prints_p_good_and_reasons_of_a_calibrated_run(calibrated_run):
-    result = CliRunner().invoke(app, ["show", str(calibrated_run), "--n", "1"], env={"COLUMNS": "200"})
+def _step_cells(block: str) -> list[list[str]]:
+    """The table lines of one shown row that start a step (a wrapped step text continues on lines without #)."""
+    cells = [[c.strip() for c in line.strip().strip("│").split("│")] for line in block.splitlines()]
+    return [c for c in cells if len(c) == 7 and c[0].isdigit()]
+
+
+def test_show_prints_each_steps_label_source_p_good_and_why_unlabeled(changepoint_run):
+    rows = list(iter_records(changepoint_run))[:12]
+    result = CliRunner().invoke(app, ["show", str(changepoint_run), "--n", str(len(rows))], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    row = next(iter(iter_records(calibrated_run)))
-    assert f"{row['p_good'][0]:.2f}" in result.output
+    starts = [result.output.index(f"{row['id']}  answer") for row in rows]
+    blocks = [result.output[a:b] for a, b in zip(starts, [*starts[1:], len(result.output)], strict=True)]
+    unlabeled = 0
+    for row, block in zip(rows, blocks, strict=True):
+        cells = _step_cells(block)
+        assert [c[0] for c in cells] == [str(i) for i in range(len(row["steps"]))]
+        for c, label, source, p, why in zip(
+            cells, row["labels"], row["label_source"], row["p_good"], row["unlabeled_reason"], strict=True
+        ):
+            if label is not None:
+                assert c[2] == ("good" if label else "bad")
+            assert c[3] == source
+            assert c[5] == (f"{p:.2f}" if p is not None else "-")
+            assert c[6] == (why or "")
+            unlabeled += why is not None
+    assert unlabeled > 0  # the rows shown include unlabeled steps, so their reasons were checked
 
 
 def test_show_and_inspect_refuse_a_folder_that_is_not_a_run(tmp_path):
@@ -104,11 +126,11 @@ def test_soft_trl_targets_are_the_mc_values_of_the_supervised_steps(mc_run, tmp_
     assert "**soft targets**" in (tmp_path / "README.md").read_text(encoding="utf-8")
 
 
-def test_soft_openrlhf_values_are_p_good_and_its_consumer_finds_every_one(calibrated_run, tmp_path):
-    plan = plan_export(calibrated_run, ["openrlhf"], qwen_like_bpe(), soft="auto")
+def test_soft_openrlhf_values_are_p_good_and_its_consumer_finds_every_one(changepoint_run, tmp_path):
+    plan = plan_export(changepoint_run, ["openrlhf"], qwen_like_bpe(), soft="auto")
     assert plan.soft == "p_good" and plan.checks["openrlhf"]["labels"] == plan.checks["openrlhf"]["labels_found"] > 0
-    export_to_dir(calibrated_run, tmp_path, plan=plan)
-    records = {r["id"]: r for r in iter_records(calibrated_run)}
+    export_to_dir(changepoint_run, tmp_path, plan=plan)
+    records = {r["id"]: r for r in iter_records(changepoint_run)}
     for row in _rows(tmp_path / "openrlhf"):
         assert row["value"] == records[row["id"]]["p_good"][: len(row["value"])]
         assert row["input"].count(plan.marker.placeholder) == len(row["value"])
@@ -118,15 +140,15 @@ def test_soft_openrlhf_values_are_p_good_and_its_consumer_finds_every_one(calibr
     assert ds["train"].features["value"].feature.dtype == "float64"
 
 
-def test_a_step_without_a_soft_target_ends_the_row(calibrated_run, tmp_path):
+def test_a_step_without_a_soft_target_ends_the_row(changepoint_run, tmp_path):
     """A binary search infers labels without measuring: those steps have no MC value to train toward."""
-    plan = plan_export(calibrated_run, ["trl"], soft="mc")
-    export = export_to_dir(calibrated_run, tmp_path, plan=plan)["views"]["trl"]
-    records = {r["id"]: r for r in iter_records(calibrated_run)}
+    plan = plan_export(changepoint_run, ["trl"], soft="mc")
+    export = export_to_dir(changepoint_run, tmp_path, plan=plan).views["trl"]
+    records = {r["id"]: r for r in iter_records(changepoint_run)}
     for row in _rows(tmp_path / "trl"):
         assert None not in records[row["id"]]["mc_values"][: len(row["labels"])]
-    hard = export_to_dir(calibrated_run, tmp_path / "hard", ["trl"])["views"]["trl"]
-    assert sum(s["steps"] for s in export["splits"].values()) < sum(s["steps"] for s in hard["splits"].values())
+    hard = export_to_dir(changepoint_run, tmp_path / "hard", ["trl"]).views["trl"]
+    assert sum(s.steps for s in export.splits.values()) < sum(s.steps for s in hard.splits.values())
 
 
 def test_soft_refuses_views_with_token_labels_and_p_good_a_run_lacks(mc_run, tmp_path):

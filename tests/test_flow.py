@@ -19,6 +19,7 @@ from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.cli import app
 from prm_synth.config import load_config
+from prm_synth.schema import ShardStats
 from prm_synth.shards import ShardStore, iter_records, read_manifest
 from prm_synth.summary import RunSummary, summarize
 
@@ -258,7 +259,7 @@ def test_sigkill_part_way_then_rerun_loses_and_duplicates_nothing(tmp_path):
 def test_inspect_prints_counts_as_json(tmp_path):
     store = ShardStore(tmp_path, "f")
     store.prepare({"sampling": {"samples_per_problem": 1}}, "")
-    store.write_shard(0, [], [], problems=0, stats={"inputs": 0, "problems_loaded": 0})
+    store.write_shard(0, [], [], problems=0, stats=ShardStats())
     store.write_manifest()
     result = CliRunner().invoke(app, ["inspect", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output

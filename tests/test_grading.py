@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth import grading, verify_pool
+from prm_synth import grading, grading_pool
 from prm_synth.grading import (
     Verdict,
     as_number,
@@ -275,17 +275,17 @@ def test_a_killed_worker_is_replaced_and_grading_goes_on() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:  # more callers than workers: they wait their turn
         got = list(pool.map(lambda i: grade(f"\\boxed{{z+{i}}}", f"{i}+z").status, range(8)))
     assert got == ["correct"] * 8
-    assert verify_pool.POOL._count <= verify_pool.GRADER_PROCESSES
+    assert grading_pool.POOL._count <= grading_pool.GRADER_PROCESSES
 
 
 def test_a_dead_worker_is_replaced_and_the_comparison_tried_again() -> None:
     grading._judge.cache_clear()
-    worker = verify_pool.POOL._acquire()
+    worker = grading_pool.POOL._acquire()
     worker.process.kill()
     worker.process.wait()
-    verify_pool.POOL._release(worker, healthy=True)  # the pool does not know yet
+    grading_pool.POOL._release(worker, healthy=True)  # the pool does not know yet
     assert grade("\\boxed{w+1}", "1+w") == Verdict("correct", "w+1", "math_verify")
-    assert worker.process.poll() is not None and worker not in verify_pool.POOL._all
+    assert worker.process.poll() is not None and worker not in grading_pool.POOL._all
 
 
 TESTS = str(Path(__file__).resolve().parent)
@@ -293,7 +293,7 @@ TESTS = str(Path(__file__).resolve().parent)
 
 def test_a_worker_whose_libraries_print_still_answers_and_the_noise_goes_to_stderr(monkeypatch, capfd) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
-    pool = verify_pool.WorkerPool(1, entry="_grading_workers:noisy")
+    pool = grading_pool.WorkerPool(1, entry="_grading_workers:noisy")
     try:
         assert pool.compare("1+z", "z+1", 30) == ("correct", "math_verify")
         assert pool.compare("2", "z+1", 30) == ("incorrect", "math_verify")
@@ -306,14 +306,14 @@ def test_a_worker_whose_libraries_print_still_answers_and_the_noise_goes_to_stde
 
 def test_a_worker_that_answers_garbage_is_replaced_and_the_comparison_retried_once(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
-    always = verify_pool.WorkerPool(1, entry="_grading_workers:garbage")
+    always = grading_pool.WorkerPool(1, entry="_grading_workers:garbage")
     try:
         assert always.compare("1+z", "z+1", 30) == ("unknown", "worker_garbage")
         assert always._count == 0  # both workers that answered garbage were killed
     finally:
         always.kill_all()
     monkeypatch.setenv("PRM_TEST_GARBAGE_MARKER", str(tmp_path / "first-worker-was-bad"))
-    first_bad = verify_pool.WorkerPool(1, entry="_grading_workers:garbage")
+    first_bad = grading_pool.WorkerPool(1, entry="_grading_workers:garbage")
     try:
         assert first_bad.compare("1+z", "z+1", 30) == ("correct", "math_verify")
     finally:
@@ -330,7 +330,7 @@ def test_a_transient_failure_is_never_remembered_as_a_verdict(monkeypatch, trans
         calls.append(extracted)
         return next(answers)
 
-    monkeypatch.setattr(verify_pool, "compare", fake_compare)
+    monkeypatch.setattr(grading_pool, "compare", fake_compare)
     assert grade("\\boxed{q+1}", "1+q") == Verdict("unknown", "q+1", transient)
     assert grade("\\boxed{q+1}", "1+q") == Verdict("correct", "q+1", "math_verify")
     assert grade("\\boxed{q+1}", "1+q").status == "correct"  # a verdict is remembered
@@ -343,9 +343,9 @@ def test_a_worker_reply_speaks_the_verdict_vocabulary() -> None:
 
     from prm_synth.schema import VerdictStatus
 
-    assert set(get_args(VerdictStatus)) == verify_pool.STATUSES
+    assert set(get_args(VerdictStatus)) == grading_pool.STATUSES
     # which is why the worker's module does not import schema: every worker would load pyarrow
-    code = "import sys, prm_synth.verify_pool; print('pyarrow' in sys.modules)"
+    code = "import sys, prm_synth.grading_pool; print('pyarrow' in sys.modules)"
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout == "False\n"
 
@@ -357,23 +357,23 @@ def test_timeout_must_be_positive() -> None:
 
 def test_a_worker_outlives_the_thread_that_started_it() -> None:
     """PR_SET_PDEATHSIG fires when the starting *thread* ends: workers are started by a long-lived thread."""
-    verify_pool.POOL.shutdown()
+    grading_pool.POOL.shutdown()
     grading._judge.cache_clear()
     thread = threading.Thread(target=lambda: grade("\\boxed{v+1}", "1+v"))
     thread.start()
     thread.join()
-    (worker,) = verify_pool.POOL._idle
+    (worker,) = grading_pool.POOL._idle
     assert grade("\\boxed{v+2}", "2+v").status == "correct"
-    assert worker.process.poll() is None and verify_pool.POOL._idle == [worker]
+    assert worker.process.poll() is None and grading_pool.POOL._idle == [worker]
 
 
 _ORPHAN = """
 import sys, threading
-from prm_synth import grading, verify_pool
+from prm_synth import grading, grading_pool
 threading.Thread(target=lambda: grading.grade("\\\\boxed{\\\\Gamma(99999997)}", "2", timeout_s=600), daemon=True).start()
-while not verify_pool.POOL._all:
+while not grading_pool.POOL._all:
     threading.Event().wait(0.05)
-(worker,) = verify_pool.POOL._all
+(worker,) = grading_pool.POOL._all
 print(worker.process.pid, flush=True)
 threading.Event().wait(600)
 """
@@ -418,7 +418,7 @@ def test_a_forked_child_grades_with_its_own_workers() -> None:
     import multiprocessing
 
     assert grade("\\boxed{u+1}", "1+u").status == "correct"  # the parent has a worker now
-    parent_workers = {w.process.pid for w in verify_pool.POOL._all}
+    parent_workers = {w.process.pid for w in grading_pool.POOL._all}
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:
         status, child_workers = pool.apply(_grade_in_child)
@@ -429,6 +429,6 @@ def test_a_forked_child_grades_with_its_own_workers() -> None:
 def _grade_in_child() -> tuple[str, list[int]]:
     grading._judge.cache_clear()
     status = grade("\\boxed{u+2}", "2+u").status
-    pids = [w.process.pid for w in verify_pool.POOL._all]
-    verify_pool.POOL.kill_all()
+    pids = [w.process.pid for w in grading_pool.POOL._all]
+    grading_pool.POOL.kill_all()
     return status, pids

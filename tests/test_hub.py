@@ -136,7 +136,7 @@ def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, plante
 
     expected = {f"{v}/{s}-00000-of-00001.parquet" for v in VIEW_NAMES for s in ("train", "test")} | {"README.md"}
     expected |= {f"{v}/view.json" for v in VIEW_NAMES}
-    assert set(api.files) == expected == set(result["files"])
+    assert set(api.files) == expected == set(result.files)
 
     meta, body = _card(api.files["README.md"].decode())
     assert meta["license"] == "apache-2.0"  # builtin problems: ours
@@ -147,7 +147,7 @@ def test_push_uploads_views_and_a_card_and_never_leaks_the_token(dataset, plante
     assert meta["pretty_name"] == "fixture (prm-synth)"
     assert meta["language"] == ["en"] and meta["annotations_creators"] == ["machine-generated"]
     assert [(i["config_name"], [s["num_examples"] for s in i["splits"]]) for i in meta["dataset_info"]] == [
-        (v, [result["views"][v]["splits"][s]["rows"] for s in ("train", "test")]) for v in VIEW_NAMES
+        (v, [result.views[v].splits[s].rows for s in ("train", "test")]) for v in VIEW_NAMES
     ]
     assert [c["config_name"] for c in meta["configs"]] == list(VIEW_NAMES)
     assert meta["configs"][0]["default"] is True

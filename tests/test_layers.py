@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "prm_synth.engines",
             "prm_synth.problems",
             "prm_synth.grading",
-            "prm_synth.verify_pool",
+            "prm_synth.grading_pool",
             "prm_synth.shards",
             "prm_synth.arithmetic",
             "prm_synth.demo_model",

@@ -37,7 +37,7 @@ def test_memory_is_flat_across_shards(tmp_path):
     marks = {}
     for shard in iter_shards(config):
         out = process_shard(engine, config, shard, "f")
-        store.write_shard(shard.index, [r.to_row() for r in out.records], [], len(shard.items), out.stats.to_dict())
+        store.write_shard(shard.index, [r.to_row() for r in out.records], [], len(shard.items), out.stats)
         del out
         if shard.index in (WARM_UP - 1, WARM_UP + MEASURED - 1):
             gc.collect()

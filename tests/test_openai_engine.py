@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,14 @@ import pytest
 from fault_proxy import FakeCompletionsServer, FaultProxy
 
 from prm_synth.config import OpenAIConfig
-from prm_synth.engines.base import Engine, EngineError, GenerationRequest, RequestRefused, SamplingOptions
+from prm_synth.engines.base import (
+    Engine,
+    EngineError,
+    GenerationRequest,
+    RequestRefused,
+    SamplingOptions,
+    sample_seed,
+)
 from prm_synth.engines.openai import OpenAIEngine, backoff_delay
 
 FAKE_KEY = "sk-test-SECRET-0123456789abcdef"
@@ -101,9 +109,28 @@ def test_per_request_futures_feed_the_engine_stream(fake):
         engine.close()
 
 
+def test_each_request_carries_the_seed_of_its_first_sample_from_its_prompt_and_index(fake):
+    """vLLM seeds sample i of a request with seed + i: n samples asked at once or in parts get the same seeds."""
+    sampling = SamplingOptions(max_tokens=4, temperature=0.8)
+    whole = GenerationRequest(user="q", assistant_prefix="p", n=5, sampling=sampling)
+    head, tail = replace(whole, n=2), replace(whole, n=3, first_sample_index=2)
+    other = replace(whole, assistant_prefix="p2")
+    engine = _engine(fake.url)
+    try:
+        before = len(fake.asked)
+        engine.generate([whole, head, tail, other])
+    finally:
+        engine.close()
+    seeds = {(prompt[-2:], n): seed for prompt, n, seed in fake.asked[before:]}
+    assert seeds[("p2", 5)] != seeds[("\np", 5)] == seeds[("\np", 2)] == sample_seed(whole)
+    assert seeds[("\np", 3)] == sample_seed(whole) + 2
+
+
 def test_faults_are_retried_nothing_lost_or_duplicated(fake):
-    with FaultProxy(fake.url, FAULTS, delay_s=1.5) as proxy:
-        engine = _engine(proxy.url, timeout_s=1.0, max_concurrency=4)
+    # The held request ("delay") outlasts any deadline, and a request the proxy passes meets 5 s with a
+    # wide margin on any machine: each fault costs exactly one retry, however slow the machine is.
+    with FaultProxy(fake.url, FAULTS, delay_s=600) as proxy:
+        engine = _engine(proxy.url, timeout_s=5.0, max_concurrency=4)
         try:
             reqs = _requests(12)
             results = engine.generate(reqs)
@@ -186,9 +213,10 @@ def test_an_aborted_request_is_cancelled_and_frees_its_slot(fake):
 
 
 def test_a_dripping_server_meets_the_total_deadline_then_a_retry(fake):
-    # one byte every 0.2 s: no single read waits the 1 s timeout, so only a total deadline ends the attempt
+    # one byte every 0.2 s: no single read waits the 5 s timeout, so only a total deadline ends the attempt
+    # (the dripped reply takes a minute); the retry, passed through at once, meets 5 s on any machine
     with FaultProxy(fake.url, ["drip"], drip_s=0.2) as proxy:
-        engine = _engine(proxy.url, timeout_s=1.0)
+        engine = _engine(proxy.url, timeout_s=5.0)
         try:
             results = engine.generate(_requests(1))
         finally:

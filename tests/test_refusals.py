@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from _simulated_run import pipeline_data, write_run
@@ -39,7 +40,8 @@ def mc_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def calibrated_run(tmp_path_factory):
+def changepoint_run(tmp_path_factory):
+    # binary's default search is the change-point test, which estimates p_good
     data = pipeline_data(annotate={"method": "binary"}, policy={"kind": "simulated", "recover": 0.2})
     return write_run(tmp_path_factory.mktemp("binary") / "run", data, 24)
 
@@ -53,11 +55,21 @@ def test_export_min_confidence_on_a_run_without_p_good_is_refused_and_writes_not
     assert not out.exists()
 
 
-def test_export_min_confidence_on_a_calibrated_run_exports(calibrated_run, tmp_path):
-    args = ["export", str(calibrated_run), "--to-dir", str(tmp_path / "out"), "--min-confidence", "0.9", "--json"]
+def test_export_min_confidence_keeps_only_labels_that_meet_it(changepoint_run, tmp_path):
+    args = ["export", str(changepoint_run), "--to-dir", str(tmp_path / "out"), "--min-confidence", "0.99", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["views"]["trl"]["rows"] > 0
+    trl = json.loads(result.output)["views"]["trl"]
+    records = {r["id"]: r for r in iter_records(changepoint_run)}
+    rows = [r for f in sorted((tmp_path / "out" / "trl").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    assert len(rows) == trl["rows"] > 0
+    for row in rows:  # every exported label is the record's own, held with at least the minimum confidence
+        record, n = records[row["id"]], len(row["labels"])
+        assert row["labels"] == record["labels"][:n]
+        assert all((p if good else 1 - p) >= 0.99 for good, p in zip(row["labels"], record["p_good"], strict=False))
+    splits = trl["splits"].values()
+    # the threshold took labels away: fewer supervised steps than the same rows hold without it
+    assert sum(s["steps"] for s in splits) < sum(s["steps_before_confidence"] for s in splits)
 
 
 def test_a_pipeline_with_min_confidence_and_a_method_without_p_good_is_refused():
@@ -66,7 +78,7 @@ def test_a_pipeline_with_min_confidence_and_a_method_without_p_good_is_refused()
         validate_config(base | {"annotate": {"method": "mc"}})
     with pytest.raises(ConfigError, match="annotate.method binary"):
         validate_config(base | {"annotate": {"method": "binary", "search_test": "sprt"}})
-    assert validate_config(base).labels.min_confidence == 0.9  # the calibrated search, the default
+    assert validate_config(base).labels.min_confidence == 0.9  # the change-point search, the default
 
 
 # ---------------------------------------------------------------- the simulated policy solves its own problems only
@@ -131,7 +143,7 @@ def test_eval_labels_with_the_simulated_policy_on_gsm8k_text_is_refused(tmp_path
 
 
 # ---------------------------------------------------------------- every unlabeled step says why
-@pytest.mark.parametrize("run", ["mc_run", "calibrated_run"])
+@pytest.mark.parametrize("run", ["mc_run", "changepoint_run"])
 def test_an_unlabeled_step_always_has_a_reason_and_a_labeled_one_none(run, request):
     rows = list(iter_records(request.getfixturevalue(run)))
     assert any(None in r["labels"] for r in rows)

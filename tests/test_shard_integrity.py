@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from prm_synth.cli import app
 from prm_synth.export.hub import export_to_dir
-from prm_synth.schema import RejectedRecord
+from prm_synth.schema import RejectedRecord, ShardStats
 from prm_synth.shards import (
     CorruptShardError,
     DatasetError,
@@ -185,11 +185,12 @@ def test_a_row_that_cannot_be_stored_becomes_a_rejected_row_and_the_shard_surviv
     good = [_record(p, 0).to_row() for p in range(3)]
     bad = _record(3, 0).to_row() | {"steps": ["fine\n", "model output \ud800 here\n"]}
     bad_rejection = RejectedRecord("r1", "p \udfff", "src", "load", "bad_text", "detail \ud800", "{}", "fixturefp")
-    stats = {"rejected_by_reason": {"bad_text": 1}}
+    stats = ShardStats(rows=4, rejected=1, rejected_by_reason={"bad_text": 1})
     entry = store.write_shard(0, [*good, bad], [bad_rejection.to_row()], problems=4, stats=stats)
     store.write_manifest()
     assert entry.rows == 3 and entry.rejected == 2
-    assert entry.stats["rejected_by_reason"] == {"bad_text": 1, "unencodable_text": 1}
+    assert entry.stats.rejected_by_reason == {"bad_text": 1, "unencodable_text": 1}
+    assert (entry.stats.rows, entry.stats.rejected) == (3, 2)  # the counts agree with the files written
     assert [r["id"] for r in iter_records(tmp_path)] == [r["id"] for r in good]
     rejected = {r["id"]: r for r in iter_records(tmp_path, "rejected")}
     moved = rejected[bad["id"]]
@@ -238,3 +239,31 @@ def test_a_run_over_hostile_rows_and_a_damaged_shard_end_to_end(tmp_path: Path) 
     again = synthesize(config=config, out_dir=str(out))
     assert again.run.shards_run == 1 and again.run.shards_skipped == 2
     assert CliRunner().invoke(app, ["inspect", str(out), "--json"]).exit_code == 0
+
+
+def test_stats_go_to_the_marker_typed_and_come_back_equal(tmp_path: Path) -> None:
+    from prm_synth.schema import ConsensusStats
+
+    stats = ShardStats(inputs=4, rows=2, rejected=1, rollout_tokens=70, judge_tokens=5, consensus=ConsensusStats(rows=2))
+    store = ShardStore(tmp_path, "fp")
+    store.prepare({}, "")
+    store.write_shard(0, [], [], problems=4, stats=stats)
+    manifest = store.write_manifest()
+    assert store.finished(verify=False)[0].stats == stats
+    assert manifest["totals"]["stats"]["tokens"] == 75 and manifest["shards"][0]["stats"]["consensus"]["rows"] == 2
+
+
+def test_a_marker_written_before_typed_stats_still_loads(tmp_path: Path) -> None:
+    store = ShardStore(tmp_path, "fp")
+    store.prepare({}, "")
+    store.write_shard(0, [], [], problems=3, stats=ShardStats(rows=3))
+    marker = tmp_path / "shards" / "shard-00000.json"
+    old = json.loads(marker.read_text())
+    # An older marker: a subset of today's keys, an unknown one, and a stage that did not run as {}.
+    old["stats"] = {"rows": 3, "rollouts": 24, "tokens": 999, "judge": {}, "retired_counter": 7}
+    marker.write_text(json.dumps(old))
+    entry = store.finished()[0]
+    assert entry.stats == ShardStats(rows=3, rollouts=24)
+    assert store.write_manifest()["totals"]["stats"]["rollouts"] == 24
+    marker.write_text(json.dumps(old | {"stats": ["not", "a", "dict"]}))
+    assert store.finished() == {}  # not a marker: the shard is redone, as for any unreadable marker

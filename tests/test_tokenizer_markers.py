@@ -94,15 +94,15 @@ def test_every_label_is_found_by_each_views_trainer(simulated_run, tokenizer, tm
 
     out = tmp_path / "export"
     result = export_to_dir(simulated_run, out, formats=VIEW_NAMES, tokenizer=tokenizer)
-    marker = Marker(**result["marker"])
+    marker = result.marker
     assert single_token(tokenizer, marker.placeholder)
-    checks = result["token_checks"]
+    checks = result.token_checks
     truth = {r["id"]: r["labels"] for r in _rows(out / "trl")}  # bools, one a supervised step
     for fmt in VIEW_NAMES:
         config = json.loads((out / fmt / "view.json").read_text())
         assert config["token_check"]["ok"] and config["marker"] in (None, marker.as_dict())
         rows = _rows(out / fmt)
-        assert len(rows) == checks[fmt]["rows"] == result["views"][fmt]["rows"] > 20
+        assert len(rows) == checks[fmt]["rows"] == result.views[fmt].rows > 20
         labels = 0
         for row in rows:
             want = truth[row["id"]]
@@ -133,7 +133,7 @@ def test_the_default_marker_is_refused_where_it_would_lose_labels(simulated_run,
     tok = qwen_like_bpe()
     assert single_token(tok, "ки") and tok.encode(" ки", add_special_tokens=False) != tok.encode("ки")
     result = export_to_dir(simulated_run, tmp_path, formats=["openrlhf"], tokenizer=tok)
-    assert result["marker"] == {"placeholder": "ки", "glue": "\n"}
+    assert result.marker == Marker("ки", "\n")
     card = (tmp_path / "README.md").read_text()
     assert "marker ' ки' refused: openrlhf: row" in card and "found 0 placeholders" in card
     config = json.loads((tmp_path / "openrlhf" / "view.json").read_text())

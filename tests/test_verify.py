@@ -301,7 +301,7 @@ def write_run(root: Path, config, out) -> None:
         [r.to_row() for r in out.records],
         [r.to_row() for r in out.rejected],
         problems=out.stats.inputs,
-        stats=out.stats.to_dict(),
+        stats=out.stats,
     )
     store.write_manifest(dump)
 
@@ -334,10 +334,10 @@ def test_the_verifier_view_loads_with_datasets_and_tokenizes_with_the_demo_chat_
     from prm_synth.export.hub import export_to_dir
 
     result = export_to_dir(verified_run, tmp_path / "out", formats=["verifier"], tokenizer=None)
-    view = result["views"]["verifier"]
+    view = result.views["verifier"]
     ds = load_dataset(str(tmp_path / "out"), "verifier")
     rows = [*ds["train"], *ds.get("test", [])]
-    assert len(rows) == view["rows"] > 0
+    assert len(rows) == view.rows > 0
     tokenizer = demo_tokenizer(request.config.cache)
     for row in rows:
         roles = [m["role"] for m in row["messages"]]
@@ -389,13 +389,13 @@ def test_shards_written_before_the_verify_columns_still_read(tmp_path, monkeypat
     store = ShardStore(tmp_path, config.fingerprint())
     dump = config.model_dump(mode="json")
     store.prepare(dump, yaml.safe_dump(dump))
-    store.write_shard(0, rows, [], problems=6, stats={"rows": len(rows)})
+    store.write_shard(0, rows, [], problems=6, stats=ShardStats(rows=len(rows)))
     store.write_manifest(dump)
     monkeypatch.undo()
     assert summarize(tmp_path).verify is None and summarize(tmp_path).to_dict()["verify"] == {}
     export = export_view(tmp_path, "verifier", tmp_path / "views", test_fraction=0.0)
-    assert export["rows"] == 0 and export["skipped"] == {"not_verified": len(rows)}
-    assert export_view(tmp_path, "trl", tmp_path / "views")["rows"] > 0
+    assert export.rows == 0 and export.skipped == {"not_verified": len(rows)}
+    assert export_view(tmp_path, "trl", tmp_path / "views").rows > 0
 
 
 # ------------------------------------------------------------------ the demo model through vLLM

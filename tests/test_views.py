@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 
+import pyarrow as pa
 import pytest
 from _dataset_fixture import TAGGED_ROW, expected_labels, make_dataset
 from _tokenizers import demo_tokenizer, qwen_like_bpe
 
 from prm_synth.export.views import (
     VIEW_NAMES,
-    VIEW_SCHEMAS,
+    VIEWS,
     Marker,
     SkipRow,
     export_view,
@@ -24,6 +26,7 @@ from prm_synth.export.views import (
     to_qwen,
     to_trl,
 )
+from prm_synth.prompts import render_chain_step
 
 ROW = {
     "id": "r1",
@@ -89,7 +92,7 @@ def test_the_four_formats_exactly():
         ("openrlhf", to_openrlhf),
         ("qwen", to_qwen),
     ):
-        assert list(view(ROW)) == VIEW_SCHEMAS[fmt].names
+        assert list(view(ROW)) == VIEWS[fmt].columns.names
 
 
 def test_a_chosen_marker_replaces_the_default_in_both_marked_views():
@@ -153,30 +156,30 @@ def test_export_round_trips_through_load_dataset(dataset, tmp_path, fmt):
 
     ds = load_dataset(
         "parquet",
-        data_files={s: str(out / p) + ".parquet" for s, p in result["data_files"].items()},
+        data_files={s: str(out / p) + ".parquet" for s, p in result.data_files.items()},
         cache_dir=str(tmp_path / "cache"),
     )
     assert set(ds) == {"train", "test"}
     got = {}
     for split in ("train", "test"):
-        assert ds[split].column_names == VIEW_SCHEMAS[fmt].names
-        assert len(ds[split]) == result["splits"][split]["rows"]
+        assert ds[split].column_names == VIEWS[fmt].columns.names
+        assert len(ds[split]) == result.splits[split].rows
         for r in ds[split]:
             got[r["id"]] = (split, r["problem_id"], _labels_of(fmt, r))
     assert {k: v[2] for k, v in got.items()} == expected
     train = {p for s, p, _ in got.values() if s == "train"}
     test = {p for s, p, _ in got.values() if s == "test"}
     assert train and test and not train & test
-    assert result["rows"] == len(expected)
+    assert result.rows == len(expected)
     steps = sum(len(v) for v in expected.values())
     bad = sum(v.count(False) for v in expected.values())
-    assert sum(s["steps"] for s in result["splits"].values()) == steps
-    assert sum(s["bad_steps"] for s in result["splits"].values()) == bad
-    assert sum(s["problems"] for s in result["splits"].values()) == len({p for _, p, _ in got.values()})
+    assert sum(s.steps for s in result.splits.values()) == steps
+    assert sum(s.bad_steps for s in result.splits.values()) == bad
+    assert sum(s.problems for s in result.splits.values()) == len({p for _, p, _ in got.values()})
     skipped = sum(1 for r in rows if expected_labels(r) is None)
-    assert result["skipped"]["no_labeled_steps"] == skipped
+    assert result.skipped["no_labeled_steps"] == skipped
     if fmt in ("math-shepherd", "openrlhf"):
-        assert result["skipped"]["marker_in_text"] == 1
+        assert result.skipped["marker_in_text"] == 1
 
 
 def test_files_roll_over_and_a_re_export_replaces_them(dataset, tmp_path):
@@ -194,13 +197,13 @@ def test_files_roll_over_and_a_re_export_replaces_them(dataset, tmp_path):
         "train-00000-of-00001.parquet",
     ]
     ds = load_dataset("parquet", data_files={"train": str(out / "trl/train-*")}, cache_dir=str(tmp_path / "c"))
-    assert len(ds["train"]) == first["splits"]["train"]["rows"]
+    assert len(ds["train"]) == first.splits["train"].rows
 
 
 def test_no_test_split_with_test_fraction_zero(dataset, tmp_path):
     root, _ = dataset
     result = export_view(root, "qwen", tmp_path, test_fraction=0.0)
-    assert set(result["splits"]) == {"train"}
+    assert set(result.splits) == {"train"}
     assert [p.name for p in (tmp_path / "qwen").iterdir()] == ["train-00000-of-00001.parquet"]
     with pytest.raises(ValueError):
         export_view(root, "qwen", tmp_path, test_fraction=1.0)
@@ -222,9 +225,9 @@ def test_load_dataset_by_config_name_from_the_repo_folder(dataset, tmp_path):
         # "\nки" was chosen for this tokenizer (" ки" is one other token in context), so the tagged row,
         # whose text holds "ки", is still skipped by the marked views.
         assert sum(len(d) for d in ds.values()) == len(_expected(rows, fmt))
-        assert ds["train"].column_names == VIEW_SCHEMAS[fmt].names
+        assert ds["train"].column_names == VIEWS[fmt].columns.names
     default = load_dataset(str(tmp_path / "repo"), cache_dir=str(tmp_path / "cache"))
-    assert default["train"].column_names == VIEW_SCHEMAS["trl"].names
+    assert default["train"].column_names == VIEWS["trl"].columns.names
 
 
 # ---------------------------------------------------------------- TRL's own tokenization
@@ -283,3 +286,34 @@ def test_trl_prm_tokenize_puts_each_label_on_its_separator(dataset, tmp_path, sm
         assert start == len(ids)
         checked += 1
     assert checked > 10
+
+
+# ---------------------------------------------------------------- the registry
+CHAIN = "\n".join(render_chain_step(i + 1, "checked.", ok) for i, ok in enumerate([True, False]))
+VERIFIED_ROW = {**ROW, "verify_chains": [CHAIN]}
+
+
+@pytest.mark.parametrize("fmt", list(VIEWS))
+def test_each_registered_view_writes_exactly_its_declared_columns_and_says_how_to_read_them(fmt):
+    view = VIEWS[fmt]
+    assert view.name == fmt
+    made = view.build(VERIFIED_ROW if not view.step_labels else ROW, Marker())
+    assert made and all(list(r) == view.columns.names for r in made)
+    config = view.consumer_config(Marker(), None, None)
+    assert config and json.loads(json.dumps(config)) == config
+    assert view.card_text(Marker(), None, None).startswith(": ")
+    if view.soft_column is not None:  # soft targets change the label column's type only
+        soft = view.schema("mc")
+        assert soft.names == view.columns.names and soft.field(view.soft_column).type == pa.list_(pa.float64())
+    else:
+        with pytest.raises(ValueError, match="no soft targets"):
+            view.schema("mc")
+
+
+def test_a_marked_view_carries_the_chosen_marker_in_its_rows_card_and_trainer_config():
+    marker = Marker("§", "\n")
+    for fmt in (f for f, v in VIEWS.items() if v.marked):
+        view = VIEWS[fmt]
+        assert all("§" in r["input"] and "ки" not in r["input"] for r in view.build(ROW, marker))
+        assert "`\\n§`" in view.card_text(marker, None, None)
+        assert "§" in json.dumps(view.consumer_config(marker, None, None), ensure_ascii=False)

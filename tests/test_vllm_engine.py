@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from prm_synth.config import VLLMConfig
@@ -134,3 +136,17 @@ def test_a_request_given_up_is_aborted_in_vllm_and_the_others_go_on(engine):
     (after,) = engine.generate([GenerationRequest("Say hi.", sampling=SamplingOptions(max_tokens=2))])
     assert after.completions[0].generated_tokens > 0
     assert not engine._llm.llm_engine.has_unfinished_requests()
+
+
+@pytest.mark.slow
+def test_a_sample_is_the_same_alone_in_a_batch_or_asked_later(engine):
+    """Each sample is seeded from its prompt and index (engines/base.py `sample_seed`), not from the batch."""
+    sampling = SamplingOptions(max_tokens=12, temperature=1.0)
+    asked = GenerationRequest(user=QUESTION, assistant_prefix=PREFIX, n=3, sampling=sampling)
+    (together,) = engine.generate([asked])
+    others = [GenerationRequest(user=f"Count to {i}.", n=2, sampling=sampling) for i in range(3, 7)]
+    in_batch = engine.generate([*others, asked])[-1]
+    first, rest = engine.generate([replace(asked, n=1), replace(asked, n=2, first_sample_index=1)])
+    texts = [c.text for c in together.completions]
+    assert texts == [c.text for c in in_batch.completions] == [c.text for c in (*first.completions, *rest.completions)]
+    assert len(set(texts)) > 1  # the samples of one prompt still differ from each other

@@ -27,6 +27,20 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def _report(
+    file: Path, out: Path | None, kind: str, predictions: list[dict[str, Any]], metric: dict[str, Any], lines: list[str]
+) -> None:
+    """Write the predictions (default: <file stem>.<kind>-predictions.jsonl) and print the report: the
+    command's own lines around ProcessBench's metric, then the JSON line."""
+    from prm_synth.evaluate import format_metric
+
+    out = out or Path(f"{file.stem}.{kind}-predictions.jsonl")
+    _write_jsonl(out, predictions)
+    for line in (lines[0], format_metric(metric), *lines[1:], f"predictions: {out}"):
+        typer.echo(line)
+    typer.echo(json.dumps(metric | {"file": str(file), "predictions": str(out)}, sort_keys=True))
+
+
 def _judge_config(judge: Path | None, model: str | None, max_model_len: int, overrides: dict[str, Any]) -> Any:
     from prm_synth.config import ConfigError, JudgeConfig, VLLMConfig, load_judge_config
 
@@ -78,7 +92,7 @@ def judge_cmd(
 ) -> None:
     """A judge on a ProcessBench-format file: ProcessBench's metric and per-sample predictions."""
     from prm_synth.engines import build_engine
-    from prm_synth.evaluate import evaluate_judge, format_metric, load_processbench
+    from prm_synth.evaluate import evaluate_judge, load_processbench
 
     try:
         bench = load_processbench(file, limit)
@@ -92,16 +106,12 @@ def judge_cmd(
         metric, predictions = evaluate_judge(engine, bench, config, batch, verifier=verifier)
     finally:
         engine.close()
-    out = out or Path(f"{file.stem}.judge-predictions.jsonl")
-    _write_jsonl(out, predictions)
-    typer.echo(f"judge {metric['judge_model']} on {file} ({len(bench)} samples, {config.samples} votes each)")
-    typer.echo(format_metric(metric))
-    typer.echo(
+    headline = f"judge {metric['judge_model']} on {file} ({len(bench)} samples, {config.samples} votes each)"
+    undecided = (
         f"undecided (tie or unreadable): {metric['no_prediction']}  unreadable samples: "
         f"{metric['judge']['unparseable']} of {metric['judge']['samples']}"
     )
-    typer.echo(f"predictions: {out}")
-    typer.echo(json.dumps(metric | {"file": str(file), "predictions": str(out)}, sort_keys=True))
+    _report(file, out, "judge", predictions, metric, [headline, undecided])
 
 
 @eval_app.command("labels")
@@ -119,7 +129,7 @@ def labels_cmd(
     """Our labeler (policy + annotator + labeling rule) on a ProcessBench-format file."""
     from prm_synth.config import ConfigError, load_config
     from prm_synth.engines import build_engine
-    from prm_synth.evaluate import evaluate_labels, format_metric, load_gold_answers, load_processbench
+    from prm_synth.evaluate import evaluate_labels, load_gold_answers, load_processbench
     from prm_synth.sample import check_policy_can_solve
 
     try:
@@ -134,17 +144,13 @@ def labels_cmd(
         metric, predictions = evaluate_labels(engine, bench, gold, config)
     finally:
         engine.close()
-    out = out or Path(f"{file.stem}.label-predictions.jsonl")
-    _write_jsonl(out, predictions)
     per = metric["rollouts_per_sample"]
-    typer.echo(f"labeler {metric['annotator']}/{metric['label_rule']} with {metric['policy_model']} on {file}")
-    typer.echo(format_metric(metric))
-    typer.echo(
+    headline = f"labeler {metric['annotator']}/{metric['label_rule']} with {metric['policy_model']} on {file}"
+    counts = (
         f"labeled {metric['labeled']}, skipped without a gold answer {metric['skipped_no_gold']}, "
         f"rollouts per sample {'n/a' if per is None else f'{per:.1f}'}"
     )
-    typer.echo(f"predictions: {out}")
-    typer.echo(json.dumps(metric | {"file": str(file), "predictions": str(out)}, sort_keys=True))
+    _report(file, out, "label", predictions, metric, [headline, counts])
 
 
 def _fmt(x: float | None) -> str:

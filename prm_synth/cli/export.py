@@ -110,21 +110,21 @@ def export(
     except (HubExportError, ValueError) as e:  # messages from hub are already scrubbed of the token
         fail(str(e), code=1)
     if json_out:
-        typer.echo(json.dumps(result, sort_keys=True, default=str))
+        typer.echo(json.dumps(result.as_dict(), sort_keys=True, default=str))
         return
     where = f"https://huggingface.co/datasets/{repo_id}" if repo_id else str(to_dir)
-    for name, view in result["views"].items():
-        rows = ", ".join(f"{split} {s['rows']}" for split, s in view["splits"].items())
-        skipped = sum(view["skipped"].values())
+    for name, view in result.views.items():
+        rows = ", ".join(f"{split} {s.rows}" for split, s in view.splits.items())
+        skipped = sum(view.skipped.values())
         typer.echo(f"{name:<14} {rows}" + (f"  (skipped {skipped})" if skipped else ""))
-    for name, check in (result.get("token_checks") or {}).items():
+    for name, check in result.token_checks.items():
         typer.echo(
             f"{name:<14} {check['labels_found']}/{check['labels']} labels found by its trainer's tokenization, "
             f"{check['tokens_per_row_mean']} tokens a row (max {check['tokens_per_row_max']})"
         )
     if plan.soft:
         typer.echo(f"soft targets from {plan.soft} (floats in place of labels)")
-    if result.get("tokenizer"):
-        typer.echo(f"checked with tokenizer {result['tokenizer']}; step marker {result['marker']}")
-    typer.echo(f"\nwrote {len(result['files'])} files to {where}")
-    typer.echo(f"load: datasets.load_dataset({str(repo_id or to_dir)!r}, {next(iter(result['views']))!r})")
+    if result.tokenizer:
+        typer.echo(f"checked with tokenizer {result.tokenizer}; step marker {result.marker.as_dict()}")
+    typer.echo(f"\nwrote {len(result.files)} files to {where}")
+    typer.echo(f"load: datasets.load_dataset({str(repo_id or to_dir)!r}, {next(iter(result.views))!r})")

@@ -6,6 +6,7 @@ Annotators never call an engine themselves; the probe scheduler batches their re
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -41,6 +42,23 @@ class GenerationRequest:
     # How many samples of this same prompt were drawn before: engines that derive randomness per
     # sample (the simulated policy) continue the sequence instead of repeating it.
     first_sample_index: int = 0
+
+
+def sample_seed(request: GenerationRequest, engine_seed: int = 0) -> int:
+    """The sampling seed of the request's first sample; sample i of the request takes this + i.
+
+    Derived from the prompt (system, user turn, assistant prefix) and the sample's index among all
+    samples of that prompt, never from arrival order: the same config gives the same samples at any
+    `max_in_flight` or batch size, however the scheduler groups a prefix's samples into requests.
+    "+ i" is vLLM's own rule for the samples of one request with n > 1 (`ParentRequest`: child i is
+    seeded `seed + i`), so n samples asked of a vLLM server at once get the seeds they would get one
+    by one. Below 2**62, so it fits the int64 engines take.
+    """
+    h = hashlib.blake2b(digest_size=8)
+    for part in (engine_seed, request.system, request.user, request.assistant_prefix):
+        h.update(repr(part).encode())
+        h.update(b"\x00")
+    return (int.from_bytes(h.digest(), "big") >> 2) + request.first_sample_index
 
 
 @dataclass(frozen=True)

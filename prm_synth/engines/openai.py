@@ -37,7 +37,14 @@ from typing import Any
 import httpx
 
 from prm_synth.config import OpenAIConfig
-from prm_synth.engines.base import Completion, EngineError, GenerationRequest, GenerationResult, RequestRefused
+from prm_synth.engines.base import (
+    Completion,
+    EngineError,
+    GenerationRequest,
+    GenerationResult,
+    RequestRefused,
+    sample_seed,
+)
 from prm_synth.engines.chat import count_tokens, render_plain, render_prompt, strip_duplicate_bos
 
 log = logging.getLogger(__name__)
@@ -269,6 +276,7 @@ class OpenAIEngine:
                     temperature=s.temperature,
                     top_p=s.top_p,
                     stop=list(s.stop) or None,
+                    seed=sample_seed(request),  # vLLM seeds sample i with seed + i: see sample_seed
                 ) as response:
                     body = bytearray()
                     async for chunk in response.iter_bytes():

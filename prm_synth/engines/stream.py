@@ -107,6 +107,27 @@ class BatchAdapter:
         return time.perf_counter()
 
 
+class RoundBased:
+    """An engine seen through its blocking `generate` alone, so its stream is a `BatchAdapter`: each
+    step sends everything asked since the last one as one call and waits for all of it. A scheduler
+    on it runs in rounds, every annotator waiting for the round's slowest rollout: the round-based
+    baseline the benchmarks measure streaming against (benchmarks/run_efficiency.py). The engine
+    itself is not owned: closing the view leaves it running."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @property
+    def model_name(self) -> str:
+        return self.engine.model_name
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        return stream_for(self.engine).generate(requests)  # the engine's own stream: its telemetry sees the rounds
+
+    def close(self) -> None:
+        pass
+
+
 class FutureAdapter:
     """An engine with per-request futures (`submit(request) -> Future[GenerationResult]`) as a
     `StreamingEngine`: a step waits until at least one submitted request is back. A request whose

@@ -11,9 +11,12 @@ Each of a request's `n` samples is its own vLLM request on the same prompt token
 out the same way internally; the shared prefix is prefilled once, by prefix caching), so occupancy
 is counted per sequence and a request is done when its last sample is.
 
+Every sample carries its own seed (engines/base.py `sample_seed`: from the prompt, the sample's
+index and `policy.seed`), so a sample does not depend on what else runs in the batch; per-request
+seeds work on the CPU build too (measured with vLLM 0.32.0; older builds crashed on them).
+
 On a machine without a GPU (vLLM's CPU build) the defaults are the ones measured to work:
-float32 (bf16 is 5x slower on AVX2), eager mode (no 220 s compile), a quarter of RAM for the
-engine, and the seed on the engine (per-request seeds crash the CPU sampler).
+float32 (bf16 is 5x slower on AVX2), eager mode (no 220 s compile), a quarter of RAM for the engine.
 vLLM starts its workers with spawn: a script that builds this engine needs a `__main__` guard.
 """
 
@@ -35,6 +38,7 @@ from prm_synth.engines.base import (
     Outcome,
     RequestRefused,
     SamplingOptions,
+    sample_seed,
 )
 from prm_synth.engines.chat import TOKENIZATION_KWARGS, render_prompt
 from prm_synth.engines.stream import stream_for
@@ -76,17 +80,18 @@ def vllm_n(request: GenerationRequest) -> int:
     return 1 if request.sampling.temperature == 0 else request.n
 
 
-def sampling_params(request: GenerationRequest, n: int | None = None) -> Any:
+def sampling_params(request: GenerationRequest, n: int | None = None, seed: int | None = None) -> Any:
+    """vLLM's SamplingParams for a request; `seed`: the first sample's (vLLM seeds sample i with seed + i)."""
     from vllm import SamplingParams
 
     s: SamplingOptions = request.sampling
-    # no per-request seed: the engine is seeded (per-request seeds crash vLLM's CPU sampler)
     return SamplingParams(
         n=vllm_n(request) if n is None else n,
         max_tokens=s.max_tokens,
         temperature=s.temperature,
         top_p=s.top_p,
         stop=list(s.stop) or None,
+        seed=seed,
     )
 
 
@@ -184,10 +189,11 @@ class VLLMEngine:
             self._answered.append((request_id, GenerationResult((empty,) * request.n, prompt_tokens=len(ids))))
             return
         samples = vllm_n(request)
+        seed = sample_seed(request, self.config.seed)
         added: list[str] = []
         try:
             for i in range(samples):
-                params = sampling_params(request, n=1)
+                params = sampling_params(request, n=1, seed=seed + i)
                 params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per sample, when it is done
                 self._llm.llm_engine.add_request(f"{request_id}.{i}", {"prompt_token_ids": ids}, params)
                 added.append(f"{request_id}.{i}")

@@ -21,6 +21,15 @@ import pyarrow.compute as pc
 import yaml
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from prm_synth.export.views import (
+    DEFAULT_MARKER,
+    VIEWS,
+    Marker,
+    SkipRow,
+    ViewExport,
+    supervised_steps,
+    with_min_confidence,
+)
 from prm_synth.schema import LabelSource
 from prm_synth.shards import iter_records, iter_tables, read_manifest
 from prm_synth.summary import RunSummary, summarize
@@ -142,7 +151,7 @@ def _get(config: Mapping[str, Any], *path: str, default: Any = "n/a") -> Any:
 
 SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's vocabulary
     "mc": "measured by rollouts from the step's prefix",
-    "test": "measured by rollouts and decided by the search's test (sequential test or calibrated posterior)",
+    "test": "measured by rollouts and decided by the search's statistical test (a posterior or a sequential test)",
     "inferred": "inferred by the search from the probes around it",
     "verdict": "the solution's own final grade (right answer: every step good)",
     "none": "not measured",
@@ -212,23 +221,26 @@ def _percent(part: int, whole: int) -> str:
     return "n/a" if not whole else f"{100 * part / whole:.1f}%"
 
 
-def _view_row(export: Mapping[str, Any], split_names: Sequence[str]) -> dict[str, Any]:
-    """One view's line in the card: what was written, summed over its splits."""
-    skipped = ", ".join(f"{reason} {n}" for reason, n in sorted(export["skipped"].items()))
-    splits = export["splits"].values()
-    steps = sum(s["steps"] for s in splits)
-    bad = sum(s["bad_steps"] for s in splits)
+def _view_row(
+    export: ViewExport, split_names: Sequence[str], marker: Marker, checks: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One view's line in the card: what was written, summed over its splits, and the view's own text."""
+    skipped = ", ".join(f"{reason} {n}" for reason, n in sorted(export.skipped.items()))
+    splits = export.splits.values()
+    steps = sum(s.steps for s in splits)
+    bad = sum(s.bad_steps for s in splits)
     sources: Counter[str] = Counter()
     for s in splits:
-        sources.update(s.get("label_sources") or {})
-    confident = sum(s.get("with_confidence", 0) for s in splits)
-    threshold = export.get("min_confidence") or 0.0
-    before = sum(s.get("steps_before_confidence", 0) for s in splits)
+        sources.update(s.label_sources)
+    confident = sum(s.with_confidence for s in splits)
+    threshold = export.min_confidence
+    before = sum(s.steps_before_confidence for s in splits)
+    soft = SOFT_TEXT.get(export.soft or "")
     return {
-        "view": export["view"],
-        "columns": ", ".join(export["columns"]),
-        "rows": [export["splits"][s]["rows"] if s in export["splits"] else "-" for s in split_names],
-        "problems": sum(s["problems"] for s in splits),
+        "view": export.view,
+        "columns": ", ".join(export.columns),
+        "rows": [export.splits[s].rows if s in export.splits else "-" for s in split_names],
+        "problems": sum(s.problems for s in splits),
         "steps": steps,
         "bad_steps": bad,
         "bad_percent": _percent(bad, steps),
@@ -241,8 +253,9 @@ def _view_row(export: Mapping[str, Any], split_names: Sequence[str]) -> dict[str
             else "none"
         ),
         "skipped": skipped or "0",
-        "soft": SOFT_TEXT.get(export.get("soft") or ""),
-        "example": _example(export.get("example")),
+        "soft": soft,
+        "text": VIEWS[export.view].card_text(marker, soft, checks.get(export.view)),
+        "example": _example(export.example),
     }
 
 
@@ -287,8 +300,6 @@ def label_quality(
         return None
     from prm_synth.arithmetic import parse_question, true_first_error
     from prm_synth.evaluate import first_error_quality, step_label_quality
-    from prm_synth.export.views import SkipRow, supervised_steps, with_min_confidence
-
     with_error: list[tuple[int, int]] = []
     error_free = error_free_right = 0
     exported: list[tuple[list[bool], int]] = []
@@ -350,25 +361,23 @@ def verification_facts(summary: RunSummary, facts: Mapping[str, Any]) -> dict[st
     }
 
 
-def dataset_info(exports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def dataset_info(exports: Sequence[ViewExport]) -> list[dict[str, Any]]:
     """HF `dataset_info` per exported view: features, rows and Arrow bytes per split, as `push_to_hub`
     writes them (`datasets` checks a split's rows on load and warns about a split that lacks a field)."""
     from datasets import DatasetInfo, Features
     from datasets.splits import SplitDict, SplitInfo
 
-    from prm_synth.export.views import view_schema
-
     infos = []
     for ex in exports:
         splits = SplitDict()
-        for name, split in ex["splits"].items():
+        for name, split in ex.splits.items():
             # `datasets` ignores (with a warning on every load) a split without num_bytes.
-            splits.add(SplitInfo(name=name, num_bytes=split["num_bytes"], num_examples=split["rows"]))
+            splits.add(SplitInfo(name=name, num_bytes=split.num_bytes, num_examples=split.rows))
         info = DatasetInfo(
-            features=Features.from_arrow_schema(view_schema(ex["view"], ex.get("soft"))),
+            features=Features.from_arrow_schema(VIEWS[ex.view].schema(ex.soft)),
             splits=splits,
-            config_name=ex["view"],
-            dataset_size=sum(split["num_bytes"] for split in ex["splits"].values()),
+            config_name=ex.view,
+            dataset_size=sum(split.num_bytes for split in ex.splits.values()),
         )._to_yaml_dict()
         infos.append(info)
     return infos
@@ -376,18 +385,18 @@ def dataset_info(exports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- the card
 def card_metadata(
-    source: Mapping[str, Any], exports: Sequence[Mapping[str, Any]], license: str | None, name: str
+    source: Mapping[str, Any], exports: Sequence[ViewExport], license: str | None, name: str
 ) -> dict[str, Any]:
     configs = []
     for i, ex in enumerate(exports):
         entry: dict[str, Any] = {
-            "config_name": ex["view"],
-            "data_files": [{"split": s, "path": p} for s, p in ex["data_files"].items()],
+            "config_name": ex.view,
+            "data_files": [{"split": s, "path": p} for s, p in ex.data_files.items()],
         }
         if i == 0:
             entry["default"] = True  # `load_dataset(repo)` without a name needs one default config
         configs.append(entry)
-    biggest = max((ex["rows"] for ex in exports), default=0)
+    biggest = max((ex.rows for ex in exports), default=0)
     meta: dict[str, Any] = {
         "license": license or source["license"],
         "pretty_name": name,
@@ -461,7 +470,7 @@ def merge_text(existing: str, generated: str) -> str:
 
 def render_card(
     dataset_dir: str | Path,
-    exports: Sequence[Mapping[str, Any]],
+    exports: Sequence[ViewExport],
     existing: str | None = None,
     repo_id: str | None = None,
     license: str | None = None,
@@ -482,11 +491,11 @@ def render_card(
     meta = card_metadata(source, exports, license, name)
     meta["dataset_info"] = dataset_info(exports)
     bad = labels.get("bad_step_fraction")
-    split_names = [s for s in ("train", "test") if any(s in ex["splits"] for ex in exports)]
+    split_names = [s for s in ("train", "test") if any(s in ex.splits for ex in exports)]
     how = labeling(config)
-    views = [_view_row(ex, split_names) for ex in exports]
     consumers = dict(consumers or {"tokenizer": None, "marker": None, "checks": {}, "refused_markers": []})
-    marker = consumers.get("marker") or {"placeholder": "ки", "glue": " "}
+    marker = Marker(**consumers["marker"]) if consumers.get("marker") else DEFAULT_MARKER
+    views = [_view_row(ex, split_names, marker, consumers["checks"]) for ex in exports]
     context = {
         "pretty_name": name,
         "source": source["description"],
@@ -501,18 +510,15 @@ def render_card(
         "bad_percent": "n/a" if bad is None else f"{100 * bad:.1f}%",
         "first_errors": sorted(labels["first_error_histogram"].items(), key=lambda kv: int(kv[0])),
         "views": views,
-        "view_names": [ex["view"] for ex in exports],
+        "view_names": [ex.view for ex in exports],
         "split_names": split_names,
         "repo_id": repo_id or LOAD_PLACEHOLDER,
         "config_yaml": yaml.safe_dump(redact(config), sort_keys=False, allow_unicode=True),
         "consumers": consumers,
         "checks": [consumers["checks"][v] for v in consumers["checks"]],
-        "marker_text": marker["glue"].replace("\n", "\\n") + marker["placeholder"],
-        "placeholder": marker["placeholder"],
-        "qwen_added": any("added" in n for n in (consumers["checks"].get("qwen") or {}).get("notes", [])),
-        "quality": label_quality(
-            dataset_dir, config, max((ex.get("min_confidence") or 0.0 for ex in exports), default=0.0)
-        ),
+        "marker_text": marker.shown(),
+        "placeholder": marker.placeholder,
+        "quality": label_quality(dataset_dir, config, max((ex.min_confidence for ex in exports), default=0.0)),
         # consensus figures only where a consensus filter ran (0 of 0 would read as a result)
         "consensus": summary.consensus.as_dict() if summary.consensus and config.get("consensus") else None,
         "cost": {

@@ -22,39 +22,22 @@ tokenized here exactly as the consumer does it, and the labels it would find are
   tokenizer's chat template (`apply_chat_template`) and tokenized; a tokenizer without a chat
   template cannot train on it, and the chain (the assistant turn) must appear whole in the rendering.
 
-Where the default marker (" ки", Math-Shepherd's) is not one token in context, `choose_marker` tries
-other markers and keeps the first that every row passes, or raises `TokenizationError` naming what
-it tried, before anything is written.
+Each view declares which of these it is read with (prm_synth.export.views, `View.read_as_consumer`);
+prm_synth.export.token_check runs them over every row and picks the step marker.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prm_synth.export.views import (
-    DEFAULT_MARKER,
-    MARKED_VIEWS,
-    QWEN_STEP_TOKEN,
-    VERIFIER_VIEW,
-    VIEWS,
-    Marker,
-    SkipRow,
-    iter_record_rows,
-    supervised_steps,
-    with_soft_targets,
-)
-
+QWEN_STEP_TOKEN = "<extra_0>"  # Qwen2.5-Math-PRM scores the hidden state at this token after each step
 REWARD_TOKENS = ("+", "-")  # OpenRLHF's --reward_tokens for the good and bad label
 TRL_STEP_SEPARATOR = "\n"
 IGNORE = -100  # the label of a position no loss is computed on (PyTorch's cross-entropy default)
-# Tried in order after the default: rare in mathematical text, one token in many vocabularies
-# standalone. A newline before the placeholder keeps byte-level BPE from merging it with what precedes.
-PLACEHOLDERS = ("ки", "§", "¶", "∎", "■", "※", "⊢")
-GLUES = (" ", "\n")
 
 
 class TokenizationError(ValueError):
@@ -246,127 +229,3 @@ class ViewCheck:
             "failure": self.failure,
             "notes": list(self.notes),
         }
-
-
-CONSUMERS = {
-    "trl": "TRL PRMTrainer.tokenize_row (trl 1.0-1.13)",
-    "math-shepherd": "Math-Shepherd step-tag scoring (input_ids == step tag id)",
-    "openrlhf": "OpenRLHF ProcessRewardDataset (openrlhf/datasets/process_reward_dataset.py)",
-    "qwen": "Qwen2.5-Math-PRM (chat template, <extra_0> after each step)",
-    VERIFIER_VIEW: "TRL SFTTrainer (conversational `messages`, chat template)",
-}
-
-
-def _check_one(fmt: str, tokenizer: Any, view_row: Mapping[str, Any], n_labels: int, marker: Marker) -> tuple[int, int]:
-    """(tokens, labels found) for one view row; TokenizationError where the consumer would fail."""
-    if fmt == "openrlhf":
-        ids, labels = openrlhf_labels(tokenizer, view_row["input"], view_row["value"], marker.placeholder)
-    elif fmt == "math-shepherd":
-        # The signs are in the `label` text; the count is what decides whether every label is found.
-        ids, labels = openrlhf_labels(tokenizer, view_row["input"], ["+"] * n_labels, marker.placeholder)
-    elif fmt == "qwen":
-        ids, positions = qwen_step_positions(tokenizer, view_row)
-        if len(positions) != n_labels:
-            raise TokenizationError(f"found {len(positions)} {QWEN_STEP_TOKEN} for {n_labels} labels")
-        return len(ids), len(positions)
-    elif fmt == "trl":
-        ids, labels = trl_labels(tokenizer, view_row)
-    elif fmt == VERIFIER_VIEW:  # one "label" a row: its chain, the turn SFT trains on
-        return len(chat_tokens(tokenizer, view_row["messages"])), 1
-    else:
-        raise ValueError(f"no consumer known for view {fmt!r}")
-    return len(ids), sum(x != IGNORE for x in labels)
-
-
-def check_view(
-    fmt: str,
-    tokenizer: Any,
-    shards: Iterable[Sequence[Mapping[str, Any]]],
-    marker: Marker = DEFAULT_MARKER,
-    stop_at_first: bool = True,
-    soft: str | None = None,
-) -> ViewCheck:
-    """Every row view `fmt` would write (with soft targets from `soft`), read by its consumer with `tokenizer`."""
-    check = ViewCheck(fmt, CONSUMERS[fmt])
-    if fmt == "qwen":
-        tokenizer, added = qwen_tokenizer(tokenizer)
-        if added:
-            check.notes.append(f"{QWEN_STEP_TOKEN} is not one token in this tokenizer: checked with it added")
-        if not getattr(tokenizer, "chat_template", None):
-            check.notes.append("the tokenizer has no chat template: checked as plain text")
-    view = VIEWS[fmt]
-    for rows in shards:
-        for row in rows:
-            if soft is not None:
-                row = with_soft_targets(row, soft)
-            try:
-                made = view(row, marker)
-            except SkipRow:
-                continue  # export_view skips it too, and counts it
-            n_labels = 1 if fmt == VERIFIER_VIEW else len(supervised_steps(row)[1])
-            for view_row in made if isinstance(made, list) else [made]:
-                try:
-                    tokens, found = _check_one(fmt, tokenizer, view_row, n_labels, marker)
-                except TokenizationError as e:
-                    check.add(0, n_labels, 0)
-                    check.failure = check.failure or f"row {row['id']}: {e}"
-                    if stop_at_first:
-                        return check
-                    continue
-                check.add(tokens, n_labels, found)
-    return check
-
-
-def _describe(marker: Marker) -> str:
-    return repr(marker.glue + marker.placeholder)
-
-
-def choose_marker(
-    dataset_dir: str | Path,
-    views: Sequence[str],
-    tokenizer: Any,
-    placeholder: str | None = None,
-) -> tuple[Marker, list[dict[str, str]]]:
-    """The first marker whose placeholder the consumers of `views` find once per label in every row.
-
-    With `placeholder` given only it is tried (after a space, then on a line of its own). Returns
-    (marker, the candidates refused and why); raises TokenizationError when none passes.
-    """
-    marked = [v for v in views if v in MARKED_VIEWS]
-    placeholders = [placeholder] if placeholder else list(PLACEHOLDERS)
-    candidates = [Marker(p, g) for p in placeholders for g in GLUES]
-    refused: list[dict[str, str]] = []
-    if not marked:
-        return candidates[0], refused
-    for candidate in candidates:
-        failure = None
-        for fmt in marked:
-            check = check_view(fmt, tokenizer, iter_record_rows(dataset_dir), candidate)
-            if not check.ok:
-                failure = f"{fmt}: {check.failure or 'labels missing'}"
-                break
-        if failure is None:
-            return candidate, refused
-        refused.append({"marker": _describe(candidate), "reason": failure})
-    tried = "; ".join(f"{r['marker']} ({r['reason']})" for r in refused)
-    raise TokenizationError(
-        f"no step marker is one token in context for tokenizer {tokenizer_name(tokenizer)}, so "
-        f"{' and '.join(marked)} would lose labels. Tried {tried}. Pass --marker with a token of this "
-        "tokenizer that never occurs in the data (an unused special token, say), or export without those views."
-    )
-
-
-def verify_views(
-    dataset_dir: str | Path, views: Sequence[str], tokenizer: Any, marker: Marker, soft: str | None = None
-) -> dict[str, dict[str, Any]]:
-    """Every view checked in full (all rows); TokenizationError naming the first row a consumer misreads."""
-    checks = {}
-    for fmt in views:
-        check = check_view(fmt, tokenizer, iter_record_rows(dataset_dir), marker, stop_at_first=False, soft=soft)
-        if not check.ok:
-            raise TokenizationError(
-                f"view {fmt}: {CONSUMERS[fmt]} finds {check.found} of {check.labels} labels with tokenizer "
-                f"{tokenizer_name(tokenizer)} ({check.failure})"
-            )
-        checks[fmt] = check.as_dict()
-    return checks

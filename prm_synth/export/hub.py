@@ -20,33 +20,26 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow.compute as pc
 
 from prm_synth.export.card import REDACTED, render_card
-from prm_synth.export.consumers import (
-    REWARD_TOKENS,
-    TRL_STEP_SEPARATOR,
-    choose_marker,
-    load_tokenizer,
-    tokenizer_name,
-    verify_views,
-)
+from prm_synth.export.consumers import load_tokenizer, tokenizer_name
+from prm_synth.export.token_check import choose_marker, verify_views
 from prm_synth.export.views import (
     CONFIDENCE_COLUMN,
     DEFAULT_MARKER,
-    QWEN_STEP_TOKEN,
     SOFT_SOURCES,
     SOFT_VIEWS,
-    TOKENIZER_REQUIRED,
     VERIFIER_VIEW,
     VIEW_NAMES,
     VIEWS,
     Marker,
+    ViewExport,
     export_view,
 )
 from prm_synth.shards import iter_tables, read_manifest
@@ -130,7 +123,7 @@ def has_p_good(dataset_dir: str | Path) -> bool:
 def default_formats(with_tokenizer: bool, with_chains: bool = False) -> list[str]:
     """Every PRM view with a tokenizer; without one, those whose consumer does not depend on it; and the
     verifier view when the run made verification chains."""
-    prm = list(VIEW_NAMES) if with_tokenizer else [v for v in VIEW_NAMES if v not in TOKENIZER_REQUIRED]
+    prm = [v for v in VIEW_NAMES if with_tokenizer or not VIEWS[v].needs_tokenizer]
     return prm + [VERIFIER_VIEW] if with_chains else prm
 
 
@@ -174,7 +167,7 @@ def plan_export(
             "--min-confidence"
         )
     if tokenizer is None:
-        needs = [f for f in chosen if f in TOKENIZER_REQUIRED]
+        needs = [f for f in chosen if VIEWS[f].needs_tokenizer]
         if needs:
             raise ExportRequestError(
                 f"the {' and '.join(needs)} view(s) need --tokenizer (the tokenizer of the model you will train): "
@@ -210,35 +203,46 @@ def _soft_request(dataset_dir: str | Path, chosen: list[str], explicit: bool, so
     return [f for f in chosen if f in SOFT_VIEWS], soft
 
 
-def view_config(export: Mapping[str, Any], plan: ExportPlan) -> dict[str, Any]:
+def view_config(export: ViewExport, plan: ExportPlan) -> dict[str, Any]:
     """`<view>/view.json`: what the view's consumer must be told to read it (OpenRLHF's flags, ...)."""
-    fmt, marker = export["view"], plan.marker
-    consumer: dict[str, Any]
-    if fmt == "openrlhf":
-        # Soft values too: OpenRLHF's PRMLoss trains them as targets over the two reward tokens.
-        flags = ["--input_key", "input", "--label_key", "value", "--placeholder_token", marker.placeholder]
-        consumer = {"openrlhf_train_prm_args": [*flags, "--reward_tokens", *REWARD_TOKENS]}
-    elif fmt == "math-shepherd":
-        consumer = {"step_tag": marker.placeholder, "good_token": "+", "bad_token": "-"}
-    elif fmt == "qwen":
-        added = any("added" in n for n in plan.checks.get("qwen", {}).get("notes", []))
-        consumer = {"step_token": QWEN_STEP_TOKEN, "add_step_token_as_special": added}
-    elif fmt == VERIFIER_VIEW:
-        consumer = {"trl": "SFTTrainer (conversational: `messages`, rendered with the model's chat template)"}
-    elif plan.soft:  # TRL's PRMTrainer casts labels to int: it would train these as 0
-        consumer = {"step_separator": TRL_STEP_SEPARATOR, "trl": "none: PRMTrainer casts labels to int"}
-    else:
-        consumer = {"step_separator": TRL_STEP_SEPARATOR, "trl": ">=1.0,<1.14 (trl.experimental.prm.PRMTrainer)"}
+    check = plan.checks.get(export.view)
     return {
-        "view": fmt,
-        "columns": export["columns"],
-        "marker": export["marker"],
-        "consumer": consumer,
+        "view": export.view,
+        "columns": export.columns,
+        "marker": None if export.marker is None else export.marker.as_dict(),
+        "consumer": VIEWS[export.view].consumer_config(plan.marker, plan.soft, check),
         "tokenizer": plan.tokenizer,
-        "token_check": plan.checks.get(fmt),
+        "token_check": check,
         # float targets in place of labels, and the column they come from (None: good/bad labels)
         "soft_targets": None if plan.soft is None else SOFT_SOURCES[plan.soft],
     }
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What an export wrote: each view's counts, every file (relative to the folder or repo), the token checks."""
+
+    out_dir: str | None  # None for an export to the Hub (written to a staging folder, then uploaded)
+    views: dict[str, ViewExport]
+    files: list[str]
+    tokenizer: str | None
+    marker: Marker
+    token_checks: dict[str, dict[str, Any]]
+    repo_id: str | None = None
+    private: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {
+            "out_dir": self.out_dir,
+            "views": {name: view.as_dict() for name, view in self.views.items()},
+            "files": list(self.files),
+            "tokenizer": self.tokenizer,
+            "marker": self.marker.as_dict(),
+            "token_checks": self.token_checks,
+        }
+        if self.repo_id is not None:
+            out |= {"repo_id": self.repo_id, "private": self.private}
+        return out
 
 
 def export_to_dir(
@@ -254,7 +258,7 @@ def export_to_dir(
     tokenizer: Any = None,
     placeholder: str | None = None,
     plan: ExportPlan | None = None,
-) -> dict[str, Any]:
+) -> ExportResult:
     """Write the Hub repo layout (views + README.md) to `out_dir`; a README.md already there is merged.
 
     `existing_card` (the text of a card to merge into) overrides the README.md found in `out_dir`.
@@ -283,7 +287,7 @@ def export_to_dir(
         exports.append(export)
         text = json.dumps(view_config(export, plan), indent=2, ensure_ascii=False) + "\n"
         (out / fmt / VIEW_CONFIG).write_text(text, encoding="utf-8")  # the marker may be any script
-        files += [p for split in export["splits"].values() for p in split["files"]] + [f"{fmt}/{VIEW_CONFIG}"]
+        files += [p for split in export.splits.values() for p in split.files] + [f"{fmt}/{VIEW_CONFIG}"]
     card = render_card(
         dataset_dir,
         exports,
@@ -294,14 +298,14 @@ def export_to_dir(
         consumers=plan.card_facts(),
     )
     readme.write_text(card, encoding="utf-8")
-    return {
-        "out_dir": str(out),
-        "views": {ex["view"]: ex for ex in exports},
-        "files": [*files, CARD],
-        "tokenizer": plan.tokenizer,
-        "marker": plan.marker.as_dict(),
-        "token_checks": plan.checks,
-    }
+    return ExportResult(
+        out_dir=str(out),
+        views={ex.view: ex for ex in exports},
+        files=[*files, CARD],
+        tokenizer=plan.tokenizer,
+        marker=plan.marker,
+        token_checks=plan.checks,
+    )
 
 
 def _fetch_card(api: HubApi, repo_id: str, token: str | None, workdir: Path) -> str | None:
@@ -330,7 +334,7 @@ def export_to_hub(
     tokenizer: Any = None,
     placeholder: str | None = None,
     plan: ExportPlan | None = None,
-) -> dict[str, Any]:
+) -> ExportResult:
     """Create (or reuse) the dataset repo, merge its card, and upload views + card in one commit.
 
     Files of the exported views left from an earlier export are deleted in the same commit; other
@@ -365,7 +369,7 @@ def export_to_hub(
                 template=template,
                 plan=plan,
             )
-            logger.info("uploading %d files to %s", len(result["files"]), repo_id)
+            logger.info("uploading %d files to %s", len(result.files), repo_id)
             api.upload_folder(
                 repo_id=repo_id,
                 repo_type="dataset",
@@ -378,4 +382,4 @@ def export_to_hub(
         raise HubExportError(scrub(str(e), token)) from None
     except Exception as e:  # noqa: BLE001 - any failure is re-raised without the token or its traceback
         raise HubExportError(scrub(f"export to {repo_id} failed: {type(e).__name__}: {e}", token)) from None
-    return {**result, "out_dir": None, "repo_id": repo_id, "private": private}
+    return replace(result, out_dir=None, repo_id=repo_id, private=private)

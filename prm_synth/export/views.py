@@ -35,22 +35,34 @@ from __future__ import annotations
 
 import hashlib
 import os
+from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prm_synth.annotate.calibration import confident_labels
+from prm_synth.export.consumers import (
+    IGNORE,
+    QWEN_STEP_TOKEN,
+    REWARD_TOKENS,
+    TRL_STEP_SEPARATOR,
+    TokenizationError,
+    chat_tokens,
+    openrlhf_labels,
+    qwen_step_positions,
+    qwen_tokenizer,
+    trl_labels,
+)
 from prm_synth.prompts import VERIFY_SYSTEM, render_verify_prompt
 from prm_synth.shards import iter_tables
 from prm_synth.verify import parse_chain
 
 STEP_TAG = "ки"  # Math-Shepherd's step tag; also OpenRLHF's placeholder token in its Math-Shepherd example
-QWEN_STEP_TOKEN = "<extra_0>"  # Qwen2.5-Math-PRM scores the hidden state at this token after each step
 # The system prompt of Qwen2.5-Math-PRM's documented usage (its model card).
 QWEN_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 SPLITS = ("train", "test")
@@ -95,10 +107,10 @@ def with_min_confidence(row: Row, min_confidence: float) -> Row:
 
 
 # Soft targets: the float a step is trained toward instead of its good/bad label. `p_good` is the
-# calibrated search's posterior that the prefix is still correct; `mc` is Math-Shepherd's soft label,
+# first-error search's posterior that the prefix is still correct (where the run's search estimates
+# one, as the default search does); `mc` is Math-Shepherd's soft label,
 # the share of rollouts from the prefix that reached the answer (`mc_values`).
 SOFT_SOURCES = {"p_good": "p_good", "mc": "mc_values"}
-SOFT_VIEWS = ("trl", "openrlhf")  # the others carry labels as tokens (+/-) or Qwen's documented 0/1
 
 
 def with_soft_targets(row: Row, source: str) -> Row:
@@ -149,6 +161,10 @@ class Marker:
 
     def as_dict(self) -> dict[str, str]:
         return {"placeholder": self.placeholder, "glue": self.glue}
+
+    def shown(self) -> str:
+        """The marker as a card shows it in running text (a newline glue as `\\n`)."""
+        return self.glue.replace("\n", "\\n") + self.placeholder
 
 
 DEFAULT_MARKER = Marker()
@@ -243,32 +259,192 @@ def chain_verdicts(view_row: Row, n_steps: int) -> list[bool]:
 
 _ID_FIELDS = [pa.field("id", pa.string()), pa.field("problem_id", pa.string())]
 
-VERIFIER_VIEW = "verifier"
-VIEWS: dict[str, Callable[..., dict[str, Any] | list[dict[str, Any]]]] = {
-    "trl": to_trl,
-    "math-shepherd": to_math_shepherd,
-    "openrlhf": to_openrlhf,
-    "qwen": to_qwen,
-    VERIFIER_VIEW: to_verifier,
-}
-# The views whose text carries a placeholder after each step, so its tokenization must be checked.
-MARKED_VIEWS = ("math-shepherd", "openrlhf")
-# The views that cannot be trained on without knowing the consumer's tokenizer (see consumers.py).
-TOKENIZER_REQUIRED = ("openrlhf", "qwen")
 
-# Fixed Parquet schemas: every file of a view has the same columns even when a shard is empty.
-VIEW_SCHEMAS: dict[str, pa.Schema] = {
-    "trl": pa.schema(
+# ---------------------------------------------------------------- the registry: one class per view
+class View(ABC):
+    """One trainer format, declared whole: its columns, what its consumer needs and finds, its card text.
+
+    A new view is one subclass and one line in VIEWS; nothing else dispatches on a view's name.
+    `build` turns a record row into the view's rows (SkipRow where it cannot); `read_as_consumer`
+    tokenizes one view row exactly as the trainer does (prm_synth.export.consumers) and returns
+    (tokens, labels found); `consumer_config` is what `<view>/view.json` tells the trainer;
+    `card_text` is the view's line in the dataset card, after its name and columns.
+    """
+
+    name: ClassVar[str]
+    consumer: ClassVar[str]  # the trainer whose reading `read_as_consumer` mirrors
+    columns: ClassVar[pa.Schema]  # fixed, so every file of a view has the same columns even when a shard is empty
+    soft_column: ClassVar[str | None] = None  # the label column that holds floats with soft targets (None: no soft)
+    marked: ClassVar[bool] = False  # a placeholder after each step in running text: its tokenization is checked
+    needs_tokenizer: ClassVar[bool] = False  # cannot be trained on without knowing the consumer's tokenizer
+    step_labels: ClassVar[bool] = True  # a PRM view of step labels (False: the verifier's chains)
+
+    @abstractmethod
+    def build(self, row: Row, marker: Marker) -> list[dict[str, Any]]: ...
+
+    def schema(self, soft: str | None = None) -> pa.Schema:
+        """The Parquet schema; with soft targets the label column holds floats."""
+        if soft is None:
+            return self.columns
+        if self.soft_column is None:
+            raise ValueError(f"the {self.name} view has no soft targets")
+        index = self.columns.get_field_index(self.soft_column)
+        return self.columns.set(index, pa.field(self.soft_column, pa.list_(pa.float64())))
+
+    def with_min_confidence(self, row: Row, min_confidence: float) -> Row:
+        return with_min_confidence(row, min_confidence)
+
+    def labels_in(self, row: Row) -> int:
+        """How many labels each of the record's view rows carries (what its consumer must find)."""
+        return len(supervised_steps(row)[1])
+
+    def count(self, acc: SplitCounts, row: Row, base: Row, view_rows: list[dict[str, Any]]) -> None:
+        """Add a written record to its split's counts (`base`: the row before the confidence filter)."""
+        _count(acc, row)
+        acc.steps_before_confidence += len(supervised_steps(base)[0]) if row is not base else 0
+
+    def consumer_tokenizer(self, tokenizer: Any) -> tuple[Any, list[str]]:
+        """The tokenizer as the consumer will use it, and notes on what had to change for that."""
+        return tokenizer, []
+
+    @abstractmethod
+    def read_as_consumer(self, tokenizer: Any, view_row: Row, n_labels: int, marker: Marker) -> tuple[int, int]:
+        """(tokens, labels found) of one view row; TokenizationError where the consumer would fail."""
+
+    @abstractmethod
+    def consumer_config(self, marker: Marker, soft: str | None, check: Mapping[str, Any] | None) -> dict[str, Any]:
+        """What `<view>/view.json` tells the trainer (`check`: this view's token check, if one ran)."""
+
+    @abstractmethod
+    def card_text(self, marker: Marker, soft_text: str | None, check: Mapping[str, Any] | None) -> str:
+        """The view's line in the card after its name and columns (`soft_text`: what its soft targets are)."""
+
+
+def _soft_card_text(soft_text: str, layout: str) -> str:
+    return (
+        f": **soft targets**: each supervised step's label is a float in [0, 1], {soft_text}\n"
+        "  (the steps a row holds are the same as with good/bad labels; a step without a value ends the row). "
+        + layout
+    )
+
+
+class TRLView(View):
+    name = "trl"
+    consumer = "TRL PRMTrainer.tokenize_row (trl 1.0-1.13)"
+    columns = pa.schema(
         [
             pa.field("prompt", pa.string()),
             pa.field("completions", pa.list_(pa.string())),
             pa.field("labels", pa.list_(pa.bool_())),
             *_ID_FIELDS,
         ]
-    ),
-    "math-shepherd": pa.schema([pa.field("input", pa.string()), pa.field("label", pa.string()), *_ID_FIELDS]),
-    "openrlhf": pa.schema([pa.field("input", pa.string()), pa.field("value", pa.list_(pa.string())), *_ID_FIELDS]),
-    "qwen": pa.schema(
+    )
+    soft_column = "labels"
+
+    def build(self, row: Row, marker: Marker) -> list[dict[str, Any]]:
+        return [to_trl(row, marker)]
+
+    def read_as_consumer(self, tokenizer: Any, view_row: Row, n_labels: int, marker: Marker) -> tuple[int, int]:
+        ids, labels = trl_labels(tokenizer, view_row)
+        return len(ids), sum(x != IGNORE for x in labels)
+
+    def consumer_config(self, marker: Marker, soft: str | None, check: Mapping[str, Any] | None) -> dict[str, Any]:
+        if soft:  # TRL's PRMTrainer casts labels to int: it would train these as 0
+            return {"step_separator": TRL_STEP_SEPARATOR, "trl": "none: PRMTrainer casts labels to int"}
+        return {"step_separator": TRL_STEP_SEPARATOR, "trl": ">=1.0,<1.14 (trl.experimental.prm.PRMTrainer)"}
+
+    def card_text(self, marker: Marker, soft_text: str | None, check: Mapping[str, Any] | None) -> str:
+        if soft_text:
+            return _soft_card_text(
+                soft_text,
+                "The TRL stepwise layout, for trainers that read float labels: TRL's PRMTrainer\n"
+                "  casts labels to int and `prm-synth train` trains good/bad labels, so neither trains these.",
+            )
+        return (
+            ": TRL stepwise supervision. PRMTrainer appends its `step_separator`\n"
+            '  (default `"\\n"`) to each step and puts the label on it. PRMTrainer left TRL in 1.14: pin\n'
+            "  `trl>=1.0,<1.14` (`trl.experimental.prm`), or train with `prm-synth train` (below)."
+        )
+
+
+class MathShepherdView(View):
+    name = "math-shepherd"
+    consumer = "Math-Shepherd step-tag scoring (input_ids == step tag id)"
+    columns = pa.schema([pa.field("input", pa.string()), pa.field("label", pa.string()), *_ID_FIELDS])
+    marked = True
+
+    def build(self, row: Row, marker: Marker) -> list[dict[str, Any]]:
+        return [to_math_shepherd(row, marker)]
+
+    def read_as_consumer(self, tokenizer: Any, view_row: Row, n_labels: int, marker: Marker) -> tuple[int, int]:
+        # The signs are in the `label` text; the count is what decides whether every label is found.
+        ids, labels = openrlhf_labels(tokenizer, view_row["input"], ["+"] * n_labels, marker.placeholder)
+        return len(ids), sum(x != IGNORE for x in labels)
+
+    def consumer_config(self, marker: Marker, soft: str | None, check: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {"step_tag": marker.placeholder, "good_token": "+", "bad_token": "-"}
+
+    def card_text(self, marker: Marker, soft_text: str | None, check: Mapping[str, Any] | None) -> str:
+        return (
+            ": `input` is the question, a space, then the steps, each followed by\n"
+            f"  `{marker.shown()}`, joined by newlines; `label` is the same text with `+` (good) or `-` (bad)"
+            f" in place\n  of each `{marker.placeholder}`."
+        )
+
+
+class OpenRLHFView(View):
+    name = "openrlhf"
+    consumer = "OpenRLHF ProcessRewardDataset (openrlhf/datasets/process_reward_dataset.py)"
+    columns = pa.schema([pa.field("input", pa.string()), pa.field("value", pa.list_(pa.string())), *_ID_FIELDS])
+    soft_column = "value"
+    marked = True
+    needs_tokenizer = True
+
+    def build(self, row: Row, marker: Marker) -> list[dict[str, Any]]:
+        return [to_openrlhf(row, marker)]
+
+    def read_as_consumer(self, tokenizer: Any, view_row: Row, n_labels: int, marker: Marker) -> tuple[int, int]:
+        ids, labels = openrlhf_labels(tokenizer, view_row["input"], view_row["value"], marker.placeholder)
+        return len(ids), sum(x != IGNORE for x in labels)
+
+    def consumer_config(self, marker: Marker, soft: str | None, check: Mapping[str, Any] | None) -> dict[str, Any]:
+        # Soft values too: OpenRLHF's PRMLoss trains them as targets over the two reward tokens.
+        flags = ["--input_key", "input", "--label_key", "value", "--placeholder_token", marker.placeholder]
+        return {"openrlhf_train_prm_args": [*flags, "--reward_tokens", *REWARD_TOKENS]}
+
+    def card_text(self, marker: Marker, soft_text: str | None, check: Mapping[str, Any] | None) -> str:
+        if soft_text:
+            return _soft_card_text(
+                soft_text,
+                "`input` as in the OpenRLHF view below; `value` is the list of floats, which OpenRLHF's `PRMLoss`\n"
+                f"  trains as soft targets over `--reward_tokens + -` (`--placeholder_token {marker.placeholder}`)."
+                " OpenRLHF's\n"
+                "  `ProcessRewardDataset` as of commit 14fe44c builds an integer label tensor and fails on floats;"
+                " use a\n  version whose label tensor is float.",
+            )
+        return (
+            ": `input` is the question, a newline, then the steps each followed by\n"
+            f"  `{marker.shown()}`; `value` is the list of `+`/`-`. Train with\n"
+            f"  `--input_key input --label_key value --placeholder_token {marker.placeholder} --reward_tokens + -`\n"
+            "  (also in `openrlhf/view.json`)."
+        )
+
+
+def _step_token_added(check: Mapping[str, Any] | None) -> bool:
+    return any("added" in n for n in (check or {}).get("notes", []))
+
+
+# How to make `<extra_0>` one token, as Qwen's model card needs it.
+_ADD_STEP_TOKEN = (
+    '(`tokenizer.add_special_tokens({"additional_special_tokens":\n'
+    '  ["<extra_0>"]})`, then `model.resize_token_embeddings(len(tokenizer))`).'
+)
+
+
+class QwenView(View):
+    name = "qwen"
+    consumer = "Qwen2.5-Math-PRM (chat template, <extra_0> after each step)"
+    columns = pa.schema(
         [
             pa.field("system", pa.string()),
             pa.field("query", pa.string()),
@@ -276,27 +452,96 @@ VIEW_SCHEMAS: dict[str, pa.Schema] = {
             pa.field("labels", pa.list_(pa.int64())),
             *_ID_FIELDS,
         ]
-    ),
-    VERIFIER_VIEW: pa.schema(
+    )
+    needs_tokenizer = True
+
+    def build(self, row: Row, marker: Marker) -> list[dict[str, Any]]:
+        return [to_qwen(row, marker)]
+
+    def consumer_tokenizer(self, tokenizer: Any) -> tuple[Any, list[str]]:
+        tokenizer, added = qwen_tokenizer(tokenizer)
+        notes = [f"{QWEN_STEP_TOKEN} is not one token in this tokenizer: checked with it added"] if added else []
+        if not getattr(tokenizer, "chat_template", None):
+            notes.append("the tokenizer has no chat template: checked as plain text")
+        return tokenizer, notes
+
+    def read_as_consumer(self, tokenizer: Any, view_row: Row, n_labels: int, marker: Marker) -> tuple[int, int]:
+        ids, positions = qwen_step_positions(tokenizer, view_row)
+        if len(positions) != n_labels:
+            raise TokenizationError(f"found {len(positions)} {QWEN_STEP_TOKEN} for {n_labels} labels")
+        return len(ids), len(positions)
+
+    def consumer_config(self, marker: Marker, soft: str | None, check: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {"step_token": QWEN_STEP_TOKEN, "add_step_token_as_special": _step_token_added(check)}
+
+    def card_text(self, marker: Marker, soft_text: str | None, check: Mapping[str, Any] | None) -> str:
+        text = (
+            ": Qwen2.5-Math-PRM's documented input: `system`, `query`, `response` (the\n"
+            "  list of steps), `labels` 1 (good) / 0 (bad). Render "
+            '`"<extra_0>".join(response) + "<extra_0>"` as the\n'
+            "  assistant turn of the chat template and read the score at each `<extra_0>`.\n  "
+        )
+        if _step_token_added(check):
+            return text + (
+                "In the tokenizer this export was checked with, `<extra_0>` is not one token: add it\n"
+                "  as a special token before training from it " + _ADD_STEP_TOKEN
+            )
+        return text + (
+            "When training from a\n"
+            "  base model whose tokenizer lacks `<extra_0>` (base Qwen2.5 and most others split it into several"
+            " tokens),\n  add it as a special token first " + _ADD_STEP_TOKEN
+        )
+
+
+class VerifierView(View):
+    """Chat-format SFT rows of the kept verification chains; no step labels, so no confidence filter."""
+
+    name = "verifier"
+    consumer = "TRL SFTTrainer (conversational `messages`, chat template)"
+    columns = pa.schema(
         [
             pa.field("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
             *_ID_FIELDS,
         ]
-    ),
-}
+    )
+    step_labels = False
 
+    def build(self, row: Row, marker: Marker) -> list[dict[str, Any]]:
+        return to_verifier(row, marker)
+
+    def with_min_confidence(self, row: Row, min_confidence: float) -> Row:
+        return row  # the chains were kept by agreeing with the labels when the run made them
+
+    def labels_in(self, row: Row) -> int:
+        return 1  # one "label" a row: its chain, the turn SFT trains on
+
+    def count(self, acc: SplitCounts, row: Row, base: Row, view_rows: list[dict[str, Any]]) -> None:
+        _count_chains(acc, view_rows, len(row["steps"]))
+
+    def read_as_consumer(self, tokenizer: Any, view_row: Row, n_labels: int, marker: Marker) -> tuple[int, int]:
+        return len(chat_tokens(tokenizer, view_row["messages"])), 1
+
+    def consumer_config(self, marker: Marker, soft: str | None, check: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {"trl": "SFTTrainer (conversational: `messages`, rendered with the model's chat template)"}
+
+    def card_text(self, marker: Marker, soft_text: str | None, check: Mapping[str, Any] | None) -> str:
+        return (
+            ": chat-format SFT rows for a generative verifier, one per distinct\n"
+            "  kept chain: `messages` = system, user (the question and the steps numbered from 1), assistant (the\n"
+            "  chain). TRL's `SFTTrainer` reads them with the model's chat template."
+        )
+
+
+VIEWS: dict[str, View] = {v.name: v for v in (TRLView(), MathShepherdView(), OpenRLHFView(), QwenView(), VerifierView())}
+VERIFIER_VIEW = VerifierView.name
 # The PRM views (step labels); the verifier view is asked for by name or made by default from runs with chains.
-VIEW_NAMES: tuple[str, ...] = tuple(v for v in VIEWS if v != VERIFIER_VIEW)
-_SOFT_LABELS = {"trl": "labels", "openrlhf": "value"}
+VIEW_NAMES: tuple[str, ...] = tuple(name for name, view in VIEWS.items() if view.step_labels)
+SOFT_VIEWS: tuple[str, ...] = tuple(name for name, view in VIEWS.items() if view.soft_column)
 
 
 def view_schema(fmt: str, soft: str | None = None) -> pa.Schema:
     """A view's Parquet schema; with soft targets its label column holds floats."""
-    schema = VIEW_SCHEMAS[fmt]
-    if soft is None:
-        return schema
-    column = _SOFT_LABELS[fmt]
-    return schema.set(schema.get_field_index(column), pa.field(column, pa.list_(pa.float64())))
+    return VIEWS[fmt].schema(soft)
 
 
 # ---------------------------------------------------------------- splitting
@@ -373,6 +618,55 @@ def _clear_view_folder(folder: Path) -> None:
         tmp.unlink()
 
 
+@dataclass
+class SplitCounts:
+    """One split of a view: its files, then what they hold (the supervised steps a trainer sees, not
+    what the records hold)."""
+
+    files: list[str] = field(default_factory=list)
+    num_bytes: int = 0  # Arrow bytes, what `datasets` records as the split's num_bytes
+    rows: int = 0
+    problems: int = 0
+    steps: int = 0
+    bad_steps: int = 0
+    label_sources: dict[str, int] = field(default_factory=dict)
+    with_confidence: int = 0
+    steps_before_confidence: int = 0  # supervised steps of the kept rows without the confidence filter
+
+
+@dataclass(frozen=True)
+class ViewExport:
+    """One view written: its counts per split, skipped rows by reason, files, and the card's example row."""
+
+    view: str
+    columns: list[str]
+    splits: dict[str, SplitCounts]
+    skipped: dict[str, int]
+    data_files: dict[str, str]
+    marker: Marker | None  # the step marker, in the views that carry one
+    min_confidence: float
+    soft: str | None
+    example: dict[str, Any] | None
+
+    @property
+    def rows(self) -> int:
+        return sum(split.rows for split in self.splits.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "view": self.view,
+            "columns": list(self.columns),
+            "splits": {name: asdict(split) for name, split in self.splits.items()},
+            "rows": self.rows,
+            "skipped": dict(self.skipped),
+            "data_files": dict(self.data_files),
+            "marker": None if self.marker is None else self.marker.as_dict(),
+            "min_confidence": self.min_confidence,
+            "soft": self.soft,
+            "example": self.example,
+        }
+
+
 def export_view(
     dataset_dir: str | Path,
     fmt: str,
@@ -383,7 +677,7 @@ def export_view(
     marker: Marker = DEFAULT_MARKER,
     min_confidence: float = 0.0,
     soft: str | None = None,
-) -> dict[str, Any]:
+) -> ViewExport:
     """Write view `fmt` of the dataset in `dataset_dir` to `out_dir/<fmt>/<split>-*.parquet`.
 
     `min_confidence` > 0 keeps only labels whose `p_good` meets it (see `with_min_confidence`).
@@ -397,15 +691,16 @@ def export_view(
         raise ValueError(f"unknown view {fmt!r}; choose from {', '.join(VIEWS)}")
     if not 0.0 <= test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
-    if soft is not None and (fmt not in SOFT_VIEWS or soft not in SOFT_SOURCES):
+    view = VIEWS[fmt]
+    if soft is not None and (view.soft_column is None or soft not in SOFT_SOURCES):
         raise ValueError(f"soft targets ({soft}) go to the {' and '.join(SOFT_VIEWS)} views only, not {fmt}")
-    view, schema = VIEWS[fmt], view_schema(fmt, soft)
+    schema = view.schema(soft)
     folder = Path(out_dir) / fmt
     folder.mkdir(parents=True, exist_ok=True)
     _clear_view_folder(folder)
     splits = SPLITS if test_fraction > 0 else ("train",)
     writers = {s: _SplitWriter(folder, s, schema, max_rows_per_file) for s in splits}
-    stats = {s: _empty_counts() for s in splits}
+    counts = {s: SplitCounts() for s in splits}
     skipped: Counter[str] = Counter()
     example: dict[str, Any] | None = None
     try:
@@ -415,43 +710,39 @@ def export_view(
             problems: dict[str, set[str]] = {s: set() for s in splits}
             for raw in _rows(table):
                 base = raw if soft is None else with_soft_targets(raw, soft)
-                row = base if fmt == VERIFIER_VIEW else with_min_confidence(base, min_confidence)
+                row = view.with_min_confidence(base, min_confidence)
                 try:
-                    made = view(row, marker)
+                    view_rows = view.build(row, marker)
                 except SkipRow as e:
                     skipped[_skip_reason(e.reason, raw, base, row)] += 1
                     continue
-                view_rows = made if isinstance(made, list) else [made]
                 split = split_of(row["problem_id"], test_fraction, seed)
                 out[split] += view_rows
                 example = example or view_rows[0]
                 problems[split].add(row["problem_id"])
-                if fmt == VERIFIER_VIEW:
-                    _count_chains(stats[split], view_rows, len(row["steps"]))
-                    continue
-                _count(stats[split], row)
-                stats[split]["steps_before_confidence"] += len(supervised_steps(base)[0]) if row is not base else 0
+                view.count(counts[split], row, base, view_rows)
             for split, rows in out.items():
-                stats[split]["problems"] += len(problems[split])
+                counts[split].problems += len(problems[split])
                 if rows:
                     writers[split].write(pa.Table.from_pylist(rows, schema=schema))
-        files = {s: [f"{fmt}/{name}" for name in w.finish()] for s, w in writers.items()}
+        for split, writer in writers.items():
+            counts[split].files = [f"{fmt}/{name}" for name in writer.finish()]
+            counts[split].num_bytes = writer.num_bytes
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
-    return {
-        "view": fmt,
-        "columns": schema.names,
-        "splits": {s: {**st, "files": files[s], "num_bytes": writers[s].num_bytes} for s, st in stats.items()},
-        "rows": sum(st["rows"] for st in stats.values()),
-        "skipped": dict(skipped),
-        "data_files": {s: f"{fmt}/{s}-*" for s in splits},
-        "marker": marker.as_dict() if fmt in MARKED_VIEWS else None,
-        "min_confidence": min_confidence,
-        "soft": soft,
-        "example": example,
-    }
+    return ViewExport(
+        view=fmt,
+        columns=schema.names,
+        splits=counts,
+        skipped=dict(skipped),
+        data_files={s: f"{fmt}/{s}-*" for s in splits},
+        marker=marker if view.marked else None,
+        min_confidence=min_confidence,
+        soft=soft,
+        example=example,
+    )
 
 
 def _skip_reason(reason: str, raw: Row, base: Row, row: Row) -> str:
@@ -483,36 +774,23 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
     return table.select(columns).to_pylist()
 
 
-def _empty_counts() -> dict[str, Any]:
-    return {
-        "rows": 0,
-        "problems": 0,
-        "steps": 0,
-        "bad_steps": 0,
-        "label_sources": {},
-        "with_confidence": 0,
-        "steps_before_confidence": 0,  # supervised steps of the kept rows without the confidence filter
-    }
-
-
-def _count(acc: dict[str, Any], row: Row) -> None:
+def _count(acc: SplitCounts, row: Row) -> None:
     """Counts of the supervised steps only: what a trainer sees, not what the records hold."""
     steps, labels = supervised_steps(row)
     n = len(steps)
-    acc["rows"] += 1
-    acc["steps"] += n
-    acc["bad_steps"] += labels.count(False)
-    sources = acc["label_sources"]
+    acc.rows += 1
+    acc.steps += n
+    acc.bad_steps += labels.count(False)
     for source in (row.get("label_source") or [])[:n]:
-        sources[source] = sources.get(source, 0) + 1
+        acc.label_sources[source] = acc.label_sources.get(source, 0) + 1
     confidence = row.get(CONFIDENCE_COLUMN) or []
-    acc["with_confidence"] += sum(v is not None for v in confidence[:n])
+    acc.with_confidence += sum(v is not None for v in confidence[:n])
 
 
-def _count_chains(acc: dict[str, Any], view_rows: list[dict[str, Any]], n_steps: int) -> None:
+def _count_chains(acc: SplitCounts, view_rows: list[dict[str, Any]], n_steps: int) -> None:
     """Verifier rows: one per chain; its steps are the steps it gives a verdict on, bad the incorrect ones."""
     for view_row in view_rows:
         verdicts = chain_verdicts(view_row, n_steps)
-        acc["rows"] += 1
-        acc["steps"] += len(verdicts)
-        acc["bad_steps"] += verdicts.count(False)
+        acc.rows += 1
+        acc.steps += len(verdicts)
+        acc.bad_steps += verdicts.count(False)
