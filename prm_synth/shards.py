@@ -336,6 +336,31 @@ class ShardStore:
                 return False
         return True
 
+    def read_rows(self, entry: ShardEntry, kind: str = "data") -> list[dict[str, Any]]:
+        """The rows of one finished shard (kind "data" or "rejected"), checked against its marker."""
+        rel = _shard_file(entry, kind)
+        return _read_stream(_verified_buffer(self.root, entry, rel), self.root / rel).to_pylist()
+
+    def read_trees(self, entry: ShardEntry) -> dict[str, Any]:
+        """The OmegaPRM trees of one finished shard (problem id -> tree), {} when it saved none."""
+        rel = f"trees/{shard_name(entry.shard)}.json"
+        if rel not in entry.sha256:
+            return {}
+        return json.loads(_verified_buffer(self.root, entry, rel).to_pybytes())
+
+    def refused_problems(self, entry: ShardEntry) -> set[str]:
+        """Problems of a finished shard that the engine refused (rejected `engine_refused`): not done.
+
+        Rows rejected for their own content stay rejected; a refusal says nothing about the problem
+        (a server down to a short context, a bad parameter), so the next run asks again."""
+        if not (entry.stats.get("rejected_by_reason") or {}).get("engine_refused"):
+            return set()  # the marker says none: the rejected file need not be read
+        return {
+            str(r["problem_id"])
+            for r in self.read_rows(entry, "rejected")
+            if r.get("reason") == "engine_refused" and r.get("problem_id") is not None
+        }
+
     def write_manifest(self, config_dump: dict[str, Any] | None = None) -> dict[str, Any]:
         """Rebuild manifest.json from the shard markers."""
         old = self._existing_manifest() or {}
