@@ -59,6 +59,8 @@ from prm_synth.shards import ShardStore
 from prm_synth.summary import RunFacts, RunSummary, summarize
 
 DRY_RUN_PROBLEMS = 8
+# An empty source is no error (a scheduled run over a folder that is empty today), but it is said.
+EMPTY_SOURCE = "the problem source holds no problems (an empty file, or only blank lines): nothing to label"
 
 
 class ShardsFailedError(PrmSynthError, RuntimeError):
@@ -181,6 +183,7 @@ def _open_shards(config: PipelineConfig, limit: int | None, dry_run: bool) -> It
     shards = _dry_run_shards(config) if dry_run else iter_shards(config, limit)
     first = next(shards, None)
     if first is None:
+        get_run_logger().warning(EMPTY_SOURCE)
         return iter(())
     check_policy_can_solve(config.policy, ((p.id, p.question) for p in first.items if isinstance(p, Problem)))
     return itertools.chain([first], shards)
@@ -273,6 +276,8 @@ def synthesize(
         store.write_manifest(config_dump)
 
         summary = summarize(target)
+        if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
+            summary.warnings.append(EMPTY_SOURCE)
         summary.run = RunFacts(
             started_at=started,
             wall_seconds=round(time.time() - started, 3),
@@ -284,7 +289,14 @@ def synthesize(
         )
         publish_run_artifacts(summary, config)
         if not dry_run:
-            publish_engine_pictures(target, engines_before, config)
+            try:
+                publish_engine_pictures(target, engines_before, config)
+            except OSError as e:  # best effort: a disk that fills here must not fail a run whose data is complete
+                get_run_logger().warning(
+                    "the engine telemetry pictures were not saved in %s/telemetry (%s); the dataset is complete",
+                    target,
+                    e.strerror or e,
+                )
     if outcome.failed and outcome.refused.keys() == outcome.failed.keys():
         # One cause, said once: the server's words, not one copy per shard.
         first = outcome.refused[min(outcome.refused)]

@@ -26,9 +26,10 @@ second run into the same folder fails at once with `OutputLockedError`; the kern
 with the file descriptor, so a crashed or killed run never leaves it behind. Within one process the
 lock is shared (a re-run in the same process, e.g. after an error, is not refused).
 
-Files are created with the usual umask-respecting mode (0644 under umask 022). A row that cannot be
-stored as UTF-8 (a lone surrogate in model output) becomes a rejected row ("unencodable_text"); the
-text fields of rejected rows are stored with such characters backslash-escaped.
+Files are created with the usual umask-respecting mode (0644 under umask 022). Text of a labeled row
+that cannot be stored as UTF-8 (a lone surrogate in model output) is stored with U+FFFD in its place
+and the row is kept (counted in the shard's `text_repaired`); the text fields of rejected rows are
+stored with such characters backslash-escaped.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import Any
 import pyarrow as pa
 
 from prm_synth.errors import PrmSynthError
-from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats, reject
+from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 
 FORMAT = "prm-synth/1"
 MANIFEST = "manifest.json"
@@ -156,32 +157,38 @@ def _bad_text(value: Any, where: str) -> str | None:
     return None
 
 
-def _storable_rows(
-    records: list[Mapping[str, Any]], rejected: list[Mapping[str, Any]], fingerprint: str
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[str]]:
-    """Labeled rows that cannot be stored become rejected rows; rejected rows get escaped text.
+def repaired(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD (a pair split into two code points is joined)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
-    Returns the rows to write and the reasons of the rows moved (for the shard's stats)."""
+
+def _repaired_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return repaired(value)
+    if isinstance(value, list):
+        return [_repaired_value(v) for v in value]
+    return value
+
+
+def _storable_rows(
+    records: list[Mapping[str, Any]], rejected: list[Mapping[str, Any]]
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[str]]:
+    """Labeled rows whose text cannot be stored are repaired; rejected rows get escaped text.
+
+    A lone surrogate in model output (a server's JSON may carry one) is one bad character, not a bad
+    row: it becomes U+FFFD, and the row is kept. Returns the rows to write and, per repaired row, where
+    its first bad character was (for the shard's stats and the log)."""
     kept: list[Mapping[str, Any]] = []
-    moved: list[Mapping[str, Any]] = []
+    where: list[str] = []
     for row in records:
         bad = next((b for k, v in row.items() if (b := _bad_text(v, k)) is not None), None)
         if bad is None:
             kept.append(row)
             continue
-        detail = f"{bad} holds text that is not valid Unicode (a lone surrogate); the row cannot be stored"
-        rejection = reject(
-            str(row.get("id", "")),
-            row.get("problem_id"),
-            str(row.get("source", "")),
-            "write",
-            "unencodable_text",
-            detail,
-            dict(row),
-        )
-        moved.append(rejection.to_row() | {"config_fingerprint": fingerprint})
-    escaped = [{k: storable(v) if isinstance(v, str) else v for k, v in row.items()} for row in [*rejected, *moved]]
-    return kept, escaped, ["unencodable_text"] * len(moved)
+        where.append(f"{row.get('id')}: {bad}")
+        kept.append({k: _repaired_value(v) for k, v in row.items()})
+    escaped = [{k: storable(v) if isinstance(v, str) else v for k, v in row.items()} for row in rejected]
+    return kept, escaped, where
 
 
 def _tree_bytes(trees: dict[str, Any]) -> bytes:
@@ -285,9 +292,17 @@ class ShardStore:
         try:
             data_bytes = _table_bytes(records, RECORD_SCHEMA)
             rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
-        except UnicodeEncodeError:  # rare: find the rows at fault, keep the rest
-            records, rejected, moved = _storable_rows(records, rejected, self.fingerprint)
-            stats = _count_moved(stats or {}, moved)
+        except UnicodeEncodeError:  # rare: find the rows at fault and repair their text
+            records, rejected, repairs = _storable_rows(records, rejected)
+            if repairs:
+                log.warning(
+                    "shard %d: %d row(s) held text that is not valid Unicode (a lone surrogate), replaced by "
+                    "U+FFFD; first: %s",
+                    index,
+                    len(repairs),
+                    repairs[0],
+                )
+                stats = (stats or {}) | {"text_repaired": (stats or {}).get("text_repaired", 0) + len(repairs)}
             data_bytes = _table_bytes(records, RECORD_SCHEMA)
             rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
         data_rel, rej_rel = f"data/{name}.arrow", f"rejected/{name}.arrow"
@@ -481,17 +496,6 @@ def data_files(root: str | Path, kind: str = "data") -> list[str]:
         rel = _shard_file(entry, kind)
         _verified_buffer(root, entry, rel)
         out.append(str(root / rel))
-    return out
-
-
-def _count_moved(stats: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
-    """The shard's stats with the rows moved to rejected at write time counted by reason."""
-    by_reason = dict(stats.get("rejected_by_reason") or {})
-    for reason in reasons:
-        by_reason[reason] = by_reason.get(reason, 0) + 1
-    out = stats | {"rejected_by_reason": by_reason}
-    if isinstance(stats.get("rows"), int) and isinstance(stats.get("rejected"), int):
-        out |= {"rows": stats["rows"] - len(reasons), "rejected": stats["rejected"] + len(reasons)}
     return out
 
 
