@@ -41,6 +41,7 @@ from flows.reporting import (
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
+from prm_synth.engines.stream import stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
     ShardInput,
@@ -116,6 +117,9 @@ def label_shard(
         engine = get_engine(config.policy)
         judge_engine = get_engine(config.judge.engine) if config.judge else None
         verify_engine = get_engine(config.verify.engine) if config.verify else None
+        for used in (engine, judge_engine, verify_engine):
+            if used is not None:  # a run that stops making progress says so, and what it waits on
+                stream_for(used).watchdog.after_s = config.run.stall_warning_s
         out = process_shard(
             engine,
             config,
