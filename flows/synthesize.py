@@ -93,7 +93,9 @@ def label_shard(
     previous: ShardRows | None = None
     source_rows = len(items)
     if redo:
-        entry = store.finished()[shard_index]
+        entry = store.finished_shard(shard_index)
+        if entry is None:  # changed since the run looked: nothing to merge into, so the shard is redone whole
+            raise ShardsFailedError(f"shard {shard_index} changed on disk during the run; the next run redoes it")
         previous = ShardRows(
             store.read_rows(entry, "data"),
             store.read_rows(entry, "rejected"),

@@ -333,16 +333,25 @@ class ShardStore:
         """Shards whose marker exists, matches this config, and (verify) whose files match their hashes."""
         out: dict[int, ShardEntry] = {}
         for marker in sorted((self.root / "shards").glob("shard-*.json")):
-            try:
-                entry = ShardEntry(**json.loads(marker.read_text()))
-            except (ValueError, TypeError):
-                continue  # unreadable marker: the shard is redone
-            if entry.config_fingerprint != self.fingerprint:
-                continue
-            if verify and not self._files_match(entry):
-                continue
-            out[entry.shard] = entry
+            entry = self._finished_entry(marker, verify)
+            if entry is not None:
+                out[entry.shard] = entry
         return out
+
+    def finished_shard(self, index: int) -> ShardEntry | None:
+        """One shard's entry when it is finished (as `finished` says, its files checked), else None."""
+        return self._finished_entry(self.root / "shards" / f"{shard_name(index)}.json", verify=True)
+
+    def _finished_entry(self, marker: Path, verify: bool) -> ShardEntry | None:
+        try:
+            entry = ShardEntry(**json.loads(marker.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None  # missing or unreadable marker: the shard is redone
+        if entry.config_fingerprint != self.fingerprint:
+            return None
+        if verify and not self._files_match(entry):
+            return None
+        return entry
 
     def _files_match(self, entry: ShardEntry) -> bool:
         for rel, digest in entry.sha256.items():

@@ -150,3 +150,32 @@ def test_problems_the_server_refused_are_asked_again_and_only_they(tmp_path):
 
         _run_again(path, out)  # nothing left to do
         assert server.calls - before == asked_again
+
+
+@pytest.mark.slow
+def test_the_real_command_against_a_refusing_server_ends_with_one_error_line_then_resumes(tmp_path):
+    """As a user runs it (a worker process, Prefect's temporary server): the error line is the last line
+    of stderr (after Prefect's "Stopping temporary server"), with no traceback; the same command after
+    the server is fixed makes the rows."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    policy = SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
+    out = str(tmp_path / "out")
+    env = os.environ | {"PYTHONPATH": str(root), "PREFECT_HOME": str(tmp_path / "prefect")}
+    with SimulatedCompletionsServer(refuse="", config=policy) as server:
+        cmd = [sys.executable, "-m", "prm_synth.cli", "run", _pipeline(tmp_path, server.url), "--out", out]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 1, done.stdout + done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert lines[-1].startswith("error: 2 shard(s) made nothing"), done.stderr
+        assert "maximum context length is 2048 tokens" in lines[-1]
+        assert sum(line.startswith("error:") for line in lines) == 1 and "Traceback" not in done.stderr
+
+        server.refuse = None
+        done = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert '"rows": 8' in done.stdout.strip().splitlines()[-1]

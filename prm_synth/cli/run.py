@@ -228,7 +228,15 @@ def _fail_last(message: str, code: int) -> NoReturn:
 
 
 def _stop_prefect_server() -> None:
-    with contextlib.suppress(Exception):  # best effort: at worst the line order is Prefect's
+    # Best effort: at worst the line order is Prefect's. The logs and events still queued for the server
+    # are sent first (sent after it stopped, each would print "--- Error logging to API ---").
+    with contextlib.suppress(Exception):
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
+        EventsWorker.drain_all(timeout=5)
+    with contextlib.suppress(Exception):
         from prefect.server.api.server import SubprocessASGIServer
 
         for server in list(SubprocessASGIServer._instances.values()):

@@ -477,5 +477,8 @@ def _retry_after(e: Any) -> float | None:
 
 
 def _short(text: object, limit: int = 300) -> str:
+    """A server's words for a log line or an error: one line, cut, control characters shown as escapes
+    (a server's text must not drive the terminal the log is read on)."""
     text = " ".join(str(text).split())
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode() for ch in text)
     return text if len(text) <= limit else text[:limit] + "..."
