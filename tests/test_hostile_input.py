@@ -109,6 +109,37 @@ def test_a_json_file_over_its_bound_is_refused_with_advice(tmp_path, monkeypatch
         list(iter_problems(FileSource(path=path)))
 
 
+def test_a_disk_error_mid_way_through_a_problem_file_is_a_source_error_naming_the_line(tmp_path, monkeypatch):
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(problem_line(i) + "\n" for i in range(3)))
+    real_open = Path.open
+
+    def failing_open(self, *args, **kwargs):
+        f = real_open(self, *args, **kwargs)
+        calls = {"n": 0}
+
+        class FailsOnSecondLine:
+            def readline(self, size=-1):
+                calls["n"] += 1
+                if calls["n"] == 2:
+                    raise OSError(errno.EIO, "Input/output error")
+                return f.readline(size)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                f.close()
+
+        return FailsOnSecondLine()
+
+    monkeypatch.setattr(Path, "open", failing_open)
+    items = iter_problems(FileSource(path=path))
+    assert isinstance(next(items), Problem)
+    with pytest.raises(ProblemSourceError, match=r"problems.jsonl at line 2: Input/output error"):
+        next(items)
+
+
 def test_an_unreadable_problem_file_is_one_line_exit_2(tmp_path, monkeypatch):
     path = tmp_path / "problems.jsonl"
     path.write_text(problem_line(0) + "\n")

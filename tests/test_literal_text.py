@@ -60,3 +60,20 @@ def test_show_prints_markup_brackets_and_escapes_literally(tmp_path):
     assert "clear\\x1b[2J\\x1b[Hthe screen and retitle\\x1b]0;pwned\\x07 the window" in out
     assert "right\\u202eto left, a zero\\u200bwidth space" in out
     assert "What is [red]2[/red] + 2?\\x1b[31m" in out
+
+
+def test_an_error_line_keeps_its_own_line_breaks_and_escapes_the_rest():
+    import typer
+
+    from prm_synth.cli.common import fail
+
+    runner = CliRunner()
+    app_ = typer.Typer()
+
+    @app_.command()
+    def boom() -> None:
+        fail("invalid config:\n  a.b: wrong\x1b[2J")
+
+    result = runner.invoke(app_, [])
+    assert result.exit_code == 2
+    assert result.output == "error: invalid config:\n  a.b: wrong\\x1b[2J\n"

@@ -13,12 +13,12 @@ import typer
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 
 
-def visible(text: object) -> str:
-    """`text` with every control or format character (newlines included) shown as a Python escape, so
-    what a model or a server wrote can neither drive the terminal nor break a one-line message."""
+def visible(text: object, keep: str = "") -> str:
+    """`text` with every control or format character (newlines included, unless in `keep`) shown as a
+    Python escape, so what a model or a server wrote can neither drive the terminal nor break a line."""
     out = []
     for ch in str(text):
-        if unicodedata.category(ch) in _INVISIBLE:
+        if ch not in keep and unicodedata.category(ch) in _INVISIBLE:
             out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
         else:
             out.append(ch)
@@ -27,5 +27,6 @@ def visible(text: object) -> str:
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print a one-line error (never a traceback) and exit: 2 for bad input, 1 for a failed run."""
-    typer.echo(f"error: {visible(message)}", err=True)
+    # Our own messages may list several lines (a config's invalid fields); every other control is escaped.
+    typer.echo(f"error: {visible(message, keep=chr(10))}", err=True)
     raise typer.Exit(code)
