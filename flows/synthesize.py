@@ -41,8 +41,18 @@ from flows.reporting import (
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
+from prm_synth.engines.stream import stream_for
 from prm_synth.errors import PrmSynthError
-from prm_synth.pipeline import ShardInput, iter_shards, process_shard
+from prm_synth.pipeline import (
+    ShardInput,
+    ShardRefusedError,
+    ShardRows,
+    check_not_all_refused,
+    iter_shards,
+    merge_redo,
+    process_shard,
+    redo_items,
+)
 from prm_synth.problems import count_hint
 from prm_synth.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
@@ -50,10 +60,18 @@ from prm_synth.shards import ShardEntry, ShardStore
 from prm_synth.summary import RunFacts, RunSummary, summarize
 
 DRY_RUN_PROBLEMS = 8
+# An empty source is no error (a scheduled run over a folder that is empty today), but it is said.
+EMPTY_SOURCE = "the problem source holds no problems (an empty file, or only blank lines): nothing to label"
 
 
 class ShardsFailedError(PrmSynthError, RuntimeError):
     """Some shards failed; the others are kept, and the next run redoes only the failed ones."""
+
+
+def _worth_retrying(task: Any, task_run: Any, state: Any) -> bool:
+    """A shard whose every request the engine refused is not retried at once: the server refuses what
+    is asked, and asking again in ten seconds costs the same for the same answer."""
+    return not isinstance(state.data, ShardRefusedError)
 
 
 @task(
@@ -61,16 +79,37 @@ class ShardsFailedError(PrmSynthError, RuntimeError):
     task_run_name="shard-{shard_index}",
     retries=2,
     retry_delay_seconds=[2, 10],
+    retry_condition_fn=_worth_retrying,
     # Resume is the manifest's job; the engine handle is never part of a cache key.
     cache_policy=NO_CACHE,
 )
-def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: list[Item]) -> ShardEntry:
+def label_shard(
+    config: PipelineConfig, out_dir: str, shard_index: int, items: list[Item], redo: list[str] | None = None
+) -> ShardEntry:
+    """Label one shard and write it. `redo`: the shard is written already, and only these problems (the
+    ones the engine refused last time) are asked again; the rest of the shard is kept as it was."""
     fingerprint = config.fingerprint()
+    store = ShardStore(out_dir, fingerprint)
+    previous: ShardRows | None = None
+    source_rows = len(items)
+    if redo:
+        entry = store.finished_shard(shard_index)
+        if entry is None:  # changed since the run looked: nothing to merge into, so the shard is redone whole
+            raise ShardsFailedError(f"shard {shard_index} changed on disk during the run; the next run redoes it")
+        previous = ShardRows(
+            store.read_rows(entry, "data"),
+            store.read_rows(entry, "rejected"),
+            entry.stats,
+            store.read_trees(entry),
+        )
+        source_rows = entry.problems
+        items = redo_items(items, set(redo))
     limit = config.run.gpu_concurrency_limit
     logger = get_run_logger()
     # Where a shard ran (a Ray worker on some node, or this process), for the flow run's logs.
     where = (shard_index, len(items), socket.gethostname(), os.getpid())
-    logger.info("shard %d: %d problems on %s (pid %d)", *where, extra=progress_line_extra())
+    what = "problems refused last time, asked again" if redo else "problems"
+    logger.info("shard %d: %d %s on %s (pid %d)", where[0], where[1], what, *where[2:], extra=progress_line_extra())
 
     def log_progress(message: str) -> None:
         logger.info("shard %d: %s", shard_index, message, extra=progress_line_extra())
@@ -80,6 +119,9 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
         engine = get_engine(config.policy)
         judge_engine = get_engine(config.judge.engine) if config.judge else None
         verify_engine = get_engine(config.verify.engine) if config.verify else None
+        for used in (engine, judge_engine, verify_engine):
+            if used is not None:  # a run that stops making progress says so, and what it waits on
+                stream_for(used).watchdog.after_s = config.run.stall_warning_s
         out = process_shard(
             engine,
             config,
@@ -90,13 +132,16 @@ def label_shard(config: PipelineConfig, out_dir: str, shard_index: int, items: l
             on_progress=active_shard_callback(shard_index),
             verify_engine=verify_engine,
         )
-    entry = ShardStore(out_dir, fingerprint).write_shard(
+    rows = merge_redo(previous, set(redo or ()), out) if previous is not None else ShardRows.of(out)
+    # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
+    check_not_all_refused(rows.records, rows.rejected)
+    entry = store.write_shard(
         shard_index,
-        [r.to_row() for r in out.records],
-        [r.to_row() for r in out.rejected],
-        problems=len(items),
-        stats=out.stats,
-        trees=out.trees,
+        rows.records,
+        rows.rejected,
+        problems=source_rows,
+        stats=rows.stats,
+        trees=rows.trees,
     )
     return entry
 
@@ -132,7 +177,9 @@ class ShardsOutcome:
 
     done: int = 0
     skipped: int = 0
+    redone: int = 0  # problems refused by the engine in an earlier run, asked again
     failed: dict[int, str] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)  # failed because the engine refused everything
 
 
 def _open_shards(config: PipelineConfig, limit: int | None, dry_run: bool) -> Iterator[ShardInput]:
@@ -142,6 +189,7 @@ def _open_shards(config: PipelineConfig, limit: int | None, dry_run: bool) -> It
     shards = _dry_run_shards(config) if dry_run else iter_shards(config, limit)
     first = next(shards, None)
     if first is None:
+        get_run_logger().warning(EMPTY_SOURCE)
         return iter(())
     check_policy_can_solve(config.policy, ((p.id, p.question) for p in first.items if isinstance(p, Problem)))
     return itertools.chain([first], shards)
@@ -178,20 +226,28 @@ def _label_shards(
             logger.info("shard %d finished: %d rows, %d rejected", index, entry.rows, entry.rejected)
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             outcome.failed[index] = f"{type(e).__name__}: {e}"
+            if isinstance(e, ShardRefusedError):
+                outcome.refused[index] = str(e)
             logger.error("shard %d failed: %s", index, outcome.failed[index])
         progress.advance(tokens, shard_index=index)
 
     for shard in shards:
         entry = finished.get(shard.index)
+        redo: list[str] | None = None
         # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
         if entry is not None and entry.problems == len(shard.items):
-            outcome.skipped += 1
-            progress.advance(entry.stats.tokens, resumed=True)
-            continue
+            # Problems the engine refused are not done: only they are asked again, the rest is kept.
+            redo = sorted(store.refused_problems(entry))
+            if not redo:
+                outcome.skipped += 1
+                progress.advance(entry.stats.tokens, resumed=True)
+                continue
+            outcome.redone += len(redo)
+            logger.info("shard %d: %d problem(s) the engine refused last time are asked again", shard.index, len(redo))
         if len(window) >= config.run.max_parallel_shards:
             drain_one()
         with _ray_options(config):
-            future = label_shard.submit(config, target, shard.index, shard.items)
+            future = label_shard.submit(config, target, shard.index, shard.items, redo)
         window.append((shard.index, future))
     while window:
         drain_one()
@@ -226,6 +282,8 @@ def synthesize(
         store.write_manifest(config_dump)
 
         summary = summarize(target)
+        if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
+            summary.warnings.append(EMPTY_SOURCE)
         summary.run = RunFacts(
             started_at=started,
             wall_seconds=round(time.time() - started, 3),
@@ -237,7 +295,18 @@ def synthesize(
         )
         publish_run_artifacts(summary, config)
         if not dry_run:
-            publish_engine_pictures(target, engines_before, config)
+            try:
+                publish_engine_pictures(target, engines_before, config)
+            except OSError as e:  # best effort: a disk that fills here must not fail a run whose data is complete
+                get_run_logger().warning(
+                    "the engine telemetry pictures were not saved in %s/telemetry (%s); the dataset is complete",
+                    target,
+                    e.strerror or e,
+                )
+    if outcome.failed and outcome.refused.keys() == outcome.failed.keys():
+        # One cause, said once: the server's words, not one copy per shard.
+        first = outcome.refused[min(outcome.refused)]
+        raise ShardsFailedError(f"{len(outcome.refused)} shard(s) made nothing: {first}")
     if outcome.failed:
         details = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(outcome.failed.items()))
         raise ShardsFailedError(f"{len(outcome.failed)} shard(s) failed and will be redone on the next run: {details}")

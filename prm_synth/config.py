@@ -350,6 +350,9 @@ class RunConfig(Strict):
     max_in_flight: int = Field(64, ge=1)  # solutions (or questions) whose annotators run concurrently
     gpu_concurrency_limit: str | None = None  # name of a Prefect global concurrency limit (one slot per GPU)
     ray_num_gpus: float | None = Field(None, ge=0)  # GPUs a shard task asks Ray for (None: from the engine)
+    # Requests in the engine, none finished or entered for this long: a warning naming what the run waits on
+    # (repeated at most this often while it lasts); 0 turns it off.
+    stall_warning_s: float = Field(300.0, ge=0)
 
 
 class PipelineConfig(Strict):

@@ -30,7 +30,7 @@ from prm_synth.annotate.labeler import Progress, make_labeler, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
 from prm_synth.config import PipelineConfig
 from prm_synth.consensus import apply_consensus
-from prm_synth.engines.base import Engine
+from prm_synth.engines.base import Engine, EngineError
 from prm_synth.judge import judge_records
 from prm_synth.problems import iter_problems
 from prm_synth.schema import Item, LabeledRecord, Problem, RejectedRecord, ShardStats, VerifyStats
@@ -131,6 +131,75 @@ def process_shard(
         verify=verify_stats,
     )
     return ShardOutput(records, rejected, stats, labeled.trees)
+
+
+@dataclass
+class ShardRows:
+    """A shard as it is written: row dicts, rejected row dicts, stats, trees."""
+
+    records: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    stats: ShardStats
+    trees: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, out: ShardOutput) -> ShardRows:
+        return cls([r.to_row() for r in out.records], [r.to_row() for r in out.rejected], out.stats, out.trees)
+
+
+def redo_items(items: list[Item], redo: set[str]) -> list[Item]:
+    """The problems of a shard to ask the engine again (those it refused before)."""
+    return [it for it in items if isinstance(it, Problem) and it.id in redo]
+
+
+def merge_redo(previous: ShardRows, redo: set[str], out: ShardOutput) -> ShardRows:
+    """The shard already written, its refused problems replaced by what a new attempt made of them.
+
+    Rows and rejections of the other problems are kept as they were. Counts (rows, rejections by reason,
+    problems labeled, final answers) are those of the merged rows; what was spent (rollouts, tokens,
+    requests, seconds) is the sum of both attempts: the first attempt's requests were paid for too."""
+    kept = [r for r in previous.records if r.get("problem_id") not in redo]
+    kept_rejected = [r for r in previous.rejected if r.get("problem_id") not in redo]
+    new = ShardRows.of(out)
+    records, rejected = kept + new.records, kept_rejected + new.rejected
+    stats = previous.stats + out.stats
+    stats.inputs, stats.problems_loaded = previous.stats.inputs, previous.stats.problems_loaded
+    stats.rows, stats.rejected = len(records), len(rejected)
+    stats.rejected_by_reason = dict(Counter(r["reason"] for r in rejected))
+    stats.problems_labeled = len({r["problem_id"] for r in records})
+    stats.final_correct = sum(1 for r in records if r.get("final_correct") is True)
+    stats.final_unknown = sum(1 for r in records if r.get("final_correct") is None)
+    trees = {k: v for k, v in previous.trees.items() if k not in redo} | new.trees
+    return ShardRows(records, rejected, stats, trees)
+
+
+class ShardRefusedError(EngineError):
+    """The engine refused every request of a shard: it made nothing, so it is a failure, not a result.
+
+    Nothing of the shard is written; the next run of the same command redoes it (after the server is
+    fixed). Retrying it at once cannot help: the server refuses what is asked, not a moment."""
+
+
+def check_not_all_refused(records: list[Any], rejected: list[Any]) -> None:
+    """Raise `ShardRefusedError`, naming the engine's (the server's) words, when a shard made no row and
+    everything it rejected (beyond what the loader rejected) was refused by the engine.
+
+    Rows and rejections may be records or row dicts (a shard merged with the one already written)."""
+    if records:
+        return
+
+    def field_of(r: Any, name: str) -> Any:
+        return r.get(name) if isinstance(r, dict) else getattr(r, name)
+
+    made = [r for r in rejected if field_of(r, "stage") != "load"]
+    if not made or any(field_of(r, "reason") != "engine_refused" for r in made):
+        return
+    reason = field_of(made[0], "detail") or "no reason given"
+    problems = len({field_of(r, "problem_id") for r in made})
+    raise ShardRefusedError(
+        f"the engine refused every request ({problems} problem(s), no row made): {reason}; fix the server "
+        "(or the config) and run the same command again: refused problems are redone"
+    )
 
 
 def check_nothing_lost(problems: list[Problem], records: list[LabeledRecord], rejected: list[RejectedRecord]) -> int:

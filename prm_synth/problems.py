@@ -5,7 +5,8 @@ usable row and a `RejectedRecord` (stage "load", with a reason code) for every o
 count of input rows always reconciles with what comes out. Nothing reads a whole file at once
 except a .json file, whose format leaves no other choice.
 
-A row is rejected, never allowed to stop the run, when its line is not JSON (or is nested too deeply to
+A row is rejected, never allowed to stop the run, when its line is longer than `MAX_LINE_BYTES`
+("line_too_long": the line is skipped in bounded chunks, never held whole), when its line is not JSON (or is nested too deeply to
 parse: "broken_line", with `file:line` in the detail), when its question, answer or id holds text that
 cannot be stored as UTF-8 (a lone surrogate such as "\ud800", which JSON allows: "bad_text"), and when
 its answer is not a finite number (JSON NaN or Infinity: "unparseable_answer"). A UTF-8 byte-order mark
@@ -32,6 +33,13 @@ from prm_synth.shards import storable
 
 PAYLOAD_CHARS = 2000
 PARQUET_BATCH_ROWS = 1024
+# A problem line longer than this is rejected ("line_too_long") without being held in memory: no
+# question needs a mebibyte, and a file with no line break at all must not be read whole.
+MAX_LINE_BYTES = 1 << 20
+# A .json file is parsed whole (the standard library has no streaming JSON): larger ones are refused,
+# with the advice to use .jsonl, which is read line by line.
+MAX_JSON_FILE_BYTES = 256 << 20
+READ_CHUNK_BYTES = 1 << 20
 
 
 class ProblemSourceError(PrmSynthError, ValueError):
@@ -199,41 +207,86 @@ def _from_file(src: FileSource) -> Iterator[Item]:
     return _RowReader(stem, stem, src.mapping()).read_all(opener(path, stem))
 
 
+def _open_problem_file(path: Path) -> Any:
+    try:
+        return path.open("rb")
+    except OSError as e:
+        raise ProblemSourceError(f"cannot read problem file {path}: {e.strerror or e}") from None
+
+
+def _skip_rest_of_line(f: Any) -> int:
+    """Read past the end of the current line in bounded chunks; the bytes skipped."""
+    skipped = 0
+    while chunk := f.readline(READ_CHUNK_BYTES):
+        skipped += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return skipped
+
+
 def _jsonl_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
+    f = _open_problem_file(path)  # here, so an unreadable file fails at the call
+
     def rows() -> Iterator[tuple[int, Any]]:
         # Bytes, decoded line by line: one bad line (even bad UTF-8) is rejected, the rest continue.
-        with path.open("rb") as f:
-            for index, raw in enumerate(f):
-                if index == 0:
+        # A line is read up to MAX_LINE_BYTES: a longer one is rejected and skipped, never held whole.
+        with f:
+            index = 0
+            while True:
+                try:
+                    raw = f.readline(MAX_LINE_BYTES + 1)
+                    cut = len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n")
+                    size = len(raw) + (_skip_rest_of_line(f) if cut else 0)
+                except OSError as e:  # a disk error mid-way: the source cannot be read, said in one line
+                    raise ProblemSourceError(
+                        f"cannot read problem file {path} at line {index + 1}: {e.strerror or e}"
+                    ) from None
+                if not raw:
+                    return
+                line, index = index, index + 1
+                if line == 0:
                     raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
+                where = f"{path}:{line + 1}"
+                if cut:
+                    text = raw[:PAYLOAD_CHARS].decode("utf-8", errors="replace")
+                    detail = f"{where}: a line of {size} bytes, over the bound of {MAX_LINE_BYTES} bytes; not read"
+                    yield line, _reject(source, line, "line_too_long", detail, text)
+                    continue
                 if not raw.strip():
                     continue  # a blank line holds no row
-                where = f"{path}:{index + 1}"
                 try:
                     row = json.loads(raw.decode("utf-8"))
                 except (UnicodeDecodeError, json.JSONDecodeError) as e:
                     text = raw[:PAYLOAD_CHARS].decode("utf-8", errors="replace")
-                    yield index, _reject(source, index, "broken_line", f"{where}: not valid JSON: {e}", text)
+                    yield line, _reject(source, line, "broken_line", f"{where}: not valid JSON: {e}", text)
                     continue
                 except RecursionError:
                     text = raw[:PAYLOAD_CHARS].decode("utf-8", errors="replace")
                     detail = f"{where}: JSON nested too deeply to read ({len(raw)} bytes)"
-                    yield index, _reject(source, index, "broken_line", detail, text)
+                    yield line, _reject(source, line, "broken_line", detail, text)
                     continue
                 if not isinstance(row, dict):
                     detail = f"{where}: a JSON {type(row).__name__}, not an object"
-                    yield index, _reject(source, index, "broken_line", detail, _payload(row))
+                    yield line, _reject(source, line, "broken_line", detail, _payload(row))
                     continue
-                yield index, row
+                yield line, row
 
     return rows()
 
 
 def _json_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
     try:
+        size = path.stat().st_size
+        if size > MAX_JSON_FILE_BYTES:
+            raise ProblemSourceError(
+                f"problem file {path} is {size} bytes, over the {MAX_JSON_FILE_BYTES}-byte bound of a .json file "
+                "(read whole); write it as .jsonl, one problem a line, which is read line by line"
+            )
         with path.open("rb") as f:
             data = json.loads(f.read().decode("utf-8-sig"))  # no streaming JSON in the standard library
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except OSError as e:
+        raise ProblemSourceError(f"cannot read problem file {path}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ProblemSourceError(f"cannot read problem file {path}: {e}") from e
     except RecursionError:
         raise ProblemSourceError(f"cannot read problem file {path}: JSON nested too deeply") from None

@@ -35,6 +35,7 @@ RejectReason = Literal[
     "bad_text",
     "duplicate_id",
     "broken_line",
+    "line_too_long",
     # sample / annotate / judge: the engine refused the request
     "engine_refused",
     # split: the policy wrote nothing to split
@@ -47,7 +48,7 @@ RejectReason = Literal[
     "judge_missing",
     "judge_undecided",
     "low_confidence",
-    # write: text that cannot be stored
+    # write: text that cannot be stored (older shards; model text is now repaired, see shards.py)
     "unencodable_text",
 ]
 REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
@@ -355,6 +356,7 @@ class ShardStats:
     sampling_tokens: int = 0
     rollout_tokens: int = 0
     judge_tokens: int = 0
+    text_repaired: int = 0  # rows whose model text held a lone surrogate, stored with U+FFFD in its place
     seconds: dict[str, float] = field(default_factory=dict)  # per stage: sample_and_label, judge, consensus
     judge: JudgeStats | None = None  # None without a judge
     consensus: ConsensusStats | None = None  # None without consensus

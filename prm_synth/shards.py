@@ -26,9 +26,10 @@ second run into the same folder fails at once with `OutputLockedError`; the kern
 with the file descriptor, so a crashed or killed run never leaves it behind. Within one process the
 lock is shared (a re-run in the same process, e.g. after an error, is not refused).
 
-Files are created with the usual umask-respecting mode (0644 under umask 022). A row that cannot be
-stored as UTF-8 (a lone surrogate in model output) becomes a rejected row ("unencodable_text"); the
-text fields of rejected rows are stored with such characters backslash-escaped.
+Files are created with the usual umask-respecting mode (0644 under umask 022). Text of a labeled row
+that cannot be stored as UTF-8 (a lone surrogate in model output) is stored with U+FFFD in its place
+and the row is kept (counted in the shard's `text_repaired`); the text fields of rejected rows are
+stored with such characters backslash-escaped.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import Any
 import pyarrow as pa
 
 from prm_synth.errors import PrmSynthError
-from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats, reject
+from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 
 FORMAT = "prm-synth/1"
 MANIFEST = "manifest.json"
@@ -179,32 +180,38 @@ def _bad_text(value: Any, where: str) -> str | None:
     return None
 
 
-def _storable_rows(
-    records: list[Mapping[str, Any]], rejected: list[Mapping[str, Any]], fingerprint: str
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[str]]:
-    """Labeled rows that cannot be stored become rejected rows; rejected rows get escaped text.
+def repaired(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD (a pair split into two code points is joined)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
-    Returns the rows to write and the reasons of the rows moved (for the shard's stats)."""
+
+def _repaired_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return repaired(value)
+    if isinstance(value, list):
+        return [_repaired_value(v) for v in value]
+    return value
+
+
+def _storable_rows(
+    records: list[Mapping[str, Any]], rejected: list[Mapping[str, Any]]
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[str]]:
+    """Labeled rows whose text cannot be stored are repaired; rejected rows get escaped text.
+
+    A lone surrogate in model output (a server's JSON may carry one) is one bad character, not a bad
+    row: it becomes U+FFFD, and the row is kept. Returns the rows to write and, per repaired row, where
+    its first bad character was (for the shard's stats and the log)."""
     kept: list[Mapping[str, Any]] = []
-    moved: list[Mapping[str, Any]] = []
+    where: list[str] = []
     for row in records:
         bad = next((b for k, v in row.items() if (b := _bad_text(v, k)) is not None), None)
         if bad is None:
             kept.append(row)
             continue
-        detail = f"{bad} holds text that is not valid Unicode (a lone surrogate); the row cannot be stored"
-        rejection = reject(
-            str(row.get("id", "")),
-            row.get("problem_id"),
-            str(row.get("source", "")),
-            "write",
-            "unencodable_text",
-            detail,
-            dict(row),
-        )
-        moved.append(rejection.to_row() | {"config_fingerprint": fingerprint})
-    escaped = [{k: storable(v) if isinstance(v, str) else v for k, v in row.items()} for row in [*rejected, *moved]]
-    return kept, escaped, ["unencodable_text"] * len(moved)
+        where.append(f"{row.get('id')}: {bad}")
+        kept.append({k: _repaired_value(v) for k, v in row.items()})
+    escaped = [{k: storable(v) if isinstance(v, str) else v for k, v in row.items()} for row in rejected]
+    return kept, escaped, where
 
 
 def _tree_bytes(trees: dict[str, Any]) -> bytes:
@@ -308,9 +315,18 @@ class ShardStore:
         try:
             data_bytes = _table_bytes(records, RECORD_SCHEMA)
             rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
-        except UnicodeEncodeError:  # rare: find the rows at fault, keep the rest
-            records, rejected, moved = _storable_rows(records, rejected, self.fingerprint)
-            stats = (stats or ShardStats()).moved_to_rejected(moved)
+        except UnicodeEncodeError:  # rare: find the rows at fault and repair their text
+            records, rejected, repairs = _storable_rows(records, rejected)
+            if repairs:
+                log.warning(
+                    "shard %d: %d row(s) held text that is not valid Unicode (a lone surrogate), replaced by "
+                    "U+FFFD; first: %s",
+                    index,
+                    len(repairs),
+                    repairs[0],
+                )
+                stats = stats or ShardStats()
+                stats.text_repaired += len(repairs)
             data_bytes = _table_bytes(records, RECORD_SCHEMA)
             rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
         data_rel, rej_rel = f"data/{name}.arrow", f"rejected/{name}.arrow"
@@ -341,16 +357,25 @@ class ShardStore:
         """Shards whose marker exists, matches this config, and (verify) whose files match their hashes."""
         out: dict[int, ShardEntry] = {}
         for marker in sorted((self.root / "shards").glob("shard-*.json")):
-            try:
-                entry = ShardEntry.from_json(json.loads(marker.read_text()))
-            except (ValueError, TypeError):
-                continue  # unreadable marker: the shard is redone
-            if entry.config_fingerprint != self.fingerprint:
-                continue
-            if verify and not self._files_match(entry):
-                continue
-            out[entry.shard] = entry
+            entry = self._finished_entry(marker, verify)
+            if entry is not None:
+                out[entry.shard] = entry
         return out
+
+    def finished_shard(self, index: int) -> ShardEntry | None:
+        """One shard's entry when it is finished (as `finished` says, its files checked), else None."""
+        return self._finished_entry(self.root / "shards" / f"{shard_name(index)}.json", verify=True)
+
+    def _finished_entry(self, marker: Path, verify: bool) -> ShardEntry | None:
+        try:
+            entry = ShardEntry.from_json(json.loads(marker.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None  # missing or unreadable marker: the shard is redone
+        if entry.config_fingerprint != self.fingerprint:
+            return None
+        if verify and not self._files_match(entry):
+            return None
+        return entry
 
     def _files_match(self, entry: ShardEntry) -> bool:
         for rel, digest in entry.sha256.items():
@@ -358,6 +383,31 @@ class ShardStore:
             if not p.exists() or _sha256(p.read_bytes()) != digest:
                 return False
         return True
+
+    def read_rows(self, entry: ShardEntry, kind: str = "data") -> list[dict[str, Any]]:
+        """The rows of one finished shard (kind "data" or "rejected"), checked against its marker."""
+        rel = _shard_file(entry, kind)
+        return _read_stream(_verified_buffer(self.root, entry, rel), self.root / rel).to_pylist()
+
+    def read_trees(self, entry: ShardEntry) -> dict[str, Any]:
+        """The OmegaPRM trees of one finished shard (problem id -> tree), {} when it saved none."""
+        rel = f"trees/{shard_name(entry.shard)}.json"
+        if rel not in entry.sha256:
+            return {}
+        return json.loads(_verified_buffer(self.root, entry, rel).to_pybytes())
+
+    def refused_problems(self, entry: ShardEntry) -> set[str]:
+        """Problems of a finished shard that the engine refused (rejected `engine_refused`): not done.
+
+        Rows rejected for their own content stay rejected; a refusal says nothing about the problem
+        (a server down to a short context, a bad parameter), so the next run asks again."""
+        if not entry.stats.rejected_by_reason.get("engine_refused"):
+            return set()  # the marker says none: the rejected file need not be read
+        return {
+            str(r["problem_id"])
+            for r in self.read_rows(entry, "rejected")
+            if r.get("reason") == "engine_refused" and r.get("problem_id") is not None
+        }
 
     def write_manifest(self, config_dump: dict[str, Any] | None = None) -> dict[str, Any]:
         """Rebuild manifest.json from the shard markers."""

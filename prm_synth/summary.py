@@ -157,6 +157,11 @@ def _warnings(stats: ShardStats) -> list[str]:
             "could not be graded (timeouts, cut-off or answerless completions); they are left out of the "
             "evidence, so fewer steps get a label: check the grader and rollouts.max_tokens"
         )
+    if refused := (stats.rejected_by_reason or {}).get("engine_refused"):
+        out.append(
+            f"{refused} row(s) were refused by the engine (see their detail in rejected/): they are not done, "
+            "the next run of the same command asks for them again"
+        )
     return out
 
 

@@ -14,6 +14,10 @@ repeats when `repeat=True`, else requests past its end pass). Actions:
   engines never repeat a server's echo of the key;
 - "echo_text": answer 200, a well-formed completion whose every choice's text is the request's headers
   (the API key included): the key must not reach the dataset;
+- "cut_body": forward, then relay the answer's head and half its body and close the connection (a
+  reply cut off mid-way: the client has a status 200 and a body that breaks off);
+- "echo_encoded": answer 200, a completion whose text holds the request's Authorization header
+  URL-encoded, and split across a line break in the middle (neither is the key as sent);
 - "drip": forward, then relay the answer one byte every `drip_s` seconds (a read never waits long, so
   only a total deadline stops it);
 - "huge": answer 200 with a well-formed completion of `huge_bytes` bytes, streamed (a size cap stops it);
@@ -144,6 +148,14 @@ class FaultProxy:
                 if action == "echo_text":
                     await self._respond(writer, 200, json.dumps(_completion(body, str(headers))))
                     continue
+                if action == "echo_encoded":
+                    from urllib.parse import quote
+
+                    auth = headers.get("authorization", "")
+                    half = len(auth) // 2
+                    text = f"encoded {quote(auth, safe='')} split {auth[:half]}\n{auth[half:]}"
+                    await self._respond(writer, 200, json.dumps(_completion(body, text)))
+                    continue
                 if action == "huge":
                     await self._send_huge(writer, body)
                     return
@@ -158,6 +170,13 @@ class FaultProxy:
                     self.forwarded += 1
                 resp = await self._http.request(method, self.upstream + path, content=body, headers=fwd)
                 if action == "drop_after":
+                    writer.transport.abort()
+                    return
+                if action == "cut_body":
+                    data = resp.content
+                    head = f"HTTP/1.1 200 X\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+                    writer.write(head.encode("latin-1") + data[: len(data) // 2])
+                    await writer.drain()
                     writer.transport.abort()
                     return
                 if action == "drip":

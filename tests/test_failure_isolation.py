@@ -482,6 +482,61 @@ def test_vllm_add_that_fails_on_the_second_sample_aborts_the_first():
     assert llm.llm_engine.aborted == ["0.0", "5.0"] and engine.running() == 0
 
 
+class ShortContextLLM:
+    """A stand-in for `vllm.LLM` whose context holds `max_model_len` whitespace tokens; it never runs a
+    request (every test prompt is longer), so no vLLM is needed."""
+
+    def __init__(self, max_model_len: int) -> None:
+        self.added: list[str] = []
+        context = type("M", (), {"max_model_len": max_model_len})()
+        scheduler = type("V", (), {"scheduler_config": type("S", (), {"max_num_seqs": 8})()})()
+        test = self
+
+        class LLMEngine:
+            model_config, vllm_config = context, scheduler
+
+            def add_request(self, request_id, prompt, params):
+                test.added.append(request_id)
+
+            def step(self):
+                return []
+
+        self.llm_engine = LLMEngine()
+
+    def get_tokenizer(self):
+        class Tokenizer:
+            def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+                return " ".join(m["content"] for m in messages)
+
+            def __call__(self, text, **kwargs):
+                return type("Encoded", (), {"input_ids": text.split()})()
+
+        return Tokenizer()
+
+
+def test_in_process_vllm_refuses_a_prompt_over_the_context_and_the_problem_is_rejected_with_the_reason():
+    """vLLM in process, as a vLLM server over HTTP: a prompt that leaves no room to generate is a refused
+    request, so its problem becomes `engine_refused` rows naming the context, never an empty completion
+    graded as evidence (issue 28 item 7, issue 29 item 6)."""
+    from prm_synth.config import VLLMConfig
+    from prm_synth.engines.vllm import VLLMEngine, check_prompt_fits
+
+    check_prompt_fits(9, 10, "m")  # one token of room is room
+    with pytest.raises(RequestRefused, match="maximum context length is 10 tokens.*10 tokens"):
+        check_prompt_fits(10, 10, "m")
+    llm = ShortContextLLM(max_model_len=4)  # every question of the shard is longer
+    engine = VLLMEngine(VLLMConfig(model="fake"), llm=llm)
+    config = simulated_config()
+    (shard,) = list(iter_shards(config))
+    out = process_shard(engine, config, ShardInput(shard.index, shard.items), "fp")
+    assert out.records == [] and llm.added == []  # nothing ran
+    assert {r.reason for r in out.rejected} == {"engine_refused"}
+    assert {r.problem_id for r in out.rejected} == {p.id for p in shard.items}
+    assert all("maximum context length is 4 tokens" in (r.detail or "") for r in out.rejected)
+    assert out.stats.requests_refused == len(shard.items)
+    assert "split" not in {r.stage for r in out.rejected}  # not "the policy produced no text"
+
+
 # ---------------------------------------------------------------- a real `prm-synth run` over HTTP
 @pytest.mark.slow
 def test_a_run_against_a_server_that_refuses_one_problem_rejects_it_and_labels_the_rest(tmp_path):

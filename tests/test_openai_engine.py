@@ -257,6 +257,49 @@ def test_a_key_echoed_into_a_completion_never_reaches_the_results(fake, monkeypa
     assert all(FAKE_KEY not in t and "***" in t for t in texts)
 
 
+def test_a_reply_body_cut_off_midway_is_retried_and_in_the_end_names_the_server(fake, monkeypatch):
+    """The client in use (openai 3.x reads through httpx2) raises its own transport error for a body
+    that breaks off; it is retried like a dropped connection, and the last error names the server."""
+    monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)
+    with FaultProxy(fake.url, ["cut_body"]) as proxy:
+        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY")
+        try:
+            reqs = _requests(2)
+            _assert_fake_results(reqs, engine.generate(reqs))
+        finally:
+            engine.close()
+    assert proxy.actions["cut_body"] == 1 and engine.retries == 1
+    with FaultProxy(fake.url, ["cut_body"], repeat=True) as proxy:
+        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY", max_retries=2)
+        try:
+            with pytest.raises(EngineError) as info:
+                engine.generate(_requests(1))
+        finally:
+            engine.close()
+    message = str(info.value)
+    assert not isinstance(info.value, RequestRefused)
+    assert proxy.url in message and "3 attempt" in message and "reading the reply failed" in message
+    assert FAKE_KEY not in message
+
+
+def test_a_key_echoed_url_encoded_or_split_never_reaches_the_results(fake, monkeypatch):
+    from urllib.parse import quote
+
+    monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)
+    with FaultProxy(fake.url, ["echo_encoded"], repeat=True) as proxy:
+        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY")
+        try:
+            results = engine.generate(_requests(2))
+        finally:
+            engine.close()
+    texts = [c.text for r in results for c in r.completions]
+    assert texts and all("encoded" in t and "split" in t for t in texts)  # the server did echo
+    half = len(FAKE_KEY) // 2
+    for text in texts:
+        assert FAKE_KEY not in text and quote(FAKE_KEY, safe="") not in text
+        assert FAKE_KEY[:half] not in text and FAKE_KEY[half:] not in text
+
+
 @pytest.mark.parametrize("fault", ["html", "choices_oops", "text_dict", "truncated_json", "empty", "deep_json"])
 def test_malformed_replies_are_retried_then_a_clear_engine_error(fake, monkeypatch, fault):
     monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)

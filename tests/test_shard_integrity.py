@@ -177,7 +177,7 @@ def test_a_second_run_into_the_same_folder_fails_at_once_and_a_crash_frees_the_l
     again.release()
 
 
-def test_a_row_that_cannot_be_stored_becomes_a_rejected_row_and_the_shard_survives(tmp_path: Path) -> None:
+def test_a_lone_surrogate_in_model_text_is_replaced_and_recorded_and_the_row_is_kept(tmp_path: Path) -> None:
     from _dataset_fixture import _record
 
     store = ShardStore(tmp_path, "fixturefp")
@@ -188,14 +188,13 @@ def test_a_row_that_cannot_be_stored_becomes_a_rejected_row_and_the_shard_surviv
     stats = ShardStats(rows=4, rejected=1, rejected_by_reason={"bad_text": 1})
     entry = store.write_shard(0, [*good, bad], [bad_rejection.to_row()], problems=4, stats=stats)
     store.write_manifest()
-    assert entry.rows == 3 and entry.rejected == 2
-    assert entry.stats.rejected_by_reason == {"bad_text": 1, "unencodable_text": 1}
-    assert (entry.stats.rows, entry.stats.rejected) == (3, 2)  # the counts agree with the files written
-    assert [r["id"] for r in iter_records(tmp_path)] == [r["id"] for r in good]
+    assert entry.rows == 4 and entry.rejected == 1
+    assert entry.stats.text_repaired == 1 and entry.stats.rejected_by_reason == {"bad_text": 1}
+    assert (entry.stats.rows, entry.stats.rejected) == (4, 1)  # the counts agree with the files written
+    rows = {r["id"]: r for r in iter_records(tmp_path)}
+    assert list(rows) == [r["id"] for r in [*good, bad]]
+    assert rows[bad["id"]]["steps"] == ["fine\n", "model output \ufffd here\n"]  # one character, not the row
     rejected = {r["id"]: r for r in iter_records(tmp_path, "rejected")}
-    moved = rejected[bad["id"]]
-    assert moved["reason"] == "unencodable_text" and moved["stage"] == "write" and "steps[1]" in moved["detail"]
-    assert "\\ud800" in moved["payload"]  # the offending text, escaped
     assert rejected["r1"]["problem_id"] == "p \\udfff" and rejected["r1"]["detail"] == "detail \\ud800"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -314,3 +315,78 @@ def test_binary_search_keeps_the_engine_fuller_and_finishes_sooner_than_rounds()
     assert stream[1] > rounds[1] + 0.1  # a fuller engine
     assert len(stream[2]) == len(rounds[2]) == 40
     assert stream[2] == rounds[2]  # the same labels (and label sources) for every solution
+
+
+# ---------------------------------------------------------------- the progress watchdog
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_watchdog_warns_once_per_period_of_no_progress_and_progress_resets_it(caplog):
+    from prm_synth.engines.stream import ProgressWatchdog
+
+    clock = FakeClock()
+    dog = ProgressWatchdog(after_s=60, clock=clock)
+    said: list[str] = []
+
+    def waiting() -> str:
+        said.append("asked")
+        return "2 request(s) in the engine (fake at http://server/v1)"
+
+    clock.now = 59.9
+    assert not dog.check(waiting)
+    clock.now = 60
+    with caplog.at_level("WARNING"):
+        assert dog.check(waiting)
+    assert "no progress for 60 s" in caplog.text and "2 request(s) in the engine (fake at http://server/v1)" in caplog.text
+    clock.now = 119
+    assert not dog.check(waiting)  # at most once per period
+    clock.now = 120
+    assert dog.check(waiting) and dog.warnings == 2
+    dog.progressed()
+    clock.now = 179
+    assert not dog.check(waiting)
+    assert len(said) == 2  # what it waits on is worked out only when it is said
+    dog.after_s = 0
+    clock.now = 10_000
+    assert not dog.check(waiting)  # off
+
+
+class NeverAnswers:
+    """An engine with per-request futures that never resolve: a server that accepts and never replies."""
+
+    model_name = "silent"
+    capacity = 4
+
+    def __init__(self) -> None:
+        self.futures: list[Future[GenerationResult]] = []
+
+    def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
+        future: Future[GenerationResult] = Future()
+        self.futures.append(future)
+        return future
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        raise NotImplementedError
+
+
+def test_a_stream_whose_engine_never_answers_says_what_it_waits_on(caplog):
+    engine = NeverAnswers()
+    stream = GenerationStream(FutureAdapter(engine, engine.capacity, poll_s=0.01))
+    stream.watchdog.after_s = 0.2
+    futures = stream.submit_all([GenerationRequest("a"), GenerationRequest("b")])
+    deadline = 60.0  # generous: the condition, not the time, ends the wait
+    start = time.monotonic()
+    with caplog.at_level("WARNING", logger="prm_synth.engines.stream"):
+        while not stream.watchdog.warnings and time.monotonic() - start < deadline:
+            assert not stream.wait(futures, timeout=0.05)
+    assert stream.watchdog.warnings >= 1
+    lines = [r.getMessage() for r in caplog.records if "no progress" in r.getMessage()]
+    assert lines and "2 request(s) in the engine (silent)" in lines[0]
+    engine.futures[0].set_result(GenerationResult((Completion("x", 1),), 1))
+    assert stream.wait(futures, timeout=deadline)  # an answer is progress: the stream goes on
+    assert futures[0].result().completions[0].text == "x"

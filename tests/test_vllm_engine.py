@@ -80,15 +80,22 @@ def test_continuation_extends_the_prompt(engine):
 
 
 @pytest.mark.slow
-def test_a_prompt_longer_than_the_context_does_not_fail_the_batch(engine):
-    from prm_synth.engines.base import GenerationRequest, SamplingOptions
+def test_a_prompt_longer_than_the_context_is_refused_alone(engine):
+    """A prompt over the demo model's context (max_model_len 2048, the shared engine) is refused, as a vLLM server refuses
+    it over HTTP; the request beside it is answered."""
+    from prm_synth.engines.base import RequestRefused
+    from prm_synth.engines.stream import stream_for
 
     short = GenerationRequest("What is 2 + 3?", n=2, sampling=SamplingOptions(max_tokens=4))
     too_long = GenerationRequest("word " * 3000, n=2, sampling=SamplingOptions(max_tokens=4))
-    ok, skipped = engine.generate([short, too_long])
-    assert len(ok.completions) == 2 and ok.prompt_tokens > 0
-    assert [c.finish_reason for c in skipped.completions] == ["prompt_too_long"] * 2
-    assert all(c.text == "" and c.generated_tokens == 0 for c in skipped.completions)
+    stream = stream_for(engine)
+    ok, refused = stream.submit_all([short, too_long])
+    assert stream.wait([ok, refused], timeout=300, all_of=True)
+    assert len(ok.result().completions) == 2 and ok.result().prompt_tokens > 0
+    with pytest.raises(RequestRefused, match="maximum context length is 2048 tokens"):
+        refused.result()
+    with pytest.raises(RequestRefused):  # the blocking call says so too, never an empty completion
+        engine.generate([too_long])
 
 
 @pytest.mark.slow

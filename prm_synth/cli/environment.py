@@ -82,7 +82,16 @@ def quiet_expected_failures() -> None:
     from prm_synth.shards import OutputFolderError
 
     # EngineError: a server that does not answer, a model that does not load; its message says so.
-    expected = (ShardsFailedError, EngineError, ProblemSourceError, OutputFolderError, KeyboardInterrupt)
+    # OSError: a full or failing disk; the command names the file. MemoryError: said in one line too.
+    expected = (
+        ShardsFailedError,
+        EngineError,
+        ProblemSourceError,
+        OutputFolderError,
+        KeyboardInterrupt,
+        OSError,
+        MemoryError,
+    )
     quiet = _NoTracebackFor(expected)
     for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.flow_engine", "prefect.task_engine"):
         logging.getLogger(name).addFilter(quiet)

@@ -1,5 +1,9 @@
 """`prm-synth inspect` and `prm-synth show`: look at a finished run in the terminal.
 
+Text of the dataset (model output, questions, answers) is shown literally: as rich `Text`, never parsed
+as markup (a step holding `[/INST]` or `[a, b]` is shown as written), with control characters shown
+as escapes (a model's escape sequence cannot retitle or clear the terminal).
+
 `inspect` prints the run's counts and label statistics as a table (`--json` for scripts); `show` prints a
 few labeled rows step by step, with each step's label, how it was obtained, its MC counts and `p_good`,
 and what the row cost, so a researcher can read the labels before training on them.
@@ -18,7 +22,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from prm_synth.cli.common import fail
+from prm_synth.cli.common import fail, visible
 
 if TYPE_CHECKING:
     from prm_synth.summary import RunSummary
@@ -87,11 +91,11 @@ def summary_table(summary: RunSummary, title: str) -> Table:
     if summary.consensus is not None and summary.consensus.rows:
         rows.append(("kept by consensus", f"{summary.consensus.kept} of {summary.consensus.rows}"))
     rows.append(("config fingerprint", summary.config_fingerprint))
-    table = Table(title=title, show_header=False, title_justify="left")
+    table = Table(title=literal(title), show_header=False, title_justify="left")
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(key, literal(value))
     return table
 
 
@@ -128,19 +132,24 @@ def pick_rows(directory: Path, bad: bool) -> Iterator[dict[str, Any]]:
 _LABEL = {True: Text("good", style="green"), False: Text("bad", style="bold red"), None: Text("-", style="dim")}
 
 
+def literal(text: object, style: str = "") -> Text:
+    """Dataset text for the terminal: no markup, no emoji codes, control characters made visible."""
+    return Text(visible(text), style=style)
+
+
 def row_table(row: Mapping[str, Any]) -> Group:
     """One record: a header line (answer, first error, cost), then a table row per step (text, label,
     its source, MC counts, p_good, why unlabeled) and the question."""
     correct = {True: "right", False: "wrong", None: "ungradable"}[row["final_correct"]]
     first = row["first_error_mc"]
-    header = Text(
+    header = literal(
         f"{row['id']}  answer {row['final_answer']} ({correct}, gold {row['gold_answer']})  "
         f"first error {'none' if first < 0 else f'at step {first}'}  "
         f"cost {row['rollouts']} rollouts, {row['tokens']} tokens",
         style="bold",
     )
     question = " ".join(row["question"].split())
-    table = Table(caption=f"Q: {question[: STEP_CHARS * 2]}", caption_justify="left")
+    table = Table(caption=literal(f"Q: {question[: STEP_CHARS * 2]}"), caption_justify="left")
     for name, style in (("#", "dim"), ("step", None), ("label", None), ("source", None), ("MC", None)):
         table.add_column(name, style=style, overflow="fold")
     table.add_column("p_good", justify="right")
@@ -153,11 +162,11 @@ def row_table(row: Mapping[str, Any]) -> Group:
         total = row["mc_total"][i]
         table.add_row(
             str(i),
-            text if len(text) <= STEP_CHARS else text[:STEP_CHARS] + "…",
+            literal(text if len(text) <= STEP_CHARS else text[:STEP_CHARS] + "…"),
             _LABEL[row["labels"][i]],
-            row["label_source"][i],
+            literal(row["label_source"][i]),
             f"{row['mc_correct'][i]}/{total}" if total else "-",
             "-" if p_good[i] is None else f"{p_good[i]:.2f}",
-            reasons[i] or "",
+            literal(reasons[i] or ""),
         )
     return Group(header, table)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -95,7 +96,13 @@ def run(
     runner: Annotated[Runner, typer.Option(help="Task runner.")] = Runner.threads,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option(help="Show vLLM's own INFO logs too (default: its warnings only).")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            help="Show vLLM's own INFO logs too (default: its warnings only), and the tracebacks of the failures "
+            "the command reports in one line."
+        ),
+    ] = False,
 ) -> None:
     """Run a pipeline as a one-off local Prefect flow run and print a summary.
 
@@ -120,7 +127,9 @@ def run(
     if supervise.is_worker():
         supervise.become_worker()
     try:
-        summary = _run_flow(config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out)
+        summary = _run_flow(
+            config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out, verbose
+        )
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
     assert summary.run is not None
@@ -157,13 +166,16 @@ def _run_flow(
     runner: str,
     ray_address: str | None,
     show_progress: bool,
+    verbose: bool = False,
 ) -> RunSummary:
     from prm_synth.errors import PrmSynthError
 
-    quiet_expected_failures()
+    if not verbose:
+        quiet_expected_failures()
     from flows.synthesize import synthesize_with_runner
 
     flow = synthesize_with_runner(runner, ray_address)
+    error: tuple[str, int] = ("", 1)
     try:
         return flow(
             config=config,
@@ -174,22 +186,64 @@ def _run_flow(
             show_progress=show_progress,
         )
     except PrmSynthError as e:  # ours, with a message meant for the user: bad input (2) or a failed run (1)
-        fail(str(e), code=2 if isinstance(e, ValueError) else 1)
+        error = (str(e), 2 if isinstance(e, ValueError) else 1)
+    except OSError as e:  # the disk (full, gone, read-only): what is written is kept, atomically
+        error = (_disk_message(e, out_dir), 1)
+    except MemoryError:
+        error = ("out of memory; finished shards are kept: lower run.max_parallel_shards or the batch sizes", 1)
     except RuntimeError as e:  # Prefect's own
         if EPHEMERAL_TIMEOUT in str(e):
-            fail(
+            error = (
                 "Prefect's temporary API server did not start within "
                 f"{os.environ.get(STARTUP_TIMEOUT_ENV)} s (a busy machine?): raise {STARTUP_TIMEOUT_ENV}, "
                 "or point PREFECT_API_URL at a running server (prefect server start)",
-                code=1,
+                1,
             )
-        fail(str(e), code=1)
+        else:
+            error = (str(e), 1)
     finally:
         from flows.reporting import close_active_progress
         from prm_synth.engines import close_engines
 
         close_active_progress()  # a bar left live by an exception or Ctrl-C: stopped, log handlers back
         close_engines()  # shut engines down before the summary, not in the middle of it
+    # Only a failure gets here, after the engines are down: the error line is the last thing printed.
+    _fail_last(*error)
+
+
+def _disk_message(e: OSError, out_dir: Path) -> str:
+    where = f" ({e.filename})" if e.filename else ""
+    return (
+        f"{e.strerror or e}{where}; finished shards in {out_dir} are kept (each is written whole or not at all): "
+        "fix that (e.g. make room on the disk) and run the same command again to resume"
+    )
+
+
+def _fail_last(message: str, code: int) -> NoReturn:
+    """`fail`, after Prefect's temporary API server is stopped: its "Stopping temporary server" line,
+    printed at exit, would otherwise follow the error line, which must be the last line of the output."""
+    if supervise.ENTRY_ARGV is not None or supervise.is_worker():  # a command's own process, not a test runner's
+        _stop_prefect_server()
+    fail(message, code=code)
+
+
+def _stop_prefect_server() -> None:
+    # Best effort: at worst the line order is Prefect's. The logs and events still queued for the server
+    # are sent first (sent after it stopped, each would print "--- Error logging to API ---").
+    with contextlib.suppress(Exception):
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
+        EventsWorker.drain_all(timeout=5)
+    with contextlib.suppress(Exception):
+        from prefect.server.api.server import SubprocessASGIServer
+
+        for server in list(SubprocessASGIServer._instances.values()):
+            server.stop()
+    import logging
+
+    logging.shutdown()  # flush every handler now: nothing of Prefect's logs comes after the error line
 
 
 def _stop_interrupted(signal_name: str) -> NoReturn:

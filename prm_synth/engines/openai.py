@@ -23,6 +23,7 @@ The API key is read from the environment and scrubbed from every message and eve
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -33,8 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import httpx
+from urllib.parse import quote, quote_plus
 
 from prm_synth.config import OpenAIConfig
 from prm_synth.engines.base import (
@@ -53,6 +53,37 @@ RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # A server refuses this one request (a prompt longer than the context, a bad parameter): the pipeline
 # rejects what the request was for and goes on. Any other status fails the engine (and the shard).
 REFUSED_STATUS = frozenset({400, 413, 422})
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """The base error class of every HTTP library an `openai` client may read its replies with: `httpx`,
+    or the `httpx2` fork that newer `openai` releases (3.x) use. A reply body that breaks off mid-way
+    raises that library's own error, which `openai` does not wrap in its `APIConnectionError`."""
+    found: list[type[BaseException]] = []
+    for name in ("httpx", "httpx2"):
+        try:
+            found.append(importlib.import_module(name).HTTPError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+TRANSPORT_ERRORS = transport_errors()
+# Where a key is split by a server's echo (a line break, a wrapped log line), the halves are scrubbed
+# too, down to pieces this long: shorter pieces are too common in ordinary text to stand for a key.
+KEY_PIECE_CHARS = 12
+
+
+def secret_forms(key: str) -> list[str]:
+    """The forms in which a server may echo a key back: as sent, URL-encoded, and its halves (a key
+    split across a line break), longest first so a longer form is scrubbed before a piece of it."""
+    if not key or key == "EMPTY":
+        return []
+    forms = {key, quote(key, safe=""), quote_plus(key), f"Bearer {key}", quote(f"Bearer {key}", safe="")}
+    if len(key) >= 2 * KEY_PIECE_CHARS:
+        half = len(key) // 2
+        forms |= {key[:half], key[half:]}
+    return sorted(forms, key=len, reverse=True)
 
 
 class _Retryable(Exception):
@@ -102,6 +133,7 @@ class OpenAIEngine:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._api_key = os.environ.get(config.api_key_env) or "EMPTY"
+        self._secrets = secret_forms(self._api_key)
         if tokenizer is None:
             name = config.tokenizer or config.model
             tokenizer = load_local_tokenizer(name)
@@ -230,8 +262,9 @@ class OpenAIEngine:
         return self._client
 
     def _scrub(self, text: str) -> str:
-        if self._api_key and self._api_key != "EMPTY":
-            text = text.replace(self._api_key, "***")
+        """`text` without the API key in any form a server may echo it in (see `secret_forms`)."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
         return text
 
     async def _one(self, index: int, request: GenerationRequest, sem: asyncio.Semaphore) -> GenerationResult:
@@ -300,8 +333,8 @@ class OpenAIEngine:
             # 400/413/422: this request is refused for what it asks; 401, 404 ...: the engine is unusable
             error = RequestRefused if e.status_code in REFUSED_STATUS else EngineError
             raise error(self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {detail}")) from None
-        except httpx.HTTPError as e:  # the body broke off mid-way
-            raise _Retryable(f"reading the reply failed ({type(e).__name__})") from e
+        except TRANSPORT_ERRORS as e:  # the body broke off mid-way (httpx / httpx2, not wrapped by openai)
+            raise _Retryable(f"reading the reply failed ({type(e).__name__}: {_short(e, 120)})") from e
         except openai.OpenAIError as e:  # anything else the client refuses: not worth repeating
             raise EngineError(
                 self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {type(e).__name__}: {_short(e)}")
@@ -452,5 +485,8 @@ def _retry_after(e: Any) -> float | None:
 
 
 def _short(text: object, limit: int = 300) -> str:
+    """A server's words for a log line or an error: one line, cut, control characters shown as escapes
+    (a server's text must not drive the terminal the log is read on)."""
     text = " ".join(str(text).split())
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode() for ch in text)
     return text if len(text) <= limit else text[:limit] + "..."

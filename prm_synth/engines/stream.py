@@ -18,6 +18,10 @@ Engines come in three shapes, each made a `StreamingEngine`:
   submitted since the last one, as one call (the old round-based behaviour, but never waiting for
   more than what is already asked).
 
+A watchdog (`ProgressWatchdog`) says, in one warning line repeated at most every `stall_warning_s`
+seconds, when requests are in the engine and for that long none has finished and none has entered
+it: what it waits on (how many requests, the engine, its server) instead of a silent hang.
+
 Failure is per request: a request the engine refuses or fails alone fails its own future, and the
 stream goes on serving the others. Only a `step` that raises (the engine itself failed) fails every
 request in flight; those are then aborted in the engine, as are requests their callers give up
@@ -31,7 +35,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError
 from concurrent.futures import wait as wait_futures
 from typing import Any
@@ -52,6 +56,55 @@ log = logging.getLogger(__name__)
 
 # How long a waiting thread sleeps before it looks again whether it should drive the engine.
 _IDLE_WAIT_S = 0.05
+# No request finished or entered the engine for this long while some are in it: say so (run.stall_warning_s).
+STALL_WARNING_S = 300.0
+
+
+class ProgressWatchdog:
+    """Notices a stream that makes no progress: requests in the engine, and for `after_s` seconds none
+    finished and none entered it. Then `check` logs one warning naming what the stream waits on, and
+    again at most every `after_s` seconds while it lasts. An idle stream (nothing in flight) is not
+    stalled. `after_s <= 0` turns it off."""
+
+    def __init__(self, after_s: float = STALL_WARNING_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.after_s = after_s
+        self.clock = clock
+        self.warnings = 0  # warnings given (for tests and stats)
+        self._lock = threading.Lock()
+        self._last_progress = clock()
+        self._last_warned: float | None = None
+
+    def progressed(self) -> None:
+        """A request finished or entered the engine (or nothing is in flight): the clock starts again."""
+        with self._lock:
+            self._last_progress = self.clock()
+            self._last_warned = None
+
+    def check(self, waiting_on: Callable[[], str]) -> bool:
+        """Warn (True) when the stall has lasted `after_s` since the last progress or the last warning."""
+        if self.after_s <= 0:
+            return False
+        with self._lock:
+            now = self.clock()
+            since = now - self._last_progress
+            if since < self.after_s or (self._last_warned is not None and now - self._last_warned < self.after_s):
+                return False
+            self._last_warned = now
+            self.warnings += 1
+        log.warning(
+            "no progress for %.0f s: no request finished and none entered the engine; waiting on %s",
+            since,
+            waiting_on(),
+        )
+        return True
+
+
+def describe_engine(engine: Any) -> str:
+    """The engine as a user knows it: its model, and its server where it has one (never a key)."""
+    inner = getattr(engine, "engine", engine)  # an adapter wraps the engine
+    name = getattr(inner, "model_name", None) or type(inner).__name__
+    url = getattr(getattr(inner, "config", None), "base_url", None)
+    return f"{name} at {url}" if url else str(name)
 
 
 class BatchAdapter:
@@ -190,6 +243,7 @@ class GenerationStream:
         self._stepped = threading.Condition()
         self._inflight: dict[int, tuple[GenerationRequest, Future[GenerationResult]]] = {}
         self._running = 0  # sequences in the engine during the last interval (for telemetry)
+        self.watchdog = ProgressWatchdog()
 
     @property
     def capacity(self) -> int:
@@ -258,16 +312,28 @@ class GenerationStream:
                     self._drive_lock.release()
                 with self._stepped:
                     self._stepped.notify_all()
+                self.watchdog.check(self._waiting_on)
                 if stepped:
                     continue
                 waiting = sum(1 for f in futures if not f.done())
                 if idle and deadline is None and waiting:
                     raise RuntimeError(f"waiting without a timeout on {waiting} request(s) this stream does not hold")
+            else:  # the driver may be stuck in a step that never returns: a waiter says so
+                self.watchdog.check(self._waiting_on)
             with self._stepped:  # someone else drives (or nothing of ours runs): wait for news
                 self._stepped.wait(_IDLE_WAIT_S)
         return True
 
     # ------------------------------------------------------------ internals
+    def _waiting_on(self) -> str:
+        with self._submit_lock:
+            queued = len(self._submitted)
+        return (
+            f"{len(self._inflight)} request(s) in the engine ({describe_engine(self.engine)})"
+            + (f", {queued} more queued" if queued else "")
+            + " (a server that does not answer? a stuck engine?)"
+        )
+
     def _nothing_submitted(self) -> bool:
         with self._submit_lock:
             return not self._submitted
@@ -279,6 +345,8 @@ class GenerationStream:
         with self._submit_lock:
             new, self._submitted = self._submitted, []
         engine = self.engine
+        if new or not self._inflight:  # a request enters the engine (or nothing waits): progress
+            self.watchdog.progressed()
         for request_id, request, future in new:
             try:
                 engine.add(request_id, request)
@@ -296,6 +364,8 @@ class GenerationStream:
             self._fail_all(e)
             return True
         tokens = sequences = 0
+        if finished:
+            self.watchdog.progressed()
         for request_id, outcome in finished:
             entry = self._inflight.pop(request_id, None)
             if entry is None:  # given up (or failed) earlier: nobody waits for it any more

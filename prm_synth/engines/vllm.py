@@ -95,6 +95,15 @@ def sampling_params(request: GenerationRequest, n: int | None = None, seed: int 
     )
 
 
+def check_prompt_fits(prompt_tokens: int, max_model_len: int, model: str) -> None:
+    """Raise `RequestRefused` for a prompt that leaves no token to generate within the model's context."""
+    if prompt_tokens >= max_model_len:
+        raise RequestRefused(
+            f"vLLM ({model}): this model's maximum context length is {max_model_len} tokens, and the prompt "
+            f"alone is {prompt_tokens} tokens (no room to generate): refused"
+        )
+
+
 @dataclass
 class _Open:
     """A request in vLLM: its samples as they finish."""
@@ -142,7 +151,6 @@ class VLLMEngine:
         self._capacity = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
         # Streaming state, touched only by the thread that drives the stream (one at a time).
         self._open: dict[int, _Open] = {}
-        self._answered: list[tuple[int, GenerationResult]] = []  # finished without running (too long)
         self._sequences = 0  # samples in vLLM now
 
     @property
@@ -177,17 +185,14 @@ class VLLMEngine:
         return time.perf_counter()
 
     def add(self, request_id: int, request: GenerationRequest) -> None:
-        from vllm.sampling_params import RequestOutputKind
-
         if self._llm is None:
             raise EngineError("VLLMEngine is closed")
         ids = self._tokenizer(self.render(request), **TOKENIZATION_KWARGS).input_ids
-        if len(ids) >= self._max_model_len:
-            # vLLM would refuse it: empty completions instead (graded "unknown", never correct)
-            log.warning("prompt of %d tokens does not fit max_model_len %d", len(ids), self._max_model_len)
-            empty = Completion(text="", generated_tokens=0, finish_reason="prompt_too_long")
-            self._answered.append((request_id, GenerationResult((empty,) * request.n, prompt_tokens=len(ids))))
-            return
+        # A prompt that leaves no room to generate is refused, as a vLLM server refuses it over HTTP: what it
+        # was for is rejected `engine_refused` with this reason, never graded as an empty completion.
+        check_prompt_fits(len(ids), self._max_model_len, self._model_name)
+        from vllm.sampling_params import RequestOutputKind
+
         samples = vllm_n(request)
         seed = sample_seed(request, self.config.seed)
         added: list[str] = []
@@ -209,7 +214,6 @@ class VLLMEngine:
     def abort(self, request_ids: Iterable[int]) -> None:
         """Take requests out of vLLM (their samples stop running); unknown ids are ignored."""
         drop = set(request_ids)
-        self._answered = [(rid, result) for rid, result in self._answered if rid not in drop]
         for request_id in drop:
             state = self._open.pop(request_id, None)
             if state is None:
@@ -226,9 +230,8 @@ class VLLMEngine:
                 log.warning("vLLM could not abort %d sample(s): %s", len(sample_ids), e)
 
     def step(self) -> list[tuple[int, Outcome]]:
-        finished: list[tuple[int, Outcome]] = list(self._answered)
-        self._answered = []
-        if finished or not self._sequences:
+        finished: list[tuple[int, Outcome]] = []
+        if not self._sequences:
             return finished
         try:
             outputs = self._llm.llm_engine.step()
