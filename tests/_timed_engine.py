@@ -11,10 +11,18 @@ telemetry (engines/stream.py) shows the occupancy.
 
 Each of a request's `n` samples is its own sequence (vLLM fans `n` out the same way); a request is
 finished when its last sample is. Time advances only in `step`, straight to the next completion.
+
+With `seconds_per_step` set, the model runs in real time instead, like a GPU beside the Python thread
+that drives it (vLLM's engine core is its own process): the modelled clock follows the wall clock at
+one step per `seconds_per_step`, sequences already added keep decoding and waiting ones take freed
+slots while the driver is busy elsewhere (labeling), and `step` catches up to now, or sleeps until
+the next completion when none is due. What the driver has not added yet cannot run, so a driver
+that labels too slowly leaves slots empty: `occupancy()` is the share of slot time used.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +52,11 @@ class TimedEngine:
     engine: Engine
     capacity: int = 64
     min_steps: int = 1
+    seconds_per_step: float | None = None  # real time (see the module docstring); None: modelled only
     now: float = 0.0
+    busy: float = 0.0  # slot-steps used: sum over time of the running sequences
+    _origin: float | None = None  # wall time of modelled time 0 (real time only)
+    _done: list[tuple[int, GenerationResult]] = field(default_factory=list)  # finished, not yet returned
     _requests: dict[int, _Request] = field(default_factory=dict)
     _waiting: deque[_Sequence] = field(default_factory=deque)
     _running: list[_Sequence] = field(default_factory=list)
@@ -62,6 +74,8 @@ class TimedEngine:
 
     # ------------------------------------------------------------ StreamingEngine
     def add(self, request_id: int, request: GenerationRequest) -> None:
+        if self.seconds_per_step is not None:  # what ran before this request arrived ran without it
+            self._catch_up(self._target())
         (result,) = self.engine.generate([request])
         self._requests[request_id] = _Request(result, len(result.completions))
         if not result.completions:
@@ -71,17 +85,26 @@ class TimedEngine:
             self._waiting.append(_Sequence(request_id, self._steps(completion)))
 
     def step(self) -> list[tuple[int, GenerationResult]]:
+        if self.seconds_per_step is None:
+            self._admit()
+            return self._advance(min((s.remaining for s in self._running), default=0))
+        return self._real_time_step()
+
+    def _admit(self) -> None:
         while self._waiting and len(self._running) < self.capacity:
             self._running.append(self._waiting.popleft())
+
+    def _advance(self, elapsed: float) -> list[tuple[int, GenerationResult]]:
+        """Run the running sequences `elapsed` steps (none finishes before its end); what finished."""
         if not self._running:
             return []
-        elapsed = min(s.remaining for s in self._running)
         self.now += elapsed
+        self.busy += elapsed * len(self._running)
         finished: list[tuple[int, GenerationResult]] = []
         still = []
         for seq in self._running:
             seq.remaining -= elapsed
-            if seq.remaining > 0:
+            if seq.remaining > 1e-9:
                 still.append(seq)
                 continue
             request = self._requests[seq.request_id]
@@ -91,12 +114,49 @@ class TimedEngine:
         self._running = still
         return finished
 
+    def _target(self) -> float:
+        """Modelled time now (real time only)."""
+        assert self.seconds_per_step is not None
+        wall = time.perf_counter()
+        if self._origin is None:
+            self._origin = wall - self.now * self.seconds_per_step
+        return (wall - self._origin) / self.seconds_per_step
+
+    def _catch_up(self, target: float) -> float | None:
+        """Run what was in the engine up to `target`, keeping what finished for the next `step`;
+        the time of the next completion (None when nothing runs)."""
+        while True:
+            self._admit()
+            if not self._running:
+                self.now = max(self.now, target)  # idle: nothing was there to run
+                return None
+            due = self.now + min(s.remaining for s in self._running)
+            if due > target:
+                self._done += self._advance(target - self.now)
+                return due
+            self._done += self._advance(due - self.now)
+
+    def _real_time_step(self) -> list[tuple[int, GenerationResult]]:
+        assert self.seconds_per_step is not None
+        due = self._catch_up(self._target())
+        if not self._done and due is not None:  # nothing finished yet: block until the next completion
+            time.sleep(max(0.0, due - self._target()) * self.seconds_per_step)
+            self._catch_up(max(due, self._target()))
+        finished, self._done = self._done, []
+        return finished
+
+    def occupancy(self, since_now: float = 0.0, since_busy: float = 0.0) -> float:
+        """Share of slot time used since (`since_now`, `since_busy`) readings of `now` and `busy`."""
+        span = self.now - since_now
+        return (self.busy - since_busy) / (span * self.capacity) if span > 0 else 0.0
+
     def abort(self, request_ids: Iterable[int]) -> None:
         drop = set(request_ids)
         for request_id in drop:
             self._requests.pop(request_id, None)
         self._waiting = deque(s for s in self._waiting if s.request_id not in drop)
         self._running = [s for s in self._running if s.request_id not in drop]
+        self._done = [(rid, r) for rid, r in self._done if rid not in drop]
 
     def running(self) -> int:
         """Sequences that run in the next step (the waiting ones take free slots at its start)."""

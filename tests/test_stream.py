@@ -87,6 +87,20 @@ def test_timed_engine_runs_capacity_sequences_per_step_and_fills_free_slots():
     assert timed.running() == 0 and timed.step() == []
 
 
+def test_timed_engine_in_real_time_runs_every_sequence_its_own_steps_whatever_the_driver_does():
+    """Real time (a GPU beside its driver): the slot time used is exactly the sequences' lengths, and
+    the work cannot finish sooner than capacity allows, however late or often `step` is called."""
+    timed = TimedEngine(LengthEngine(lambda p: int(p)), capacity=2, seconds_per_step=1e-4)
+    for i, prefix in enumerate(["3", "5", "2"]):
+        timed.add(i, GenerationRequest("Q", prefix))
+    finished: list[int] = []
+    while timed.running():
+        finished += [rid for rid, _ in timed.step()]
+    assert sorted(finished) == [0, 1, 2] and finished[-1] != 0  # 0 (3 steps) ends before 1 (5 steps)
+    assert timed.busy == pytest.approx(3 + 5 + 2)
+    assert timed.clock() >= 5 - 1e-9 and 0 < timed.occupancy() <= 1
+
+
 def test_a_request_finishes_with_its_last_sample():
     timed = TimedEngine(LengthEngine(lambda p: 4), capacity=1)
     timed.add(7, GenerationRequest("Q", "p", n=3))

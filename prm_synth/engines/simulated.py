@@ -26,12 +26,14 @@ requests are batched or ordered, and a re-run reproduces every sample.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
 import random
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from prm_synth import arithmetic
@@ -91,6 +93,24 @@ class _SimulatedEngine:
         return Completion(text, count_tokens(text), "stop")
 
 
+@dataclass(frozen=True)
+class _Prefix:
+    """What every continuation of one (question, prefix) shares: read once per request, not per sample,
+    so a request's cost is its samples' text, not k re-readings of a long prefix."""
+
+    problem: arithmetic.ChainProblem
+    truth: list[int]  # the correct running values
+    done: int  # equations the prefix already holds
+    value: int  # the running value it carries on
+    wrong: bool  # it already holds a wrong step
+    luck: float  # a continuation's chance to go back to the right value (when wrong)
+    error_at: list[float]  # each operation's chance of a fresh error
+
+
+# A problem's prefixes are probed many times (one request each): parse its question once.
+_parse_question = functools.lru_cache(maxsize=1024)(arithmetic.parse_question)
+
+
 class SimulatedPolicy(_SimulatedEngine):
     def __init__(self, config: SimulatedPolicyConfig | None = None) -> None:
         self.config = config or SimulatedPolicyConfig()
@@ -100,14 +120,21 @@ class SimulatedPolicy(_SimulatedEngine):
         return (self.config.seed, req.user, req.assistant_prefix)
 
     def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str | tuple[str, str]]:
-        return partial(self._sample, req.user, arithmetic.parse_question(req.user), req.assistant_prefix)
+        problem = _parse_question(req.user)
+        prefix = req.assistant_prefix
+        if problem is None:
+            text = "I do not know how to solve this problem."
+        elif arithmetic.count_equations(prefix) >= len(problem.ops):
+            text = "" if "The answer is" in prefix else f" The answer is {arithmetic.last_value(prefix)}."
+        else:
+            return partial(self._sample, partial(self._continue, self._read_prefix(req.user, problem, prefix), prefix))
+        return partial(self._sample, lambda _rng: text)
 
-    def _sample(
-        self, user: str, problem: arithmetic.ChainProblem | None, prefix: str, rng: random.Random
-    ) -> str | tuple[str, str]:
+    def _sample(self, write: Callable[[random.Random], str], rng: random.Random) -> str | tuple[str, str]:
+        """One sample: the text `write` gives, or (ungradable) that text cut off or without an answer."""
         cfg = self.config
         ungradable = cfg.ungradable > 0 and rng.random() < cfg.ungradable
-        text = self._continue(user, problem, prefix, rng)
+        text = write(rng)
         if not ungradable:
             return text
         if rng.random() < 0.5:  # cut off by max_tokens: ungradable whatever it says
@@ -115,33 +142,33 @@ class SimulatedPolicy(_SimulatedEngine):
         body = text.rsplit(". The answer is", 1)[0]
         return body + self.sep + "I am not able to finish this one."
 
-    def _continue(self, user: str, problem: arithmetic.ChainProblem | None, prefix: str, rng: random.Random) -> str:
-        if problem is None:
-            return "I do not know how to solve this problem."
-        truth = problem.values()
+    def _read_prefix(self, user: str, problem: arithmetic.ChainProblem, prefix: str) -> _Prefix:
+        """The state a continuation of `prefix` starts from (the prefix leaves steps to write)."""
         done = arithmetic.count_equations(prefix)
-        if done >= len(problem.ops):
-            return "" if "The answer is" in prefix else f" The answer is {arithmetic.last_value(prefix)}."
+        truth = problem.values()
         value = problem.start if done == 0 else arithmetic.last_value(prefix)
         assert value is not None
         mood = self._mood(user, prefix)
         luck = self._scaled_odds(self.luck(problem), mood)
-        error_at = self._errors(problem, mood)
-        first_wrong = arithmetic.true_first_error(prefix.split("\n"))
-        wrong = first_wrong >= 0 or (done and value != truth[done - 1])
+        lines = prefix.split("\n")
+        first_wrong = arithmetic.true_first_error(lines)
+        wrong = first_wrong >= 0 or bool(done and value != truth[done - 1])
         if wrong and self.config.recent_recover > 0:  # a recent error is noticed more often
-            after = (
-                arithmetic.count_equations("\n".join(prefix.split("\n")[first_wrong + 1 :])) if first_wrong >= 0 else 0
-            )
+            after = arithmetic.count_equations("\n".join(lines[first_wrong + 1 :])) if first_wrong >= 0 else 0
             luck = min(1.0, luck + self.config.recent_recover * 0.5**after)
+        return _Prefix(problem, truth, done, value, wrong, luck, self._errors(problem, mood))
+
+    def _continue(self, state: _Prefix, prefix: str, rng: random.Random) -> str:
+        problem, truth, value, luck, error_at = state.problem, state.truth, state.value, state.luck, state.error_at
+        wrong = state.wrong
         if wrong and rng.random() < luck:
-            value, wrong = truth[done - 1], False
+            value, wrong = truth[state.done - 1], False
             fresh_errors = False  # a recovered continuation reaches the gold answer
         else:
             fresh_errors = not wrong
         equations = []
         lucky = False  # recover_in_sample: this completion's own error will end on the gold answer
-        for j in range(done, len(problem.ops)):
+        for j in range(state.done, len(problem.ops)):
             op, b = problem.ops[j]
             try:
                 c = arithmetic.apply(value, op, b)
