@@ -145,6 +145,8 @@ SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's
     "test": "measured by rollouts and decided by the search's test (sequential test or calibrated posterior)",
     "inferred": "inferred by the search from the probes around it",
     "verdict": "the solution's own final grade (right answer: every step good)",
+    "consensus": "set by the consensus stage from the judge's first error, where the rollouts left it open "
+    "(or, under `judge-only` and `soft`, where the policy's first error differs from the rollouts')",
     "none": "not measured",
 }
 
