@@ -3,7 +3,8 @@
 The simulated policy (each fresh step wrong with probability `step_error`, a wrong prefix still reaching
 the gold answer with probability `recover`, sampled solutions too: some right answers follow a wrong step) writes solutions
 to builtin problems of 5-12 operations; the default labeler (change-point search) labels them. Then a
-simulated judge with m votes judges every row, under one error profile at a time:
+simulated judge with m votes judges every row, under one error profile at a time
+(engines.simulated.JUDGE_PROFILES):
 
 - oracle: always names the true first error;
 - uniform-0.8: right 80% of the time, else any other index (the errors of earlier versions);
@@ -32,28 +33,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from prm_synth.arithmetic import true_first_error
-from prm_synth.config import ConsensusConfig, JudgeConfig, JudgeErrorProfile, SimulatedJudgeConfig, validate_config
+from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.consensus import apply_consensus, record_from_payload
-from prm_synth.engines.simulated import SimulatedJudge, SimulatedPolicy
+from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
 from prm_synth.evaluate import step_label_quality
 from prm_synth.judge import judge_records
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.schema import LabeledRecord
 
-PROFILES: dict[str, SimulatedJudgeConfig] = {
-    "oracle": SimulatedJudgeConfig(accuracy=1.0),
-    "uniform-0.8": SimulatedJudgeConfig(accuracy=0.8),
-    "realistic": SimulatedJudgeConfig(
-        errors=JudgeErrorProfile(
-            recall_wrong_answer=0.85, recall_right_answer=0.6, off_by=0.1, false_alarm=0.1, format_failure=0.05
-        )
-    ),
-    "blind-spot": SimulatedJudgeConfig(
-        errors=JudgeErrorProfile(
-            recall_wrong_answer=0.85, recall_right_answer=0.1, off_by=0.1, false_alarm=0.1, format_failure=0.05
-        )
-    ),
-}
+PROFILES = JUDGE_PROFILES
 POLICIES = ("agree", "soft", "judge-only", "mc-only")
 
 

@@ -299,6 +299,23 @@ class ConsensusStats:
             },
         }
 
+    def judge_accuracy_text(self) -> str:
+        """The judge's measured accuracy in words (summary, `inspect`, card)."""
+        parts = []
+        if self.pinned_votes:
+            parts.append(f"names {self.pinned_named / self.pinned_votes:.1%} of {self.pinned_votes} votes' pinned errors")
+        if self.clean_votes:
+            parts.append(f"says -1 in {self.clean_said_clean / self.clean_votes:.1%} of {self.clean_votes} votes on clean rows")
+        return ", ".join(parts) or "not measured (no row's first error pinned by the rollouts)"
+
+    def kept_text(self) -> str:
+        """What consensus kept and did, in words."""
+        share = f" ({self.kept / self.rows:.1%})" if self.rows else ""
+        return (
+            f"{self.kept} of {self.rows}{share}; {self.completed} completed or relabeled by the judge, "
+            f"{self.ties_broken} tied votes decided by the rollouts"
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """The counts with the fractions (the run summary's `consensus`)."""
         return asdict(self) | self.fractions()

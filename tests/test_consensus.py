@@ -404,3 +404,35 @@ def test_consensus_benchmark_meets_its_claims_on_a_small_run():
     assert agree["step_precision"] >= everything["step_precision"]
     assert agree["first_error_acc"] >= 0.8 > everything["first_error_acc"]
     assert real["mc-only"]["kept_fraction"] == 1.0 and real["mc-only"]["completed"] == 0
+
+
+def test_a_run_reports_the_judges_measured_accuracy_in_inspect_and_the_card(tmp_path):
+    """The default labeler pins some first errors; the judge's accuracy on them reaches inspect and the card."""
+    from _simulated_run import write_run
+    from typer.testing import CliRunner
+
+    from prm_synth.cli import app
+    from prm_synth.export.hub import export_to_dir
+    from prm_synth.summary import summarize
+
+    data = {
+        "name": "judged",
+        "problems": {"kind": "builtin", "count": 12, "min_ops": 4, "max_ops": 8},
+        "policy": {"kind": "simulated", "step_error": 0.15, "recover": 0.2},
+        "sampling": {"samples_per_problem": 2},
+        "judge": {"engine": {"kind": "simulated-judge", "accuracy": 1.0}, "samples": 2},
+        "consensus": {"policy": "agree"},
+        "output": {"shard_size": 100},
+    }
+    root = write_run(tmp_path / "run", data)
+    consensus = summarize(root).consensus
+    assert consensus is not None and consensus.pinned_votes > 0 and consensus.clean_votes > 0
+    assert consensus.pinned_named == consensus.pinned_votes  # an always-right judge names every pinned error
+    text = consensus.judge_accuracy_text()
+    assert text.startswith("names 100.0% of ") and "says -1 in 100.0%" in text
+    shown = " ".join(CliRunner().invoke(app, ["inspect", str(root)], env={"COLUMNS": "200"}).output.split())
+    assert "judge accuracy" in shown and "names 100.0% of" in shown
+    assert f"{consensus.completed} completed or relabeled by the judge" in shown
+    export_to_dir(root, tmp_path / "out", ["trl"])
+    card = " ".join((tmp_path / "out" / "README.md").read_text(encoding="utf-8").split())
+    assert f"| judge accuracy (measured on rows the rollouts pinned) | {text} |" in card

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from prm_synth import arithmetic
-from prm_synth.config import SimulatedJudgeConfig, SimulatedPolicyConfig
+from prm_synth.config import JudgeErrorProfile, SimulatedJudgeConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
 from prm_synth.prompts import parse_judge_prompt, parse_verify_prompt, render_chain_step
 
@@ -319,6 +319,26 @@ class SimulatedJudge(_SimulatedEngine):
         if index == -1:
             return "Every paragraph's arithmetic checks out.\n\n\\boxed{-1}"
         return f"The arithmetic in paragraph {index} is wrong.\n\n\\boxed{{{index}}}"
+
+
+# Judges the benchmarks measure consensus and verification against (benchmarks/consensus_quality.py,
+# benchmarks/verifier_data.py): always right; the uniform errors of earlier versions; errors like those
+# ProcessBench measures (misses more often when the final answer is right, a step or two off, false
+# alarms, unreadable answers); and one whose misses fall where the rollouts are blind too.
+JUDGE_PROFILES: dict[str, SimulatedJudgeConfig] = {
+    "oracle": SimulatedJudgeConfig(accuracy=1.0),
+    "uniform-0.8": SimulatedJudgeConfig(accuracy=0.8),
+    "realistic": SimulatedJudgeConfig(
+        errors=JudgeErrorProfile(
+            recall_wrong_answer=0.85, recall_right_answer=0.6, off_by=0.1, false_alarm=0.1, format_failure=0.05
+        )
+    ),
+    "blind-spot": SimulatedJudgeConfig(
+        errors=JudgeErrorProfile(
+            recall_wrong_answer=0.85, recall_right_answer=0.1, off_by=0.1, false_alarm=0.1, format_failure=0.05
+        )
+    ),
+}
 
 
 def _right_answer(question: str, steps: list[str]) -> bool:

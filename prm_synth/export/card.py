@@ -516,7 +516,9 @@ def render_card(
             dataset_dir, config, max((ex.get("min_confidence") or 0.0 for ex in exports), default=0.0)
         ),
         # consensus figures only where a consensus filter ran (0 of 0 would read as a result)
-        "consensus": summary.consensus.as_dict() if summary.consensus and config.get("consensus") else None,
+        "consensus": summary.consensus.as_dict() | {"judge_accuracy": summary.consensus.judge_accuracy_text()}
+        if summary.consensus and config.get("consensus")
+        else None,
         "cost": {
             k: "n/a" if cost is None else f"{cost:.1f}"
             for k, cost in (
