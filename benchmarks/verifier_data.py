@@ -144,7 +144,8 @@ def measure(
             consensus_stats = ShardStats(consensus=consensus_stats) + ShardStats(consensus=shard_consensus)
             consensus_stats = consensus_stats.consensus or ConsensusStats()
         recorder.chains.clear()
-        stats = (ShardStats(verify=stats) + ShardStats(verify=verify_records(recorder, rows, verify, 256))).verify
+        rows, _, shard_stats = verify_records(recorder, rows, verify, 256)
+        stats = (ShardStats(verify=stats) + ShardStats(verify=shard_stats)).verify
         assert stats is not None
         for steps, text, finish in recorder.chains:
             all_chains.add(steps, text, finish)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from prm_synth.annotate.calibration import AFTER_ERROR, confident_labels
 from prm_synth.config import ConsensusConfig
 from prm_synth.judge import UNPARSEABLE
-from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason
+from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
 
 PINNED = 0.99  # p_good on either side of a first error (>= before, <= 1 - PINNED at it) that pins it
 
@@ -76,17 +76,17 @@ def follow(record: LabeledRecord, first_error: int) -> int:
     "consensus"; returns how many. `first_error_mc` becomes the labels' first bad step."""
     n = len(record.labels)
     end = n if first_error == -1 else first_error
-    reasons = list(record.unlabeled_reason) if record.unlabeled_reason is not None else [None] * n
+    labels, sources = list(record.labels), list(record.label_source)  # new lists: copies may share the old
+    reasons: list[UnlabeledReason | None] = [None] * n
     changed = 0
     for i in range(n):
-        old = record.labels[i]
+        old = labels[i]
         new = True if i < end else False if (i == end or old is not None) else None
         if new != old:
-            record.labels[i] = new
-            record.label_source[i] = "consensus" if new is not None else "none"
+            labels[i], sources[i] = new, "consensus"
             changed += 1
         reasons[i] = None if new is not None else AFTER_ERROR
-    record.unlabeled_reason = reasons
+    record.labels, record.label_source, record.unlabeled_reason = labels, sources, reasons
     record.first_error_mc = first_error
     return changed
 

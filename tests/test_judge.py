@@ -167,8 +167,11 @@ def test_judge_records_fills_fields_and_batches():
     # 3 samples each, cycled: record 0 gets [1, 1, garbage], record 1 [-1, 1, 1], ...
     engine = ScriptedEngine(["\\boxed{1}", "\\boxed{1}", "no idea", "\\boxed{-1}"])
     config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=3, temperature=0.3, max_tokens=77)
+    before = [r.to_row() for r in records]
     kept, rejected, stats = judge_records(engine, records, config, max_batch_requests=2)
-    assert kept == records and rejected == []
+    assert [r.to_row() for r in records] == before  # the stage contract: its input rows are not changed
+    assert [r.id for r in kept] == [r.id for r in records] and rejected == []
+    records = kept
     assert [len(c) for c in engine.calls] == [2, 2, 1]  # all records, in chunks of the batch size
     req = engine.calls[0][0]
     assert req.n == 3 and req.sampling.temperature == 0.3 and req.sampling.max_tokens == 77
@@ -351,5 +354,5 @@ def test_demo_model_judges_fixture_samples_end_to_end(demo_judge_engine):
     json.dumps(predictions)  # the prediction file is plain JSON
     # and through judge_records, as the pipeline calls it
     record = make_record("q0-s0", samples[0].problem, samples[0].steps)
-    judge_records(demo_judge_engine, [record], config, max_batch_requests=8)
+    (record,), _, _ = judge_records(demo_judge_engine, [record], config, max_batch_requests=8)
     assert record.judge_model == "smollm2-135m-instruct" and len(record.judge_votes) == 2
