@@ -456,6 +456,11 @@ class PipelineConfig(Strict):
         data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
         if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume
             data["labels"]["rule"] = "soft"
+        for section in ("judge", "verify"):  # a simulated judge without an error profile writes what it wrote
+            engine = (data.get(section) or {}).get("engine") or {}
+            if engine.get("kind") == "simulated-judge" and engine.get("errors") is None:
+                engine.pop("errors", None)
+        # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
