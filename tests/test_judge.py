@@ -356,3 +356,17 @@ def test_demo_model_judges_fixture_samples_end_to_end(demo_judge_engine):
     record = make_record("q0-s0", samples[0].problem, samples[0].steps)
     (record,), _, _ = judge_records(demo_judge_engine, [record], config, max_batch_requests=8)
     assert record.judge_model == "smollm2-135m-instruct" and len(record.judge_votes) == 2
+
+
+def test_an_error_profile_is_hashed_and_its_absence_is_not():
+    from prm_synth.config import validate_config
+
+    base = {
+        "problems": {"kind": "builtin", "count": 2},
+        "policy": {"kind": "simulated"},
+        "judge": {"engine": {"kind": "simulated-judge"}},
+    }
+    plain = validate_config(base).fingerprint()
+    assert validate_config(base | {"judge": {"engine": {"kind": "simulated-judge", "errors": None}}}).fingerprint() == plain
+    profiled = base | {"judge": {"engine": {"kind": "simulated-judge", "errors": {"off_by": 0.1}}}}
+    assert validate_config(profiled).fingerprint() != plain
