@@ -429,9 +429,9 @@ def test_a_run_reports_the_judges_measured_accuracy_in_inspect_and_the_card(tmp_
     assert consensus is not None and consensus.pinned_votes > 0 and consensus.clean_votes > 0
     assert consensus.pinned_named == consensus.pinned_votes  # an always-right judge names every pinned error
     text = consensus.judge_accuracy_text()
-    assert text.startswith("names 100.0% of ") and "says -1 in 100.0%" in text
+    assert text.startswith("names the pinned error in 100.0% of ") and "says -1 in 100.0%" in text
     shown = " ".join(CliRunner().invoke(app, ["inspect", str(root)], env={"COLUMNS": "200"}).output.split())
-    assert "judge accuracy" in shown and "names 100.0% of" in shown
+    assert "judge accuracy" in shown and "names the pinned error in 100.0% of" in shown
     assert f"{consensus.completed} completed or relabeled by the judge" in shown
     export_to_dir(root, tmp_path / "out", ["trl"])
     card = " ".join((tmp_path / "out" / "README.md").read_text(encoding="utf-8").split())
