@@ -43,6 +43,7 @@ from prm_synth.config import ConsensusConfig
 from prm_synth.judge import UNPARSEABLE
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
 
+LIKELIHOOD_FLOOR = 1e-4  # the least a vote's likelihood is: a judge's rates are measured, never certain
 PINNED = 0.99  # p_good on either side of a first error (>= before, <= 1 - PINNED at it) that pins it
 
 
@@ -151,14 +152,17 @@ class JudgeAccuracy:
     miss: float = 0.0
 
     def likelihood(self, vote: int, first_error: int, n_steps: int) -> float:
-        """P(vote | first error), -1 for none; the remaining mass spread over the other steps."""
+        """P(vote | first error), -1 for none; the remaining mass spread over the other steps. Never 0:
+        no single vote rules a first error out."""
         if first_error == -1:
-            return self.clean if vote == -1 else (1.0 - self.clean) / n_steps
-        if vote == first_error:
-            return self.recall
-        if vote == -1:
-            return self.miss
-        return max(1.0 - self.recall - self.miss, 0.01) / max(n_steps - 1, 1)
+            p = self.clean if vote == -1 else (1.0 - self.clean) / max(n_steps, 1)
+        elif vote == first_error:
+            p = self.recall
+        elif vote == -1:
+            p = self.miss
+        else:
+            p = (1.0 - self.recall - self.miss) / max(n_steps - 1, 1)
+        return max(p, LIKELIHOOD_FLOOR)
 
 
 @dataclass(frozen=True)
