@@ -97,7 +97,9 @@ def process_shard(
     verify_stats: VerifyStats | None = None
     if config.verify is not None:
         engine_for_verify = _engine_for("verify", verify_engine)
-        records, _, verify_stats = verify_records(engine_for_verify, records, config.verify, config.run.max_batch_requests)
+        records, _, verify_stats = verify_records(
+            engine_for_verify, records, config.verify, config.run.max_batch_requests
+        )
         clock.lap("verify")
 
     rejected = load_rejected + sampled.rejected + labeled.rejected + judge_rejected + consensus_rejected

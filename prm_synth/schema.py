@@ -303,9 +303,13 @@ class ConsensusStats:
         """The judge's measured accuracy in words (summary, `inspect`, card)."""
         parts = []
         if self.pinned_votes:
-            parts.append(f"names the pinned error in {self.pinned_named / self.pinned_votes:.1%} of {self.pinned_votes} votes")
+            parts.append(
+                f"names the pinned error in {self.pinned_named / self.pinned_votes:.1%} of {self.pinned_votes} votes"
+            )
         if self.clean_votes:
-            parts.append(f"says -1 in {self.clean_said_clean / self.clean_votes:.1%} of {self.clean_votes} votes on clean rows")
+            parts.append(
+                f"says -1 in {self.clean_said_clean / self.clean_votes:.1%} of {self.clean_votes} votes on clean rows"
+            )
         return ", ".join(parts) or "not measured (no row's first error pinned by the rollouts)"
 
     def kept_text(self) -> str:

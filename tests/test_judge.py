@@ -367,6 +367,9 @@ def test_an_error_profile_is_hashed_and_its_absence_is_not():
         "judge": {"engine": {"kind": "simulated-judge"}},
     }
     plain = validate_config(base).fingerprint()
-    assert validate_config(base | {"judge": {"engine": {"kind": "simulated-judge", "errors": None}}}).fingerprint() == plain
+    assert (
+        validate_config(base | {"judge": {"engine": {"kind": "simulated-judge", "errors": None}}}).fingerprint()
+        == plain
+    )
     profiled = base | {"judge": {"engine": {"kind": "simulated-judge", "errors": {"off_by": 0.1}}}}
     assert validate_config(profiled).fingerprint() != plain

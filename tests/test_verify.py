@@ -249,7 +249,9 @@ def test_a_refused_verify_request_costs_its_row_the_chains_only():
             return super().generate(requests)
 
     before = [r.to_row() for r in rows]
-    out, rejected, stats = verify_records(RefusingJudge(config.verify.engine), rows, config.verify, max_batch_requests=4)
+    out, rejected, stats = verify_records(
+        RefusingJudge(config.verify.engine), rows, config.verify, max_batch_requests=4
+    )
     assert [r.to_row() for r in rows] == before and rejected == []  # the stage contract: inputs unchanged
     hit = [r for r in out if render_verify_prompt(r.question, r.steps) == victim]
     rows = out
