@@ -1,21 +1,26 @@
-"""Does consensus filtering buy label precision, and at what cost in kept rows?
+"""What does each consensus policy keep, and how right are the kept rows, against judges that err like real ones?
 
-The simulated policy (each fresh step wrong with probability `step_error`, a wrong prefix still
-reaching the gold answer with probability `recover` > 0) writes solutions to builtin problems of
-5-12 operations; the lead's pipeline labels them with per-step MC (k = 8, hard rule). Then a
-simulated judge of accuracy 0.7, 0.8 and 0.9 judges every solution, and three datasets are read
-off the same rows:
+The simulated policy (each fresh step wrong with probability `step_error`, a wrong prefix still reaching
+the gold answer with probability `recover`, sampled solutions too: some right answers follow a wrong step) writes solutions
+to builtin problems of 5-12 operations; the default labeler (change-point search) labels them. Then a
+simulated judge with m votes judges every row, under one error profile at a time
+(engines.simulated.JUDGE_PROFILES):
 
-- MC-only: every row, first error = the MC first error;
-- judge-only: every row the judge decided, first error = the judge's;
-- consensus (agree): the rows where the two coincide.
+- oracle: always names the true first error;
+- uniform-0.8: right 80% of the time, else any other index (the errors of earlier versions);
+- realistic: ProcessBench-like: flags 85% of errors when the final answer is wrong, 60% when it is right,
+  names a step 1-2 off 10% of the time, false alarms on 10% of clean solutions, 5% unreadable answers;
+- blind-spot: its misses coincide with the rollouts' blind spot (flags 10% of errors followed by a right
+  answer), otherwise as realistic.
 
-Against the truth recomputed from the step text: exact first-error accuracy, first-error precision
-(of the rows said to hold an error, the fraction at the true index), recall, fraction of
-solutions kept, and MC rollouts per kept row (the judge-only dataset needs no rollouts; its cost
-is judge samples). The last line is one JSON object for the 0.8 judge.
+Each policy (agree, soft, judge-only, mc-only) filters the same rows shard by shard. Against the truth
+recomputed from the step text, over the kept rows (after consensus completed them) and over all rows
+(as the labeler left them): step precision (labels right / labeled steps), bad- and good-label
+precision, first-error accuracy (rows whose labels pin the true first error: every step up to it
+labeled, -1 when all are good), kept fraction, rows the judge completed, and for `agree` the rejected
+rows whose labels were all right. The last line is one JSON object: per profile and policy the figures.
 
-    .venv/bin/python benchmarks/consensus_quality.py [--problems 1000] [--samples 4]
+    .venv/bin/python benchmarks/consensus_quality.py [--problems 300] [--samples 2] [--judge-samples 3]
 """
 
 from __future__ import annotations
@@ -24,72 +29,113 @@ import argparse
 import copy
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from prm_synth.arithmetic import true_first_error
 from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
-from prm_synth.consensus import apply_consensus
-from prm_synth.engines.simulated import SimulatedJudge, SimulatedPolicy
-from prm_synth.evaluate import first_error_quality
+from prm_synth.consensus import apply_consensus, record_from_payload
+from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
+from prm_synth.evaluate import step_label_quality
 from prm_synth.judge import judge_records
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.schema import LabeledRecord
 
-ACCURACIES = (0.7, 0.8, 0.9)
+PROFILES = JUDGE_PROFILES
+POLICIES = ("agree", "soft", "judge-only", "mc-only")
 
 
-def label_with_mc(args: argparse.Namespace) -> tuple[list[LabeledRecord], float]:
+def label(args: argparse.Namespace) -> tuple[list[list[LabeledRecord]], float]:
+    """The rows the default labeler makes, shard by shard (consensus measures the judge per shard)."""
     config = validate_config(
         {
             "name": "consensus-quality",
             "problems": {"kind": "builtin", "count": args.problems, "seed": args.seed, "min_ops": 5, "max_ops": 12},
-            "policy": {"kind": "simulated", "step_error": args.step_error, "recover": args.recover, "seed": args.seed},
+            "policy": {
+                "kind": "simulated",
+                "step_error": args.step_error,
+                "recover": args.recover,
+                "recover_in_sample": True,  # right answers after a wrong step: the rollouts' blind spot
+                "seed": args.seed,
+            },
             "sampling": {"samples_per_problem": args.samples},
-            "annotate": {"method": "mc", "k": args.k},
-            "labels": {"rule": "hard"},
-            "output": {"shard_size": 100},
+            "output": {"shard_size": args.shard_size},
         }
     )
     policy = SimulatedPolicy(config.policy)
     started = time.perf_counter()
-    records: list[LabeledRecord] = []
+    shards: list[list[LabeledRecord]] = []
     for shard in iter_shards(config):
         assert isinstance(shard, ShardInput)
         out = process_shard(policy, config, shard, config.fingerprint())
-        assert not out.rejected, out.rejected[:3]
-        records += out.records
-    return records, time.perf_counter() - started
+        shards.append(out.records)
+    return shards, time.perf_counter() - started
 
 
-def measure(
-    name: str, rows: list[LabeledRecord], predict: str, total: int, rollouts: int, judge_samples: int
-) -> dict[str, Any]:
-    pairs = [(getattr(r, predict), true_first_error(r.steps)) for r in rows]
-    q = first_error_quality(pairs)
+def pinned_first_error(labels: Sequence[bool | None]) -> int | None:
+    """The first error the labels pin (every step up to it labeled; -1: all labeled good), else None."""
+    for i, lab in enumerate(labels):
+        if lab is None:
+            return None
+        if lab is False:
+            return i
+    return -1
+
+
+def all_right(record: LabeledRecord) -> bool:
+    truth = true_first_error(record.steps)
+    return all(lab is None or lab == (truth == -1 or i < truth) for i, lab in enumerate(record.labels))
+
+
+def quality(rows: list[LabeledRecord]) -> dict[str, Any]:
+    truths = [true_first_error(r.steps) for r in rows]
+    q = step_label_quality((r.labels, t) for r, t in zip(rows, truths, strict=True))
+    labeled = q["predicted"] + q["predicted_good"]
+    right = q["hit"] + q["good_hit"]
+    pinned = sum(pinned_first_error(r.labels) == t for r, t in zip(rows, truths, strict=True))
     return {
-        "labeler": name,
         "rows": len(rows),
-        "exact_acc": q["exact_acc"],
-        "precision": q["precision"],
-        "recall": q["recall"],
-        "kept_fraction": len(rows) / total,
-        "rollouts_per_kept_row": rollouts / len(rows) if rows else None,
-        "judge_samples_per_kept_row": judge_samples / len(rows) if rows else None,
+        "step_precision": _r(right / labeled if labeled else None),
+        "bad_precision": _r(q["precision"]),
+        "good_precision": _r(q["good_precision"]),
+        "first_error_acc": _r(pinned / len(rows) if rows else None),
     }
 
 
-def run_accuracy(records: list[LabeledRecord], accuracy: float, args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = copy.deepcopy(records)
-    judge_cfg = JudgeConfig(engine=SimulatedJudgeConfig(accuracy=accuracy, seed=args.seed), samples=args.judge_samples)
-    _, _, stats = judge_records(SimulatedJudge(judge_cfg.engine), rows, judge_cfg, max_batch_requests=256)
-    total, rollouts, judge_samples = len(rows), sum(r.rollouts for r in rows), stats.samples
-    judge_kept, _, _ = apply_consensus(rows, ConsensusConfig(policy="judge-only"))
-    agree_kept, _, _ = apply_consensus(rows, ConsensusConfig(policy="agree", tolerance=0))
-    return [
-        measure("mc-only", rows, "first_error_mc", total, rollouts, 0),
-        measure("judge-only", judge_kept, "judge_first_error", total, 0, judge_samples),
-        measure("consensus", agree_kept, "first_error_mc", total, rollouts, judge_samples),
-    ]
+def run_profile(shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, args: argparse.Namespace) -> dict:
+    judge_cfg = JudgeConfig(engine=judge, samples=args.judge_samples)
+    engine = SimulatedJudge(judge)
+    judged: list[list[LabeledRecord]] = []
+    for rows in shards:
+        kept, refused, _ = judge_records(engine, copy.deepcopy(rows), judge_cfg, max_batch_requests=256)
+        assert not refused
+        judged.append(kept)
+    everything = [r for rows in judged for r in rows]
+    out: dict[str, Any] = {"all": quality(everything)}
+    for policy in POLICIES:
+        kept_rows: list[LabeledRecord] = []
+        rejected_right = completed = 0
+        accuracy = [0, 0, 0, 0]  # pinned votes, named, clean votes, said clean
+        config = ConsensusConfig(policy=policy)
+        for rows in judged:
+            kept, rejected, stats = apply_consensus(copy.deepcopy(rows), config)
+            kept_rows += kept
+            completed += stats.completed
+            rejected_right += sum(all_right(record_from_payload(r.payload)) for r in rejected if r.payload)
+            for i, n in enumerate((stats.pinned_votes, stats.pinned_named, stats.clean_votes, stats.clean_said_clean)):
+                accuracy[i] += n
+        out[policy] = quality(kept_rows) | {
+            "kept_fraction": _r(len(kept_rows) / len(everything)),
+            "completed": completed,
+            "rejected_all_right": rejected_right,
+        }
+    out["judge_recall_pinned"] = _r(accuracy[1] / accuracy[0] if accuracy[0] else None)
+    out["judge_clean_rate"] = _r(accuracy[3] / accuracy[2] if accuracy[2] else None)
+    return out
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def _f(x: float | None, width: int) -> str:
@@ -98,51 +144,48 @@ def _f(x: float | None, width: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--problems", type=int, default=1000)
-    parser.add_argument("--samples", type=int, default=4, help="solutions per problem")
-    parser.add_argument("--k", type=int, default=8, help="rollouts per probed prefix")
+    parser.add_argument("--problems", type=int, default=300)
+    parser.add_argument("--samples", type=int, default=2, help="solutions per problem")
     parser.add_argument("--step-error", type=float, default=0.1)
     parser.add_argument("--recover", type=float, default=0.2)
-    parser.add_argument(
-        "--judge-samples", type=int, default=1, help="m votes (1: judge accuracy is exactly its setting)"
-    )
+    parser.add_argument("--judge-samples", type=int, default=3, help="m votes per row")
+    parser.add_argument("--shard-size", type=int, default=100, help="problems per shard")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    records, seconds = label_with_mc(args)
-    wrong = sum(true_first_error(r.steps) != -1 for r in records)
+    shards, seconds = label(args)
+    rows = [r for s in shards for r in s]
+    wrong = sum(true_first_error(r.steps) != -1 for r in rows)
     print(
-        f"{len(records)} solutions ({wrong} with an error), step_error {args.step_error}, recover {args.recover}, "
-        f"per-step MC k={args.k}, hard rule; labeled in {seconds:.1f} s; judge votes m={args.judge_samples}"
+        f"{len(rows)} solutions ({wrong} with an error), step_error {args.step_error}, recover {args.recover}, "
+        f"default labeler; labeled in {seconds:.1f} s; judge votes m={args.judge_samples}"
     )
     header = (
-        f"{'judge acc':>9}  {'labeler':<11}{'rows':>6}{'exact acc':>11}{'fe prec':>9}{'fe rec':>8}"
-        f"{'kept':>8}{'rollouts/kept':>15}{'judge/kept':>12}"
+        f"{'profile':<12}{'policy':<11}{'kept':>7}{'step prec':>10}{'bad prec':>9}{'good prec':>10}"
+        f"{'fe acc':>8}{'completed':>10}{'rej. right':>11}"
     )
     print(header)
     print("-" * len(header))
     summary: dict[str, Any] = {}
-    for accuracy in ACCURACIES:
-        results = run_accuracy(records, accuracy, args)
-        for r in results:
-            print(
-                f"{accuracy:>9.1f}  {r['labeler']:<11}{r['rows']:>6}{_f(r['exact_acc'], 11)}{_f(r['precision'], 9)}"
-                f"{_f(r['recall'], 8)}{_f(r['kept_fraction'], 8)}{_f(r['rollouts_per_kept_row'], 15)}"
-                f"{_f(r['judge_samples_per_kept_row'], 12)}"
-            )
-        by = {r["labeler"]: r for r in results}
-        gain = by["consensus"]["precision"] - max(by["mc-only"]["precision"], by["judge-only"]["precision"])
+    for name, judge in PROFILES.items():
+        result = run_profile(shards, judge, args)
+        summary[name] = result
+        a = result["all"]
         print(
-            f"{'':>9}  consensus precision gain over the better single labeler: {gain:+.3f}, "
-            f"at {1 - by['consensus']['kept_fraction']:.1%} of solutions dropped"
+            f"{name:<12}{'(all rows)':<11}{1.0:>7.3f}{_f(a['step_precision'], 10)}{_f(a['bad_precision'], 9)}"
+            f"{_f(a['good_precision'], 10)}{_f(a['first_error_acc'], 8)}"
         )
-        if accuracy == 0.8:
-            summary = {
-                "mc_precision": by["mc-only"]["precision"],
-                "judge_precision": by["judge-only"]["precision"],
-                "consensus_precision": by["consensus"]["precision"],
-                "kept_fraction": by["consensus"]["kept_fraction"],
-            }
+        for policy in POLICIES:
+            r = result[policy]
+            print(
+                f"{'':<12}{policy:<11}{_f(r['kept_fraction'], 7)}{_f(r['step_precision'], 10)}"
+                f"{_f(r['bad_precision'], 9)}{_f(r['good_precision'], 10)}{_f(r['first_error_acc'], 8)}"
+                f"{r['completed']:>10}{r['rejected_all_right']:>11}"
+            )
+        print(
+            f"{'':<12}judge measured in the run: names pinned errors {_f(result['judge_recall_pinned'], 0)}, "
+            f"says -1 on clean rows {_f(result['judge_clean_rate'], 0)}"
+        )
     print(json.dumps(summary))
 
 

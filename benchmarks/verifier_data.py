@@ -1,24 +1,28 @@
-"""How good are the verification chains the verify stage keeps? Simulated policy and judge, truth recomputed.
+"""How good are the verification chains the verify stage keeps, against judges that err like real ones?
 
-The simulated policy writes arithmetic chains whose true first error is recomputable from the text; the
-simulated judge writes a verification chain that names the true first error with probability `accuracy`
-(else another index, uniformly). The pipeline labels every solution by per-step MC rollouts
-(pipelines/simulated-verifier.yaml), then the verify stage samples `votes` chains a row and keeps those
-whose step verdicts agree with the labels. Every chain the engine returned is recorded on the way (a
-recording engine in front of the judge), so all chains and kept chains are scored against the same truth:
+The simulated policy writes arithmetic chains whose true first error is recomputable from the text, some
+of them right answers after a wrong step (the rollouts' blind spot); the default labeler labels them
+(pipelines/simulated-verifier.yaml's world). Then, per judge profile (engines.simulated.JUDGE_PROFILES:
+oracle, uniform-0.8, realistic, blind-spot), the simulated judge writes `votes` verification chains a row,
+and the verify stage keeps those whose step verdicts agree with the labels; once on every row, once after
+the same judge (3 votes) and `consensus: agree` filtered and completed the rows. Every chain the engine
+returned is recorded on the way (a recording engine in front of the judge), so all chains and kept chains
+are scored against the same truth:
 
 - step precision: the share of step verdicts that are right, with the PRM's prefix semantics (a step is
-  correct when no earlier or same step holds an error), over all readable chains and over kept chains;
-- kept fraction: kept chains / chains sampled; tokens per kept chain: every verify token (prompts and
-  all chains, the dropped included) / kept chains.
+  correct when no earlier or same step holds an error); bad precision: of the incorrect verdicts, the
+  share at the true first error; first-error accuracy: chains whose first incorrect step (-1: none) is
+  the true first error; over all readable chains and over kept chains;
+- kept fraction: kept chains / chains sampled; rows the judge completed (with consensus); tokens per kept
+  chain: every verify token (prompts and all chains, the dropped included) / kept chains.
 
-Last line: {"chains", "kept_fraction", "all_step_precision", "kept_step_precision", "tokens_per_kept_chain"}
-for the default setting (first row of the table).
+Last line: one JSON object, per profile (and profile+agree) the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,13 +31,16 @@ from pathlib import Path
 import yaml
 
 from prm_synth import arithmetic
-from prm_synth.config import validate_config
+from prm_synth.config import ConsensusConfig, JudgeConfig, PipelineConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.consensus import apply_consensus
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult
+from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge
+from prm_synth.judge import judge_records
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.prompts import parse_verify_prompt
-from prm_synth.schema import ShardStats, VerifyStats
-from prm_synth.verify import parse_chain
+from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats, VerifyStats
+from prm_synth.verify import parse_chain, verify_records
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "pipelines" / "simulated-verifier.yaml"
@@ -69,6 +76,7 @@ class Score:
     bad_right: int = 0
     bad: int = 0
     chains: int = 0
+    first_right: int = 0  # chains whose first incorrect step (-1: none) is the true first error
     by_first_error: dict[str, int] = field(default_factory=dict)
 
     def add(self, steps: list[str], text: str, finish: str | None) -> None:
@@ -77,6 +85,7 @@ class Score:
             return
         truth = arithmetic.true_first_error(steps)
         self.chains += 1
+        self.first_right += (verdicts.index(False) if False in verdicts else -1) == truth
         for i, verdict in enumerate(verdicts):
             correct = truth < 0 or i < truth  # prefix semantics: a step after the first error is not correct
             self.right += verdict == correct
@@ -90,33 +99,65 @@ class Score:
         return self.right / self.verdicts if self.verdicts else None
 
     @property
+    def first_error_accuracy(self) -> float | None:
+        return self.first_right / self.chains if self.chains else None
+
+    @property
     def bad_precision(self) -> float | None:
         return self.bad_right / self.bad if self.bad else None
 
 
-def measure(limit: int, **verify: object) -> dict[str, object]:
+def label(limit: int) -> tuple[PipelineConfig, list[list[LabeledRecord]]]:
+    """The pipeline's rows as the default labeler leaves them, shard by shard, before judge and verify.
+
+    The world is the pipeline's, with right answers after a wrong step in the sampled solutions too
+    (`recover_in_sample`): the rollouts' blind spot, where a judge that errs like a real one errs as well."""
     base = yaml.safe_load(PIPELINE.read_text())
-    config = validate_config(base | {"verify": base["verify"] | verify})
-    assert config.verify is not None
+    base["policy"] = base["policy"] | {"recover_in_sample": True}
+    base.pop("annotate", None)  # the default labeler: it leaves spans open for the judge to complete
+    config = validate_config(base)
     policy = build_engine(config.policy)
-    judge = RecordingEngine(build_engine(config.verify.engine))
-    total = ShardStats()
-    all_chains, kept_chains = Score(), Score()
+    shards = []
+    labeling = config.model_copy(update={"verify": None})
     for shard in iter_shards(config, limit=limit):
-        judge.chains.clear()
-        out = process_shard(policy, config, shard, config.fingerprint(), verify_engine=judge)
-        total += out.stats
-        for steps, text, finish in judge.chains:
+        shards.append(process_shard(policy, labeling, shard, config.fingerprint()).records)
+    return config, shards
+
+
+def measure(
+    config: PipelineConfig, shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, consensus: bool
+) -> dict[str, object]:
+    """Chains of one judge profile (as verifier, and with `consensus` as judge before it too), scored."""
+    assert config.verify is not None
+    verify = config.verify.model_copy(update={"engine": judge})
+    recorder = RecordingEngine(SimulatedJudge(judge))
+    stats, consensus_stats = VerifyStats(), ConsensusStats()
+    all_chains, kept_chains = Score(), Score()
+    rows_in = 0
+    for rows in shards:
+        rows = copy.deepcopy(rows)
+        rows_in += len(rows)
+        if consensus:
+            judge_config = JudgeConfig(engine=judge, samples=3)
+            rows, _, _ = judge_records(SimulatedJudge(judge), rows, judge_config, config.run.max_batch_requests)
+            rows, _, shard_consensus = apply_consensus(rows, ConsensusConfig(policy="agree"))
+            consensus_stats = ShardStats(consensus=consensus_stats) + ShardStats(consensus=shard_consensus)
+            consensus_stats = consensus_stats.consensus or ConsensusStats()
+        recorder.chains.clear()
+        rows, _, shard_stats = verify_records(recorder, rows, verify, 256)
+        stats = (ShardStats(verify=stats) + ShardStats(verify=shard_stats)).verify
+        assert stats is not None
+        for steps, text, finish in recorder.chains:
             all_chains.add(steps, text, finish)
-        for record in out.records:
+        for record in rows:
             shown = [" ".join(s.split()) for s in record.steps]  # the steps as the prompt showed them
             for text in record.verify_chains or []:
                 kept_chains.add(shown, text, "stop")
-    stats = total.verify or VerifyStats()
     assert kept_chains.chains == stats.kept
     return {
-        "setting": ", ".join(f"{k}={v}" for k, v in verify.items()) or "default",
         "rows": stats.rows,
+        "rows_kept_by_consensus": round(stats.rows / rows_in, 4) if rows_in else None,
+        "rows_completed": consensus_stats.completed,
         "chains": stats.chains,
         "kept": stats.kept,
         "kept_fraction": round(stats.kept / stats.chains, 4) if stats.chains else None,
@@ -125,9 +166,9 @@ def measure(limit: int, **verify: object) -> dict[str, object]:
         "kept_step_precision": _round(kept_chains.precision),
         "all_bad_precision": _round(all_chains.bad_precision),
         "kept_bad_precision": _round(kept_chains.bad_precision),
-        "step_agreement": _round(stats.steps_agreed / stats.steps_compared if stats.steps_compared else None),
+        "all_first_error_acc": _round(all_chains.first_error_accuracy),
+        "kept_first_error_acc": _round(kept_chains.first_error_accuracy),
         "tokens_per_kept_chain": round(stats.tokens / stats.kept, 1) if stats.kept else None,
-        "kept_chain_tokens": round(stats.chain_tokens_kept / stats.kept, 1) if stats.kept else None,
         "dropped": stats.dropped_by_reason,
     }
 
@@ -136,31 +177,34 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
+def _f(x: object, width: int, fmt: str = ".4f") -> str:
+    return f"{'n/a':>{width}}" if x is None else f"{x:>{width}{fmt}}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=200, help="problems (2 solutions each)")
     args = ap.parse_args()
-    settings: list[dict[str, object]] = [
-        {},
-        {"engine": {"kind": "simulated-judge", "accuracy": 0.6}},
-        {"rule": "first-error", "tolerance": 1},
-    ]
-    rows = [measure(args.limit, **s) for s in settings]
+    config, shards = label(args.limit)
     header = (
-        f"{'setting':<46}{'chains':>7}{'kept':>6}{'kept %':>8}{'step prec all':>15}{'kept':>7}"
-        f"{'bad prec all':>14}{'kept':>7}{'tok/kept':>10}"
+        f"{'profile':<12}{'consensus':<10}{'rows':>6}{'done':>5}{'chains':>7}{'kept %':>8}{'step prec all':>14}"
+        f"{'kept':>7}{'bad prec all':>13}{'kept':>7}{'fe acc all':>11}{'kept':>7}{'tok/kept':>9}"
     )
     print(header)
-    for r in rows:
-        print(
-            f"{str(r['setting'])[:45]:<46}{r['chains']:>7}{r['kept']:>6}{r['kept_fraction']:>8.1%}"
-            f"{r['all_step_precision']:>15.4f}{r['kept_step_precision']:>7.4f}"
-            f"{r['all_bad_precision']:>14.4f}{r['kept_bad_precision']:>7.4f}{r['tokens_per_kept_chain']:>10.1f}"
-        )
-    print(f"dropped (default): {rows[0]['dropped']}")
-    head = rows[0]
-    keys = ("chains", "kept_fraction", "all_step_precision", "kept_step_precision", "tokens_per_kept_chain")
-    print(json.dumps({k: head[k] for k in keys}))
+    print("-" * len(header))
+    summary: dict[str, object] = {}
+    for name, judge in JUDGE_PROFILES.items():
+        for consensus in (False, True):
+            r = measure(config, shards, judge, consensus)
+            summary[f"{name}{'+agree' if consensus else ''}"] = {k: v for k, v in r.items() if k != "dropped"}
+            print(
+                f"{name:<12}{'agree' if consensus else '-':<10}{r['rows']:>6}{r['rows_completed']:>5}{r['chains']:>7}"
+                f"{_f(r['kept_fraction'], 8, '.1%')}{_f(r['all_step_precision'], 14)}{_f(r['kept_step_precision'], 7)}"
+                f"{_f(r['all_bad_precision'], 13)}{_f(r['kept_bad_precision'], 7)}"
+                f"{_f(r['all_first_error_acc'], 11)}{_f(r['kept_first_error_acc'], 7)}"
+                f"{_f(r['tokens_per_kept_chain'], 9, '.1f')}"
+            )
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

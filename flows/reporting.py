@@ -287,6 +287,10 @@ def publish_run_artifacts(summary: RunSummary, config: PipelineConfig) -> None:
     create_markdown_artifact(markdown, key=f"{key}-summary", description="prm-synth label statistics")
 
 
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
 def _consensus_section(consensus: dict[str, Any]) -> list[str]:
     """Kept fraction, per-source counts and the agreement matrix (MC first error × judge's)."""
     if not consensus.get("rows"):
@@ -298,6 +302,10 @@ def _consensus_section(consensus: dict[str, Any]) -> list[str]:
         "",
         f"- kept {consensus.get('kept', 0)} of {consensus['rows']} ({consensus.get('kept_fraction') or 0:.1%})",
         f"- by source: `{json.dumps(consensus.get('by_source', {}), sort_keys=True)}`",
+        f"- completed by the judge: {consensus.get('completed', 0)}, ties decided by the rollouts: "
+        f"{consensus.get('ties_broken', 0)}",
+        f"- judge accuracy measured on rows the rollouts pinned: names the error "
+        f"{_share(consensus.get('judge_recall_pinned'))}, says -1 on clean rows {_share(consensus.get('judge_clean_rate'))}",
         "",
         "| MC first error, judge first error | rows |",
         "|---|---|",

@@ -175,13 +175,40 @@ class OpenAIConfig(Strict):
 EngineConfig = Annotated[SimulatedPolicyConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
 
 
+class JudgeErrorProfile(Strict):
+    """How a simulated judge errs, like the judges ProcessBench measures (engines/simulated.py, SimulatedJudge).
+
+    On a solution with an error it flags one (names a step, not -1) with `recall_wrong_answer` when the
+    final answer is wrong and with `recall_right_answer` when it is right anyway (real judges are swayed by
+    a right answer, and those are the rows rollouts cannot see); a flagged step is 1..`max_offset` steps off
+    the true one with `off_by`. On a clean solution it names a step (a false alarm) with `false_alarm`.
+    Any answer is unreadable (no box) with `format_failure`.
+    """
+
+    recall_wrong_answer: float = Field(0.9, ge=0.0, le=1.0)
+    recall_right_answer: float = Field(0.9, ge=0.0, le=1.0)
+    off_by: float = Field(0.0, ge=0.0, le=1.0)
+    max_offset: int = Field(2, ge=1, le=100)
+    false_alarm: float = Field(0.0, ge=0.0, le=1.0)
+    format_failure: float = Field(0.0, ge=0.0, le=1.0)
+
+
 class SimulatedJudgeConfig(Strict):
-    """A judge that knows the truth recomputed from the step text and names it with `accuracy`."""
+    """A judge that knows the truth recomputed from the step text: it names it with `accuracy` (another
+    index uniformly otherwise), or errs as `errors` describes (then `accuracy` is not read, and refused)."""
 
     kind: Literal["simulated-judge"] = "simulated-judge"
     accuracy: float = Field(0.8, ge=0.0, le=1.0)
+    errors: JudgeErrorProfile | None = None
     seed: int = 0
     model_name: str = "simulated-judge"
+
+    @model_validator(mode="after")
+    def _one_error_model(self) -> SimulatedJudgeConfig:
+        # a stored config holds every field: only a value off its default is a setting
+        if self.errors is not None and self.accuracy != type(self).model_fields["accuracy"].default:
+            raise ValueError("give either `accuracy` (uniform errors) or `errors` (an error profile), not both")
+        return self
 
 
 JudgeEngineConfig = Annotated[SimulatedJudgeConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
@@ -196,8 +223,31 @@ class JudgeConfig(Strict):
 
 
 class ConsensusConfig(Strict):
-    policy: Literal["agree", "judge-only", "mc-only"] = "agree"
-    tolerance: int = Field(0, ge=0)  # |judge - mc| <= tolerance counts as agreement (both -1 always agree)
+    """How the judge's index and the rollouts' labels are combined (prm_synth/consensus.py).
+
+    `agree`: kept where the judge's index falls in the interval the labels leave open (`tolerance` steps
+    wider), which it then completes; `judge-only`: labels follow the judge; `mc-only`: labels as measured;
+    `soft`: labels follow the posterior over the first error (p_good and the votes under the judge's
+    accuracy measured in the shard, `prior_accuracy` weighing `prior_votes` votes), kept where its most
+    likely first error has probability >= `confidence`.
+    """
+
+    policy: Literal["agree", "judge-only", "mc-only", "soft"] = "agree"
+    tolerance: int = Field(0, ge=0)  # steps the agreement interval is widened by (-1 never agrees with a step)
+    confidence: float = Field(0.9, gt=0.0, le=1.0)
+    prior_accuracy: float = Field(0.7, gt=0.0, lt=1.0)
+    prior_votes: float = Field(4.0, ge=0.0, le=1e6)
+
+    @model_validator(mode="after")
+    def _soft_knobs_only_for_soft(self) -> ConsensusConfig:
+        # a stored config holds every field: only a value off its default is a setting
+        changed = {name for name, f in type(self).model_fields.items() if getattr(self, name) != f.default}
+        unused = {"confidence", "prior_accuracy", "prior_votes"} & changed
+        if self.policy != "soft" and unused:
+            raise ValueError(f"{sorted(unused)} are read by the `soft` policy only, not by `{self.policy}`")
+        if self.policy == "soft" and "tolerance" in changed:
+            raise ValueError("`tolerance` is not read by the `soft` policy")
+        return self
 
 
 class VerifyConfig(Strict):
@@ -410,6 +460,11 @@ class PipelineConfig(Strict):
         data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
         if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume
             data["labels"]["rule"] = "soft"
+        for section in ("judge", "verify"):  # a simulated judge without an error profile writes what it wrote
+            engine = (data.get(section) or {}).get("engine") or {}
+            if engine.get("kind") == "simulated-judge" and engine.get("errors") is None:
+                engine.pop("errors", None)
+        # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

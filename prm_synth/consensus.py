@@ -1,4 +1,4 @@
-"""Consensus filtering: keep the rows on which Monte Carlo estimation and the judge agree.
+"""Consensus: combine the rollouts' labels with the judge's first error, keep what both support.
 
 Qwen's "Lessons of Developing PRMs" (2025): MC labels are noisy (a wrong step can still lead to the
 right answer), and keeping only the solutions where the MC first error and the judge's earliest
@@ -6,12 +6,25 @@ error coincide gives judge-level label quality. A row that fails the filter is n
 becomes a rejected row (stage "consensus") whose payload is the whole record, so counts reconcile
 and a user can re-filter with another policy without relabeling.
 
+The labels carry their own uncertainty: a search leaves the steps between its last good and its first
+bad label unlabeled when the budget does not pin the error. So the judge is compared with the interval
+the labels leave open (`open_interval`): its index agrees when it falls after the last good step and
+at or before the first bad one; -1 ("no error") agrees when no step is labeled bad.
+
 Policies:
-- agree: keep a row when both say "no error" (-1), or both name a step and the indices differ by
-  at most `tolerance`. -1 never agrees with a step index, whatever the tolerance: "no error" and
-  "an error at step 0" are different claims, not neighbours.
-- judge-only: keep every row the judge decided (the judge's index is the label to train on).
-- mc-only: keep every row (the judge, if any, is only recorded).
+- agree: keep a row where the judge's index agrees (the interval widened by `tolerance` steps; -1 never
+  agrees with a bad label, whatever the tolerance). Where it falls inside the interval, the judge
+  completes the row: its step becomes the first bad step, the steps before it good, each label it set
+  with source "consensus"; a row the rollouts bracketed and the judge pinned is fully labeled.
+- judge-only: keep every row the judge decided; its labels follow the judge's index.
+- mc-only: keep every row with its labels as measured (the judge, if any, is only recorded).
+- soft: the posterior over the first error from the labeler's `p_good` (or, without it, uniform over
+  the open interval) and the judge's votes, each vote read under the judge's accuracy measured in this
+  shard (`measure_judge`); kept where the most likely first error has probability >= `confidence`,
+  and the labels follow it.
+Votes: unreadable votes never count; a tie among the readable ones is decided by the rollouts' evidence
+(the tied index the prior above finds most likely) and written to `judge_first_error` (the votes in
+`judge_votes` show the tie); a tie the evidence cannot decide stays undecided.
 With `labels.min_confidence` > 0, a row whose labels up to its MC first error are not all at least that
 sure (by `p_good`) is rejected as "low_confidence" under every policy.
 Every row's `consensus` is set to whether the two agree, or None when the judge gave no verdict.
@@ -20,36 +33,246 @@ Every row's `consensus` is set to whether the two agree, or None when the judge 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from prm_synth.annotate.calibration import confident_labels
+from prm_synth.annotate.calibration import AFTER_ERROR, confident_labels
 from prm_synth.config import ConsensusConfig
-from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason
+from prm_synth.judge import UNPARSEABLE
+from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
+
+LIKELIHOOD_FLOOR = 1e-4  # the least a vote's likelihood is: a judge's rates are measured, never certain
+PINNED = 0.99  # p_good on either side of a first error (>= before, <= 1 - PINNED at it) that pins it
 
 
 def agrees(mc: int, judge: int, tolerance: int = 0) -> bool:
+    """Two first errors agree: both -1, or both steps at most `tolerance` apart."""
     if mc == -1 or judge == -1:
         return mc == judge
     return abs(mc - judge) <= tolerance
 
 
+def open_interval(labels: Sequence[bool | None]) -> tuple[int, int]:
+    """(lo, hi): the first errors the labels allow, lo..hi inclusive; hi == len(labels) stands for -1.
+
+    lo is the step after the last good label; hi the first bad label, or "no error" when none is bad."""
+    lo = max((i for i, label in enumerate(labels) if label is True), default=-1) + 1
+    hi = next((i for i, label in enumerate(labels) if label is False), len(labels))
+    return lo, hi
+
+
+def agrees_with_labels(labels: Sequence[bool | None], judge: int, tolerance: int = 0) -> bool:
+    """The judge's index (-1: no error) falls in the open interval, widened by `tolerance` steps."""
+    lo, hi = open_interval(labels)
+    if judge == -1:
+        return hi == len(labels)
+    return lo - tolerance <= judge and (hi == len(labels) or judge <= hi + tolerance)
+
+
+def follow(record: LabeledRecord, first_error: int) -> int:
+    """Set the row's labels to a first error (-1: none): steps before it good, it bad, labeled steps after
+    it bad, unlabeled ones after it unlabeled (`after_error`). Each label set or changed gets the source
+    "consensus"; returns how many. `first_error_mc` becomes the labels' first bad step."""
+    n = len(record.labels)
+    end = n if first_error == -1 else first_error
+    labels, sources = list(record.labels), list(record.label_source)  # new lists: copies may share the old
+    reasons: list[UnlabeledReason | None] = [None] * n
+    changed = 0
+    for i in range(n):
+        old = labels[i]
+        new = True if i < end else False if (i == end or old is not None) else None
+        if new != old:
+            labels[i], sources[i] = new, "consensus"
+            changed += 1
+        reasons[i] = None if new is not None else AFTER_ERROR
+    record.labels, record.label_source, record.unlabeled_reason = labels, sources, reasons
+    record.first_error_mc = first_error
+    return changed
+
+
+# ------------------------------------------------------------------ the rollouts' evidence
+def first_error_prior(record: LabeledRecord) -> list[float]:
+    """P(first error = k) for k = 0..n-1, and at index n P(no error), from the rollouts alone.
+
+    From `p_good` (the probability each prefix is still correct; made monotone, as prefixes nest) where
+    the labeler gives it, else uniform over the interval the labels leave open."""
+    n = len(record.labels)
+    if record.p_good is not None and len(record.p_good) == n:
+        mass, previous = [], 1.0
+        for p in record.p_good:
+            p = min(previous, max(0.0, p))
+            mass.append(previous - p)
+            previous = p
+        return mass + [previous]
+    lo, hi = open_interval(record.labels)
+    width = max(hi - lo + 1, 1)
+    return [1.0 / width if lo <= k <= hi else 0.0 for k in range(n + 1)]
+
+
+def break_tie(record: LabeledRecord) -> int | None:
+    """The tied index the rollouts find most likely, or None when they cannot tell (or no tie)."""
+    counts = Counter(v for v in record.judge_votes if v != UNPARSEABLE).most_common()
+    if len(counts) < 2 or counts[0][1] != counts[1][1]:
+        return None
+    tied = [v for v, c in counts if c == counts[0][1]]
+    prior = first_error_prior(record)
+    n = len(record.labels)
+    mass = sorted(((prior[n if v == -1 else v], v) for v in tied if -1 <= v < n), reverse=True)
+    if not mass or mass[0][0] <= 0.0 or (len(mass) > 1 and mass[0][0] == mass[1][0]):
+        return None
+    return mass[0][1]
+
+
+# ------------------------------------------------------------------ the judge's measured accuracy
+def pinned_first_error(record: LabeledRecord) -> int | None:
+    """The first error the rollouts pinned (p_good >= 0.99 before it, <= 0.01 at it), -1 for a row they
+    found clean (every step labeled good, every prefix but the graded solution itself at p_good >= 0.99),
+    or None where they pinned nothing."""
+    p = record.p_good
+    if p is None or len(p) != len(record.labels) or not p:
+        return None
+    first_bad = next((i for i, label in enumerate(record.labels) if label is False), -1)
+    if first_bad == -1:
+        clean = all(label is True for label in record.labels) and min(p[:-1], default=1.0) >= PINNED
+        return -1 if clean else None
+    before = first_bad == 0 or p[first_bad - 1] >= PINNED
+    return first_bad if before and p[first_bad] <= 1.0 - PINNED else None
+
+
+@dataclass(frozen=True)
+class JudgeAccuracy:
+    """How one readable vote falls: on an error, naming it (`recall`) or missing it (`miss`: says -1);
+    on a clean solution, saying -1 (`clean`). Real judges miss more than they misplace, so a -1 vote is
+    weaker evidence of a clean solution than a step vote is of an error there."""
+
+    recall: float
+    clean: float
+    miss: float = 0.0
+
+    def likelihood(self, vote: int, first_error: int, n_steps: int) -> float:
+        """P(vote | first error), -1 for none; the remaining mass spread over the other steps. Never 0:
+        no single vote rules a first error out."""
+        if first_error == -1:
+            p = self.clean if vote == -1 else (1.0 - self.clean) / max(n_steps, 1)
+        elif vote == first_error:
+            p = self.recall
+        elif vote == -1:
+            p = self.miss
+        else:
+            p = (1.0 - self.recall - self.miss) / max(n_steps - 1, 1)
+        return max(p, LIKELIHOOD_FLOOR)
+
+
+@dataclass(frozen=True)
+class JudgeCounts:
+    """Readable votes on the rows the rollouts pinned (errors) or found clean, and how they fell."""
+
+    pinned_votes: int = 0
+    pinned_named: int = 0  # naming the pinned step
+    pinned_missed: int = 0  # saying -1
+    clean_votes: int = 0
+    clean_said_clean: int = 0
+
+
+def measure_judge(records: Sequence[LabeledRecord]) -> JudgeCounts:
+    """The judge's votes counted against the rows whose first error the rollouts pinned (readable votes)."""
+    pinned_votes = pinned_named = pinned_missed = clean_votes = clean_said = 0
+    for record in records:
+        pinned = pinned_first_error(record)
+        if pinned is None:
+            continue
+        votes = [v for v in record.judge_votes if v != UNPARSEABLE]
+        if pinned == -1:
+            clean_votes += len(votes)
+            clean_said += votes.count(-1)
+        else:
+            pinned_votes += len(votes)
+            pinned_named += votes.count(pinned)
+            pinned_missed += votes.count(-1)
+    return JudgeCounts(pinned_votes, pinned_named, pinned_missed, clean_votes, clean_said)
+
+
+def estimated_accuracy(counts: JudgeCounts, config: ConsensusConfig) -> JudgeAccuracy:
+    """The measured rates, each shrunk towards the prior (`prior_accuracy` right, half the rest misses) by
+    `prior_votes` pseudo-votes (a shard may hold few pinned rows), kept inside (0.01, 0.99) so that no
+    single vote overrules everything."""
+    w, a = config.prior_votes, config.prior_accuracy
+
+    def rate(hits: int, total: int, prior: float) -> float:
+        value = (hits + w * prior) / (total + w) if total + w > 0 else prior
+        return min(0.99, max(0.01, value))
+
+    recall = rate(counts.pinned_named, counts.pinned_votes, a)
+    miss = min(rate(counts.pinned_missed, counts.pinned_votes, (1.0 - a) / 2), 1.0 - recall)
+    return JudgeAccuracy(recall, rate(counts.clean_said_clean, counts.clean_votes, a), miss)
+
+
+def posterior(record: LabeledRecord, accuracy: JudgeAccuracy) -> list[float]:
+    """P(first error = k | rollouts, votes) for k = 0..n-1 and, at index n, no error."""
+    n = len(record.labels)
+    prior = first_error_prior(record)
+    votes = [v for v in record.judge_votes if v != UNPARSEABLE and -1 <= v < n]
+    logs = []
+    for k, mass in enumerate(prior):
+        if mass <= 0.0:
+            logs.append(-math.inf)
+            continue
+        first_error = -1 if k == n else k
+        logs.append(math.log(mass) + sum(math.log(accuracy.likelihood(v, first_error, n)) for v in votes))
+    top = max(logs)
+    if top == -math.inf:
+        return [1.0 / (n + 1)] * (n + 1)
+    weights = [math.exp(x - top) for x in logs]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+# ------------------------------------------------------------------ decisions
+@dataclass(frozen=True)
+class Decision:
+    keep: bool
+    reason: RejectReason | None = None
+    detail: str | None = None
+    first_error: int | None = None  # the labels follow this first error (-1: none); None: as measured
+
+
 def decide(
-    record: LabeledRecord, config: ConsensusConfig, min_confidence: float = 0.0
-) -> tuple[bool, RejectReason | None, str | None]:
-    """(keep, reason, detail) for one row: the filter's decision and, when dropped, why."""
-    judge, mc = record.judge_first_error, record.first_error_mc
+    record: LabeledRecord,
+    config: ConsensusConfig,
+    min_confidence: float = 0.0,
+    accuracy: JudgeAccuracy | None = None,
+) -> Decision:
+    """The filter's decision for one row (its judge verdict already final, ties broken)."""
+    judge = record.judge_first_error
     doubtful = _doubtful_steps(record, min_confidence)
     if doubtful:
-        return False, "low_confidence", f"steps {doubtful[:5]} are labeled below confidence {min_confidence}"
+        return Decision(False, "low_confidence", f"steps {doubtful[:5]} are labeled below confidence {min_confidence}")
+    if config.policy == "mc-only":
+        return Decision(True)
+    if config.policy == "soft":
+        post = posterior(record, accuracy or estimated_accuracy(JudgeCounts(), config))
+        best = max(range(len(post)), key=post.__getitem__)
+        first_error = -1 if best == len(record.labels) else best
+        if post[best] >= config.confidence:
+            return Decision(True, first_error=first_error)
+        detail = f"the most likely first error {first_error} has posterior {post[best]:.3f} < {config.confidence}"
+        return Decision(False, "low_confidence", detail)
     if judge is None:
-        if config.policy == "mc-only":
-            return True, None, None
         if not record.judge_votes:
-            return False, "judge_missing", "no judge ran on this row, so the judge and MC cannot be compared"
-        return False, "judge_undecided", f"the judge's votes {record.judge_votes} give no majority (tie or unreadable)"
-    if config.policy != "agree" or agrees(mc, judge, config.tolerance):
-        return True, None, None
-    return False, "disagree", f"judge first error {judge}, MC first error {mc} (tolerance {config.tolerance})"
+            return Decision(False, "judge_missing", "no judge ran on this row, so the judge and MC cannot be compared")
+        detail = f"the judge's votes {record.judge_votes} give no majority the rollouts can decide"
+        return Decision(False, "judge_undecided", detail)
+    if config.policy == "judge-only":
+        return Decision(True, first_error=judge)
+    if not agrees_with_labels(record.labels, judge, config.tolerance):
+        lo, hi = open_interval(record.labels)
+        allowed = f"{lo}..{'-1' if hi == len(record.labels) else hi}"
+        detail = f"judge first error {judge}, labels allow {allowed} (tolerance {config.tolerance})"
+        return Decision(False, "disagree", detail)
+    inside = agrees_with_labels(record.labels, judge)
+    return Decision(True, first_error=judge if inside else None)
 
 
 def _doubtful_steps(record: LabeledRecord, min_confidence: float) -> list[int]:
@@ -68,39 +291,48 @@ def _position(index: int | None) -> str:
 def apply_consensus(
     records: list[LabeledRecord], config: ConsensusConfig, min_confidence: float = 0.0
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
-    """Split rows into kept and rejected under the config's policy; set every row's `consensus`.
+    """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
+    ties, complete (or relabel) the kept rows the policy says.
 
-    Stats hold counts only (shard totals sum them); the fractions are recomputed from them
-    (`ConsensusStats.fractions`).
+    A rejected row's payload is the row as labeled, before any completion. Stats hold counts only (shard
+    totals sum them); the fractions are recomputed from them (`ConsensusStats.fractions`).
     """
     kept: list[LabeledRecord] = []
     rejected: list[RejectedRecord] = []
     agreement: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
     by_source: dict[str, dict[str, int]] = {}
+    counts = measure_judge(records)
+    accuracy = estimated_accuracy(counts, config)
+    completed = ties_broken = 0
     for record in records:
+        if record.judge_first_error is None and (winner := break_tie(record)) is not None:
+            record.judge_first_error = winner
+            ties_broken += 1
         judge = record.judge_first_error
-        record.consensus = None if judge is None else agrees(record.first_error_mc, judge, config.tolerance)
+        record.consensus = None if judge is None else agrees_with_labels(record.labels, judge, config.tolerance)
         agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
-        keep, reason, detail = decide(record, config, min_confidence)
+        decision = decide(record, config, min_confidence, accuracy)
         source = by_source.setdefault(record.source, {"rows": 0, "kept": 0, "rejected": 0, "agree": 0})
         source["rows"] += 1
         source["agree"] += bool(record.consensus)
-        if keep:
+        if decision.keep:
+            if decision.first_error is not None:
+                completed += follow(record, decision.first_error) > 0
             kept.append(record)
             source["kept"] += 1
             continue
-        assert reason is not None
+        assert decision.reason is not None
         source["rejected"] += 1
-        by_reason[reason] += 1
+        by_reason[decision.reason] += 1
         rejected.append(
             RejectedRecord(
                 id=record.id,
                 problem_id=record.problem_id,
                 source=record.source,
                 stage="consensus",
-                reason=reason,
-                detail=detail,
+                reason=decision.reason,
+                detail=decision.detail,
                 payload=json.dumps(record.to_row(), ensure_ascii=False),
                 config_fingerprint=record.config_fingerprint,
             )
@@ -111,6 +343,13 @@ def apply_consensus(
         rejected=len(rejected),
         agree=sum(1 for r in records if r.consensus),
         judged=sum(1 for r in records if r.judge_first_error is not None),
+        completed=completed,
+        ties_broken=ties_broken,
+        pinned_votes=counts.pinned_votes,
+        pinned_named=counts.pinned_named,
+        pinned_missed=counts.pinned_missed,
+        clean_votes=counts.clean_votes,
+        clean_said_clean=counts.clean_said_clean,
         rejected_by_reason=dict(by_reason),
         agreement=dict(agreement),
         by_source=by_source,

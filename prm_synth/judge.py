@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prm_synth.config import JudgeConfig
-from prm_synth.engines.base import Engine, GenerationRequest, RequestRefused, SamplingOptions
+from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import stream_for
 from prm_synth.grading import last_boxed
 from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
@@ -109,6 +109,33 @@ def judge_requests(
     ]
 
 
+def ask(
+    engine: Engine, requests: Sequence[GenerationRequest], max_batch_requests: int, what: str
+) -> tuple[list[GenerationResult | RequestRefused], int]:
+    """The request loop of the judge and verify stages: requests sent in chunks of the batch size through
+    the engine's stream. Returns, per request, its result (exactly `n` completions, else RuntimeError) or
+    the `RequestRefused` the engine answered it with (it fails alone), and the number of engine calls.
+    Any other engine error is raised: it fails the shard."""
+    answers: list[GenerationResult | RequestRefused] = []
+    stream = stream_for(engine)
+    calls = 0
+    for start in range(0, len(requests), max_batch_requests):
+        chunk = requests[start : start + max_batch_requests]
+        futures = stream.submit_all(chunk)
+        stream.wait(futures, all_of=True)
+        calls += 1
+        for request, future in zip(chunk, futures, strict=True):
+            error = future.exception()
+            if isinstance(error, RequestRefused):
+                answers.append(error)
+                continue
+            result = future.result()
+            if len(result.completions) != request.n:
+                raise RuntimeError(f"{what} engine returned {len(result.completions)} samples, asked {request.n}")
+            answers.append(result)
+    return answers, calls
+
+
 def judge_solutions(
     engine: Engine,
     items: Sequence[tuple[str, Sequence[str]]],
@@ -116,46 +143,38 @@ def judge_solutions(
     max_batch_requests: int,
     prompt: JudgePrompt = CRITIQUE,
 ) -> tuple[list[JudgeVerdict], JudgeStats]:
-    """Judge (question, steps) pairs: one request of n=samples each, sent in chunks of the batch size
-    through the engine's stream (a refused request fails alone: its verdict says so)."""
-    requests = judge_requests(items, config, prompt)
-    stats = JudgeStats()
+    """Judge (question, steps) pairs: one request of n=samples each (`ask`; a refused request fails
+    alone: its verdict says so)."""
+    answers, calls = ask(engine, judge_requests(items, config, prompt), max_batch_requests, "judge")
+    stats = JudgeStats(engine_calls=calls)
     verdicts: list[JudgeVerdict] = []
-    stream = stream_for(engine)
-    for start in range(0, len(requests), max_batch_requests):
-        chunk = requests[start : start + max_batch_requests]
-        futures = stream.submit_all(chunk)
-        stream.wait(futures, all_of=True)
-        stats.engine_calls += 1
-        for (_, steps), future in zip(items[start : start + len(chunk)], futures, strict=True):
-            error = future.exception()
-            if isinstance(error, RequestRefused):
-                verdicts.append(JudgeVerdict(None, [], [], 0, refused=str(error)))
-                stats.refused += 1
-                continue
-            result = future.result()  # any other engine error fails the shard
-            if len(result.completions) != config.samples:
-                raise RuntimeError(f"judge engine returned {len(result.completions)} samples, asked {config.samples}")
-            texts = [c.text for c in result.completions]
-            votes = [prompt.parse(t, len(steps)) for t in texts]
-            winner, tie = majority_vote(votes)
-            tokens = result.prompt_tokens + result.generated_tokens
-            verdicts.append(JudgeVerdict(winner, votes, texts, tokens, tie))
-            stats.solutions += 1
-            stats.samples += len(votes)
-            stats.unparseable += votes.count(UNPARSEABLE)
-            stats.ties += tie
-            stats.undecided += winner is None
-            stats.tokens += tokens
-            kind = "none" if winner is None else "-1" if winner == -1 else "error"
-            stats.verdicts[kind] = stats.verdicts.get(kind, 0) + 1
+    for (_, steps), answer in zip(items, answers, strict=True):
+        if isinstance(answer, RequestRefused):
+            verdicts.append(JudgeVerdict(None, [], [], 0, refused=str(answer)))
+            stats.refused += 1
+            continue
+        texts = [c.text for c in answer.completions]
+        votes = [prompt.parse(t, len(steps)) for t in texts]
+        winner, tie = majority_vote(votes)
+        tokens = answer.prompt_tokens + answer.generated_tokens
+        verdicts.append(JudgeVerdict(winner, votes, texts, tokens, tie))
+        stats.solutions += 1
+        stats.samples += len(votes)
+        stats.unparseable += votes.count(UNPARSEABLE)
+        stats.ties += tie
+        stats.undecided += winner is None
+        stats.tokens += tokens
+        kind = "none" if winner is None else "-1" if winner == -1 else "error"
+        stats.verdicts[kind] = stats.verdicts.get(kind, 0) + 1
     return verdicts, stats
 
 
 def judge_records(
     engine: Engine, records: list[LabeledRecord], config: JudgeConfig, max_batch_requests: int
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
-    """Fill each record's judge fields in place; returns (judged records, rejected, its counters).
+    """The judge stage: (the judged rows, the rejected, its counters). The stage contract it shares with
+    verify (verify.verify_records): the input rows are not changed; the rows returned are copies with the
+    stage's fields filled.
 
     A record whose judge request the engine refused is rejected (stage "judge", "engine_refused").
     The judge's tokens are added to the row's `tokens` (what labeling this row cost).
@@ -170,10 +189,14 @@ def judge_records(
                 reject(record.id, record.problem_id, record.source, "judge", "engine_refused", verdict.refused, row)
             )
             continue
-        kept.append(record)
-        record.judge_first_error = verdict.first_error
-        record.judge_votes = verdict.votes
-        record.judge_prompt_version = config.prompt_version
-        record.judge_model = engine.model_name
-        record.tokens += verdict.tokens
+        kept.append(
+            replace(
+                record,
+                judge_first_error=verdict.first_error,
+                judge_votes=verdict.votes,
+                judge_prompt_version=config.prompt_version,
+                judge_model=engine.model_name,
+                tokens=record.tokens + verdict.tokens,
+            )
+        )
     return kept, rejected, stats

@@ -8,12 +8,14 @@ load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ verify ─�
              through the same scheduler, so a problem's annotators start as soon as its solutions are
              back and the engine never drains between the two
 4 judge      an LLM judge names each row's first error (judge.py; only with a `judge` section)
-5 consensus  keep the rows where MC and the judge agree, reject the others (consensus.py)
+5 consensus  keep the rows the rollouts and the judge support, completing their labels (consensus.py)
 6 verify     verification chains for the kept rows, kept where they agree with the labels (verify.py;
              only with a `verify` section; it adds columns to rows, never drops one)
 7 check      every problem ends as rows or a rejection with a reason, or the shard is not written
 
-Each stage returns what it kept, what it rejected and its counters; `ShardStats` gathers them.
+Each stage returns what it kept, what it rejected and its counters; `ShardStats` gathers them. Judge and
+verify share one contract (their input rows unchanged, copies returned; a section without its engine is a
+config error) and one request loop (judge.ask).
 Plain Python: the Prefect flow (flows/synthesize.py) only schedules shards and writes them.
 """
 
@@ -28,7 +30,7 @@ from typing import Any
 
 from prm_synth.annotate.labeler import Progress, make_labeler, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
-from prm_synth.config import PipelineConfig
+from prm_synth.config import ConfigError, PipelineConfig
 from prm_synth.consensus import apply_consensus
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.judge import judge_records
@@ -81,8 +83,8 @@ def process_shard(
     sampled = labeled.sampled
     clock.lap("sample_and_label")
     judged, judge_rejected, judge_stats = (
-        judge_records(judge_engine, labeled.records, config.judge, config.run.max_batch_requests)
-        if config.judge is not None and judge_engine is not None
+        judge_records(_engine_for("judge", judge_engine), labeled.records, config.judge, config.run.max_batch_requests)
+        if config.judge is not None
         else (labeled.records, [], None)
     )
     clock.lap("judge")
@@ -94,9 +96,10 @@ def process_shard(
     clock.lap("consensus")
     verify_stats: VerifyStats | None = None
     if config.verify is not None:
-        if verify_engine is None:  # a caller's bug: rows would silently lack the chains the config asks for
-            raise ValueError("the config has a verify section, but no verify engine was given")
-        verify_stats = verify_records(verify_engine, records, config.verify, config.run.max_batch_requests)
+        engine_for_verify = _engine_for("verify", verify_engine)
+        records, _, verify_stats = verify_records(
+            engine_for_verify, records, config.verify, config.run.max_batch_requests
+        )
         clock.lap("verify")
 
     rejected = load_rejected + sampled.rejected + labeled.rejected + judge_rejected + consensus_rejected
@@ -200,6 +203,14 @@ def check_not_all_refused(records: list[Any], rejected: list[Any]) -> None:
         f"the engine refused every request ({problems} problem(s), no row made): {reason}; fix the server "
         "(or the config) and run the same command again: refused problems are redone"
     )
+
+
+def _engine_for(stage: str, engine: Engine | None) -> Engine:
+    """A stage the config asks for runs on its engine; none given is a config error, never a skipped stage
+    (rows would silently lack what the config promises)."""
+    if engine is None:
+        raise ConfigError(f"the config has a {stage} section, but no {stage} engine was given")
+    return engine
 
 
 def check_nothing_lost(problems: list[Problem], records: list[LabeledRecord], rejected: list[RejectedRecord]) -> int:

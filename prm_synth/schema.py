@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 import pyarrow as pa
 
 # Where a step's label came from (see annotate/annotation.py for each meaning).
-LabelSource = Literal["mc", "verdict", "test", "inferred", "none"]
+LabelSource = Literal["mc", "verdict", "test", "inferred", "consensus", "none"]
 LABEL_SOURCES: tuple[str, ...] = get_args(LabelSource)
 # The stage of the data flow at which an input or a row was rejected.
 Stage = Literal["load", "sample", "split", "annotate", "judge", "consensus", "write"]
@@ -276,6 +276,15 @@ class ConsensusStats:
     rejected: int = 0
     agree: int = 0
     judged: int = 0
+    completed: int = 0  # kept rows whose labels the judge's index completed or changed (label source "consensus")
+    ties_broken: int = 0  # rows whose tied votes the rollouts' evidence decided
+    # The judge's accuracy measured in the run (consensus.JudgeAccuracy): its readable votes on rows whose
+    # first error the rollouts pinned (p_good >= 0.99 before, <= 0.01 at it), and on rows they found clean.
+    pinned_votes: int = 0
+    pinned_named: int = 0  # of those, votes naming the pinned step
+    pinned_missed: int = 0  # of those, votes saying -1
+    clean_votes: int = 0
+    clean_said_clean: int = 0  # of those, votes saying -1
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     agreement: dict[str, int] = field(default_factory=dict)  # "mc=i,judge=j" -> rows (judge=none: no verdict)
     by_source: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> rows, kept, rejected, agree
@@ -285,11 +294,34 @@ class ConsensusStats:
         return {
             "kept_fraction": self.kept / self.rows if self.rows else None,
             "agree_fraction_of_judged": self.agree / self.judged if self.judged else None,
+            "judge_recall_pinned": self.pinned_named / self.pinned_votes if self.pinned_votes else None,
+            "judge_clean_rate": self.clean_said_clean / self.clean_votes if self.clean_votes else None,
             "by_source": {
                 src: {"kept_fraction": s["kept"] / s["rows"] if s.get("rows") else None}
                 for src, s in self.by_source.items()
             },
         }
+
+    def judge_accuracy_text(self) -> str:
+        """The judge's measured accuracy in words (summary, `inspect`, card)."""
+        parts = []
+        if self.pinned_votes:
+            parts.append(
+                f"names the pinned error in {self.pinned_named / self.pinned_votes:.1%} of {self.pinned_votes} votes"
+            )
+        if self.clean_votes:
+            parts.append(
+                f"says -1 in {self.clean_said_clean / self.clean_votes:.1%} of {self.clean_votes} votes on clean rows"
+            )
+        return ", ".join(parts) or "not measured (no row's first error pinned by the rollouts)"
+
+    def kept_text(self) -> str:
+        """What consensus kept and did, in words."""
+        share = f" ({self.kept / self.rows:.1%})" if self.rows else ""
+        return (
+            f"{self.kept} of {self.rows}{share}; {self.completed} completed or relabeled by the judge, "
+            f"{self.ties_broken} tied votes decided by the rollouts"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The counts with the fractions (the run summary's `consensus`)."""

@@ -36,17 +36,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prm_synth.annotate.calibration import confident_labels
 from prm_synth.config import VerifyConfig
 from prm_synth.consensus import agrees
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, RequestRefused, SamplingOptions
-from prm_synth.engines.stream import stream_for
 from prm_synth.grading import last_boxed
-from prm_synth.judge import UNPARSEABLE, JudgePrompt
+from prm_synth.judge import UNPARSEABLE, JudgePrompt, ask
 from prm_synth.prompts import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_SYSTEM, render_verify_prompt
-from prm_synth.schema import ChainDropReason, LabeledRecord, VerifyStats
+from prm_synth.schema import ChainDropReason, LabeledRecord, RejectedRecord, VerifyStats
 
 MAX_CHAIN_CHARS = 100_000
 
@@ -175,49 +174,54 @@ def judge_chain(completion: Completion, record: LabeledRecord, config: VerifyCon
 
 def verify_records(
     engine: Engine, records: list[LabeledRecord], config: VerifyConfig, max_batch_requests: int
-) -> VerifyStats:
-    """Sample `votes` chains per row, keep those that agree with its labels; fills the rows' verify fields.
+) -> tuple[list[LabeledRecord], list[RejectedRecord], VerifyStats]:
+    """The verify stage: sample `votes` chains per row, keep those that agree with its labels. Returns
+    (the rows with their verify fields filled, the rejected, its counters) under the stage contract of
+    judge.judge_records: the input rows are not changed, the rows returned are copies. This stage never
+    rejects a row (the list is empty): a row whose chains all went keeps why in `verify_dropped`.
 
-    Requests go through the engine's stream like the judge's: a request the engine refuses costs its
-    row its chains (each dropped as `engine_refused`), never the row or the shard. The verifier's
-    tokens are added to the row's `tokens` (what making this row cost)."""
-    stats = VerifyStats()
+    Requests go through judge.ask, the judge's request loop: a request the engine refuses costs its row
+    its chains (each dropped as `engine_refused`), never the row or the shard. The verifier's tokens are
+    added to the row's `tokens` (what making this row cost)."""
+    answers, calls = ask(engine, verify_requests(records, config), max_batch_requests, "verify")
+    stats = VerifyStats(engine_calls=calls)
     dropped: Counter[str] = Counter()
-    requests = verify_requests(records, config)
-    stream = stream_for(engine)
-    for start in range(0, len(requests), max_batch_requests):
-        futures = stream.submit_all(requests[start : start + max_batch_requests])
-        stream.wait(futures, all_of=True)
-        stats.engine_calls += 1
-        for record, future in zip(records[start : start + len(futures)], futures, strict=True):
-            record.verify_chains, record.verify_dropped = [], []
-            record.verify_model, record.verify_prompt_version = engine.model_name, config.prompt_version
-            stats.rows += 1
-            stats.chains += config.votes
-            error = future.exception()
-            if isinstance(error, RequestRefused):
-                record.verify_dropped = [{"reason": "engine_refused", "detail": str(error)}] * config.votes
-                dropped["engine_refused"] += config.votes
-                stats.refused += 1
-                continue
-            result = future.result()  # any other engine error fails the shard
-            if len(result.completions) != config.votes:
-                raise RuntimeError(f"verify engine returned {len(result.completions)} chains, asked {config.votes}")
-            for completion in result.completions:
+    out: list[LabeledRecord] = []
+    for record, answer in zip(records, answers, strict=True):
+        stats.rows += 1
+        stats.chains += config.votes
+        chains: list[str] = []
+        drops: list[dict[str, str]] = []
+        tokens = 0
+        if isinstance(answer, RequestRefused):
+            drops = [{"reason": "engine_refused", "detail": str(answer)} for _ in range(config.votes)]
+            dropped["engine_refused"] += config.votes
+            stats.refused += 1
+        else:
+            for completion in answer.completions:
                 _, agreement = judge_chain(completion, record, config)
                 stats.steps_compared += agreement.compared
                 stats.steps_agreed += agreement.agreed
                 if agreement.keep:
-                    record.verify_chains.append(completion.text)
+                    chains.append(completion.text)
                     stats.chain_tokens_kept += completion.generated_tokens
                 else:
                     assert agreement.reason is not None
-                    record.verify_dropped.append({"reason": agreement.reason, "detail": agreement.detail or ""})
+                    drops.append({"reason": agreement.reason, "detail": agreement.detail or ""})
                     dropped[agreement.reason] += 1
-            tokens = result.prompt_tokens + result.generated_tokens
-            record.tokens += tokens
-            stats.rows_with_chain += bool(record.verify_chains)
-            stats.kept += len(record.verify_chains)
+            tokens = answer.prompt_tokens + answer.generated_tokens
+            stats.rows_with_chain += bool(chains)
+            stats.kept += len(chains)
             stats.tokens += tokens
+        out.append(
+            replace(
+                record,
+                verify_chains=chains,
+                verify_dropped=drops,
+                verify_model=engine.model_name,
+                verify_prompt_version=config.prompt_version,
+                tokens=record.tokens + tokens,
+            )
+        )
     stats.dropped_by_reason = dict(dropped)
-    return stats
+    return out, [], stats

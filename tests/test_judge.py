@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth import arithmetic
-from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, VLLMConfig
+from prm_synth.config import JudgeConfig, JudgeErrorProfile, SimulatedJudgeConfig, VLLMConfig
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, GenerationResult
 from prm_synth.engines.simulated import SimulatedJudge
@@ -167,8 +167,11 @@ def test_judge_records_fills_fields_and_batches():
     # 3 samples each, cycled: record 0 gets [1, 1, garbage], record 1 [-1, 1, 1], ...
     engine = ScriptedEngine(["\\boxed{1}", "\\boxed{1}", "no idea", "\\boxed{-1}"])
     config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=3, temperature=0.3, max_tokens=77)
+    before = [r.to_row() for r in records]
     kept, rejected, stats = judge_records(engine, records, config, max_batch_requests=2)
-    assert kept == records and rejected == []
+    assert [r.to_row() for r in records] == before  # the stage contract: its input rows are not changed
+    assert [r.id for r in kept] == [r.id for r in records] and rejected == []
+    records = kept
     assert [len(c) for c in engine.calls] == [2, 2, 1]  # all records, in chunks of the batch size
     req = engine.calls[0][0]
     assert req.n == 3 and req.sampling.temperature == 0.3 and req.sampling.max_tokens == 77
@@ -250,6 +253,74 @@ def test_simulated_judge_is_deterministic_and_batch_independent():
     assert four.completions[2:] == last_two.completions
 
 
+def _lucky_solutions(count: int, seed: int = 0) -> list[tuple[str, list[str], int]]:
+    """Solutions with a wrong step whose last (false) equation still lands on the gold answer."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        problem = arithmetic.generate(rng, 3, 8)
+        err = rng.randrange(len(problem.ops) - 1)
+        v, steps = problem.start, []
+        for j, (op, b) in enumerate(problem.ops):
+            c = arithmetic.apply(v, op, b) if op != "÷" else v // b
+            c += 1 if j == err else 0
+            c = problem.values()[-1] if j == len(problem.ops) - 1 else c
+            steps.append(arithmetic.equation_text(v, op, b, c) + "\n")
+            v = c
+        out.append((problem.question(), steps, arithmetic.true_first_error(steps)))
+    return out
+
+
+def _right_answer(question: str, steps: list[str]) -> bool:
+    problem = arithmetic.parse_question(question)
+    assert problem is not None
+    return arithmetic.last_value("".join(steps)) == problem.values()[-1]
+
+
+def _votes(profile: JudgeErrorProfile, items: list[tuple[str, list[str], int]]) -> list[tuple[int, int, int]]:
+    judge = SimulatedJudge(SimulatedJudgeConfig(errors=profile, seed=5))
+    config = JudgeConfig(engine=judge.config, samples=2)
+    verdicts, _ = judge_solutions(judge, [(q, s) for q, s, _ in items], config, max_batch_requests=500)
+    return [(v, t, len(s)) for (_, s, t), verdict in zip(items, verdicts, strict=True) for v in verdict.votes]
+
+
+def test_an_error_profile_misses_the_errors_a_right_answer_hides():
+    profile = JudgeErrorProfile(recall_wrong_answer=1.0, recall_right_answer=0.0)
+    wrong = [it for it in _chain_solutions(300) if it[2] >= 0 and not _right_answer(it[0], it[1])]
+    assert len(wrong) > 100
+    assert all(v == t for v, t, _ in _votes(profile, wrong))  # wrong answers: every error named
+    lucky = _lucky_solutions(100)
+    assert all(t >= 0 and _right_answer(q, s) for q, s, t in lucky)
+    assert all(v == -1 for v, _, _ in _votes(profile, lucky))  # right answers: every error missed
+
+
+def test_an_error_profile_errs_at_its_rates():
+    items = _chain_solutions(1500, seed=2)
+    votes = _votes(JudgeErrorProfile(recall_wrong_answer=0.7, recall_right_answer=0.7, false_alarm=0.2), items)
+    on_errors = [v for v, t, _ in votes if t >= 0]
+    on_clean = [v for v, t, _ in votes if t == -1]
+    assert abs(sum(v != -1 for v in on_errors) / len(on_errors) - 0.7) < 0.04
+    assert all(v in (-1, t) for v, t, _ in votes if t >= 0)  # no off-by: a flag is the true step
+    assert abs(sum(v != -1 for v in on_clean) / len(on_clean) - 0.2) < 0.05
+    assert all(-1 <= v < n for v, _, n in votes)
+
+
+def test_an_error_profile_names_steps_off_by_at_most_its_offset_and_garbles_answers():
+    items = [it for it in _chain_solutions(300, seed=4) if it[2] >= 0]
+    votes = _votes(JudgeErrorProfile(recall_wrong_answer=1.0, recall_right_answer=1.0, off_by=1.0, max_offset=1), items)
+    assert all(abs(v - t) == 1 for v, t, n in votes if n > 1)
+    garbled = _votes(JudgeErrorProfile(format_failure=1.0), items)
+    assert {v for v, _, _ in garbled} == {UNPARSEABLE}
+
+
+def test_a_simulated_judge_takes_accuracy_or_an_error_profile_not_both():
+    with pytest.raises(ValueError, match="not both"):
+        SimulatedJudgeConfig(accuracy=0.9, errors=JudgeErrorProfile())
+    assert SimulatedJudgeConfig(errors={"off_by": 0.1}).errors.off_by == 0.1
+
+
 def test_simulated_judge_cannot_read_foreign_prompts():
     (result,) = SimulatedJudge().generate([GenerationRequest(user="What is 2 + 2?", n=2)])
     assert all(parse_judge_answer(c.text, 5) == UNPARSEABLE for c in result.completions)
@@ -278,5 +349,22 @@ def test_demo_model_judges_fixture_samples_end_to_end(demo_judge_engine):
     json.dumps(predictions)  # the prediction file is plain JSON
     # and through judge_records, as the pipeline calls it
     record = make_record("q0-s0", samples[0].problem, samples[0].steps)
-    judge_records(demo_judge_engine, [record], config, max_batch_requests=8)
+    (record,), _, _ = judge_records(demo_judge_engine, [record], config, max_batch_requests=8)
     assert record.judge_model == "smollm2-135m-instruct" and len(record.judge_votes) == 2
+
+
+def test_an_error_profile_is_hashed_and_its_absence_is_not():
+    from prm_synth.config import validate_config
+
+    base = {
+        "problems": {"kind": "builtin", "count": 2},
+        "policy": {"kind": "simulated"},
+        "judge": {"engine": {"kind": "simulated-judge"}},
+    }
+    plain = validate_config(base).fingerprint()
+    assert (
+        validate_config(base | {"judge": {"engine": {"kind": "simulated-judge", "errors": None}}}).fingerprint()
+        == plain
+    )
+    profiled = base | {"judge": {"engine": {"kind": "simulated-judge", "errors": {"off_by": 0.1}}}}
+    assert validate_config(profiled).fingerprint() != plain

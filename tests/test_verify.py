@@ -248,7 +248,13 @@ def test_a_refused_verify_request_costs_its_row_the_chains_only():
                 raise RequestRefused("HTTP 400: verify prompt too long")
             return super().generate(requests)
 
-    stats = verify_records(RefusingJudge(config.verify.engine), rows, config.verify, max_batch_requests=4)
+    before = [r.to_row() for r in rows]
+    out, rejected, stats = verify_records(
+        RefusingJudge(config.verify.engine), rows, config.verify, max_batch_requests=4
+    )
+    assert [r.to_row() for r in rows] == before and rejected == []  # the stage contract: inputs unchanged
+    hit = [r for r in out if render_verify_prompt(r.question, r.steps) == victim]
+    rows = out
     for r in hit:
         assert r.verify_chains == [] and [d["reason"] for d in r.verify_dropped] == ["engine_refused"] * 3
     assert stats.dropped_by_reason["engine_refused"] == 3 * len(hit) and stats.refused == len(hit)
@@ -274,11 +280,18 @@ def test_without_a_verify_section_rows_and_fingerprint_are_as_before():
     assert out.stats.verify is None and "verify" not in out.stats.seconds
 
 
-def test_a_verify_section_without_an_engine_is_refused():
+def test_a_judge_or_verify_section_without_its_engine_is_a_config_error_for_both():
+    from prm_synth.config import ConfigError
+
     config = verifier_config()
     shard = next(iter_shards(config, limit=2))
-    with pytest.raises(ValueError, match="verify engine"):
+    with pytest.raises(ConfigError, match="verify engine"):
         process_shard(build_engine(config.policy), config, shard, config.fingerprint())
+    judged = validate_config(
+        config.model_dump(mode="json") | {"verify": None, "judge": {"engine": {"kind": "simulated-judge"}}}
+    )
+    with pytest.raises(ConfigError, match="judge engine"):  # never a silently skipped judge
+        process_shard(build_engine(judged.policy), judged, shard, judged.fingerprint())
 
 
 def test_verify_stats_sum_and_read_back_from_older_markers():
@@ -407,7 +420,7 @@ def test_the_demo_model_writes_chains_that_are_kept_or_dropped_with_reasons(demo
         r.question = "Tom has 3 apples and buys 4 more. How many apples does he have?"
     records[0].steps = ["Tom starts with 3 apples.\n", "He buys 4 more: 3 + 4 = 7.\n", "So he has 8 apples."]
     records[1].steps = ["3 + 4 = 7.\n", "The answer is 7."]
-    stats = verify_records(demo_vllm_engine, records, config, max_batch_requests=8)  # the shared engine (conftest)
+    records, _, stats = verify_records(demo_vllm_engine, records, config, max_batch_requests=8)  # shared engine
     assert stats.rows == 2 and stats.chains == 4 and stats.engine_calls == 1 and stats.tokens > 0
     assert stats.kept + sum(stats.dropped_by_reason.values()) == 4
     assert set(stats.dropped_by_reason) <= set(CHAIN_DROP_REASONS)

@@ -66,7 +66,7 @@ def _print_summary(summary: RunSummary) -> None:
         ),
         ("bad step fraction", summary.labels.get("bad_step_fraction")),
         *(
-            [("kept by consensus", f"{c.kept} of {c.rows} ({c.kept / c.rows:.1%})")]
+            [("kept by consensus", c.kept_text()), ("judge accuracy", c.judge_accuracy_text())]
             if (c := summary.consensus) and c.rows
             else []
         ),

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from prm_synth import arithmetic
-from prm_synth.config import SimulatedJudgeConfig, SimulatedPolicyConfig
+from prm_synth.config import JudgeErrorProfile, SimulatedJudgeConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
 from prm_synth.prompts import parse_judge_prompt, parse_verify_prompt, render_chain_step
 
@@ -263,14 +263,22 @@ class SimulatedJudge(_SimulatedEngine):
     """A judge engine that knows the truth: an instrument for measuring the consensus and verify filters.
 
     It reads its own prompt back, recomputes the true first error from the step text
-    (arithmetic.true_first_error), and names it with probability `accuracy`; otherwise it names
-    another index in [-1, len(steps) - 1], uniformly. Each sample's randomness comes from
-    (seed, prompt, sample index), so batching and order change nothing and re-runs repeat.
+    (arithmetic.true_first_error), and errs by one of two models:
+    - uniform (`accuracy`): names the truth with probability `accuracy`, else another index in
+      [-1, len(steps) - 1], uniformly, whatever the solution;
+    - an error profile (`errors`, config.JudgeErrorProfile), the way judges err on ProcessBench: on a
+      solution with an error it flags one with a recall that depends on whether the final answer is right
+      anyway (a miss says -1, so with a low `recall_right_answer` its misses fall where rollouts are blind
+      too), names a step 1..`max_offset` off with `off_by`; on a clean solution it raises a false alarm at
+      a uniform step with `false_alarm`; with `format_failure` it answers without a readable box.
+    Each sample's randomness comes from (seed, prompt, sample index), so batching and order change
+    nothing and re-runs repeat.
 
     Asked with the verifier prompt (prompts.render_verify_prompt), it writes a verification chain
     with the same error model: every step up to the index it names checked and found correct, that
-    step found incorrect, and there it stops (-1: every step correct). A chain longer than the
-    request's `max_tokens` words is cut there and ends with finish reason "length", as a model's would.
+    step found incorrect, and there it stops (-1: every step correct); a format failure is a chain
+    whose last step has no verdict. A chain longer than the request's `max_tokens` words is cut there
+    and ends with finish reason "length", as a model's would.
     """
 
     def __init__(self, config: SimulatedJudgeConfig | None = None) -> None:
@@ -282,7 +290,7 @@ class SimulatedJudge(_SimulatedEngine):
     def _sampler(self, req: GenerationRequest) -> Callable[[random.Random], str]:
         chain_of = parse_verify_prompt(req.user)
         if chain_of is not None:
-            return partial(self._chain, chain_of[1])
+            return partial(self._chain, *chain_of)
         return partial(self._answer, parse_judge_prompt(req.user))
 
     def _completion(self, req: GenerationRequest, text: str) -> Completion:
@@ -292,15 +300,32 @@ class SimulatedJudge(_SimulatedEngine):
         end = list(itertools.islice(re.finditer(r"\S+", text), limit))[-1].end()
         return Completion(text[:end], limit, "length")
 
-    def _named_error(self, steps: list[str], rng: random.Random) -> int:
-        """The true first error with probability `accuracy`, else another index in [-1, len(steps) - 1]."""
+    def _named_error(self, question: str, steps: list[str], rng: random.Random) -> int | None:
+        """The index this sample names (-1: no error), or None for an answer it garbles."""
         truth = arithmetic.true_first_error(steps)
-        if rng.random() < self.config.accuracy:
-            return truth
-        return rng.choice([i for i in range(-1, len(steps)) if i != truth])
+        profile = self.config.errors
+        if profile is None:
+            if rng.random() < self.config.accuracy:
+                return truth
+            return rng.choice([i for i in range(-1, len(steps)) if i != truth])
+        if rng.random() < profile.format_failure:
+            return None
+        if truth < 0:
+            return rng.randrange(len(steps)) if rng.random() < profile.false_alarm else -1
+        recall = profile.recall_right_answer if _right_answer(question, steps) else profile.recall_wrong_answer
+        if rng.random() >= recall:
+            return -1  # a miss: "every step is right"
+        if rng.random() < profile.off_by:
+            off = [truth + d for d in range(-profile.max_offset, profile.max_offset + 1) if d]
+            off = [i for i in off if 0 <= i < len(steps)]
+            if off:
+                return rng.choice(off)
+        return truth
 
-    def _chain(self, steps: list[str], rng: random.Random) -> str:
-        named = self._named_error(steps, rng)
+    def _chain(self, question: str, steps: list[str], rng: random.Random) -> str:
+        named = self._named_error(question, steps, rng)
+        garbled = named is None
+        named = -1 if named is None else named
         last = named if named >= 0 else len(steps) - 1
         lines = []
         for i, step in enumerate(steps[: last + 1]):
@@ -308,12 +333,44 @@ class SimulatedJudge(_SimulatedEngine):
             lines.append(
                 render_chain_step(i + 1, f"The step states: {step.strip()} Recomputing it, {finding}.", i != named)
             )
+        if garbled:  # the last step's verdict is lost: the chain does not parse
+            lines[-1] = lines[-1].rsplit(" \\boxed", 1)[0] + " I think so."
         return "\n".join(lines)
 
     def _answer(self, parsed: tuple[str, list[str]] | None, rng: random.Random) -> str:
         if parsed is None:
             return "I cannot read this solution."
-        index = self._named_error(parsed[1], rng)
+        index = self._named_error(parsed[0], parsed[1], rng)
+        if index is None:
+            return "The arithmetic looks mostly fine to me, though one paragraph may be off."
         if index == -1:
             return "Every paragraph's arithmetic checks out.\n\n\\boxed{-1}"
         return f"The arithmetic in paragraph {index} is wrong.\n\n\\boxed{{{index}}}"
+
+
+# Judges the benchmarks measure consensus and verification against (benchmarks/consensus_quality.py,
+# benchmarks/verifier_data.py): always right; the uniform errors of earlier versions; errors like those
+# ProcessBench measures (misses more often when the final answer is right, a step or two off, false
+# alarms, unreadable answers); and one whose misses fall where the rollouts are blind too.
+JUDGE_PROFILES: dict[str, SimulatedJudgeConfig] = {
+    "oracle": SimulatedJudgeConfig(accuracy=1.0),
+    "uniform-0.8": SimulatedJudgeConfig(accuracy=0.8),
+    "realistic": SimulatedJudgeConfig(
+        errors=JudgeErrorProfile(
+            recall_wrong_answer=0.85, recall_right_answer=0.6, off_by=0.1, false_alarm=0.1, format_failure=0.05
+        )
+    ),
+    "blind-spot": SimulatedJudgeConfig(
+        errors=JudgeErrorProfile(
+            recall_wrong_answer=0.85, recall_right_answer=0.1, off_by=0.1, false_alarm=0.1, format_failure=0.05
+        )
+    ),
+}
+
+
+def _right_answer(question: str, steps: list[str]) -> bool:
+    """Whether the solution's last equation lands on the gold answer (False when either is unknown)."""
+    problem = arithmetic.parse_question(question)
+    if problem is None:
+        return False
+    return arithmetic.last_value("\n".join(steps)) == problem.values()[-1]

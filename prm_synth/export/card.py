@@ -154,6 +154,8 @@ SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's
     "test": "measured by rollouts and decided by the search's statistical test (a posterior or a sequential test)",
     "inferred": "inferred by the search from the probes around it",
     "verdict": "the solution's own final grade (right answer: every step good)",
+    "consensus": "set by the consensus stage from the judge's first error, where the rollouts left it open "
+    "(or, under `judge-only` and `soft`, where the policy's first error differs from the rollouts')",
     "none": "not measured",
 }
 
@@ -520,7 +522,9 @@ def render_card(
         "placeholder": marker.placeholder,
         "quality": label_quality(dataset_dir, config, max((ex.min_confidence for ex in exports), default=0.0)),
         # consensus figures only where a consensus filter ran (0 of 0 would read as a result)
-        "consensus": summary.consensus.as_dict() if summary.consensus and config.get("consensus") else None,
+        "consensus": summary.consensus.as_dict() | {"judge_accuracy": summary.consensus.judge_accuracy_text()}
+        if summary.consensus and config.get("consensus")
+        else None,
         "cost": {
             k: "n/a" if cost is None else f"{cost:.1f}"
             for k, cost in (
