@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from prm_synth.errors import PrmSynthError
 from prm_synth.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
-from prm_synth.schema import BinarySearchTestName, SearchTestName
+from prm_synth.schema import SearchTestName
 
 # Bounds that keep a typo from starting a run that never ends (k: 1000000000 was accepted once).
 MAX_ROLLOUTS = 4096  # rollouts per probe
@@ -268,17 +268,13 @@ class SequentialTestConfig(Strict):
         return self
 
 
-class CalibratedSearchConfig(Strict):
-    """search_test calibrated (annotate/calibration.py): a posterior over the first error, with the
-    luck rate and the problems' difficulty estimated from the run's own rollouts. A step is labeled
-    only when the posterior says so with at least `confidence`; a solution's search stops at
-    `calibrated_max_rollouts`, or when no probe is expected to remove `calibrated_min_gain` bits of
-    label uncertainty per rollout (the steps left stay unlabeled, with the reason). In OmegaPRM's
-    bisection the same posterior decides each prefix, `probe_batch` rollouts at a time."""
+class PosteriorConfig(Strict):
+    """search_test changepoint (annotate/changepoint.py): a change-point posterior over the first
+    error gives every step its probability of being still correct (p_good); a step is labeled only
+    when it says so with at least `confidence` (the steps left stay unlabeled, with the reason). In
+    OmegaPRM's bisection the same posterior decides each prefix, `probe_batch` rollouts at a time."""
 
     confidence: float = Field(0.9, gt=0.5, lt=1.0)
-    calibrated_max_rollouts: int = Field(96, ge=1, le=MAX_ROLLOUTS)
-    calibrated_min_gain: float = Field(0.02, ge=0.0)
 
 
 class MCConfig(Strict):
@@ -289,7 +285,7 @@ class MCConfig(Strict):
     stop_at_first_zero: bool = False  # stop probing after the first prefix with MC 0
 
 
-class BinaryConfig(SequentialTestConfig, CalibratedSearchConfig):
+class BinaryConfig(SequentialTestConfig, PosteriorConfig):
     """Binary search for the first error, each prefix decided by a test.
 
     search_test fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule);
@@ -300,14 +296,14 @@ class BinaryConfig(SequentialTestConfig, CalibratedSearchConfig):
     # The default (benchmarks/fidelity.py, README "Which annotate method"): changepoint keeps label
     # precision about 0.9 or more across the benchmark's worlds (a hard step, luck per problem or up to
     # 0.6, ungradable rollouts, step drift), labelling less where the evidence is weak, at 31-53 rollouts.
-    search_test: BinarySearchTestName = "changepoint"
+    search_test: SearchTestName = "changepoint"
     # search_test changepoint (annotate/changepoint.py): rollouts a solution may take at most
     changepoint_max_rollouts: int = Field(56, ge=1, le=MAX_ROLLOUTS)
     recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
 
 
-class OmegaConfig(SequentialTestConfig, CalibratedSearchConfig):
+class OmegaConfig(SequentialTestConfig, PosteriorConfig):
     """OmegaPRM (Luo et al. 2024) with the paper's defaults; lengths are measured in generated tokens."""
 
     method: Literal["omegaprm"]
@@ -319,12 +315,12 @@ class OmegaConfig(SequentialTestConfig, CalibratedSearchConfig):
     search_limit: int = Field(100, ge=1, le=100_000)  # selections (MCTS iterations) per question
     rollout_budget: int = Field(400, ge=1, le=1_000_000)  # hard cap on rollouts per question
     # How the bisection decides a prefix: `fixed` is the paper (k rollouts, MC > 0 good);
-    # `sprt` uses the sequential test (bad_rate / good_rate above).
+    # `sprt` uses the sequential test (bad_rate / good_rate above); `changepoint` the posterior.
     search_test: SearchTestName = "fixed"
     screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
 
 
-P_GOOD_TESTS = ("changepoint", "calibrated")  # the searches that estimate a per-step p_good
+P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
 AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
 
 
@@ -386,9 +382,8 @@ class PipelineConfig(Strict):
         # Without p_good no label reaches a threshold: every row would be rejected or left unlabeled.
         if self.labels.min_confidence > 0 and getattr(self.annotate, "search_test", None) not in P_GOOD_TESTS:
             raise ValueError(
-                f"labels.min_confidence needs per-step p_good, which only `search_test: changepoint` or "
-                f"`calibrated` estimates (annotate.method {self.annotate.method}): set min_confidence to 0 or "
-                "use one of those searches"
+                f"labels.min_confidence needs per-step p_good, which only `search_test: changepoint` "
+                f"estimates (annotate.method {self.annotate.method}): set min_confidence to 0 or use that search"
             )
         return self
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from prm_synth.annotate.calibration import confident_labels
+from prm_synth.annotate.labels import confident_labels
 from prm_synth.config import ConsensusConfig
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason
 

@@ -3,7 +3,10 @@ the model check, and rows that do not depend on how a run is executed."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,14 +18,17 @@ from prm_synth.annotate.changepoint import (
     Posterior,
     Priors,
     changepoint_search,
+    open_interval,
     pool_priors,
 )
 from prm_synth.annotate.labeler import make_labeler
+from prm_synth.annotate.labels import AFTER_ERROR, apply_rule, confident_labels, labels_from_posterior
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.config import validate_config
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems import iter_problems
 from prm_synth.schema import Problem
+from tests.test_search import drive  # answers probes by hand, from a success rate per step
 
 # A world that breaks the old model: one hard step, luck per problem, ungradable rollouts, step drift.
 MIXED = {
@@ -236,3 +242,99 @@ def test_solutions_of_one_problem_share_its_luck_and_each_prefix_counts_once():
     single = _annotation_with(ambiguous())  # the same shard (same pooled priors), but not siblings
     relabel([single, _annotation_with(ambiguous())], ChangepointSettings(), [("a", ["x"] * 8), ("b", ["x"] * 8)])
     assert twin.p_good == single.p_good
+
+
+# ------------------------------------------------------------------ localization and the label rules
+STEPS = [f"step {i}\n" for i in range(20)]
+
+
+def _world(rng: random.Random, n: int, p: float, q: float):
+    """A solution with a geometric clean curve: first error e (n: none), its verdict, prefix success rates."""
+    e = next((i for i in range(n) if rng.random() < p), n)
+    verdict = "correct" if e == n or rng.random() < q else "incorrect"
+
+    def rate(step: int) -> float:
+        return q + (1 - q) * (1 - p) ** (n - 1 - step) if step < e else q
+
+    return e, verdict, rate
+
+
+def _new_rollouts(asked: list[tuple[int, int]]) -> int:
+    """Rollouts a search asked for: a probe asks for a total, earlier rollouts count once."""
+    seen: dict[int, int] = {}
+    for step, k in asked:
+        seen[step] = max(k, seen.get(step, 0))
+    return sum(seen.values())
+
+
+def test_the_search_pins_a_clear_error_to_one_step():
+    # the error is clear (clean prefixes always reach the answer, bad ones never): whatever step it
+    # is on, the first bad label is on it and the step before it is labeled good
+    for error in (1, 6, 13, 18):
+        ann, asked, _ = drive(
+            changepoint_search(STEPS, "incorrect", ChangepointSettings()), lambda i, e=error: 1.0 if i < e else 0.0
+        )
+        labels = apply_rule(ann, "hard").labels
+        first_bad = labels.index(False)
+        assert first_bad == error and labels[error - 1] is True, (error, labels)
+        assert _new_rollouts(asked) <= ChangepointSettings().localize_max_rollouts
+
+
+def test_open_interval_lies_between_the_last_good_and_the_first_bad_label():
+    assert list(open_interval(np.array([0.99, 0.95, 0.6, 0.3, 0.05, 0.01]), 0.9)) == [2, 3, 4]
+    assert list(open_interval(np.array([0.99, 0.95, 0.05, 0.01]), 0.9)) == []  # pinned already
+    assert list(open_interval(np.array([0.6, 0.5, 0.3]), 0.9)) == []  # no bad label: nothing to pin
+    assert list(open_interval(np.array([0.6, 0.05]), 0.9)) == [0, 1]  # the question alone is clean
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 20), q=st.sampled_from([0.0, 0.05, 0.3]))
+def test_labels_are_consistent_the_budget_is_kept_and_every_rule_keeps_them(seed, n, q):
+    rng = random.Random(seed)
+    e, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), q)
+    cfg = ChangepointSettings(max_rollouts=24, localize_max_rollouts=40)
+    ann, asked, _ = drive(changepoint_search(STEPS[:n], verdict, cfg), rate, rng)
+    assert _new_rollouts(asked) <= 40
+    assert len(ann.p_good) == len(ann.unlabeled_reason) == n
+    assert all(np.diff(ann.p_good) <= 1e-9)
+    labels = apply_rule(ann, "hard").labels
+    for rule in ("majority", "relative"):
+        assert apply_rule(ann, rule).labels == labels
+    first_bad = next((i for i, x in enumerate(labels) if x is False), n)
+    assert all(x is True or x is None for x in labels[:first_bad])
+    assert all(x is None for x in labels[first_bad + 1 :])
+    for label, p, reason in zip(labels, ann.p_good, ann.unlabeled_reason, strict=True):
+        assert (label is None) == (reason is not None)
+        if label is not None:
+            assert (p if label else 1 - p) >= 0.9
+    if verdict == "incorrect":
+        assert ann.p_good[-1] == pytest.approx(0.0)
+
+
+def test_labels_follow_the_posterior_and_nothing_after_the_first_bad_step():
+    lab = labels_from_posterior([0.99, 0.95, 0.6, 0.05, 0.01], 0.9, "undecided_budget")
+    assert lab.labels == [True, True, None, False, None]
+    assert lab.reasons == [None, None, "undecided_budget", None, AFTER_ERROR]
+
+
+def test_confident_labels_keep_only_sure_ones():
+    labels = [True, True, False, None]
+    assert confident_labels(labels, [0.99, 0.8, 0.05, 0.01], 0.9) == [True, None, False, None]
+    assert confident_labels(labels, [0.99, 0.8, 0.2, 0.01], 0.9) == [True, None, None, None]
+    assert confident_labels(labels, None, 0.0) == labels
+    assert confident_labels(labels, None, 0.5) == [None] * 4
+    with pytest.raises(ValueError):
+        confident_labels(labels, [0.5], 0.9)
+    with pytest.raises(ValueError):
+        confident_labels(labels, [0.5] * 4, 1.5)
+
+
+@pytest.mark.parametrize("method", ["binary", "omegaprm"])
+def test_a_config_asking_for_the_removed_calibrated_search_gets_the_changepoint_search(method, caplog):
+    old = {"method": method, "search_test": "calibrated", "calibrated_max_rollouts": 24, "calibrated_min_gain": 0.1}
+    with caplog.at_level("WARNING"):
+        config = validate_config({**MIXED, "annotate": old})
+    assert config.annotate.search_test == "changepoint"
+    assert "calibrated was removed" in caplog.text and "calibrated_max_rollouts" in caplog.text
+    same = validate_config({**MIXED, "annotate": {"method": method, "search_test": "changepoint"}})
+    assert config.fingerprint() == same.fingerprint()

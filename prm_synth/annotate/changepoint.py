@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.calibration import (
+from prm_synth.annotate.labels import (
     AFTER_ERROR,
     UNDECIDED_BUDGET,
     UNDECIDED_UNINFORMATIVE,
@@ -332,16 +332,39 @@ def _log_comb(n: int, k: int) -> float:
     return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
-def best_probe(post: Posterior, priors: Priors, batch: int, room: int, cap: int) -> tuple[int, float]:
+def open_interval(p_good: np.ndarray, confidence: float) -> range:
+    """The prefixes whose probing can pin the first error to one step: those between the last step
+    labeled good and the first labeled bad (prefix j is clean iff the first error is at step j or
+    later). Empty when there is no bad label, or when the step before it is labeled good already."""
+    bad = np.flatnonzero(1.0 - p_good >= confidence)
+    if len(bad) == 0 or bad[0] == 0 or p_good[bad[0] - 1] >= confidence:
+        return range(0)
+    first_bad = int(bad[0])
+    good = np.flatnonzero(p_good[:first_bad] >= confidence)
+    last_good = int(good[-1]) if len(good) else -1
+    return range(last_good + 1, first_bad + 1)  # prefixes last_good+1 (clean-ish) .. first_bad
+
+
+def _spread(prefixes: range, most: int = 5) -> list[int]:
+    """At most `most` prefixes of an interval, its ends included and the rest evenly between."""
+    if len(prefixes) <= most:
+        return list(prefixes)
+    return sorted({prefixes[round(i * (len(prefixes) - 1) / (most - 1))] for i in range(most)})
+
+
+def best_probe(
+    post: Posterior, priors: Priors, batch: int, room: int, cap: int, extra: Sequence[int] = ()
+) -> tuple[int, float]:
     """(prefix j, expected bits of label uncertainty removed per rollout) of the best candidate probe;
-    every outcome of every candidate is scored in one batch."""
+    every outcome of every candidate is scored in one batch. `extra`: more candidate prefixes (the
+    open interval the search is pinning the first error in)."""
     ev = post.evidence
     n = ev.n
     b = min(batch, room)
     if b <= 0:
         return -1, 0.0
     p_clean = np.concatenate([[1.0], post.p_good[: n - 1]])  # P(prefix j clean) = P(e >= j)
-    candidates = {0, n - 1}
+    candidates = {0, n - 1, *extra}
     for level in (0.8, 0.5, 0.2):  # around the posterior's quartiles and median of the error
         first_below = int(np.searchsorted(-p_clean, -level))  # first prefix with P(clean) < level
         candidates |= {first_below - 1, first_below}
@@ -371,6 +394,11 @@ class ChangepointSettings:
     prefix_cap: int = 16  # graded rollouts one prefix may take
     min_gain: float = 0.01  # bits of label uncertainty a rollout must be expected to remove
     misfit_level: float = 0.01  # the predictive check's false-alarm rate for a solution the model fits
+    # while the first error is not pinned to one step: graded rollouts one prefix may take, and the
+    # bits a rollout must still be expected to remove
+    localize_cap: int = 32
+    localize_max_rollouts: int = 80  # the budget while the first error is not pinned (else max_rollouts)
+    localize_min_gain: float = 0.001
 
     @classmethod
     def of(cls, config: Any) -> ChangepointSettings:
@@ -395,12 +423,21 @@ def changepoint_search(
         if decided.all():
             stop = "decided"
             break
-        room = settings.max_rollouts - spent
+        # Pinning the first error to one step is worth more than the gain threshold says: the step
+        # where the error happens is the one a PRM most needs. While it is not pinned, the search
+        # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
+        interval = open_interval(post.p_good, settings.confidence)
+        room = (settings.localize_max_rollouts if interval else settings.max_rollouts) - spent
         if room <= 0:
             stop = UNDECIDED_BUDGET
             break
-        j, gain = best_probe(post, priors, settings.batch, room, settings.prefix_cap)
-        if j < 0 or gain < settings.min_gain:
+        j, gain = -1, 0.0
+        if spent < settings.max_rollouts:
+            j, gain = best_probe(post, priors, settings.batch, room, settings.prefix_cap)
+        if (j < 0 or gain < settings.min_gain) and interval:
+            j, gain = best_probe(post, priors, settings.batch, room, settings.localize_cap, _spread(interval))
+            gain = gain if gain >= settings.localize_min_gain else 0.0
+        if j < 0 or gain <= 0.0 or (gain < settings.min_gain and not interval):
             stop = UNDECIDED_UNINFORMATIVE
             break
         want = int(samples[j]) + min(settings.batch, room)

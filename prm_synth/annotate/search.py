@@ -1,12 +1,15 @@
 """Binary search for the first error (OmegaPRM's bisection), with a test per probe.
 
+With `search_test: changepoint` (the default) the search is `changepoint.changepoint_search`: it
+picks the most informative prefix to probe under a change-point posterior and pins the first error
+to one step. The bisection below serves `fixed` and `sprt`.
+
 Plain bisection decides each prefix with k rollouts and "MC > 0 means good"; one unlucky probe
-sends it the wrong way for good. Here each prefix is decided by the test of `prefix_test.py`
+sends it the wrong way for good. Here each prefix is decided by the test of `prefix_decision.py`
 (by default a sequential test: rollouts come a few at a time, and sampling stops as soon as the
 evidence is clear). The boundary found is then re-tested at half the error rate, and the search
 resumes on the side that failed the re-test. The full solution's verdict is known and never
-re-sampled. With the calibrated test the search is `calibration.calibrated_search` instead: it
-picks the most informative prefix to probe rather than bisecting.
+re-sampled.
 """
 
 from __future__ import annotations
@@ -14,11 +17,9 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.calibration import RunEstimates, calibrated_search
 from prm_synth.annotate.changepoint import changepoint_search
 from prm_synth.annotate.mc import per_step_mc
-from prm_synth.annotate.prefix_test import (
-    CalibratedTest,
+from prm_synth.annotate.prefix_decision import (
     ChangepointTest,
     FixedTest,
     SearchTest,
@@ -67,19 +68,14 @@ def binary_search(
     final_status: VerdictStatus,
     config: BinaryConfig,
     verify: bool = False,
-    estimates: RunEstimates | None = None,
-    key: str = "",
 ) -> Annotator[Annotation]:
-    """The binary method's annotator for one solution: `first_error_search` with the config's test.
-    With search_test calibrated, pass one RunEstimates to every solution of a run or shard."""
+    """The binary method's annotator for one solution: `first_error_search` with the config's test."""
     return first_error_search(
         steps,
         final_status,
         make_test(config),
         recheck=config.recheck,
         verify_k=config.k if verify else None,
-        estimates=estimates,
-        key=key,
     )
 
 
@@ -90,8 +86,6 @@ def first_error_search(
     *,
     recheck: bool,
     verify_k: int | None = None,
-    estimates: RunEstimates | None = None,
-    key: str = "",
     method: str = "binary",
 ) -> Annotator[Annotation]:
     """The first-error search for one solution, each prefix decided by `test`.
@@ -100,10 +94,6 @@ def first_error_search(
     trusted. `method` names the annotation's method."""
     if isinstance(test, ChangepointTest):
         ann = yield from changepoint_search(steps, final_status, test.settings)
-        ann.method = method
-        return ann
-    if isinstance(test, CalibratedTest):
-        ann = yield from calibrated_search(steps, final_status, test.settings, estimates, key)
         ann.method = method
         return ann
     n = len(steps)

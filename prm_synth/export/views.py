@@ -44,7 +44,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prm_synth.annotate.calibration import confident_labels
+from prm_synth.annotate.labels import confident_labels
 from prm_synth.prompts import VERIFY_SYSTEM, render_verify_prompt
 from prm_synth.shards import iter_tables
 from prm_synth.verify import parse_chain
