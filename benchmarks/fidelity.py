@@ -26,6 +26,9 @@ exact grading, one step per line, independent rollouts); the first is the model'
   right after the error looks almost clean).
 - correlated: all rollouts of one prefix share a factor exp(0.7 z), z ~ N(0, 1), on their step error
   and the odds of their luck (overdispersed counts); luck 0.15.
+- repair: the policy repairs an early slip (first half of the chain) on the next step with chance 0.5,
+  in its sampled solution and in rollouts alike: a solution can hold a wrong step and still end on the
+  gold answer, and prefixes after the repair look clean (step error 0.03-0.2, luck 0.05).
 - mixed: one hard step (0.4, 0.03 elsewhere), luck per problem 0-0.5, 10 % ungradable and 10 %
   step drift at once.
 
@@ -97,6 +100,7 @@ WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
     "lengths": ({"step_error_range": (0.01, 0.1), "recover": 0.1}, (3, 40)),
     "recent_luck": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "recent_recover": 0.4}, (10, 20)),
     "correlated": ({"step_error_range": (0.03, 0.2), "recover": 0.15, "correlation": 0.7}, (10, 20)),
+    "repair": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "repair": 0.5}, (10, 20)),
     "mixed": (
         {
             "step_error": 0.03,

@@ -129,6 +129,11 @@ class SimulatedPolicyConfig(Strict):
     # Luck that depends on where the prefix ends: a continuation of a wrong prefix also notices and
     # fixes the error with probability recent_recover * 0.5 ** d, d = steps written after the error.
     recent_recover: float = Field(0.0, ge=0.0, le=1.0)
+    # Repaired slips: a fresh error in the first half of the chain is noticed and repaired on the next
+    # step with this probability (the wrong equation stays in the text, the chain goes on from the right
+    # value), so a solution can hold a wrong step and still end on the gold answer. A continuation of a
+    # prefix that ends on such a slip repairs it at the same rate.
+    repair: float = Field(0.0, ge=0.0, le=1.0)
     # Correlated rollouts: all continuations of one prefix share a factor exp(correlation * z), z ~ N(0, 1)
     # drawn per prefix, on their step error and on the odds of their luck.
     correlation: float = Field(0.0, ge=0.0, le=5.0)

@@ -58,6 +58,9 @@ UnlabeledReason = Literal[
     "undecided_uninformative",  # no probe was worth its rollouts
     "undecided_verdict",  # nothing to measure (e.g. ungradable, one step)
     "undecided_misfit",  # the solution's rollouts contradict the search's model (changepoint)
+    # a correct final answer, and the evidence says an error may lie somewhere before it, not where: the
+    # shard's correct-answer solutions hold process errors (measured), or this one's rollouts dip and rise
+    "undecided_unlocated",
 ]
 # How a first-error search decides a prefix (annotate/prefix_decision.py, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's

@@ -22,7 +22,13 @@ from prm_synth.annotate.changepoint import (
     pool_priors,
 )
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.annotate.labels import AFTER_ERROR, apply_rule, confident_labels, labels_from_posterior
+from prm_synth.annotate.labels import (
+    AFTER_ERROR,
+    UNDECIDED_UNLOCATED,
+    apply_rule,
+    confident_labels,
+    labels_from_posterior,
+)
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.config import validate_config
 from prm_synth.engines.simulated import SimulatedPolicy
@@ -338,3 +344,42 @@ def test_a_config_asking_for_the_removed_calibrated_search_gets_the_changepoint_
     assert "calibrated was removed" in caplog.text and "calibrated_max_rollouts" in caplog.text
     same = validate_config({**MIXED, "annotate": {"method": method, "search_test": "changepoint"}})
     assert config.fingerprint() == same.fingerprint()
+
+
+# ------------------------------------------------------------------ a right answer after a wrong step
+def test_a_repaired_slip_in_a_checked_correct_solution_leaves_its_steps_unlabeled_with_the_reason():
+    # step 3 is a slip the policy repaired: only the prefix ending on it fails; the answer is right
+    def rate(step: int) -> float:
+        return 0.0 if step == 3 else 1.0
+
+    ann, asked, _ = drive(changepoint_search(STEPS[:12], "correct", ChangepointSettings(), check=True), rate)
+    assert {step for step, _ in asked[:6]} == set(range(6))  # every early prefix tested first
+    labels = apply_rule(ann, "hard").labels
+    assert not any(labels[3:]) and ann.unlabeled_reason[3] == UNDECIDED_UNLOCATED
+    # without the check the same solution is trusted on its verdict and its last prefix
+    ann, _, _ = drive(changepoint_search(STEPS[:12], "correct", ChangepointSettings()), rate)
+    assert all(apply_rule(ann, "hard").labels)
+
+
+def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correct_solutions_are_trusted():
+    from prm_synth.annotate.changepoint import relabel
+
+    def run(slipped: bool) -> tuple[list, list]:
+        checked = []
+        for k in range(8):  # tested correct-answer solutions: with a dip at prefix 3 (a repaired slip) or not
+            ev = Evidence.empty(12, "correct")
+            ev.checked = True
+            for j in range(1, 7):
+                ev.correct[j], ev.graded[j] = (0 if slipped and j == 3 + k % 2 else 4), 4
+            checked.append(_annotation_with(ev))
+        plain = Evidence.empty(12, "correct")  # an untested one: its last prefix and its verdict only
+        plain.correct[11], plain.graded[11] = 4, 4
+        rows = [*checked, _annotation_with(plain)]
+        relabel(rows, ChangepointSettings(), [(f"p{i}", [f"{i}"] * 12) for i in range(len(rows))])
+        return rows[-1].p_good, rows[-1].unlabeled_reason
+
+    clean_p, clean_reasons = run(slipped=False)
+    slipped_p, slipped_reasons = run(slipped=True)
+    assert min(clean_p) >= 0.9 and set(clean_reasons) == {None}
+    assert min(slipped_p) < 0.9 and UNDECIDED_UNLOCATED in slipped_reasons
+    assert all(a <= b + 1e-12 for a, b in zip(slipped_p, clean_p, strict=True))

@@ -44,6 +44,7 @@ def test_the_searches_unlabeled_reasons_are_the_schemas():
     names = [labels.AFTER_ERROR, labels.UNDECIDED_BUDGET, labels.UNDECIDED_UNINFORMATIVE]
     names += [
         labels.UNDECIDED_VERDICT,
+        labels.UNDECIDED_UNLOCATED,
         changepoint.UNDECIDED_MISFIT,
     ]  # the verdict's and the change-point search's own
     assert set(names) == set(get_args(UnlabeledReason))

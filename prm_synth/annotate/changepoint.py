@@ -51,13 +51,15 @@ from prm_synth.annotate.labels import (
     AFTER_ERROR,
     UNDECIDED_BUDGET,
     UNDECIDED_UNINFORMATIVE,
+    UNDECIDED_UNLOCATED,
     UNDECIDED_VERDICT,
+    binomial_cdf,
     labels_from_posterior,
 )
 from prm_synth.annotate.protocol import Annotator, Probe
 
 UNDECIDED_MISFIT = "undecided_misfit"  # the solution's evidence contradicts the model: no label is trusted
-__all__ = ["AFTER_ERROR", "UNDECIDED_MISFIT", "Evidence", "Posterior", "Priors", "changepoint_search"]
+__all__ = ["AFTER_ERROR", "UNDECIDED_MISFIT", "Evidence", "Posterior", "Priors", "changepoint_search", "relabel"]
 
 Q_GRID = np.array(
     [0.001, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.26, 0.32, 0.39, 0.46, 0.53, 0.6, 0.67, 0.74, 0.81, 0.88, 0.94]
@@ -205,6 +207,7 @@ class Evidence:
     graded: np.ndarray
     verdict: str  # correct | incorrect | unknown
     stop: str = ""  # why the search stopped (its reason for steps it left undecided)
+    checked: bool = False  # a correct-answer solution whose early prefixes were all tested (`check_correct`)
 
     @classmethod
     def empty(cls, n: int, verdict: str) -> Evidence:
@@ -214,7 +217,7 @@ class Evidence:
         c, g = self.correct.copy(), self.graded.copy()
         c[j] += correct
         g[j] += graded
-        return Evidence(self.n, c, g, self.verdict, self.stop)
+        return Evidence(self.n, c, g, self.verdict, self.stop, self.checked)
 
 
 def _sigma(m: int) -> np.ndarray:
@@ -398,6 +401,10 @@ class ChangepointSettings:
     # bits a rollout must still be expected to remove
     localize_cap: int = 32
     localize_max_rollouts: int = 80  # the budget while the first error is not pinned (else max_rollouts)
+    # Share of correct-answer solutions whose early prefixes (the first half) are each tested with
+    # `batch` rollouts before the search: the shard's rate of process errors among correct-answer
+    # solutions is measured on them (`relabel`), and sets how far the others' early steps are trusted.
+    check_correct: float = 0.25
     localize_min_gain: float = 0.001
 
     @classmethod
@@ -406,17 +413,32 @@ class ChangepointSettings:
 
 
 def changepoint_search(
-    steps: list[str], final_status: str, settings: ChangepointSettings, priors: Priors | None = None
+    steps: list[str],
+    final_status: str,
+    settings: ChangepointSettings,
+    priors: Priors | None = None,
+    check: bool = False,
 ) -> Annotator[Annotation]:
-    """Probe the most informative prefix until every step is decided, the budget is spent, or no
-    probe is worth its rollouts; the evidence goes into `ann.evidence` so the labeler can
-    label again under the shard's pooled priors (`relabel`)."""
+    """Probe the most informative prefix until every step is decided and the first error is pinned,
+    the budget is spent, or no probe is worth its rollouts; the evidence goes into `ann.evidence` so
+    the labeler can label again under the shard's pooled priors (`relabel`). `check`: a correct-answer
+    solution drawn for the shard's process-error measurement: its early prefixes are tested first."""
     priors = priors or Priors()
     n = len(steps)
     ann = Annotation.empty("binary", n)
     ev = Evidence.empty(n, final_status)
     samples = np.zeros(n, dtype=np.int64)  # rollouts asked per prefix, graded or not
     spent = 0
+    if check and final_status == "correct" and n > 1:
+        # a slip the policy repaired shows as a dip at the prefix that ends on it: test every early one
+        early = range(1, (n + 1) // 2 + 1)
+        results = yield [Probe.of_steps(steps, j - 1, settings.batch) for j in early]
+        for j, result in zip(early, results, strict=True):
+            spent += result.total
+            samples[j] = result.total
+            ev.correct[j], ev.graded[j] = result.correct, result.total - result.unknown
+            ann.record(result)
+        ev.checked = True
     while True:
         post = Posterior(ev, priors)
         decided = np.maximum(post.p_good, 1.0 - post.p_good) >= settings.confidence
@@ -454,18 +476,70 @@ def changepoint_search(
     return ann
 
 
-def label(ann: Annotation, post: Posterior, settings: ChangepointSettings, stop: str, final_status: str) -> None:
-    """Labels, sources, reasons and p_good from a posterior (again after pooling: `relabel`)."""
+def hidden_error_p_good(post: Posterior, rate: float) -> np.ndarray:
+    """p_good of a correct-answer solution whose early steps were not tested, when a share `rate` of
+    the shard's correct-answer solutions hold a process error: the error, if any, placed where the
+    posterior would place an error (its shape), never more trusting than the posterior itself."""
+    n = post.evidence.n
+    p_error = post.p_error[:n]
+    total = p_error.sum()
+    shape = np.cumsum(p_error) / total if total > 0 else np.linspace(1.0 / n, 1.0, n)
+    return np.minimum(post.p_good, 1.0 - rate * shape)
+
+
+def repaired_slip(ev: Evidence, significance: float = 0.05) -> int | None:
+    """The first prefix of a correct-answer solution whose rollouts fall clearly below those of the
+    prefixes after it (one-sided binomial test against their pooled rate, Bonferroni over the probed
+    prefixes), or None. A correct answer after such a dip: the policy slipped at the dip's last step
+    and repaired it later, so the later prefixes look clean again."""
+    probed = [j for j in range(ev.n) if ev.graded[j] > 0]
+    for j in probed:
+        later = [k for k in probed if k > j]
+        hits, total = sum(int(ev.correct[k]) for k in later), sum(int(ev.graded[k]) for k in later)
+        if total < 8:
+            break
+        if binomial_cdf(int(ev.correct[j]), int(ev.graded[j]), hits / total) < significance / len(probed):
+            return j
+    return None
+
+
+def label(
+    ann: Annotation,
+    post: Posterior,
+    settings: ChangepointSettings,
+    stop: str,
+    final_status: str,
+    process_error_rate: float = 0.0,
+) -> None:
+    """Labels, sources, reasons and p_good from a posterior (again after pooling: `relabel`).
+    `process_error_rate`: the shard's measured share of correct-answer solutions that hold an error
+    (`relabel`); an untested correct-answer solution's steps are trusted no further than it allows,
+    and the steps it leaves undecided say so (`undecided_unlocated`)."""
     n = len(ann.label_source)
+    p_good = post.p_good
+    hidden = final_status == "correct" and not post.evidence.checked and process_error_rate > 0
+    if hidden:
+        p_good = hidden_error_p_good(post, process_error_rate)
+    slip = repaired_slip(post.evidence) if final_status == "correct" else None
     if post.misfit(settings.misfit_level):
-        undecided = UNDECIDED_MISFIT
+        # a correct answer whose rollouts contradict the model: most often a repaired slip, not located
+        reason = UNDECIDED_UNLOCATED if final_status == "correct" else UNDECIDED_MISFIT
         lab_labels: list[bool | None] = [None] * n
-        reasons: list[str | None] = [UNDECIDED_MISFIT] * n
+        reasons: list[str | None] = [reason] * n
+    elif slip is not None:
+        # the prefix of steps 0..slip-1 dipped: the error is there or before, and the steps from the
+        # first that may hold it on are not labeled good
+        lab = labels_from_posterior(p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED)
+        rest = n - len(lab.labels)
+        lab_labels = list(lab.labels) + [None] * rest
+        reasons = list(lab.reasons) + [UNDECIDED_UNLOCATED] * rest
     else:
         undecided = UNDECIDED_VERDICT if stop == "decided" else stop
-        lab = labels_from_posterior(post.p_good.tolist(), settings.confidence, undecided)
+        if hidden and (p_good < post.p_good).any():
+            undecided = UNDECIDED_UNLOCATED
+        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
-    ann.p_good = [float(p) for p in post.p_good]
+    ann.p_good = [float(p) for p in p_good]
     ann.unlabeled_reason = reasons
     ann.decided.clear()
     ann.record_verdict(n - 1, final_status)
@@ -534,7 +608,7 @@ def _without(ev: Evidence, upto: int) -> Evidence:
     correct, graded = ev.correct.copy(), ev.graded.copy()
     correct[: upto + 1] = 0
     graded[: upto + 1] = 0
-    return Evidence(ev.n, correct, graded, ev.verdict, ev.stop)
+    return Evidence(ev.n, correct, graded, ev.verdict, ev.stop, ev.checked)
 
 
 def _siblings_loglik(
@@ -572,11 +646,28 @@ def relabel(
     by_problem: dict[str, list[int]] = {}
     for i, (_, (problem, _)) in enumerate(kept):
         by_problem.setdefault(problem, []).append(i)
-    for i, (ann, (problem, _)) in enumerate(kept):
+    owns = []
+    for i, (_, (problem, _)) in enumerate(kept):
         group = by_problem[problem]
-        own = (
+        owns.append(
             priors if len(group) == 1 else replace(priors, siblings=_siblings_loglik(i, group, evidence, steps, priors))
         )
-        ev = evidence[i]
-        label(ann, Posterior(ev, own), settings, ev.stop, ev.verdict)
+    posts = [Posterior(ev, own) for ev, own in zip(evidence, owns, strict=True)]
+    rate = process_error_rate([p for p in posts if p.evidence.checked], settings)
+    for (ann, _), post in zip(kept, posts, strict=True):
+        ev = post.evidence
+        label(ann, post, settings, ev.stop, ev.verdict, rate)
     return priors
+
+
+def process_error_rate(checked: Sequence[Posterior], settings: ChangepointSettings) -> float:
+    """The shard's share of correct-answer solutions that hold a process error, measured on those whose
+    early prefixes were all tested: one counts when its posterior puts an error in it at least as
+    likely as not, or when its rollouts dip and rise again (a repaired slip, or the model's misfit).
+    A Beta(0.5, 4.5) prior keeps a shard with few tested solutions from trusting them blindly."""
+    found = sum(
+        1
+        for p in checked
+        if 1.0 - p.p_good[-1] >= 0.5 or repaired_slip(p.evidence) is not None or p.misfit(settings.misfit_level)
+    )
+    return (found + 0.5) / (len(checked) + 5.0)

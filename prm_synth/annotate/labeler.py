@@ -327,7 +327,10 @@ class BinaryLabeler(SolutionLabeler):
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         a = self.annotate
-        return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct))
+        test = make_test(a)
+        # a stable share of the correct-answer solutions measures the shard's rate of process errors
+        check = isinstance(test, ChangepointTest) and sampled_share(f"{key}/check", test.settings.check_correct)
+        return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), check=check)
 
     def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
         """search_test changepoint: label every solution again under the priors pooled from the whole

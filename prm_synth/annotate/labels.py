@@ -30,6 +30,7 @@ AFTER_ERROR: UnlabeledReason = "after_error"
 UNDECIDED_BUDGET: UnlabeledReason = "undecided_budget"
 UNDECIDED_UNINFORMATIVE: UnlabeledReason = "undecided_uninformative"
 UNDECIDED_VERDICT: UnlabeledReason = "undecided_verdict"
+UNDECIDED_UNLOCATED: UnlabeledReason = "undecided_unlocated"
 
 
 @dataclass(frozen=True)

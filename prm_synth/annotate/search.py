@@ -68,14 +68,17 @@ def binary_search(
     final_status: VerdictStatus,
     config: BinaryConfig,
     verify: bool = False,
+    check: bool = False,
 ) -> Annotator[Annotation]:
-    """The binary method's annotator for one solution: `first_error_search` with the config's test."""
+    """The binary method's annotator for one solution: `first_error_search` with the config's test.
+    `check`: the changepoint search tests this correct-answer solution's early prefixes first."""
     return first_error_search(
         steps,
         final_status,
         make_test(config),
         recheck=config.recheck,
         verify_k=config.k if verify else None,
+        check=check,
     )
 
 
@@ -87,13 +90,14 @@ def first_error_search(
     recheck: bool,
     verify_k: int | None = None,
     method: str = "binary",
+    check: bool = False,
 ) -> Annotator[Annotation]:
     """The first-error search for one solution, each prefix decided by `test`.
 
     verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
     trusted. `method` names the annotation's method."""
     if isinstance(test, ChangepointTest):
-        ann = yield from changepoint_search(steps, final_status, test.settings)
+        ann = yield from changepoint_search(steps, final_status, test.settings, check=check)
         ann.method = method
         return ann
     n = len(steps)
