@@ -84,17 +84,21 @@ def test_ungradable_rollouts_are_counted_apart_and_reported():
             assert c <= t and (v is None if t == 0 else v == c / t)
 
 
-def test_labels_of_the_mixed_world_are_mostly_right():
+def test_labels_of_the_mixed_world_are_right_as_often_as_the_readme_says():
+    # the README's claim for the default (precision >= 0.93 in every world of the suite), on a small
+    # mixed world: a hard step, luck per problem, ungradable rollouts and step drift at once
     rows = _records({"max_in_flight": 64, "max_batch_requests": 256}).records
-    right = wrong = 0
+    good = good_right = bad = bad_right = 0
     for r in rows:
         truth = arithmetic.true_first_error(r.steps)
         for i, label in enumerate(r.labels):
-            if label is not None:
-                good = truth < 0 or i < truth
-                right += label == good
-                wrong += label != good
-    assert right > 5 * wrong and right > 50
+            still_good = truth < 0 or i < truth
+            good += label is True
+            good_right += label is True and still_good
+            bad += label is False
+            bad_right += label is False and not still_good
+    assert good >= 100 and bad >= 10  # enough labels for the shares to mean something
+    assert good_right / good >= 0.93 and bad_right / bad >= 0.93, (good_right, good, bad_right, bad)
 
 
 def _drive(steps: list[str], status: str, rate_of) -> object:
@@ -241,7 +245,9 @@ def test_solutions_of_one_problem_share_its_luck_and_each_prefix_counts_once():
     relabel([alone, _annotation_with(lucky())], ChangepointSettings(), [("a", ["x"] * 8), ("b", ["y"] * 8)])
     shared = _annotation_with(ambiguous())
     relabel([shared, _annotation_with(lucky())], ChangepointSettings(), [("a", ["x"] * 8), ("a", ["y"] * 8)])
-    assert alone.p_good != shared.p_good  # the sibling's luck changes what the ambiguous one's rollouts mean
+    # the sibling's wrong prefixes reach the answer often: luck is common on this problem, so the
+    # ambiguous solution's successes say less, and every step before its last is trusted less
+    assert all(s < a - 0.05 for s, a in zip(shared.p_good[:-1], alone.p_good[:-1], strict=True))
     # a sibling with the same text holds the same rollouts and verdict: it adds nothing
     twin = _annotation_with(ambiguous())
     relabel([twin, _annotation_with(ambiguous())], ChangepointSettings(), [("a", ["x"] * 8), ("a", ["x"] * 8)])
