@@ -157,6 +157,7 @@ def test_run_and_eval_label_the_same_solutions_through_one_path(monkeypatch):
 
     assert [row(r) for r in given_.records] == [row(r) for r in run.records]
     assert any(r.p_good is not None for r in run.records)
+    assert {r.annotator for r in run.records} == {"binary"}  # the labeler stamps its method name
     # ... and `eval labels` labels through that same method (it is the only path there)
     calls: list[int] = []
     original = labeler_module.BinaryLabeler.label_solutions

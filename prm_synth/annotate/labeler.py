@@ -186,7 +186,7 @@ class _Base:
             label_source=ann.label_source,
             label_rule=rule.rule,
             first_error_mc=lab.first_error,
-            annotator=ann.method,
+            annotator=self.method,  # the labeler stamps its method; the algorithms' own names do not reach rows
             policy_model=engine.model_name,
             config_fingerprint=self.fingerprint,
             rollouts=rollouts,
@@ -360,7 +360,7 @@ class OmegaLabeler(_Base):
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""
         test = make_test(self.annotate)
-        return first_error_search(steps, final_status, test, recheck=False, method=self.method)
+        return first_error_search(steps, final_status, test, recheck=False)
 
     def label(
         self,

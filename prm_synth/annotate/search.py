@@ -89,30 +89,25 @@ def first_error_search(
     *,
     recheck: bool,
     verify_k: int | None = None,
-    method: str = "binary",
     check: bool = False,
 ) -> Annotator[Annotation]:
     """The first-error search for one solution, each prefix decided by `test`.
 
     verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
-    trusted. `method` names the annotation's method."""
+    trusted. The row's method name is the labeler's to stamp (labeler._record), not the search's."""
     if isinstance(test, ChangepointTest):
-        ann = yield from changepoint_search(steps, final_status, test.settings, check=check)
-        ann.method = method
-        return ann
+        return (yield from changepoint_search(steps, final_status, test.settings, check=check))
     n = len(steps)
     if final_status == "correct":
         if verify_k is not None:
-            ann = yield from per_step_mc(steps, final_status, verify_k)
-            ann.method = method
-            return ann
-        ann = Annotation.empty(method, n)
+            return (yield from per_step_mc(steps, final_status, verify_k))
+        ann = Annotation.empty("binary", n)
         for i in range(n - 1):
             ann.decide(i, True, "inferred")
         ann.record_verdict(n - 1, final_status)
         return ann
 
-    ann = Annotation.empty(method, n)
+    ann = Annotation.empty("binary", n)
     # An incorrect solution's last prefix is known bad. With an ungradable answer nothing is known:
     # a virtual bad index past the end lets the search conclude "no error found".
     end = n - 1 if final_status == "incorrect" else n
