@@ -60,7 +60,7 @@ Last line, one JSON object for the default method:
 "knob_independent"}
 (with --methods, one more JSON line per extra method precedes it, in the same shape).
 
-    python benchmarks/fidelity.py --worlds all [--problems 150] [--methods default mc8 calibrated]
+    python benchmarks/fidelity.py --worlds all [--problems 150] [--methods default mc8 sprt]
 """
 
 from __future__ import annotations
@@ -117,7 +117,6 @@ HARDEST = ("very_hard", "high_luck")  # coverage target 0.25 instead of 0.5
 METHODS: dict[str, tuple[dict[str, Any], str]] = {
     "default": ({"method": "binary"}, "hard"),
     "mc8": ({"method": "mc", "k": 8}, "hard"),
-    "calibrated": ({"method": "binary", "search_test": "calibrated"}, "hard"),
     "sprt": ({"method": "binary", "search_test": "sprt"}, "hard"),
     "changepoint": ({"method": "binary", "search_test": "changepoint"}, "hard"),
 }

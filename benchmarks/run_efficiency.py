@@ -1,10 +1,10 @@
-"""How full the engine stays while the default labeler (binary method, calibrated search) annotates: the
+"""How full the engine stays while the default labeler (binary method, changepoint search) annotates: the
 streaming scheduler against the ceiling and against the former round-based scheduler, and a whole
 pipeline shard (sampling overlapped with labeling) against the same ceiling, on the demo model through vLLM.
 
 It runs the library directly (not the `prm-synth run` CLI, whose Prefect start-up and shard writing
 would add a minute here without touching the engine). Three runs on the same engine, each with its own
-labeler (`make_labeler(config)`: the calibrated search's pooled estimates start empty in each) and its
+labeler (`make_labeler(config)`: the changepoint search pools its priors per shard, after its searches) and its
 own telemetry window and picture:
 - `stream`: the sample stage draws the solutions once (`prm_synth.sample.sample_solutions`), then the
   labeler's annotators (`annotate_given`) run on `ProbeScheduler`;

@@ -124,7 +124,7 @@ RECORD_SCHEMA = pa.schema(
         pa.field("config_fingerprint", pa.string(), nullable=False),
         pa.field("rollouts", pa.int64(), nullable=False),
         pa.field("tokens", pa.int64(), nullable=False),
-        # Per step, the posterior probability that its prefix is still correct (calibrated search);
+        # Per step, the posterior probability that its prefix is still correct (changepoint search);
         # null for methods that do not estimate it. Added after the first release: older shards lack it.
         pa.field("p_good", pa.list_(pa.float64())),
         # Per step, why it has no label: null exactly where labeled (annotate.labels.unlabeled_reasons).

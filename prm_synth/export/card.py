@@ -142,7 +142,7 @@ def _get(config: Mapping[str, Any], *path: str, default: Any = "n/a") -> Any:
 
 SOURCE_TEXT: dict[LabelSource, str] = {  # one sentence per word of the schema's vocabulary
     "mc": "measured by rollouts from the step's prefix",
-    "test": "measured by rollouts and decided by the search's test (sequential test or calibrated posterior)",
+    "test": "measured by rollouts and decided by the search's test (sequential test or change-point posterior)",
     "inferred": "inferred by the search from the probes around it",
     "verdict": "the solution's own final grade (right answer: every step good)",
     "none": "not measured",

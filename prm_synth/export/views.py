@@ -95,7 +95,7 @@ def with_min_confidence(row: Row, min_confidence: float) -> Row:
 
 
 # Soft targets: the float a step is trained toward instead of its good/bad label. `p_good` is the
-# calibrated search's posterior that the prefix is still correct; `mc` is Math-Shepherd's soft label,
+# changepoint search's posterior that the prefix is still correct; `mc` is Math-Shepherd's soft label,
 # the share of rollouts from the prefix that reached the answer (`mc_values`).
 SOFT_SOURCES = {"p_good": "p_good", "mc": "mc_values"}
 SOFT_VIEWS = ("trl", "openrlhf")  # the others carry labels as tokens (+/-) or Qwen's documented 0/1
