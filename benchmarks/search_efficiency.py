@@ -40,7 +40,7 @@ METHODS = {
     "MC, stop at first 0": {"method": "mc", "k": K, "stop_at_first_zero": True},
     "plain bisection": {"method": "binary", "k": K, "search_test": "fixed", "recheck": False},
     "binary (SPRT + re-check)": {"method": "binary", "k": K, "search_test": "sprt"},
-    DEFAULT: {"method": "binary", "k": K},
+    DEFAULT: {"method": "binary"},  # the changepoint search has no k
     "OmegaPRM": {"method": "omegaprm", "k": K},
     "OmegaPRM, SPRT bisection": {"method": "omegaprm", "k": K, "search_test": "sprt"},
 }

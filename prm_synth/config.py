@@ -10,7 +10,7 @@ import json
 import types
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -290,11 +290,56 @@ class MCConfig(Strict):
     stop_at_first_zero: bool = False  # stop probing after the first prefix with MC 0
 
 
-class BinaryConfig(SequentialTestConfig, PosteriorConfig):
+_SPRT_KNOBS = frozenset({"bad_rate", "good_rate", "sprt_error", "probe_batch", "probe_max_rollouts"})
+
+
+class SearchKnobs(Strict):
+    """Each search takes exactly its own knobs (`SEARCH_KNOBS`): one it does not read, set away from its
+    default, is a config error naming it (it would change nothing but the dataset's identity), and the
+    fingerprint hashes
+    the method's own fields and the chosen search's knobs only. A subclass lists, per search_test, the
+    knobs that search reads, and the fields every search of the method reads (`ALWAYS`)."""
+
+    SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {}
+    ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test"})
+    search_test: SearchTestName  # each subclass sets its default
+
+    @model_validator(mode="after")
+    def _only_the_searchs_knobs(self) -> SearchKnobs:
+        test = self.search_test
+        used = self.SEARCH_KNOBS[test] | self.ALWAYS
+        # A knob at its default changes nothing (a stored config is a full dump): only a value set
+        # away from it is refused.
+        ignored = sorted(
+            key
+            for key in self.model_fields_set - used
+            if any(key in knobs for knobs in self.SEARCH_KNOBS.values())
+            and getattr(self, key) != type(self).model_fields[key].default
+        )
+        if ignored:
+            owners = {key: sorted(t for t, knobs in self.SEARCH_KNOBS.items() if key in knobs) for key in ignored}
+            named = "; ".join(f"annotate.{key} (a knob of search_test {' / '.join(owners[key])})" for key in ignored)
+            raise ValueError(f"search_test {test} does not use {named}: remove it, or choose a search that reads it")
+        return self
+
+    def row_fields(self) -> dict[str, Any]:
+        """What changes the rows: the method's own fields and the chosen search's knobs."""
+        used = self.SEARCH_KNOBS[self.search_test] | self.ALWAYS
+        return self.model_dump(mode="json", include=set(used))
+
+
+class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     """Binary search for the first error, each prefix decided by a test.
 
-    search_test fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule);
-    sprt: the sequential test above."""
+    search_test changepoint (default): the change-point search (confidence, changepoint_max_rollouts);
+    fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule); sprt: the
+    sequential test above. Each takes only its own knobs (`SEARCH_KNOBS`)."""
+
+    SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {
+        "changepoint": frozenset({"confidence", "changepoint_max_rollouts"}),
+        "fixed": frozenset({"k", "recheck", "verify_correct"}),
+        "sprt": _SPRT_KNOBS | {"k", "recheck", "verify_correct"},  # k: verify_correct's per-step MC
+    }
 
     method: Literal["binary"]
     k: RolloutCount = 8
@@ -308,8 +353,17 @@ class BinaryConfig(SequentialTestConfig, PosteriorConfig):
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
 
 
-class OmegaConfig(SequentialTestConfig, PosteriorConfig):
+class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     """OmegaPRM (Luo et al. 2024) with the paper's defaults; lengths are measured in generated tokens."""
+
+    SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {
+        "fixed": frozenset(),
+        "sprt": _SPRT_KNOBS,
+        "changepoint": frozenset({"confidence", "probe_batch", "probe_max_rollouts"}),
+    }
+    ALWAYS: ClassVar[frozenset[str]] = frozenset(
+        {"method", "search_test", "k", "alpha", "beta", "length", "c_puct", "search_limit", "rollout_budget", "screen"}
+    )
 
     method: Literal["omegaprm"]
     k: RolloutCount = 16  # rollouts per state
@@ -404,6 +458,8 @@ class PipelineConfig(Strict):
         else:
             versions["verify"] = self.verify.prompt_version
         data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
+        if isinstance(self.annotate, SearchKnobs):  # a knob the chosen search ignores changes no row
+            data["annotate"] = self.annotate.row_fields()
         if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume
             data["labels"]["rule"] = "soft"
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -34,7 +34,7 @@ SIM = {
 }
 METHODS = {
     "mc": {"method": "mc", "k": 4},
-    "binary": {"method": "binary", "k": 4},
+    "binary": {"method": "binary"},
     "omegaprm": {"method": "omegaprm", "k": 4, "rollout_budget": 40},
 }
 
