@@ -224,9 +224,23 @@ def _sigma(m: int) -> np.ndarray:
     return _SIGMA[min(m, MAX_STEPS - 1)]
 
 
-def _log_joint(correct: np.ndarray, graded: np.ndarray, verdict: str, priors: Priors) -> np.ndarray:
+ForwardState = tuple[np.ndarray, np.ndarray]  # (msg [d, q, level], log scale [d, q]) before prefix j
+
+
+def _log_joint(
+    correct: np.ndarray,
+    graded: np.ndarray,
+    verdict: str,
+    priors: Priors,
+    start: tuple[int, ForwardState] | None = None,
+    states: list[ForwardState] | None = None,
+) -> np.ndarray:
     """[b, e, d, q]: log P(first error e, class d, luck q, data) for a batch of evidence of one
-    solution (rows of `correct` and `graded` are alternative measurements of the same n prefixes)."""
+    solution (rows of `correct` and `graded` are alternative measurements of the same n prefixes).
+
+    `start` (j0, state): the forward pass starts at prefix j0 from a state of another evidence that
+    agrees on prefixes < j0 (a probe's outcomes differ at one prefix only); rows e < j0 are then
+    left for the caller. `states`: filled with the forward state before each prefix (batch of one)."""
     batch, n = correct.shape
     tables = _CountTables.of(priors.k)
     ll_clean = tables.loglik(True, correct, graded - correct).reshape(batch, n, len(Q_GRID), len(C_GRID))
@@ -244,8 +258,15 @@ def _log_joint(correct: np.ndarray, graded: np.ndarray, verdict: str, priors: Pr
     msg = np.ones((batch, len(P_GRID), len(Q_GRID), len(C_GRID)))
     log_acc = np.zeros((batch, len(P_GRID), len(Q_GRID)))
     log_e = np.empty((batch, n + 1, len(P_GRID), len(Q_GRID)))
+    first = 0
+    if start is not None:
+        first, (msg0, acc0) = start
+        msg = np.repeat(msg0[None], batch, axis=0)
+        log_acc = np.repeat(acc0[None], batch, axis=0)
     with np.errstate(divide="ignore"):
-        for j in range(n):
+        for j in range(first, n):
+            if states is not None:
+                states.append((msg[0], log_acc[0]))
             if graded[:, j].any():
                 top = ll_clean[:, j].max(axis=2)  # [b, q]
                 msg = msg * np.exp(ll_clean[:, j] - top[:, :, None])[:, None]
@@ -375,10 +396,21 @@ def best_probe(
     chosen = [j for j in sorted(candidates) if 0 <= j < n and ev.graded[j] + b <= cap]
     if not chosen:
         return -1, 0.0
-    batches = [_alternatives(ev, j, b) for j in chosen]
-    correct = np.concatenate([c for c, _ in batches])
-    graded = np.concatenate([g for _, g in batches])
-    log_ev, p_good = _evidence_and_p_good(_log_joint(correct, graded, ev.verdict, priors))
+    # The base evidence's forward pass once; each candidate's outcomes differ from it at prefix j
+    # only: rows e < j change by prefix j's bad-stretch likelihood alone, rows e >= j are carried
+    # forward from the base state at j (the same sums, without the shared stretch recomputed).
+    states: list[ForwardState] = []
+    base = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, states=states)[0]
+    tables = _CountTables.of(priors.k)
+    rows = []
+    for j in chosen:
+        correct, graded = _alternatives(ev, j, b)
+        part = _log_joint(correct, graded, ev.verdict, priors, start=(j, states[j]))
+        bad_new = tables.loglik(False, correct[:, j], graded[:, j] - correct[:, j])  # [outcome, q]
+        bad_old = tables.loglik(False, ev.correct[j : j + 1], ev.graded[j : j + 1] - ev.correct[j : j + 1])
+        part[:, :j] = base[None, :j] + (bad_new - bad_old)[:, None, None, :]
+        rows.append(part)
+    log_ev, p_good = _evidence_and_p_good(np.concatenate(rows))
     log_comb = np.array([_log_comb(b, k) for k in range(b + 1)])
     pred = np.exp(np.tile(log_comb, len(chosen)) + log_ev - post.log_evidence)
     after = (pred * _entropy(p_good).sum(axis=1)).reshape(len(chosen), b + 1).sum(axis=1)
