@@ -24,13 +24,23 @@ again. Pooling over the finished set, never online, keeps rows independent of th
 finished in (run.max_in_flight, batch sizes).
 
 Everything is summed exactly (one forward pass over the prefixes, the curve's level on a grid as the
-state; the levels after the error do not touch the evidence, so their part is a table), so `p_good`
-is the posterior probability that a step's prefix is still correct. The search asks for the probe
-that most reduces the label uncertainty per rollout, among a few candidates (prefixes around the
-posterior's quartiles of the error, ambiguous probed prefixes, the question alone, the last prefix),
-by computing the posterior after each possible outcome. A posterior predictive check (leave one
-probed prefix out, how surprising is its count?) leaves a solution unlabeled with reason
-`undecided_misfit` when its data contradict the model.
+state; the levels after the error do not touch the evidence, so their part is a table; a run of
+unprobed prefixes is crossed in one product of precomputed kernel powers), so `p_good` is the
+posterior probability that a step's prefix is still correct. The search asks for the probe that most
+reduces the label uncertainty per rollout, among a few candidates (prefixes around the posterior's
+quartiles of the error, ambiguous probed prefixes, the question alone, the last prefix), by computing
+the posterior after each possible outcome (each candidate carried forward from the base pass's state
+at its prefix). It goes on until the first error is pinned to one step (bad label on it, good on the
+step before) or `localize_max_rollouts` is spent, probing inside the open interval between the last
+good and the first bad label when no other probe is worth its rollouts (`open_interval`). A
+posterior predictive check (leave one probed prefix out, how surprising is its count?) leaves a
+solution unlabeled with reason `undecided_misfit` when its data contradict the model.
+
+A right answer after a wrong step: a stable share of the correct-answer solutions (`check_correct`)
+has every early prefix tested first; a dip that rises again is a slip the policy repaired
+(`repaired_slip`: the row says `undecided_unlocated` from there on), and `relabel` measures on them
+the shard's rate of process errors among correct answers (`process_error_rate`), which caps how far
+the untested correct-answer solutions' steps are trusted (`hidden_error_p_good`).
 
 Measured across a suite of simulated worlds that each break one assumption of the older models
 (benchmarks/fidelity.py): see the README's "Which annotate method" for what holds where.
@@ -227,24 +237,77 @@ def _sigma(m: int) -> np.ndarray:
 ForwardState = tuple[np.ndarray, np.ndarray]  # (msg [d, q, level], log scale [d, q]) before prefix j
 
 
+def _powers() -> tuple[np.ndarray, np.ndarray]:
+    """The clean stretch's transition over m unprobed steps, m = 0..MAX_STEPS: POWERS[m, d] is the
+    m-th power of class d's one-step kernel, scaled to sum 1 (LOG_SCALE[m, d] is the log scale), so a
+    run of unprobed prefixes is crossed in one product instead of a step at a time."""
+    powers = np.empty((MAX_STEPS + 1, len(P_GRID), len(C_GRID), len(C_GRID)))
+    log_scale = np.zeros((MAX_STEPS + 1, len(P_GRID)))
+    powers[0] = np.eye(len(C_GRID))[None]
+    for m in range(1, MAX_STEPS + 1):
+        step = np.matmul(powers[m - 1], _CLEAN_T)
+        scale = step.sum(axis=(1, 2))
+        powers[m] = step / scale[:, None, None]
+        log_scale[m] = log_scale[m - 1] + np.log(scale)
+    return powers, log_scale
+
+
+_POWERS, _LOG_SCALE = _powers()
+
+
+def _advance(msg: np.ndarray, log_acc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The forward state m unprobed steps on (msg [b, d, q, level]), renormalised."""
+    while m > 0:
+        k = min(m, MAX_STEPS)
+        msg = np.matmul(msg, _POWERS[k])
+        log_acc = log_acc + _LOG_SCALE[k][None, :, None]
+        scale = np.maximum(msg.sum(axis=3), 1e-300)
+        msg = msg / scale[..., None]
+        log_acc = log_acc + np.log(scale)
+        m -= k
+    return msg, log_acc
+
+
+@dataclass
+class ForwardCache:
+    """The base evidence's forward pass, kept where it was materialised (each probed prefix and each
+    run of unprobed ones): the state before any prefix is one product away (`at`)."""
+
+    marks: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def at(self, j: int) -> ForwardState:
+        pos, msg, log_acc = max((m for m in self.marks if m[0] <= j), key=lambda m: m[0])
+        msg, log_acc = _advance(msg[None], log_acc[None], j - pos)
+        return msg[0], log_acc[0]
+
+
 def _log_joint(
     correct: np.ndarray,
     graded: np.ndarray,
     verdict: str,
     priors: Priors,
     start: tuple[int, ForwardState] | None = None,
-    states: list[ForwardState] | None = None,
+    cache: ForwardCache | None = None,
 ) -> np.ndarray:
     """[b, e, d, q]: log P(first error e, class d, luck q, data) for a batch of evidence of one
     solution (rows of `correct` and `graded` are alternative measurements of the same n prefixes).
 
-    `start` (j0, state): the forward pass starts at prefix j0 from a state of another evidence that
-    agrees on prefixes < j0 (a probe's outcomes differ at one prefix only); rows e < j0 are then
-    left for the caller. `states`: filled with the forward state before each prefix (batch of one)."""
+    The forward pass goes from probed prefix to probed prefix: a run of unprobed ones between is
+    crossed in one product (`_POWERS`), its rows of e scored together, so the work is a few array
+    operations per probed prefix plus O(n) in one vectorised pass. `start` (j0, state): the pass
+    starts at prefix j0 from a state of another evidence that agrees on prefixes < j0 (a probe's
+    outcomes differ at one prefix only); rows e < j0 are then left for the caller. `cache`: keeps
+    this pass's states (batch of one) for such starts."""
     batch, n = correct.shape
     tables = _CountTables.of(priors.k)
-    ll_clean = tables.loglik(True, correct, graded - correct).reshape(batch, n, len(Q_GRID), len(C_GRID))
-    ll_bad = tables.loglik(False, correct, graded - correct)  # [b, j, q]; an unprobed prefix scores 0
+    j = 0 if start is None else start[0]
+    # only probed prefixes carry a likelihood (an unprobed one scores 0): score those alone
+    cols = np.flatnonzero(graded.any(axis=0))
+    c, f = correct[:, cols], graded[:, cols] - correct[:, cols]
+    ll_clean = tables.loglik(True, c, f).reshape(batch, len(cols), len(Q_GRID), len(C_GRID))
+    ll_bad = np.zeros((batch, n, len(Q_GRID)))
+    ll_bad[:, cols] = tables.loglik(False, c, f)
+    column = {int(k): i for i, k in enumerate(cols)}
     if verdict == "correct":
         v_clean, v_bad = 0.0, _LOG_Q
     elif verdict == "incorrect":
@@ -258,25 +321,46 @@ def _log_joint(
     msg = np.ones((batch, len(P_GRID), len(Q_GRID), len(C_GRID)))
     log_acc = np.zeros((batch, len(P_GRID), len(Q_GRID)))
     log_e = np.empty((batch, n + 1, len(P_GRID), len(Q_GRID)))
-    first = 0
     if start is not None:
-        first, (msg0, acc0) = start
+        msg0, acc0 = start[1]
         msg = np.repeat(msg0[None], batch, axis=0)
         log_acc = np.repeat(acc0[None], batch, axis=0)
+    probed = [int(k) for k in cols if k >= j] + [n]
     with np.errstate(divide="ignore"):
-        for j in range(first, n):
-            if states is not None:
-                states.append((msg[0], log_acc[0]))
-            if graded[:, j].any():
-                top = ll_clean[:, j].max(axis=2)  # [b, q]
-                msg = msg * np.exp(ll_clean[:, j] - top[:, :, None])[:, None]
-                log_acc = log_acc + top[:, None]
-            switch = (msg * _sigma(n - j - 1)[None, :, None, :]).sum(axis=3)
-            log_e[:, j] = log_acc + np.log(switch) + bad_after[:, j + 1][:, None]
+        for p in probed:
+            if cache is not None:
+                cache.marks.append((j, msg[0], log_acc[0]))
+            while j < p:  # unprobed prefixes j..p-1, at most MAX_STEPS at a time
+                m = min(p - j, MAX_STEPS)
+                # switch[b, i, d, q]: prefix j + i is the last clean one; its level carried by POWERS[i]
+                sig = _SIGMA[np.minimum(n - (j + np.arange(m)) - 1, MAX_STEPS - 1)]  # [i, d, level]
+                reach = np.matmul(_POWERS[:m], sig[..., None])[..., 0]  # [i, d, level at j]
+                # switch[b, i, d, q] = sum over level of msg[b, d, q, level] reach[i, d, level] (BLAS)
+                switch = np.matmul(msg.transpose(1, 0, 2, 3), reach.transpose(1, 2, 0)[:, None])  # [d, b, q, i]
+                switch = switch.transpose(1, 3, 0, 2)
+                log_e[:, j : j + m] = (
+                    log_acc[:, None]
+                    + _LOG_SCALE[:m][None, :, :, None]
+                    + np.log(switch)
+                    + bad_after[:, j + 1 : j + m + 1][:, :, None, :]
+                )
+                msg, log_acc = _advance(msg, log_acc, m)
+                j += m
+            if p == n:
+                break
+            if cache is not None:
+                cache.marks.append((p, msg[0], log_acc[0]))
+            lik = ll_clean[:, column[p]]  # [b, q, level]
+            top = lik.max(axis=2)  # [b, q]
+            msg = msg * np.exp(lik - top[:, :, None])[:, None]
+            log_acc = log_acc + top[:, None]
+            switch = (msg * _sigma(n - p - 1)[None, :, None, :]).sum(axis=3)
+            log_e[:, p] = log_acc + np.log(switch) + bad_after[:, p + 1][:, None]
             msg = np.matmul(msg, _CLEAN_T)
             scale = np.maximum(msg.sum(axis=3), 1e-300)
             msg = msg / scale[..., None]
             log_acc = log_acc + np.log(scale)
+            j = p + 1
         log_e[:, n] = log_acc + np.log(msg[..., 0]) + v_clean
     return log_e + priors.log_prior()[None, None]
 
@@ -399,13 +483,13 @@ def best_probe(
     # The base evidence's forward pass once; each candidate's outcomes differ from it at prefix j
     # only: rows e < j change by prefix j's bad-stretch likelihood alone, rows e >= j are carried
     # forward from the base state at j (the same sums, without the shared stretch recomputed).
-    states: list[ForwardState] = []
-    base = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, states=states)[0]
+    cache = ForwardCache()
+    base = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, cache=cache)[0]
     tables = _CountTables.of(priors.k)
     rows = []
     for j in chosen:
         correct, graded = _alternatives(ev, j, b)
-        part = _log_joint(correct, graded, ev.verdict, priors, start=(j, states[j]))
+        part = _log_joint(correct, graded, ev.verdict, priors, start=(j, cache.at(j)))
         bad_new = tables.loglik(False, correct[:, j], graded[:, j] - correct[:, j])  # [outcome, q]
         bad_old = tables.loglik(False, ev.correct[j : j + 1], ev.graded[j : j + 1] - ev.correct[j : j + 1])
         part[:, :j] = base[None, :j] + (bad_new - bad_old)[:, None, None, :]
