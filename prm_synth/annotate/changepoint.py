@@ -37,7 +37,7 @@ posterior predictive check (leave one probed prefix out, how surprising is its c
 solution unlabeled with reason `undecided_misfit` when its data contradict the model.
 
 A right answer after a wrong step: a stable share of the correct-answer solutions (`check_correct`)
-has every early prefix tested first; a fall below the earlier prefixes is a slip the policy repaired
+has every early prefix tested first; a fall below the prefix before is a slip the policy repaired
 (`repaired_slip`: the row says `undecided_unlocated` from there on), and `relabel` measures on them
 the shard's rate of process errors among correct answers (`process_error_rate`), which caps how far
 the untested correct-answer solutions' steps are trusted (`hidden_error_p_good`).
@@ -606,19 +606,18 @@ def hidden_error_p_good(post: Posterior, rate: float) -> np.ndarray:
 
 def repaired_slip(ev: Evidence, significance: float = 0.05) -> int | None:
     """The first prefix of a correct-answer solution whose rollouts fall clearly below those of the
-    prefixes before it (one-sided binomial test against their pooled rate, Bonferroni over the probed
-    prefixes), or None. A clean prefix reaches the answer at least as often as any earlier one (fewer
-    steps are left to get wrong), so a fall is an error: with a right final answer, a slip at the
-    prefix's last step that the policy repaired later (or got lucky after). A rise after a hard step
-    is not a fall: the earlier prefixes are the lower ones there."""
+    probed prefix before it (one-sided binomial test against its rate, smoothed as (c + 0.5) / (g + 1);
+    Bonferroni over the probed prefixes), or None. A clean prefix reaches the answer at least as often
+    as any earlier one (fewer steps are left to get wrong), so a fall is an error: with a right final
+    answer, a slip at the prefix's last step that the policy repaired later (or got lucky after). A
+    rise after a hard step is not a fall."""
     probed = [j for j in range(ev.n) if ev.graded[j] > 0]
-    hits = total = 0
-    for j in probed:
-        if total >= 8:
-            p_value = binomial_cdf(int(ev.correct[j]), int(ev.graded[j]), hits / total)
-            if p_value < significance / len(probed):
-                return j
-        hits, total = hits + int(ev.correct[j]), total + int(ev.graded[j])
+    for prev, j in zip(probed, probed[1:], strict=False):
+        if ev.graded[prev] < 4:
+            continue
+        rate = (int(ev.correct[prev]) + 0.5) / (int(ev.graded[prev]) + 1)
+        if binomial_cdf(int(ev.correct[j]), int(ev.graded[j]), rate) < significance / len(probed):
+            return j
     return None
 
 
