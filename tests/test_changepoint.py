@@ -195,11 +195,6 @@ def test_a_rise_after_a_hard_step_is_not_read_as_an_error():
         ev.correct[j], ev.graded[j] = (1 if j <= 4 else 8), 8
     post = Posterior(ev, Priors())
     assert post.p_good.min() > 0.9
-    from prm_synth.annotate.changepoint import repaired_slip
-
-    assert repaired_slip(ev) is None  # a rise is not the fall of a repaired slip
-    ev.correct[7] = 0  # a fall after the rise is
-    assert repaired_slip(ev) == 7
 
 
 def test_pooling_picks_the_overdispersion_the_rollouts_show():
@@ -365,7 +360,7 @@ def test_a_repaired_slip_in_a_checked_correct_solution_leaves_its_steps_unlabele
         return 0.0 if step == 3 else 1.0
 
     ann, asked, _ = drive(changepoint_search(STEPS[:12], "correct", ChangepointSettings(), check=True), rate)
-    assert {step for step, _ in asked[:7]} == set(range(-1, 6))  # every early prefix tested first
+    assert {step for step, _ in asked[:6]} == set(range(6))  # every early prefix tested first
     labels = apply_rule(ann, "hard").labels
     assert not any(labels[3:]) and ann.unlabeled_reason[3] == UNDECIDED_UNLOCATED
     # without the check the same solution is trusted on its verdict and its last prefix
