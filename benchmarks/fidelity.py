@@ -26,6 +26,9 @@ exact grading, one step per line, independent rollouts); the first is the model'
   right after the error looks almost clean).
 - correlated: all rollouts of one prefix share a factor exp(0.7 z), z ~ N(0, 1), on their step error
   and the odds of their luck (overdispersed counts); luck 0.15.
+- repair: the policy repairs an early slip (first half of the chain) on the next step with chance 0.5,
+  in its sampled solution and in rollouts alike: a solution can hold a wrong step and still end on the
+  gold answer, and prefixes after the repair look clean (step error 0.03-0.2, luck 0.05).
 - mixed: one hard step (0.4, 0.03 elsewhere), luck per problem 0-0.5, 10 % ungradable and 10 %
   step drift at once.
 
@@ -34,7 +37,10 @@ labels with their problem's luck shared) and are labeled through the library's l
 (`annotate.make_labeler`: sampling, scheduler, grading, the annotators), as `prm-synth run` does.
 
 Per world and method: good / bad precision of the emitted labels; coverage (labeled steps among the
-steps up to and including the true first error, every step of a clean solution); ece_kept and a
+steps up to and including the true first error, every step of a clean solution); first_error_accuracy
+(rows whose solution holds an error and whose first bad label is on the true first error, among the
+rows with an error) and rollouts_per_located_error (rollouts spent on the rows with an error, sampled
+solution included, per row located exactly: what one exactly placed first error costs); ece_kept and a
 reliability table of `p_good` over the steps a trainer keeps: a row's steps up to and including its
 first error as the row says (its first bad label, else its first step with p_good < 0.5, else all
 of them). The steps after it hold that error and would score about 0 trivially, so they are left
@@ -48,12 +54,13 @@ knob_independent: the default method on the `mixed` world, run twice with differ
 prefixes: there `tokens` may differ, as a prefix's samples can be split into requests differently).
 
 Last line, one JSON object for the default method:
-{"worlds": {NAME: {"good_precision", "bad_precision", "coverage", "ece_kept", "max_bin_gap",
-"rollouts_per_question", "unknown_rate"}}, "min_good_precision", "min_bad_precision", "min_coverage",
-"max_bin_gap", "knob_independent"}
+{"worlds": {NAME: {"good_precision", "bad_precision", "coverage", "first_error_accuracy",
+"rollouts_per_located_error", "ece_kept", "max_bin_gap", "rollouts_per_question", "unknown_rate"}},
+"min_good_precision", "min_bad_precision", "min_coverage", "min_first_error_accuracy", "max_bin_gap",
+"knob_independent"}
 (with --methods, one more JSON line per extra method precedes it, in the same shape).
 
-    python benchmarks/fidelity.py --worlds all [--problems 150] [--methods default mc8 calibrated]
+    python benchmarks/fidelity.py --worlds all [--problems 150] [--methods default mc8 sprt]
 """
 
 from __future__ import annotations
@@ -93,6 +100,7 @@ WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
     "lengths": ({"step_error_range": (0.01, 0.1), "recover": 0.1}, (3, 40)),
     "recent_luck": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "recent_recover": 0.4}, (10, 20)),
     "correlated": ({"step_error_range": (0.03, 0.2), "recover": 0.15, "correlation": 0.7}, (10, 20)),
+    "repair": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "repair": 0.5}, (10, 20)),
     "mixed": (
         {
             "step_error": 0.03,
@@ -109,11 +117,15 @@ HARDEST = ("very_hard", "high_luck")  # coverage target 0.25 instead of 0.5
 METHODS: dict[str, tuple[dict[str, Any], str]] = {
     "default": ({"method": "binary"}, "hard"),
     "mc8": ({"method": "mc", "k": 8}, "hard"),
-    "calibrated": ({"method": "binary", "search_test": "calibrated"}, "hard"),
     "sprt": ({"method": "binary", "search_test": "sprt"}, "hard"),
     "changepoint": ({"method": "binary", "search_test": "changepoint"}, "hard"),
 }
 BINS = 10
+SHORT = {
+    "first_error_accuracy": "first_err_acc",
+    "rollouts_per_located_error": "ro/located",
+    "rollouts_per_question": "ro/question",
+}
 MIN_BIN = 100  # steps a bin needs before its gap counts
 KNOBS = ({"max_in_flight": 64, "max_batch_requests": 256}, {"max_in_flight": 3, "max_batch_requests": 5})
 
@@ -132,6 +144,9 @@ class Score:
     all_rollouts: int = 0
     kept: list[tuple[float, bool]] = field(default_factory=list)  # (p_good, still correct) of kept steps
     seconds: float = 0.0
+    with_error: int = 0  # rows whose solution holds an error
+    located: int = 0  # of them, rows whose first bad label is on the true first error
+    error_rollouts: int = 0  # rollouts spent on the rows with an error
 
     def add(self, row: LabeledRecord) -> None:
         n = len(row.steps)
@@ -139,6 +154,10 @@ class Score:
         truth_end = truth if truth >= 0 else n - 1
         self.rows += 1
         self.rollouts += row.rollouts + 1  # the sampled solution is one more sample of the policy
+        if truth >= 0:
+            self.with_error += 1
+            self.error_rollouts += row.rollouts + 1
+            self.located += next((i for i, x in enumerate(row.labels) if x is False), None) == truth
         for i, label in enumerate(row.labels):
             still_good = truth < 0 or i < truth
             if label is True:
@@ -190,6 +209,8 @@ class Score:
             "good_precision": div(self.good_right, self.good),
             "bad_precision": div(self.bad_right, self.bad),
             "coverage": div(self.covered, self.coverable),
+            "first_error_accuracy": div(self.located, self.with_error),
+            "rollouts_per_located_error": div(self.error_rollouts, self.located),
             "ece_kept": rnd(self.ece()),
             "max_bin_gap": rnd(self.max_bin_gap()),
             "rollouts_per_question": div(self.rollouts, self.rows),
@@ -249,7 +270,7 @@ def fmt(x: float | None) -> str:
 def print_world(world: str, scores: dict[str, Score]) -> None:
     cols = list(next(iter(scores.values())).headline()) + ["seconds"]
     print(f"\n== {world}: {WORLDS[world][0]}, {WORLDS[world][1][0]}-{WORLDS[world][1][1]} steps")
-    print(f"{'method':<12}" + "".join(f"{c[:12]:>13}" for c in cols))
+    print(f"{'method':<12}" + "".join(f"{SHORT.get(c, c)[:12]:>13}" for c in cols))
     for method, s in scores.items():
         values = s.headline() | {"seconds": s.seconds}
         print(f"{method:<12}" + "".join(f"{fmt(values[c]):>13}" for c in cols))
@@ -305,6 +326,7 @@ def summary(results: dict[str, dict[str, Score]], method: str) -> dict[str, Any]
         "min_good_precision": worst("good_precision", min),
         "min_bad_precision": worst("bad_precision", min),
         "min_coverage": worst("coverage", min),
+        "min_first_error_accuracy": worst("first_error_accuracy", min),
         "max_bin_gap": worst("max_bin_gap", max),
     }
 

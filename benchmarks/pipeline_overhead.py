@@ -1,6 +1,6 @@
 """What the pipeline itself costs, with a model that costs nothing (the simulated policy).
 
-Labels builtin problems with the binary method at its default (the calibrated search) and per-step MC
+Labels builtin problems with the binary method at its default (the changepoint search) and per-step MC
 for comparison, through
 pipeline.process_shard and the shard writer, and splits the CPU time into engine (the simulated
 policy writing text), grading, scheduling/annotation logic, and writing. Prints a table and, last,

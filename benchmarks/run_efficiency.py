@@ -4,7 +4,7 @@ pipeline shard (sampling overlapped with labeling) against the same ceiling, on 
 
 It runs the library directly (not the `prm-synth run` CLI, whose Prefect start-up and shard writing
 would add a minute here without touching the engine). Three runs on the same engine, each with its own
-labeler (`make_labeler(config)`: whatever a search shares between solutions starts empty in each) and its
+labeler (`make_labeler(config)`: the changepoint search pools its priors per shard, after its searches) and its
 own telemetry window and picture:
 - `stream`: the sample stage draws the solutions once (`prm_synth.sample.sample_solutions`), then the
   labeler's annotators (`annotate_given`) run on `ProbeScheduler`;

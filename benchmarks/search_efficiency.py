@@ -4,14 +4,14 @@ The simulated policy writes arithmetic chains whose true first error is recomput
 text, so every label can be scored. For several step-error and recovery settings and solutions of
 3 to 20 steps, the same sampled solutions are labeled by per-step MC (every prefix, and stopping at
 the first MC 0), plain bisection (search_test fixed, no re-check), bisection with sequential tests
-and a re-check (search_test sprt), the calibrated search (search_test calibrated: the `binary`
+and a re-check (search_test sprt), the changepoint search (search_test changepoint: the `binary`
 method's default), and OmegaPRM with its paper's bisection (fixed) and with sequential tests (sprt),
 all at the same k, through the real pipeline (prm_synth.pipeline.process_shard: sampling, splitting,
 grading, probe scheduler). A method whose config does not validate stops the benchmark.
 
 Prints one table per setting, a table of labeling rules, and, last, one JSON line measured on the
 10-to-20-step solutions at step_error 0.1, recover 0.05: {"binary_vs_mc_rollouts", "binary_accuracy"
-(the default, calibrated), "sprt_vs_mc_rollouts", "sprt_accuracy", "mc_accuracy", "omegaprm_accuracy", ...}.
+(the default, changepoint), "sprt_vs_mc_rollouts", "sprt_accuracy", "mc_accuracy", "omegaprm_accuracy", ...}.
 
     python benchmarks/search_efficiency.py [--problems 400]
 """
@@ -34,13 +34,13 @@ from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
 from prm_synth.schema import LabeledRecord  # noqa: E402
 
 K = 8
-DEFAULT = "binary (calibrated, the default)"
+DEFAULT = "binary (changepoint, the default)"
 METHODS = {
     "per-step MC": {"method": "mc", "k": K},
     "MC, stop at first 0": {"method": "mc", "k": K, "stop_at_first_zero": True},
     "plain bisection": {"method": "binary", "k": K, "search_test": "fixed", "recheck": False},
     "binary (SPRT + re-check)": {"method": "binary", "k": K, "search_test": "sprt"},
-    DEFAULT: {"method": "binary", "k": K},
+    DEFAULT: {"method": "binary"},  # the changepoint search has no k
     "OmegaPRM": {"method": "omegaprm", "k": K},
     "OmegaPRM, SPRT bisection": {"method": "omegaprm", "k": K, "search_test": "sprt"},
 }

@@ -10,14 +10,14 @@ import json
 import types
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from prm_synth.errors import PrmSynthError
 from prm_synth.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
-from prm_synth.schema import BinarySearchTestName, SearchTestName
+from prm_synth.schema import SearchTestName
 
 # Bounds that keep a typo from starting a run that never ends (k: 1000000000 was accepted once).
 MAX_ROLLOUTS = 4096  # rollouts per probe
@@ -130,6 +130,11 @@ class SimulatedPolicyConfig(Strict):
     # Luck that depends on where the prefix ends: a continuation of a wrong prefix also notices and
     # fixes the error with probability recent_recover * 0.5 ** d, d = steps written after the error.
     recent_recover: float = Field(0.0, ge=0.0, le=1.0)
+    # Repaired slips: a fresh error in the first half of the chain is noticed and repaired on the next
+    # step with this probability (the wrong equation stays in the text, the chain goes on from the right
+    # value), so a solution can hold a wrong step and still end on the gold answer. A continuation of a
+    # prefix that ends on such a slip repairs it at the same rate.
+    repair: float = Field(0.0, ge=0.0, le=1.0)
     # Correlated rollouts: all continuations of one prefix share a factor exp(correlation * z), z ~ N(0, 1)
     # drawn per prefix, on their step error and on the odds of their luck.
     correlation: float = Field(0.0, ge=0.0, le=5.0)
@@ -319,17 +324,13 @@ class SequentialTestConfig(Strict):
         return self
 
 
-class CalibratedSearchConfig(Strict):
-    """search_test calibrated (annotate/calibration.py): a posterior over the first error, with the
-    luck rate and the problems' difficulty estimated from the run's own rollouts. A step is labeled
-    only when the posterior says so with at least `confidence`; a solution's search stops at
-    `calibrated_max_rollouts`, or when no probe is expected to remove `calibrated_min_gain` bits of
-    label uncertainty per rollout (the steps left stay unlabeled, with the reason). In OmegaPRM's
-    bisection the same posterior decides each prefix, `probe_batch` rollouts at a time."""
+class PosteriorConfig(Strict):
+    """search_test changepoint (annotate/changepoint.py): a change-point posterior over the first
+    error gives every step its probability of being still correct (p_good); a step is labeled only
+    when it says so with at least `confidence` (the steps left stay unlabeled, with the reason). In
+    OmegaPRM's bisection the same posterior decides each prefix, `probe_batch` rollouts at a time."""
 
     confidence: float = Field(0.9, gt=0.5, lt=1.0)
-    calibrated_max_rollouts: int = Field(96, ge=1, le=MAX_ROLLOUTS)
-    calibrated_min_gain: float = Field(0.02, ge=0.0)
 
 
 class MCConfig(Strict):
@@ -340,26 +341,80 @@ class MCConfig(Strict):
     stop_at_first_zero: bool = False  # stop probing after the first prefix with MC 0
 
 
-class BinaryConfig(SequentialTestConfig, CalibratedSearchConfig):
+_SPRT_KNOBS = frozenset({"bad_rate", "good_rate", "sprt_error", "probe_batch", "probe_max_rollouts"})
+
+
+class SearchKnobs(Strict):
+    """Each search takes exactly its own knobs (`SEARCH_KNOBS`): one it does not read, set away from its
+    default, is a config error naming it (it would change nothing but the dataset's identity), and the
+    fingerprint hashes
+    the method's own fields and the chosen search's knobs only. A subclass lists, per search_test, the
+    knobs that search reads, and the fields every search of the method reads (`ALWAYS`)."""
+
+    SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {}
+    ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test"})
+    search_test: SearchTestName  # each subclass sets its default
+
+    @model_validator(mode="after")
+    def _only_the_searchs_knobs(self) -> SearchKnobs:
+        test = self.search_test
+        used = self.SEARCH_KNOBS[test] | self.ALWAYS
+        # A knob at its default changes nothing (a stored config is a full dump): only a value set
+        # away from it is refused.
+        ignored = sorted(
+            key
+            for key in self.model_fields_set - used
+            if any(key in knobs for knobs in self.SEARCH_KNOBS.values())
+            and getattr(self, key) != type(self).model_fields[key].default
+        )
+        if ignored:
+            owners = {key: sorted(t for t, knobs in self.SEARCH_KNOBS.items() if key in knobs) for key in ignored}
+            named = "; ".join(f"annotate.{key} (a knob of search_test {' / '.join(owners[key])})" for key in ignored)
+            raise ValueError(f"search_test {test} does not use {named}: remove it, or choose a search that reads it")
+        return self
+
+    def row_fields(self) -> dict[str, Any]:
+        """What changes the rows: the method's own fields and the chosen search's knobs."""
+        used = self.SEARCH_KNOBS[self.search_test] | self.ALWAYS
+        return self.model_dump(mode="json", include=set(used))
+
+
+class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     """Binary search for the first error, each prefix decided by a test.
 
-    search_test fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule);
-    sprt: the sequential test above."""
+    search_test changepoint (default): the change-point search (confidence, changepoint_max_rollouts);
+    fixed: k rollouts, good when MC > 0 (plain bisection, the OmegaPRM paper's rule); sprt: the
+    sequential test above. Each takes only its own knobs (`SEARCH_KNOBS`)."""
+
+    SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {
+        "changepoint": frozenset({"confidence", "changepoint_max_rollouts"}),
+        "fixed": frozenset({"k", "recheck", "verify_correct"}),
+        "sprt": _SPRT_KNOBS | {"k", "recheck", "verify_correct"},  # k: verify_correct's per-step MC
+    }
 
     method: Literal["binary"]
     k: RolloutCount = 8
     # The default (benchmarks/fidelity.py, README "Which annotate method"): changepoint keeps label
     # precision about 0.9 or more across the benchmark's worlds (a hard step, luck per problem or up to
     # 0.6, ungradable rollouts, step drift), labelling less where the evidence is weak, at 31-53 rollouts.
-    search_test: BinarySearchTestName = "changepoint"
+    search_test: SearchTestName = "changepoint"
     # search_test changepoint (annotate/changepoint.py): rollouts a solution may take at most
     changepoint_max_rollouts: int = Field(56, ge=1, le=MAX_ROLLOUTS)
     recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
 
 
-class OmegaConfig(SequentialTestConfig, CalibratedSearchConfig):
+class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     """OmegaPRM (Luo et al. 2024) with the paper's defaults; lengths are measured in generated tokens."""
+
+    SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {
+        "fixed": frozenset(),
+        "sprt": _SPRT_KNOBS,
+        "changepoint": frozenset({"confidence", "probe_batch", "probe_max_rollouts"}),
+    }
+    ALWAYS: ClassVar[frozenset[str]] = frozenset(
+        {"method", "search_test", "k", "alpha", "beta", "length", "c_puct", "search_limit", "rollout_budget", "screen"}
+    )
 
     method: Literal["omegaprm"]
     k: RolloutCount = 16  # rollouts per state
@@ -370,12 +425,12 @@ class OmegaConfig(SequentialTestConfig, CalibratedSearchConfig):
     search_limit: int = Field(100, ge=1, le=100_000)  # selections (MCTS iterations) per question
     rollout_budget: int = Field(400, ge=1, le=1_000_000)  # hard cap on rollouts per question
     # How the bisection decides a prefix: `fixed` is the paper (k rollouts, MC > 0 good);
-    # `sprt` uses the sequential test (bad_rate / good_rate above).
+    # `sprt` uses the sequential test (bad_rate / good_rate above); `changepoint` the posterior.
     search_test: SearchTestName = "fixed"
     screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
 
 
-P_GOOD_TESTS = ("changepoint", "calibrated")  # the searches that estimate a per-step p_good
+P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
 AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
 
 
@@ -440,9 +495,8 @@ class PipelineConfig(Strict):
         # Without p_good no label reaches a threshold: every row would be rejected or left unlabeled.
         if self.labels.min_confidence > 0 and getattr(self.annotate, "search_test", None) not in P_GOOD_TESTS:
             raise ValueError(
-                f"labels.min_confidence needs per-step p_good, which only `search_test: changepoint` or "
-                f"`calibrated` estimates (annotate.method {self.annotate.method}): set min_confidence to 0 or "
-                "use one of those searches"
+                f"labels.min_confidence needs per-step p_good, which only `search_test: changepoint` "
+                f"estimates (annotate.method {self.annotate.method}): set min_confidence to 0 or use that search"
             )
         return self
 
@@ -458,6 +512,8 @@ class PipelineConfig(Strict):
         else:
             versions["verify"] = self.verify.prompt_version
         data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
+        if isinstance(self.annotate, SearchKnobs):  # a knob the chosen search ignores changes no row
+            data["annotate"] = self.annotate.row_fields()
         if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume
             data["labels"]["rule"] = "soft"
         for section in ("judge", "verify"):  # a simulated judge without an error profile writes what it wrote

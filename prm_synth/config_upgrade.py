@@ -13,6 +13,13 @@ the rest moved (each move is logged once per load, naming the old and the new ke
 | policy.demo: true (and judge.engine.demo) | policy.model: demo |
 | labels.rule: soft (it was MC >= 0.5, a hard label) | labels.rule: majority (same rows, same fingerprint) |
 | annotate without `method` | refused: 0.1's default was mc, today's is binary; the message says to add one |
+| annotate.search_test: calibrated (binary, omegaprm) | search_test: changepoint (the one change-point posterior) |
+| annotate.calibrated_max_rollouts, calibrated_min_gain | dropped: the changepoint search has its own budget |
+
+`calibrated` named a second change-point posterior (a fixed curve shape, luck pooled online across the
+run). It was removed in favour of `changepoint`, which locates the first error as well and holds
+outside its model (benchmarks/fidelity.py); a file that asked for it gets the changepoint search,
+with a note, and a new dataset fingerprint (its rows are not the old ones).
 
 Knobs of another method (e.g. `search_test` under method mc) did nothing in 0.1; they are dropped with a
 note. Anything else unknown still fails validation, naming the key. One case cannot be told apart: 0.1
@@ -95,7 +102,7 @@ def _upgrade_annotate(data: dict[str, Any], notes: list[str]) -> None:
         # 0.1's default was mc and today's is binary: guessing would change what an old file means.
         raise ValueError(
             "annotate needs a `method`: add `method: mc` to keep what a 0.1 file meant, or `method: binary` "
-            "(the calibrated search, today's default)"
+            "(the changepoint search, today's default)"
         )
     for old, (section, new) in _MOVED_OUT.items():
         if old in annotate:
@@ -104,6 +111,7 @@ def _upgrade_annotate(data: dict[str, Any], notes: list[str]) -> None:
             target.setdefault(new, value)
             notes.append(f"annotate.{old} is now {section}.{new}")
     method = annotate["method"]
+    _upgrade_calibrated(annotate, notes)
     keep = _FIELDS_OF.get(method)
     if keep is None:  # an unknown method: validation names it
         data["annotate"] = annotate
@@ -123,6 +131,22 @@ def _upgrade_annotate(data: dict[str, Any], notes: list[str]) -> None:
             annotate.pop(key)
             notes.append(f"annotate.{key} does nothing for method {method}: dropped")
     data["annotate"] = annotate
+
+
+def _upgrade_calibrated(annotate: dict[str, Any], notes: list[str]) -> None:
+    """The removed calibrated posterior: its name becomes the changepoint search, its own knobs go."""
+    for key in ("search_test", "omega_search_test"):
+        if annotate.get(key) == "calibrated":
+            annotate[key] = "changepoint"
+            notes.append(
+                f"annotate.{key}: calibrated was removed; it is now changepoint, the one change-point "
+                "posterior (it pins the first error as well and holds outside its model): the rows, and "
+                "the dataset fingerprint, differ from the old search's"
+            )
+    for key in ("calibrated_max_rollouts", "calibrated_min_gain"):
+        if key in annotate:
+            annotate.pop(key)
+            notes.append(f"annotate.{key} belonged to the removed calibrated search: dropped")
 
 
 def _upgrade_top_p(data: dict[str, Any], notes: list[str]) -> None:

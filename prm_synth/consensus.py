@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prm_synth.annotate.calibration import AFTER_ERROR, confident_labels
+from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
 from prm_synth.config import ConsensusConfig
 from prm_synth.judge import UNPARSEABLE
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason

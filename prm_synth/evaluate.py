@@ -14,6 +14,7 @@ ProcessBench and BIG-Bench Mistake are evaluation sets: measure on them, never t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,9 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth import arithmetic
-from prm_synth.annotate.labeler import make_labeler, new_scheduler
-from prm_synth.annotate.labels import apply_rule
-from prm_synth.annotate.scheduler import SolutionJob
+from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import JudgeConfig, PipelineConfig
 from prm_synth.consensus import record_from_payload
 from prm_synth.engines.base import Engine
@@ -31,8 +30,9 @@ from prm_synth.errors import PrmSynthError
 from prm_synth.grading import grade
 from prm_synth.judge import CRITIQUE, judge_solutions
 from prm_synth.problems import gold_from_field
-from prm_synth.prompts import VERIFY_PROMPT_VERSION, policy_user_prompt
-from prm_synth.sample import check_policy_can_solve
+from prm_synth.prompts import VERIFY_PROMPT_VERSION
+from prm_synth.sample import Solution, check_policy_can_solve
+from prm_synth.schema import Problem
 from prm_synth.shards import iter_records, read_manifest
 from prm_synth.verify import VERIFIER_PROMPT
 
@@ -200,54 +200,53 @@ def evaluate_labels(
     """
     check_policy_can_solve(config.policy, ((s.id, s.problem) for s in samples))
     labeler = make_labeler(config)
-    scheduler = new_scheduler(engine, config)
-    jobs, skipped = [], []
+    solutions: list[Solution] = []
+    sample_of: dict[str, str] = {}  # row id -> sample id
+    per_problem: dict[str, int] = {}
+    skipped = []
     for s in samples:
         answer = gold.get(normalize_question(s.problem))
         if answer is None:
             skipped.append(s)
             continue
         steps = bench_steps(s.steps)
-        verdict = grade("".join(steps), answer)
-        jobs.append(
-            SolutionJob(
-                key=s.id,
-                problem_key=normalize_question(s.problem),  # same problem: prefixes estimated once
-                user_prompt=policy_user_prompt(s.problem),
-                gold=answer,
-                annotator=labeler.annotate_given(steps, verdict.status, s.id),
-            )
-        )
+        # Samples of one problem text are one problem's solutions, as in a run: prefixes estimated
+        # once, and the shard pooling shares the problem's luck between them.
+        problem_id = "q-" + hashlib.blake2b(normalize_question(s.problem).encode(), digest_size=8).hexdigest()
+        index = per_problem[problem_id] = per_problem.get(problem_id, -1) + 1
+        problem = Problem(id=problem_id, question=s.problem, gold_answer=answer, source="processbench")
+        solution = Solution(problem, index, steps, grade("".join(steps), answer), tokens=0)
+        solutions.append(solution)
+        sample_of[solution.id] = s.id
+    # The labeler's own path for given solutions: the same annotators and the same shard pooling
+    # as `prm-synth run`, so these figures are those of the labels a run writes.
+    result = labeler.label_solutions(engine, solutions)
     first_errors: dict[str, int] = {}
-    for job, ann in scheduler.run(jobs):
-        first_errors[job.key] = apply_rule(ann, config.labels.rule, config.labels.significance).first_error
+    rollouts: dict[str, int] = {}
+    for row in result.records:
+        first_errors[sample_of[row.id]] = row.first_error_mc
+        rollouts[sample_of[row.id]] = row.rollouts
+    refused = {sample_of[r.id]: r.detail or r.reason for r in result.rejected}  # the engine refused its rollouts
     labeled = [s for s in samples if s.id in first_errors]
     predictions: list[dict[str, Any]] = []
     for s in samples:
         if s.id in first_errors:
-            rollouts = scheduler.spend[s.id].rollouts
             pred = first_errors[s.id]
             predictions.append(
-                {"id": s.id, "label": s.label, "prediction": pred, "match": pred == s.label, "rollouts": rollouts}
+                {"id": s.id, "label": s.label, "prediction": pred, "match": pred == s.label, "rollouts": rollouts[s.id]}
             )
         else:
-            predictions.append(
-                {
-                    "id": s.id,
-                    "label": s.label,
-                    "prediction": None,
-                    "skipped": True,
-                    "reason": "no gold answer for this problem text",
-                }
-            )
+            reason = f"engine refused: {refused[s.id]}" if s.id in refused else "no gold answer for this problem text"
+            predictions.append({"id": s.id, "label": s.label, "prediction": None, "skipped": True, "reason": reason})
     metric = processbench_metric([s.label for s in labeled], [first_errors[s.id] for s in labeled])
-    total_rollouts = scheduler.stats.rollouts
+    total_rollouts = result.stats.rollouts
     return metric | {
         "labeled": len(labeled),
         "skipped_no_gold": len(skipped),
+        "refused": len(refused),
         "rollouts": total_rollouts,
         "rollouts_per_sample": total_rollouts / len(labeled) if labeled else None,
-        "engine_calls": scheduler.stats.engine_calls,
+        "engine_calls": result.stats.engine_calls,
         "policy_model": engine.model_name,
         "annotator": labeler.method,
         "label_rule": config.labels.rule,

@@ -59,18 +59,18 @@ UnlabeledReason = Literal[
     "undecided_uninformative",  # no probe was worth its rollouts
     "undecided_verdict",  # nothing to measure (e.g. ungradable, one step)
     "undecided_misfit",  # the solution's rollouts contradict the search's model (changepoint)
+    # a correct final answer, and the evidence says an error may lie somewhere before it, not where: the
+    # shard's correct-answer solutions hold process errors (measured), or this one's rollouts dip and rise
+    "undecided_unlocated",
 ]
-# How a first-error search decides a prefix (annotate/prefix_test.py, the one place that reads it).
-SearchTestName = Literal["fixed", "sprt", "calibrated"]
-# The binary method's searches also include `changepoint` (a search of its own, not a bisection test).
-BinarySearchTestName = Literal["fixed", "sprt", "calibrated", "changepoint"]
+# How a first-error search decides a prefix (annotate/prefix_decision.py, the one place that reads it).
+# `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's
+# bisection; `calibrated` (an older posterior) is upgraded to it (config_upgrade).
+SearchTestName = Literal["fixed", "sprt", "changepoint"]
 # The nodes of an OmegaPRM tree: the question, a measured prefix, a complete rollout (a leaf).
 NodeKind = Literal["root", "state", "rollout"]
 # Why an OmegaPRM question's search stopped.
 OmegaStop = Literal["screened_out", "search_limit", "pool_empty", "budget"]
-# Why a posterior search (calibrated; change-point reuses its reasons) stopped ("decided": every step
-# at the confidence level).
-CalibratedStop = Literal["decided", "undecided_budget", "undecided_uninformative", "undecided_verdict"]
 # Why a verification chain was dropped (prm_synth/verify.py): the first seven are chains that do not
 # read as a complete chain, the next two readable chains the agreement filter refused.
 ChainDropReason = Literal[

@@ -18,7 +18,7 @@ or stops early without a verdict is dropped with its reason, never guessed (`par
 readable chain is kept only when its verdicts agree with the row's labels (`compare`):
 
 - the steps compared are the labeled steps up to the row's first error (`first_error_mc`), and with
-  `min_confidence` > 0 only those whose `p_good` clears it (annotate.calibration.confident_labels);
+  `min_confidence` > 0 only those whose `p_good` clears it (annotate.labels.confident_labels);
 - rule `every-step`: a compared step whose verdict is missing or differs from its label is a
   disagreement, and so is a chain's incorrect verdict on a step the labels do not show bad (a chain
   never teaches an error nobody measured); at most `tolerance` disagreements are allowed (0: none);
@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from prm_synth.annotate.calibration import confident_labels
+from prm_synth.annotate.labels import confident_labels
 from prm_synth.config import VerifyConfig
 from prm_synth.consensus import agrees
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, RequestRefused, SamplingOptions

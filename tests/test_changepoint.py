@@ -3,7 +3,10 @@ the model check, and rows that do not depend on how a run is executed."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,14 +18,23 @@ from prm_synth.annotate.changepoint import (
     Posterior,
     Priors,
     changepoint_search,
+    open_interval,
     pool_priors,
 )
 from prm_synth.annotate.labeler import make_labeler
+from prm_synth.annotate.labels import (
+    AFTER_ERROR,
+    UNDECIDED_UNLOCATED,
+    apply_rule,
+    confident_labels,
+    labels_from_posterior,
+)
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.config import validate_config
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems import iter_problems
 from prm_synth.schema import Problem
+from tests.test_search import drive  # answers probes by hand, from a success rate per step
 
 # A world that breaks the old model: one hard step, luck per problem, ungradable rollouts, step drift.
 MIXED = {
@@ -72,17 +84,22 @@ def test_ungradable_rollouts_are_counted_apart_and_reported():
             assert c <= t and (v is None if t == 0 else v == c / t)
 
 
-def test_labels_of_the_mixed_world_are_mostly_right():
+def test_labels_of_the_mixed_world_are_right_as_often_as_the_readme_says():
+    # the README's claim for the default (precision about 0.93 or more in the suite's worlds), on a small
+    # mixed world: a hard step, luck per problem, ungradable rollouts and step drift at once
     rows = _records({"max_in_flight": 64, "max_batch_requests": 256}).records
-    right = wrong = 0
+    good = good_right = bad = bad_right = 0
     for r in rows:
         truth = arithmetic.true_first_error(r.steps)
         for i, label in enumerate(r.labels):
-            if label is not None:
-                good = truth < 0 or i < truth
-                right += label == good
-                wrong += label != good
-    assert right > 5 * wrong and right > 50
+            still_good = truth < 0 or i < truth
+            good += label is True
+            good_right += label is True and still_good
+            bad += label is False
+            bad_right += label is False and not still_good
+    assert good >= 100 and bad >= 10  # enough labels for the shares to mean something
+    # (a dozen bad labels: one wrong one is 0.92, two are 0.85, so the bad bound is 0.9)
+    assert good_right / good >= 0.93 and bad_right / bad >= 0.9, (good_right, good, bad_right, bad)
 
 
 def _drive(steps: list[str], status: str, rate_of) -> object:
@@ -229,10 +246,147 @@ def test_solutions_of_one_problem_share_its_luck_and_each_prefix_counts_once():
     relabel([alone, _annotation_with(lucky())], ChangepointSettings(), [("a", ["x"] * 8), ("b", ["y"] * 8)])
     shared = _annotation_with(ambiguous())
     relabel([shared, _annotation_with(lucky())], ChangepointSettings(), [("a", ["x"] * 8), ("a", ["y"] * 8)])
-    assert alone.p_good != shared.p_good  # the sibling's luck changes what the ambiguous one's rollouts mean
+    # the sibling's wrong prefixes reach the answer often: luck is common on this problem, so the
+    # ambiguous solution's successes say less, and every step before its last is trusted less
+    assert all(s < a - 0.05 for s, a in zip(shared.p_good[:-1], alone.p_good[:-1], strict=True))
     # a sibling with the same text holds the same rollouts and verdict: it adds nothing
     twin = _annotation_with(ambiguous())
     relabel([twin, _annotation_with(ambiguous())], ChangepointSettings(), [("a", ["x"] * 8), ("a", ["x"] * 8)])
     single = _annotation_with(ambiguous())  # the same shard (same pooled priors), but not siblings
     relabel([single, _annotation_with(ambiguous())], ChangepointSettings(), [("a", ["x"] * 8), ("b", ["x"] * 8)])
     assert twin.p_good == single.p_good
+
+
+# ------------------------------------------------------------------ localization and the label rules
+STEPS = [f"step {i}\n" for i in range(20)]
+
+
+def _world(rng: random.Random, n: int, p: float, q: float):
+    """A solution with a geometric clean curve: first error e (n: none), its verdict, prefix success rates."""
+    e = next((i for i in range(n) if rng.random() < p), n)
+    verdict = "correct" if e == n or rng.random() < q else "incorrect"
+
+    def rate(step: int) -> float:
+        return q + (1 - q) * (1 - p) ** (n - 1 - step) if step < e else q
+
+    return e, verdict, rate
+
+
+def _new_rollouts(asked: list[tuple[int, int]]) -> int:
+    """Rollouts a search asked for: a probe asks for a total, earlier rollouts count once."""
+    seen: dict[int, int] = {}
+    for step, k in asked:
+        seen[step] = max(k, seen.get(step, 0))
+    return sum(seen.values())
+
+
+def test_the_search_pins_a_clear_error_to_one_step():
+    # the error is clear (clean prefixes always reach the answer, bad ones never): whatever step it
+    # is on, the first bad label is on it and the step before it is labeled good
+    for error in (1, 6, 13, 18):
+        ann, asked, _ = drive(
+            changepoint_search(STEPS, "incorrect", ChangepointSettings()), lambda i, e=error: 1.0 if i < e else 0.0
+        )
+        labels = apply_rule(ann, "hard").labels
+        first_bad = labels.index(False)
+        assert first_bad == error and labels[error - 1] is True, (error, labels)
+        assert _new_rollouts(asked) <= ChangepointSettings().localize_max_rollouts
+
+
+def test_open_interval_lies_between_the_last_good_and_the_first_bad_label():
+    assert list(open_interval(np.array([0.99, 0.95, 0.6, 0.3, 0.05, 0.01]), 0.9)) == [2, 3, 4]
+    assert list(open_interval(np.array([0.99, 0.95, 0.05, 0.01]), 0.9)) == []  # pinned already
+    assert list(open_interval(np.array([0.6, 0.5, 0.3]), 0.9)) == []  # no bad label: nothing to pin
+    assert list(open_interval(np.array([0.6, 0.05]), 0.9)) == [0, 1]  # the question alone is clean
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 20), q=st.sampled_from([0.0, 0.05, 0.3]))
+def test_labels_are_consistent_the_budget_is_kept_and_every_rule_keeps_them(seed, n, q):
+    rng = random.Random(seed)
+    e, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), q)
+    cfg = ChangepointSettings(max_rollouts=24, localize_max_rollouts=40)
+    ann, asked, _ = drive(changepoint_search(STEPS[:n], verdict, cfg), rate, rng)
+    assert _new_rollouts(asked) <= 40
+    assert len(ann.p_good) == len(ann.unlabeled_reason) == n
+    assert all(np.diff(ann.p_good) <= 1e-9)
+    labels = apply_rule(ann, "hard").labels
+    for rule in ("majority", "relative"):
+        assert apply_rule(ann, rule).labels == labels
+    first_bad = next((i for i, x in enumerate(labels) if x is False), n)
+    assert all(x is True or x is None for x in labels[:first_bad])
+    assert all(x is None for x in labels[first_bad + 1 :])
+    for label, p, reason in zip(labels, ann.p_good, ann.unlabeled_reason, strict=True):
+        assert (label is None) == (reason is not None)
+        if label is not None:
+            assert (p if label else 1 - p) >= 0.9
+    if verdict == "incorrect":
+        assert ann.p_good[-1] == pytest.approx(0.0)
+
+
+def test_labels_follow_the_posterior_and_nothing_after_the_first_bad_step():
+    lab = labels_from_posterior([0.99, 0.95, 0.6, 0.05, 0.01], 0.9, "undecided_budget")
+    assert lab.labels == [True, True, None, False, None]
+    assert lab.reasons == [None, None, "undecided_budget", None, AFTER_ERROR]
+
+
+def test_confident_labels_keep_only_sure_ones():
+    labels = [True, True, False, None]
+    assert confident_labels(labels, [0.99, 0.8, 0.05, 0.01], 0.9) == [True, None, False, None]
+    assert confident_labels(labels, [0.99, 0.8, 0.2, 0.01], 0.9) == [True, None, None, None]
+    assert confident_labels(labels, None, 0.0) == labels
+    assert confident_labels(labels, None, 0.5) == [None] * 4
+    with pytest.raises(ValueError):
+        confident_labels(labels, [0.5], 0.9)
+    with pytest.raises(ValueError):
+        confident_labels(labels, [0.5] * 4, 1.5)
+
+
+@pytest.mark.parametrize("method", ["binary", "omegaprm"])
+def test_a_config_asking_for_the_removed_calibrated_search_gets_the_changepoint_search(method, caplog):
+    old = {"method": method, "search_test": "calibrated", "calibrated_max_rollouts": 24, "calibrated_min_gain": 0.1}
+    with caplog.at_level("WARNING"):
+        config = validate_config({**MIXED, "annotate": old})
+    assert config.annotate.search_test == "changepoint"
+    assert "calibrated was removed" in caplog.text and "calibrated_max_rollouts" in caplog.text
+    same = validate_config({**MIXED, "annotate": {"method": method, "search_test": "changepoint"}})
+    assert config.fingerprint() == same.fingerprint()
+
+
+# ------------------------------------------------------------------ a right answer after a wrong step
+def test_a_repaired_slip_in_a_checked_correct_solution_leaves_its_steps_unlabeled_with_the_reason():
+    # step 3 is a slip the policy repaired: only the prefix ending on it fails; the answer is right
+    def rate(step: int) -> float:
+        return 0.0 if step == 3 else 1.0
+
+    ann, asked, _ = drive(changepoint_search(STEPS[:12], "correct", ChangepointSettings(), check=True), rate)
+    assert {step for step, _ in asked[:6]} == set(range(6))  # every early prefix tested first
+    labels = apply_rule(ann, "hard").labels
+    assert not any(labels[3:]) and ann.unlabeled_reason[3] == UNDECIDED_UNLOCATED
+    # without the check the same solution is trusted on its verdict and its last prefix
+    ann, _, _ = drive(changepoint_search(STEPS[:12], "correct", ChangepointSettings()), rate)
+    assert all(apply_rule(ann, "hard").labels)
+
+
+def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correct_solutions_are_trusted():
+    from prm_synth.annotate.changepoint import relabel
+
+    def run(slipped: bool) -> tuple[list, list]:
+        checked = []
+        for k in range(8):  # tested correct-answer solutions: with a dip at prefix 3 (a repaired slip) or not
+            ev = Evidence.empty(12, "correct")
+            ev.checked = True
+            for j in range(1, 7):
+                ev.correct[j], ev.graded[j] = (0 if slipped and j == 3 + k % 2 else 4), 4
+            checked.append(_annotation_with(ev))
+        plain = Evidence.empty(12, "correct")  # an untested one: its last prefix and its verdict only
+        plain.correct[11], plain.graded[11] = 4, 4
+        rows = [*checked, _annotation_with(plain)]
+        relabel(rows, ChangepointSettings(), [(f"p{i}", [f"{i}"] * 12) for i in range(len(rows))])
+        return rows[-1].p_good, rows[-1].unlabeled_reason
+
+    clean_p, clean_reasons = run(slipped=False)
+    slipped_p, slipped_reasons = run(slipped=True)
+    assert min(clean_p) >= 0.9 and set(clean_reasons) == {None}
+    assert min(slipped_p) < 0.9 and UNDECIDED_UNLOCATED in slipped_reasons
+    assert all(a <= b + 1e-12 for a, b in zip(slipped_p, clean_p, strict=True))

@@ -21,7 +21,10 @@ def test_fingerprint_ignores_run_knobs_but_not_labeling_choices():
     assert (
         a.fingerprint() == validate_config(base | {"run": {"max_in_flight": 3, "max_batch_requests": 9}}).fingerprint()
     )
-    assert a.fingerprint() != validate_config(base | {"annotate": {"method": "binary", "k": 3}}).fingerprint()
+    assert (
+        a.fingerprint()
+        != validate_config(base | {"annotate": {"method": "binary", "changepoint_max_rollouts": 30}}).fingerprint()
+    )
     assert a.fingerprint() != validate_config(base | {"labels": {"rule": "relative"}}).fingerprint()
 
 

@@ -337,7 +337,7 @@ def simulated_config(**overrides: Any) -> Any:
         "policy": {"kind": "simulated", "step_error": 0.3, "seed": 0, "step_format": "line"},
         "sampling": {"samples_per_problem": 2},
         "steps": {"strategy": "line"},
-        "annotate": {"method": "binary", "k": 4},
+        "annotate": {"method": "binary"},
         "output": {"shard_size": 6},
     }
     return validate_config(data | overrides, check_paths=False)
@@ -363,7 +363,11 @@ def run_shard(config: Any, engine: Any) -> Any:
 
 @pytest.mark.parametrize("method", ["binary", "mc", "omegaprm"])
 def test_a_problem_whose_every_request_is_refused_is_rejected_and_the_shard_goes_on(method):
-    annotate = {"method": method, "k": 4} | ({"rollout_budget": 40} if method == "omegaprm" else {})
+    annotate = (
+        {"method": method}
+        | ({"k": 4} if method != "binary" else {})
+        | ({"rollout_budget": 40} if method == "omegaprm" else {})
+    )
     config = simulated_config(annotate=annotate)
     (shard,) = list(iter_shards(config))
     victim = shard.items[2]

@@ -34,7 +34,7 @@ SIM = {
 }
 METHODS = {
     "mc": {"method": "mc", "k": 4},
-    "binary": {"method": "binary", "k": 4},
+    "binary": {"method": "binary"},
     "omegaprm": {"method": "omegaprm", "k": 4, "rollout_budget": 40},
 }
 
@@ -84,15 +84,13 @@ def test_the_default_card_text_describes_the_changepoint_search():
     labeler = make_labeler(validate_config(SIM))  # binary + changepoint
     assert "change-point" in labeler.card_text() and "p_good" in labeler.card_text()
     assert "change-point posterior" in labeler.budget_line()
-    calibrated = make_labeler(validate_config(SIM | {"annotate": {"method": "binary", "search_test": "calibrated"}}))
-    assert "calibrated posterior" in calibrated.budget_line()
     sprt = make_labeler(validate_config(SIM | {"annotate": {"method": "binary", "search_test": "sprt"}}))
     assert "Binary search" in sprt.card_text() and "sequential test" in sprt.budget_line()
 
 
 @pytest.mark.parametrize(
     ("test", "words"),
-    [("fixed", "good when MC > 0"), ("sprt", "sequential test"), ("calibrated", "calibrated posterior")],
+    [("fixed", "good when MC > 0"), ("sprt", "sequential test"), ("changepoint", "change-point posterior")],
 )
 def test_the_omegaprm_budget_line_names_its_actual_test(test, words):
     line = make_labeler(validate_config(SIM | {"annotate": {"method": "omegaprm", "search_test": test}})).budget_line()
@@ -137,3 +135,41 @@ def test_run_stats_are_the_field_wise_sum_of_shard_stats(shards):
     if judged:
         assert total.judge.samples == sum(j.samples for j in judged)
     assert ShardStats.from_dict(total.to_dict()) == total  # what the marker stores reads back
+
+
+def test_run_and_eval_label_the_same_solutions_through_one_path(monkeypatch):
+    """`prm-synth run` (`label`: sampling and annotation in one stream) and `prm-synth eval labels`
+    (`label_solutions`: solutions given) give the same rows for the same solutions, shard pooling
+    included: the default search labels again under the priors pooled from the whole set."""
+    from prm_synth import evaluate
+    from prm_synth.annotate import labeler as labeler_module
+    from prm_synth.problems import iter_problems
+    from prm_synth.schema import Problem
+
+    config = validate_config(SIM | {"policy": {"kind": "simulated", "recover": 0.2, "step_error": 0.15}})
+    problems = [p for p in iter_problems(config.problems) if isinstance(p, Problem)]
+    engine = build_engine(config.policy)
+    run = make_labeler(config).label(engine, problems)
+    given_ = make_labeler(config).label_solutions(build_engine(config.policy), run.sampled.solutions)
+
+    def row(r):  # every column but `tokens`: how a prefix's samples were split into requests may differ
+        return r.to_row() | {"tokens": None}
+
+    assert [row(r) for r in given_.records] == [row(r) for r in run.records]
+    assert any(r.p_good is not None for r in run.records)
+    assert {r.annotator for r in run.records} == {"binary"}  # the labeler stamps its method name
+    # ... and `eval labels` labels through that same method (it is the only path there)
+    calls: list[int] = []
+    original = labeler_module.BinaryLabeler.label_solutions
+
+    def spy(self, engine, solutions, progress=labeler_module.quiet):
+        calls.append(len(solutions))
+        return original(self, engine, solutions, progress)
+
+    monkeypatch.setattr(labeler_module.BinaryLabeler, "label_solutions", spy)
+    samples = evaluate.load_processbench(BENCH)
+    bench_config = validate_config(NOISE_FREE | {"annotate": {"method": "binary"}})
+    metric, _ = evaluate.evaluate_labels(
+        build_engine(bench_config.policy), samples, evaluate.load_gold_answers(GOLD), bench_config
+    )
+    assert calls == [metric["labeled"]] and metric["labeled"] == 5

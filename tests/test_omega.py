@@ -256,7 +256,7 @@ def random_world(seed: int, length: int, p_error: float, recover: float) -> Roll
     return rollout
 
 
-def check_tree_and_paths(result: OmegaResult, calibrated: bool = False) -> None:
+def check_tree_and_paths(result: OmegaResult, posterior: bool = False) -> None:
     tree = result.tree
     for node, attrs in tree.nodes(data=True):
         assert "".join(attrs["steps"]) == attrs["prefix"]
@@ -275,11 +275,11 @@ def check_tree_and_paths(result: OmegaResult, calibrated: bool = False) -> None:
             assert path.mc_total[i] == tree.nodes[node]["total"]
         for c, t, s in zip(path.mc_correct, path.mc_total, path.label_source, strict=True):
             assert 0 <= c <= t
-            if calibrated:  # labels come from the posterior: unmeasured ones inferred, undecided ones none
+            if posterior:  # labels come from the posterior: unmeasured ones inferred, undecided ones none
                 assert s in ("none", "inferred", "test", "verdict") and (s != "inferred" or t == 0)
             else:
                 assert (t == 0) == (s == "none")
-        if calibrated:
+        if posterior:
             assert path.annotation.p_good is not None and len(path.annotation.p_good) == n
             labels = apply_rule(path.annotation, "hard").labels
             for label, p in zip(labels, path.annotation.p_good, strict=True):
@@ -298,7 +298,7 @@ def check_tree_and_paths(result: OmegaResult, calibrated: bool = False) -> None:
     screen=st.booleans(),
     leaves=st.integers(0, 2),
     p_error=st.sampled_from([0.1, 0.3, 0.6]),
-    search_test=st.sampled_from(["fixed", "sprt", "calibrated"]),
+    search_test=st.sampled_from(["fixed", "sprt", "changepoint"]),
 )
 def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resampled(
     seed, length, budget, k, limit, screen, leaves, p_error, search_test
@@ -321,7 +321,7 @@ def test_budget_never_exceeded_no_rollout_selected_twice_nothing_complete_resamp
     assert len(completes) == len(set(completes))
     # Complete solutions have `length` lines: only their own verdict is ever used.
     assert all(lines(p.prefix) < length for p in prober.asked)
-    check_tree_and_paths(result, calibrated=search_test == "calibrated")
+    check_tree_and_paths(result, posterior=search_test == "changepoint")
 
 
 # ---------------------------------------------------------------- through the real scheduler

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.annotate.labels import apply_rule
-from prm_synth.annotate.prefix_test import FixedTest, SequentialTest
+from prm_synth.annotate.prefix_decision import FixedTest, SequentialTest
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.annotate.search import binary_search
 from prm_synth.config import BinaryConfig
@@ -115,3 +115,39 @@ def test_sequential_search_beats_plain_bisection_on_noisy_prefixes():
             )
             hits[test] += apply_rule(ann, "hard").first_error == error
     assert hits["sprt"] > hits["fixed"] * 1.3
+
+
+# ------------------------------------------------------------------ each search takes its own knobs
+BASE = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}
+
+
+def test_a_knob_the_chosen_search_ignores_is_refused_by_name():
+    import pytest
+
+    from prm_synth.config import ConfigError, validate_config
+
+    # the case: k and recheck mean nothing to the default changepoint search
+    with pytest.raises(ConfigError, match=r"annotate\.k .*annotate\.recheck"):
+        validate_config(BASE | {"annotate": {"method": "binary", "k": 16, "recheck": False}})
+    with pytest.raises(ConfigError, match=r"annotate\.bad_rate"):
+        validate_config(BASE | {"annotate": {"method": "binary", "search_test": "fixed", "bad_rate": 0.01}})
+    with pytest.raises(ConfigError, match=r"annotate\.confidence"):
+        validate_config(BASE | {"annotate": {"method": "omegaprm", "confidence": 0.95}})
+    # the same knobs are a search's own where it reads them
+    validate_config(BASE | {"annotate": {"method": "binary", "search_test": "sprt", "k": 16, "recheck": False}})
+    validate_config(BASE | {"annotate": {"method": "omegaprm", "search_test": "changepoint", "confidence": 0.95}})
+
+
+def test_the_fingerprint_holds_only_what_changes_rows():
+    from prm_synth.config import validate_config
+
+    default = validate_config(BASE)
+    # a knob written out at its default changes nothing, and a stored config (a full dump) loads again
+    assert validate_config(BASE | {"annotate": {"method": "binary", "k": 8}}).fingerprint() == default.fingerprint()
+    assert validate_config(default.model_dump(mode="json")).fingerprint() == default.fingerprint()
+    # a knob the chosen search reads changes it
+    sprt = validate_config(BASE | {"annotate": {"method": "binary", "search_test": "sprt"}})
+    assert validate_config(BASE | {"annotate": {"method": "binary", "search_test": "sprt", "k": 16}}).fingerprint() != (
+        sprt.fingerprint()
+    )
+    assert "k" not in default.annotate.row_fields() and "k" in sprt.annotate.row_fields()

@@ -302,7 +302,7 @@ def simulated_jobs(policy: SimulatedPolicy, count: int) -> list[SolutionJob]:
             status = grade(completion.text, str(chain.answer)).status
             key = f"q{i}-s{j}"
             jobs.append(
-                SolutionJob(key, f"q{i}", user, str(chain.answer), binary_search(steps, status, config, key=key))
+                SolutionJob(key, f"q{i}", user, str(chain.answer), binary_search(steps, status, config))
             )
     return jobs
 

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 from typing import get_args
 
-from prm_synth.annotate import calibration, changepoint
+from prm_synth.annotate import changepoint, labels
 from prm_synth.schema import REJECT_REASONS, UnlabeledReason
 
 ROOT = Path(__file__).resolve().parents[1] / "prm_synth"
@@ -41,9 +41,10 @@ def test_every_reject_reason_in_the_source_is_declared():
 
 
 def test_the_searches_unlabeled_reasons_are_the_schemas():
-    names = [calibration.AFTER_ERROR, calibration.UNDECIDED_BUDGET, calibration.UNDECIDED_UNINFORMATIVE]
+    names = [labels.AFTER_ERROR, labels.UNDECIDED_BUDGET, labels.UNDECIDED_UNINFORMATIVE]
     names += [
-        calibration.UNDECIDED_VERDICT,
+        labels.UNDECIDED_VERDICT,
+        labels.UNDECIDED_UNLOCATED,
         changepoint.UNDECIDED_MISFIT,
     ]  # the verdict's and the change-point search's own
     assert set(names) == set(get_args(UnlabeledReason))

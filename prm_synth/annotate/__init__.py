@@ -1,6 +1,6 @@
 """Step annotation: annotators (sequential generators) driven by the batching probe scheduler.
 
-`labeler.make_labeler` picks the method; `mc`, `search` and `omega` are the algorithms, `prefix_test`
+`labeler.make_labeler` picks the method; `mc`, `search` and `omega` are the algorithms, `prefix_decision`
 the tests that decide a prefix, `protocol` what an annotator and the scheduler say to each other.
 """
 

@@ -20,13 +20,12 @@ from functools import partial
 from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.calibration import RunEstimates
 from prm_synth.annotate.changepoint import relabel
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
 from prm_synth.annotate.omega_tree import tree_to_json
-from prm_synth.annotate.prefix_test import ChangepointTest, make_test
+from prm_synth.annotate.prefix_decision import ChangepointTest, make_test
 from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.scheduler import (
     JobsAfter,
@@ -86,8 +85,13 @@ class Labeler(Protocol):
         """Label a shard's problems (sampling their solutions first where the method needs them)."""
         ...
 
+    def label_solutions(self, engine: Engine, solutions: list[Solution], progress: Progress = quiet) -> LabelResult:
+        """Label solutions we are given (evaluation on ProcessBench-format files) exactly as `label`
+        labels the ones it samples: the same annotators, the same shard pooling, the same rows."""
+        ...
+
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
-        """An annotator for a solution we are given (evaluation on ProcessBench-format files)."""
+        """The annotator of one solution (`label_solutions` runs it for each, then pools)."""
         ...
 
     def budget_line(self) -> str: ...
@@ -182,13 +186,52 @@ class _Base:
             label_source=ann.label_source,
             label_rule=rule.rule,
             first_error_mc=lab.first_error,
-            annotator=ann.method,
+            annotator=self.method,  # the labeler stamps its method; the algorithms' own names do not reach rows
             policy_model=engine.model_name,
             config_fingerprint=self.fingerprint,
             rollouts=rollouts,
             tokens=tokens,
             p_good=ann.p_good,
             unlabeled_reason=unlabeled_reasons(lab.labels, lab.first_error, ann.unlabeled_reason),
+        )
+
+    def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
+        raise NotImplementedError
+
+    def label_solutions(self, engine: Engine, solutions: list[Solution], progress: Progress = quiet) -> LabelResult:
+        scheduler = new_scheduler(engine, self.config)
+        annotations = self._jobs_run(scheduler, (self._job(s) for s in solutions), len(solutions), progress)
+        records, rejected = self._rows(engine, scheduler, solutions, annotations)
+        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats)
+
+    def _rows(
+        self, engine: Engine, scheduler: ProbeScheduler, solutions: list[Solution], annotations: dict[str, Any]
+    ) -> tuple[list[LabeledRecord], list[RejectedRecord]]:
+        """Pool what the method learns from the whole set, then one row (or rejection) per solution,
+        in the order given: the one way every solution-labeling path ends."""
+        self._pool([s for s in solutions if isinstance(annotations[s.id], Annotation)], annotations)
+        records, rejected = [], []
+        for s in solutions:
+            ann = annotations[s.id]
+            if isinstance(ann, Refused):
+                rejected.append(refused_row(s.id, s.problem, "annotate", ann.message, {"steps": s.steps}))
+                continue
+            spend = scheduler.spend.get(s.id, Spend())
+            records.append(
+                self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, spend.rollouts, spend.tokens + s.tokens)
+            )
+        return records, rejected
+
+    def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
+        """After every search of the shard is done, in input order: what a method learns from all of them."""
+
+    def _job(self, s: Solution) -> SolutionJob[Annotation]:
+        return SolutionJob(
+            key=s.id,
+            problem_key=s.problem.id,
+            user_prompt=policy_user_prompt(s.problem.question),
+            gold=s.problem.gold_answer,
+            annotator=self.annotate_given(s.steps, s.verdict.status, s.id),
         )
 
     def _jobs_run(
@@ -203,9 +246,6 @@ class _Base:
 
 class SolutionLabeler(_Base):
     """A per-solution method: one annotator and one row per sampled solution."""
-
-    def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
-        raise NotImplementedError
 
     def label(
         self,
@@ -243,30 +283,8 @@ class SolutionLabeler(_Base):
         sampled = Sampled()
         for problem in problems:  # input order, whatever order the annotators finished in
             sampled += by_problem[problem.id]
-        self._pool([s for s in sampled.solutions if isinstance(annotations[s.id], Annotation)], annotations)
-        records, rejected = [], []
-        for s in sampled.solutions:
-            ann = annotations[s.id]
-            if isinstance(ann, Refused):
-                rejected.append(refused_row(s.id, s.problem, "annotate", ann.message, {"steps": s.steps}))
-                continue
-            spend = scheduler.spend.get(s.id, Spend())
-            records.append(
-                self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, spend.rollouts, spend.tokens + s.tokens)
-            )
+        records, rejected = self._rows(engine, scheduler, sampled.solutions, annotations)
         return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled)
-
-    def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
-        """After every search of the shard is done, in input order: what a method learns from all of them."""
-
-    def _job(self, s: Solution) -> SolutionJob[Annotation]:
-        return SolutionJob(
-            key=s.id,
-            problem_key=s.problem.id,
-            user_prompt=policy_user_prompt(s.problem.question),
-            gold=s.problem.gold_answer,
-            annotator=self.annotate_given(s.steps, s.verdict.status, s.id),
-        )
 
     def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
         # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
@@ -298,19 +316,21 @@ class MCLabeler(SolutionLabeler):
 
 
 class BinaryLabeler(SolutionLabeler):
-    """binary: a first-error search per sampled solution (bisection with a test, the changepoint search (default) or the calibrated search)."""
+    """binary: a first-error search per sampled solution (the changepoint search, the default, or a bisection
+    with a test)."""
 
     method = "binary"
 
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         super().__init__(config, fingerprint)
         self.annotate: BinaryConfig = config.annotate  # type: ignore[assignment]
-        # search_test calibrated: the luck and difficulty estimates every annotator of a run pools
-        self.estimates = RunEstimates()
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         a = self.annotate
-        return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), self.estimates, key)
+        test = make_test(a)
+        # a stable share of the correct-answer solutions measures the shard's rate of process errors
+        check = isinstance(test, ChangepointTest) and sampled_share(f"{key}/check", test.settings.check_correct)
+        return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), check=check)
 
     def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
         """search_test changepoint: label every solution again under the priors pooled from the whole
@@ -336,14 +356,11 @@ class OmegaLabeler(_Base):
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         super().__init__(config, fingerprint)
         self.annotate: OmegaConfig = config.annotate  # type: ignore[assignment]
-        self.estimates = RunEstimates()  # search_test calibrated: pooled by every question's search
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""
         test = make_test(self.annotate)
-        return first_error_search(
-            steps, final_status, test, recheck=False, estimates=self.estimates, key=key, method=self.method
-        )
+        return first_error_search(steps, final_status, test, recheck=False)
 
     def label(
         self,
@@ -360,7 +377,7 @@ class OmegaLabeler(_Base):
                 problem_key=p.id,
                 user_prompt=policy_user_prompt(p.question),
                 gold=p.gold_answer,
-                annotator=omegaprm(self.annotate, split, estimates=self.estimates),
+                annotator=omegaprm(self.annotate, split),
             )
             for p in problems
         )

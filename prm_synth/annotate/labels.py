@@ -23,8 +23,64 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.calibration import AFTER_ERROR, UNDECIDED_VERDICT
 from prm_synth.schema import UnlabeledReason
+
+# Why a step has no label (schema.UnlabeledReason says what each means).
+AFTER_ERROR: UnlabeledReason = "after_error"
+UNDECIDED_BUDGET: UnlabeledReason = "undecided_budget"
+UNDECIDED_UNINFORMATIVE: UnlabeledReason = "undecided_uninformative"
+UNDECIDED_VERDICT: UnlabeledReason = "undecided_verdict"
+UNDECIDED_UNLOCATED: UnlabeledReason = "undecided_unlocated"
+
+
+@dataclass(frozen=True)
+class StepLabels:
+    labels: list[bool | None]
+    reasons: list[UnlabeledReason | None]  # why a step is unlabeled (None where labeled)
+
+
+def labels_from_posterior(p_good: Sequence[float], confidence: float, undecided: UnlabeledReason) -> StepLabels:
+    """Good where P(still correct) >= confidence; the first step whose prefix holds an error with
+    P >= confidence is bad; steps after it are unlabeled (they hold that error); the rest undecided."""
+    labels: list[bool | None] = []
+    reasons: list[UnlabeledReason | None] = []
+    bad_seen = False
+    for p in p_good:
+        if bad_seen:
+            labels.append(None)
+            reasons.append(AFTER_ERROR)
+        elif 1.0 - p >= confidence:
+            labels.append(False)
+            reasons.append(None)
+            bad_seen = True
+        elif p >= confidence:
+            labels.append(True)
+            reasons.append(None)
+        else:
+            labels.append(None)
+            reasons.append(undecided)
+    return StepLabels(labels, reasons)
+
+
+def confident_labels(
+    labels: Sequence[bool | None], p_good: Sequence[float | None] | None, min_confidence: float
+) -> list[bool | None]:
+    """The labels that meet `min_confidence`, None for the rest.
+
+    A good label needs p_good >= min_confidence, a bad one 1 - p_good >= min_confidence. Rows
+    without p_good (methods that do not estimate it) keep their labels only when min_confidence is 0.
+    """
+    if not 0.0 <= min_confidence <= 1.0:
+        raise ValueError("min_confidence must be in [0, 1]")
+    if p_good is None:
+        return list(labels) if min_confidence <= 0.0 else [None] * len(labels)
+    if len(p_good) != len(labels):
+        raise ValueError(f"p_good has {len(p_good)} entries for {len(labels)} labels")
+    out: list[bool | None] = []
+    for label, p in zip(labels, p_good, strict=True):
+        sure = label is not None and p is not None and (p if label else 1.0 - p) >= min_confidence
+        out.append(label if sure else None)
+    return out
 
 
 @dataclass(frozen=True)
@@ -79,7 +135,7 @@ def unlabeled_reasons(
 ) -> list[UnlabeledReason | None]:
     """Why each unlabeled step has no label (None where labeled), never None where unlabeled.
 
-    The annotator's own reason where it gave one (the calibrated search does); else `after_error`
+    The annotator's own reason where it gave one (the changepoint search does); else `after_error`
     past the first bad step; else `undecided_verdict`: no gradable rollout measured the step (per-step
     MC of an ungradable solution's last step, or rollouts that were all ungradable)."""
     reasons: list[UnlabeledReason | None] = []

@@ -36,9 +36,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
 
-from prm_synth.annotate.calibration import Posterior, RunEstimates
+from prm_synth.annotate.changepoint import Posterior, Priors
 from prm_synth.annotate.omega_tree import ROOT, OmegaPath, PrefixTree, Steps, evidence_along, tree_paths
-from prm_synth.annotate.prefix_test import CalibratedTest, PrefixTest, decide, make_test
+from prm_synth.annotate.prefix_decision import ChangepointTest, PrefixTest, decide, make_test
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
 from prm_synth.config import OmegaConfig
 from prm_synth.schema import OmegaStop, VerdictStatus
@@ -70,13 +70,13 @@ class OmegaResult:
     tree: PrefixTree
     screened_out: bool
     stop_reason: OmegaStop
-    # calibrated search: the run's estimates, and the confidence a step label needs (paths get p_good)
-    estimates: RunEstimates | None = None
+    # search_test changepoint: the posterior's priors, and the confidence a step label needs (paths get p_good)
+    priors: Priors | None = None
     confidence: float = 0.9
 
     def paths(self) -> list[OmegaPath]:
         """One entry per root-to-leaf path (leaves in node order); the bare root gives none."""
-        return tree_paths(self.tree, self.estimates, self.confidence)
+        return tree_paths(self.tree, self.priors, self.confidence)
 
 
 # ------------------------------------------------------------------ the search
@@ -88,12 +88,13 @@ class OmegaSearch:
         config: OmegaConfig,
         split: Callable[[str], list[str]],
         correct_leaves: int = 1,
-        estimates: RunEstimates | None = None,
     ) -> None:
         self.config = config
         self._test = make_test(config)
-        calibrated = isinstance(self._test, CalibratedTest)
-        self.estimates = (estimates or RunEstimates()) if calibrated else None
+        # search_test changepoint: each prefix decided by the change-point posterior of its rollout,
+        # under the weak default priors (nothing pooled across questions: rows do not depend on the
+        # order questions finish in)
+        self.priors = Priors() if isinstance(self._test, ChangepointTest) else None
         self.split = split
         self.correct_leaves = correct_leaves
         self.tree = PrefixTree()
@@ -190,20 +191,18 @@ class OmegaSearch:
         self, prefix: str, step: int, rollout_steps: Steps = ()
     ) -> Generator[list[Probe], list[ProbeResult], tuple[bool, ProbeResult] | None]:
         """Good or bad, with the measurement behind it; None when the test gives up or the budget ran
-        out first. The test is the config's (`prefix_test.py`); a calibrated one decides this prefix by
-        the change-point posterior of the whole rollout."""
-        test: PrefixTest = self._test
-        if isinstance(self._test, CalibratedTest):
+        out first. The test is the config's (`prefix_decision.py`); a changepoint one decides this prefix
+        by the change-point posterior of the whole rollout."""
+        test: PrefixTest = self._test  # type: ignore[assignment]
+        if isinstance(self._test, ChangepointTest):
             test = self._test.for_prefix(partial(self._posterior, rollout_steps), step)
         return (yield from decide(test, self._known.get(prefix), partial(self._measure, prefix, step)))
 
     def _posterior(self, rollout_steps: Steps) -> Posterior:
-        """The posterior of a selected rollout from every prefix measured so far, pooled into the run's
-        estimates (the rollout is known incorrect)."""
-        assert self.estimates is not None
-        post = Posterior(evidence_along(self.tree, rollout_steps, "incorrect", self._known), self.estimates)
-        self.estimates.update(f"omega-{id(self)}-{rollout_steps!r}", post)
-        return post
+        """The posterior of a selected rollout from every prefix measured so far (the rollout is known
+        incorrect)."""
+        assert self.priors is not None
+        return Posterior(evidence_along(self.tree, rollout_steps, "incorrect", self._known), self.priors)
 
     # ---------------------------------------------------------- probing under the budget
     def _measure(
@@ -289,7 +288,7 @@ class OmegaSearch:
             tree=self.tree,
             screened_out=screened_out,
             stop_reason=stop_reason,
-            estimates=self.estimates,
+            priors=self.priors,
             confidence=self.config.confidence,
         )
 
@@ -298,15 +297,13 @@ def omegaprm(
     config: OmegaConfig,
     split: Callable[[str], list[str]],
     correct_leaves: int = 1,
-    estimates: RunEstimates | None = None,
 ) -> Annotator[OmegaResult]:
     """The OmegaPRM annotator for one question (drive it with the ProbeScheduler).
 
     `split` cuts a text into lossless steps (e.g. `functools.partial(split_steps, strategy=...)`).
     `correct_leaves`: how many complete correct rollouts of each state become leaves (all-good
-    paths); 0 keeps only what the search measured. `estimates`: the run's shared luck and difficulty
-    estimates (search_test: calibrated; one object for every question of a run).
+    paths); 0 keeps only what the search measured.
     """
     if correct_leaves < 0:
         raise ValueError("correct_leaves must be >= 0")
-    return OmegaSearch(config, split, correct_leaves, estimates).run()
+    return OmegaSearch(config, split, correct_leaves).run()

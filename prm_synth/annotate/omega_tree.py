@@ -18,7 +18,8 @@ from typing import Any
 import networkx as nx
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.calibration import UNDECIDED_BUDGET, Evidence, Posterior, RunEstimates, labels_from_posterior
+from prm_synth.annotate.changepoint import Evidence, Posterior, Priors
+from prm_synth.annotate.labels import UNDECIDED_BUDGET, labels_from_posterior
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.schema import NodeKind, VerdictStatus
 
@@ -149,17 +150,17 @@ class OmegaPath:
         return "".join(self.steps)
 
 
-def tree_paths(tree: nx.DiGraph, estimates: RunEstimates | None = None, confidence: float = 0.9) -> list[OmegaPath]:
+def tree_paths(tree: nx.DiGraph, priors: Priors | None = None, confidence: float = 0.9) -> list[OmegaPath]:
     """One entry per root-to-leaf path (leaves in node order); the bare root gives none. With the
-    calibrated search's `estimates`, each path is labeled by its change-point posterior."""
+    change-point posterior's `priors` (search_test changepoint), each path is labeled by it."""
     out = []
     for leaf in sorted(tree.nodes):
         if leaf == ROOT or tree.out_degree(leaf):
             continue
         node_path = nx.shortest_path(tree, ROOT, leaf)[1:]
         path = _flatten(tree, node_path)
-        if estimates is not None:
-            _label_by_posterior(tree, path, estimates, confidence)
+        if priors is not None:
+            _label_by_posterior(tree, path, priors, confidence)
         out.append(path)
     return out
 
@@ -183,16 +184,17 @@ def _flatten(tree: nx.DiGraph, node_path: list[int]) -> OmegaPath:
     return OmegaPath(steps, correct, total, ann.label_source, final_status, node_path, ann)
 
 
-def _label_by_posterior(tree: nx.DiGraph, path: OmegaPath, estimates: RunEstimates, confidence: float) -> None:
-    """The calibrated search's labels for a path: the change-point posterior over its measured prefixes."""
+def _label_by_posterior(tree: nx.DiGraph, path: OmegaPath, priors: Priors, confidence: float) -> None:
+    """A path's labels from the change-point posterior over its measured prefixes."""
     ann = path.annotation
     horizon = None
     if path.final_status is None:  # a partial path: its prefixes have as many steps ahead as a complete one
         lengths = sorted(len(a["steps"]) for _, a in tree.nodes(data=True) if a["kind"] == "rollout")
         horizon = lengths[len(lengths) // 2] if lengths else None
-    post = Posterior(evidence_along(tree, path.steps, path.final_status or "unknown", horizon=horizon), estimates)
-    lab = labels_from_posterior(post.p_good.tolist(), confidence, UNDECIDED_BUDGET)
-    ann.p_good = [float(p) for p in post.p_good]
+    post = Posterior(evidence_along(tree, path.steps, path.final_status or "unknown", horizon=horizon), priors)
+    p_good = post.p_good[: len(path.steps)]  # a partial path's posterior spans the horizon
+    lab = labels_from_posterior(p_good.tolist(), confidence, UNDECIDED_BUDGET)
+    ann.p_good = [float(p) for p in p_good]
     ann.unlabeled_reason = list(lab.reasons)
     ann.decided.clear()
     for i, label in enumerate(lab.labels):
@@ -211,16 +213,24 @@ def evidence_along(
     horizon: int | None = None,
 ) -> Evidence:
     """Counts of every measured prefix along `steps` (index j: the first j steps; 0 is the question),
-    from the tree's states or, during the search, from every prefix measured so far (`known`)."""
+    from the tree's states or, during the search, from every prefix measured so far (`known`).
+    `horizon`: steps of a complete solution when `steps` are only its beginning (a partial path): the
+    evidence then spans the horizon, the prefixes past the path unmeasured and the verdict unknown,
+    so a prefix's clean chance counts the steps still ahead of it, not the path's own length."""
     counts = (
-        {prefix: (r.correct, r.total) for prefix, r in known.items()}
+        {prefix: (r.correct, r.graded) for prefix, r in known.items()}
         if known is not None
-        else {a["prefix"]: (a["correct"], a["total"]) for _, a in tree.nodes(data=True) if a["kind"] != "rollout"}
+        else {
+            a["prefix"]: (a["correct"], a["total"] - a.get("unknown", 0))
+            for _, a in tree.nodes(data=True)
+            if a["kind"] != "rollout"
+        }
     )
-    ev = Evidence.empty(len(steps), verdict, horizon)
-    for j in range(len(steps)):
+    n = len(steps)
+    ev = Evidence.empty(max(n, horizon or n), verdict if (horizon or n) <= n else "unknown")
+    for j in range(n):
         c, t = counts.get("".join(steps[:j]), (0, 0))
-        ev.correct[j], ev.total[j] = c, t
+        ev.correct[j], ev.graded[j] = c, t
     return ev
 
 

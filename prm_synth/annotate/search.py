@@ -1,12 +1,15 @@
 """Binary search for the first error (OmegaPRM's bisection), with a test per probe.
 
+With `search_test: changepoint` (the default) the search is `changepoint.changepoint_search`: it
+picks the most informative prefix to probe under a change-point posterior and pins the first error
+to one step. The bisection below serves `fixed` and `sprt`.
+
 Plain bisection decides each prefix with k rollouts and "MC > 0 means good"; one unlucky probe
-sends it the wrong way for good. Here each prefix is decided by the test of `prefix_test.py`
+sends it the wrong way for good. Here each prefix is decided by the test of `prefix_decision.py`
 (by default a sequential test: rollouts come a few at a time, and sampling stops as soon as the
 evidence is clear). The boundary found is then re-tested at half the error rate, and the search
 resumes on the side that failed the re-test. The full solution's verdict is known and never
-re-sampled. With the calibrated test the search is `calibration.calibrated_search` instead: it
-picks the most informative prefix to probe rather than bisecting.
+re-sampled.
 """
 
 from __future__ import annotations
@@ -14,11 +17,9 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.calibration import RunEstimates, calibrated_search
 from prm_synth.annotate.changepoint import changepoint_search
 from prm_synth.annotate.mc import per_step_mc
-from prm_synth.annotate.prefix_test import (
-    CalibratedTest,
+from prm_synth.annotate.prefix_decision import (
     ChangepointTest,
     FixedTest,
     SearchTest,
@@ -67,19 +68,17 @@ def binary_search(
     final_status: VerdictStatus,
     config: BinaryConfig,
     verify: bool = False,
-    estimates: RunEstimates | None = None,
-    key: str = "",
+    check: bool = False,
 ) -> Annotator[Annotation]:
     """The binary method's annotator for one solution: `first_error_search` with the config's test.
-    With search_test calibrated, pass one RunEstimates to every solution of a run or shard."""
+    `check`: the changepoint search tests this correct-answer solution's early prefixes first."""
     return first_error_search(
         steps,
         final_status,
         make_test(config),
         recheck=config.recheck,
         verify_k=config.k if verify else None,
-        estimates=estimates,
-        key=key,
+        check=check,
     )
 
 
@@ -90,35 +89,25 @@ def first_error_search(
     *,
     recheck: bool,
     verify_k: int | None = None,
-    estimates: RunEstimates | None = None,
-    key: str = "",
-    method: str = "binary",
+    check: bool = False,
 ) -> Annotator[Annotation]:
     """The first-error search for one solution, each prefix decided by `test`.
 
     verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
-    trusted. `method` names the annotation's method."""
+    trusted. The row's method name is the labeler's to stamp (labeler._record), not the search's."""
     if isinstance(test, ChangepointTest):
-        ann = yield from changepoint_search(steps, final_status, test.settings)
-        ann.method = method
-        return ann
-    if isinstance(test, CalibratedTest):
-        ann = yield from calibrated_search(steps, final_status, test.settings, estimates, key)
-        ann.method = method
-        return ann
+        return (yield from changepoint_search(steps, final_status, test.settings, check=check))
     n = len(steps)
     if final_status == "correct":
         if verify_k is not None:
-            ann = yield from per_step_mc(steps, final_status, verify_k)
-            ann.method = method
-            return ann
-        ann = Annotation.empty(method, n)
+            return (yield from per_step_mc(steps, final_status, verify_k))
+        ann = Annotation.empty("binary", n)
         for i in range(n - 1):
             ann.decide(i, True, "inferred")
         ann.record_verdict(n - 1, final_status)
         return ann
 
-    ann = Annotation.empty(method, n)
+    ann = Annotation.empty("binary", n)
     # An incorrect solution's last prefix is known bad. With an ungradable answer nothing is known:
     # a virtual bad index past the end lets the search conclude "no error found".
     end = n - 1 if final_status == "incorrect" else n

@@ -105,6 +105,7 @@ class _Prefix:
     wrong: bool  # it already holds a wrong step
     luck: float  # a continuation's chance to go back to the right value (when wrong)
     error_at: list[float]  # each operation's chance of a fresh error
+    first_wrong: int  # the prefix's first wrong line (-1: none)
 
 
 # A problem's prefixes are probed many times (one request each): parse its question once.
@@ -156,32 +157,38 @@ class SimulatedPolicy(_SimulatedEngine):
         if wrong and self.config.recent_recover > 0:  # a recent error is noticed more often
             after = arithmetic.count_equations("\n".join(lines[first_wrong + 1 :])) if first_wrong >= 0 else 0
             luck = min(1.0, luck + self.config.recent_recover * 0.5**after)
-        return _Prefix(problem, truth, done, value, wrong, luck, self._errors(problem, mood))
+        return _Prefix(problem, truth, done, value, wrong, luck, self._errors(problem, mood), first_wrong)
 
     def _continue(self, state: _Prefix, prefix: str, rng: random.Random) -> str:
         problem, truth, value, luck, error_at = state.problem, state.truth, state.value, state.luck, state.error_at
-        wrong = state.wrong
-        if wrong and rng.random() < luck:
-            value, wrong = truth[state.done - 1], False
+        wrong, done = state.wrong, state.done
+        slip = state.first_wrong == done - 1 and 2 * (done - 1) < len(problem.ops)  # an early error just written
+        if wrong and self.config.repair > 0 and slip and rng.random() < self.config.repair:
+            value, wrong = truth[done - 1], False  # the slip just written is noticed and repaired
+            fresh_errors = True
+        elif wrong and rng.random() < luck:
+            value, wrong = truth[done - 1], False
             fresh_errors = False  # a recovered continuation reaches the gold answer
         else:
             fresh_errors = not wrong
         equations = []
         lucky = False  # recover_in_sample: this completion's own error will end on the gold answer
-        for j in range(state.done, len(problem.ops)):
+        for j in range(done, len(problem.ops)):
             op, b = problem.ops[j]
             try:
                 c = arithmetic.apply(value, op, b)
             except ValueError:  # a foreign prefix made the division inexact: the step is wrong
                 c = value // b
+            repaired = False
             if fresh_errors and rng.random() < error_at[j]:
                 c = self._wrong_value(c, problem, j, rng)
                 fresh_errors = False  # from now on the wrong value is carried on
-                lucky = self.config.recover_in_sample and rng.random() < luck
+                repaired = self.config.repair > 0 and 2 * j < len(problem.ops) and rng.random() < self.config.repair
+                lucky = not repaired and self.config.recover_in_sample and rng.random() < luck
             if lucky and j == len(problem.ops) - 1:
                 c = truth[-1]  # the last (false) equation happens to land on the gold answer
             equations.append(arithmetic.equation_text(value, op, b, c))
-            value = c
+            value = truth[j] if repaired else c  # a repaired slip: the chain goes on from the right value
         lines = self._drift(equations, rng) if self.config.step_drift > 0 else equations
         text = self.sep.join(lines) + ". " + arithmetic.answer_text(value)
         if prefix and not prefix.endswith("\n"):

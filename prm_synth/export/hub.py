@@ -163,7 +163,7 @@ def plan_export(
         method = manifest.get("config", {}).get("annotate", {}).get("method", "?")
         raise ExportRequestError(
             f"--min-confidence {min_confidence} needs per-step p_good, and this run (annotate.method {method}) has "
-            "none: every label would be dropped. Only `search_test: changepoint` or `calibrated` estimates it; export without "
+            "none: every label would be dropped. Only `search_test: changepoint` estimates it; export without "
             "--min-confidence"
         )
     if tokenizer is None:
@@ -192,7 +192,7 @@ def _soft_request(dataset_dir: str | Path, chosen: list[str], explicit: bool, so
         raise ExportRequestError(f"soft targets come from {' or '.join(SOFT_SOURCES)}, not {soft!r}")
     if soft == "p_good" and not has_p_good(dataset_dir):
         raise ExportRequestError(
-            "--soft-from p_good: this run has no p_good (only `search_test: changepoint` or `calibrated` has)"
+            "--soft-from p_good: this run has no p_good (only `search_test: changepoint` has)"
         )
     hard_only = [f for f in chosen if f not in SOFT_VIEWS]
     if explicit and hard_only:

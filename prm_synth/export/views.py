@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prm_synth.annotate.calibration import confident_labels
+from prm_synth.annotate.labels import confident_labels
 from prm_synth.export.consumers import (
     IGNORE,
     QWEN_STEP_TOKEN,

@@ -1,5 +1,5 @@
 """The test that decides one prefix good or bad from its rollouts: the only place that knows the
-`search_test` choices (`fixed`, `sprt`, `calibrated`, `changepoint`).
+`search_test` choices (`fixed`, `sprt`, `changepoint`). Named for what it does (decide a prefix), not a test module.
 
 Both first-error searches (binary search in `search.py`, OmegaPRM's bisection in `omega.py`) ask
 `make_test(config)` for their test and run `decide` with it. A test answers two questions:
@@ -14,14 +14,13 @@ The choices:
 - `sprt`: Wald's sequential probability ratio test: rollouts come a few at a time and sampling stops
   as soon as the evidence is clear. Its decision is the label ("test"): MC alone would call a lucky
   wrong prefix good.
-- `calibrated`: a change-point posterior over the whole solution (`calibration.py`) with the run's
-  pooled luck and difficulty estimates. For a solution it is a search of its own (it picks the
-  prefix to probe: `calibration.calibrated_search`); inside OmegaPRM's bisection it decides one
-  prefix at a time (`PosteriorTest`).
-- `changepoint` (the default of the binary method): a change-point posterior in which the solution's
-  first error and its prefixes' chances come from the same per-step hazards (no curve shape
-  assumed), each solution has its own luck, and rollouts may share their fortune (`changepoint.py`);
-  priors pooled per shard once every search is done. A search of its own, like `calibrated`.
+- `changepoint` (the default of the binary method): a change-point posterior over the whole solution
+  in which its first error and its prefixes' chances come from the same per-step hazards (no curve
+  shape assumed), each solution has its own luck, and rollouts may share their fortune
+  (`changepoint.py`). For a sampled solution it is a search of its own (it picks the prefix to probe
+  and pins the first error to one step: `changepoint.changepoint_search`, priors pooled per shard once
+  every search is done); inside OmegaPRM's bisection it decides one prefix at a time (`PosteriorTest`).
+  `calibrated` named an older posterior with a fixed curve shape; config_upgrade maps it here.
 
 Rollouts that could not be graded are not evidence: a test sees the graded ones only, and asks for
 more samples until it has what it wants (giving up on a prefix whose rollouts are mostly ungradable).
@@ -34,8 +33,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from prm_synth.annotate.calibration import Posterior, SearchSettings
-from prm_synth.annotate.changepoint import ChangepointSettings
+from prm_synth.annotate.changepoint import ChangepointSettings, Posterior
 from prm_synth.annotate.protocol import Probe, ProbeResult
 from prm_synth.config import BinaryConfig, OmegaConfig
 from prm_synth.schema import LabelSource
@@ -138,8 +136,7 @@ class FixedTest:
 class PosteriorTest:
     """One prefix (`step`) of a solution decided by the change-point posterior of all of it.
 
-    `posterior()` is recomputed on every verdict (it reads everything measured so far, and may pool
-    it into the run's estimates); the prefix is decided when its P(good) or P(bad) reaches
+    `posterior()` is recomputed on every verdict (it reads everything measured so far); the prefix is decided when its P(good) or P(bad) reaches
     `confidence`, given up at `max_rollouts`."""
 
     posterior: Callable[[], Posterior]
@@ -160,42 +157,16 @@ class PosteriorTest:
 
 
 @dataclass(frozen=True)
-class CalibratedTest:
-    """search_test calibrated: the change-point posterior decides (see the module docstring)."""
+class ChangepointTest:
+    """search_test changepoint: the change-point posterior decides (see the module docstring)."""
 
-    settings: SearchSettings
-    batch: int  # rollouts a prefix probe of OmegaPRM's bisection asks at a time
-    max_rollouts: int  # and at most, per prefix
+    settings: ChangepointSettings
+    batch: int = 3  # rollouts a prefix probe of OmegaPRM's bisection asks at a time
+    max_rollouts: int = 32  # and at most, per prefix
     source: LabelSource = "test"
 
     def for_prefix(self, posterior: Callable[[], Posterior], step: int) -> PosteriorTest:
         return PosteriorTest(posterior, step, self.settings.confidence, self.batch, self.max_rollouts)
-
-    def describe(self) -> str:
-        s = self.settings
-        return (
-            f"a calibrated posterior (labels at confidence {s.confidence}; at most {s.max_rollouts} rollouts a "
-            f"solution, {self.max_rollouts} a prefix of a bisection; luck and difficulty estimated from the run)"
-        )
-
-    def card_text(self) -> str:
-        s = self.settings
-        return (
-            "Calibrated first-error search: a change-point model of each sampled solution (its per-step error "
-            "rate, and a luck rate estimated from the whole run's rollouts) gives every step its probability of "
-            "being still correct (p_good). The search probes the prefix whose rollouts most reduce the "
-            f"uncertainty of the step labels and stops when every step is decided at confidence {s.confidence}, "
-            f"when its {s.max_rollouts} rollouts are spent, or when no probe is worth its rollouts; steps it "
-            "cannot decide stay unlabeled, with the reason, and steps after the first bad one are unlabeled."
-        )
-
-
-@dataclass(frozen=True)
-class ChangepointTest:
-    """search_test changepoint: the robust change-point posterior decides (see the module docstring)."""
-
-    settings: ChangepointSettings
-    source: LabelSource = "test"
 
     def describe(self) -> str:
         s = self.settings
@@ -220,7 +191,7 @@ class ChangepointTest:
         )
 
 
-SearchTest = FixedTest | SequentialTest | CalibratedTest | ChangepointTest
+SearchTest = FixedTest | SequentialTest | ChangepointTest
 
 
 def _bisection_text(test: FixedTest | SequentialTest) -> str:
@@ -240,11 +211,13 @@ def make_test(config: BinaryConfig | OmegaConfig) -> SearchTest:
         return SequentialTest.of(
             config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
         )
-    if config.search_test == "changepoint" and isinstance(config, BinaryConfig):
-        return ChangepointTest(ChangepointSettings.of(config))
-    if config.search_test == "calibrated":
-        settings = SearchSettings(config.confidence, config.calibrated_max_rollouts, config.calibrated_min_gain)
-        return CalibratedTest(settings, batch=max(config.probe_batch, 3), max_rollouts=config.probe_max_rollouts)
+    if config.search_test == "changepoint":
+        settings = (
+            ChangepointSettings.of(config)
+            if isinstance(config, BinaryConfig)
+            else ChangepointSettings(confidence=config.confidence)
+        )
+        return ChangepointTest(settings, batch=max(config.probe_batch, 3), max_rollouts=config.probe_max_rollouts)
     raise ValueError(f"unknown search_test {config.search_test!r}")
 
 
