@@ -25,7 +25,7 @@ from prm_synth.grading import grade
 from prm_synth.pipeline import iter_shards
 from prm_synth.problems import iter_problems
 from prm_synth.prompts import policy_user_prompt
-from prm_synth.schema import Problem, ShardStats
+from prm_synth.schema import Problem
 from prm_synth.shards import dataset_shards, iter_records, read_manifest, totals
 from prm_synth.steps import split_steps
 
@@ -82,14 +82,14 @@ def test_a_run_of_1000_step_solutions_writes_rows_whose_counts_reconcile(tmp_pat
     manifest = read_manifest(tmp_path)
     entries = dataset_shards(tmp_path)
     summed = totals(entries)
-    assert summed["problems"] == problems and summed["shards"] == 2
-    assert summed["rows"] + summed["rejected"] == problems * samples
-    assert manifest["totals"]["rows"] == summed["rows"]
+    assert summed.problems == problems and summed.shards == 2
+    assert summed.rows + summed.rejected == problems * samples
+    assert manifest["totals"]["rows"] == summed.rows
     rows = list(iter_records(tmp_path))
-    assert len(rows) == summed["rows"] == problems * samples  # nothing rejected here
-    stats = ShardStats.from_dict(summed["stats"])
+    assert len(rows) == summed.rows == problems * samples  # nothing rejected here
+    stats = summed.stats
     labeler = make_labeler(validate_config(data))
-    assert labeler.reconciles(stats, len(rows), summed["rejected"], samples)
+    assert labeler.reconciles(stats, len(rows), summed.rejected, samples)
     assert stats.rollouts == sum(r["rollouts"] for r in rows)
     for row in rows:
         steps = row["steps"]

@@ -12,8 +12,6 @@ import yaml
 from prm_synth.config import validate_config
 from prm_synth.pipeline import iter_shards, process_shard
 
-pytest.importorskip("vllm")
-
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = 3
 

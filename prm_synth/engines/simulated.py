@@ -108,8 +108,10 @@ class _Prefix:
     first_wrong: int  # the prefix's first wrong line (-1: none)
 
 
-# A problem's prefixes are probed many times (one request each): parse its question once.
-_parse_question = functools.lru_cache(maxsize=1024)(arithmetic.parse_question)
+# A problem's prefixes are probed many times (one request each): parse its question once. Small on
+# purpose: a bounded cache of every problem seen would still grow a run's memory by 1024 problems
+# (tests/test_memory.py); a miss costs only a re-parse, which is what every request paid before.
+_parse_question = functools.lru_cache(maxsize=64)(arithmetic.parse_question)
 
 
 class SimulatedPolicy(_SimulatedEngine):
