@@ -13,7 +13,7 @@ from prm_synth.config import validate_config
 from prm_synth.pipeline import iter_shards, process_shard
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBLEMS = 3
+PROBLEMS = 2
 
 
 def _rows(engine, max_in_flight: int) -> list[dict]:
@@ -26,16 +26,13 @@ def _rows(engine, max_in_flight: int) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_demo_rows_are_identical_at_max_in_flight_1_and_64():
+def test_demo_rows_are_identical_at_max_in_flight_1_and_64(demo_vllm_engine):
+    """On the session's shared demo engine (tests/conftest.py): demo.yaml's policy is that engine's config."""
     from prm_synth.config import VLLMConfig
-    from prm_synth.engines.vllm import VLLMEngine
 
     data = yaml.safe_load((ROOT / "pipelines" / "demo.yaml").read_text())
-    engine = VLLMEngine(VLLMConfig(**data["policy"]))
-    try:
-        one, many = _rows(engine, 1), _rows(engine, 64)
-    finally:
-        engine.close()
+    assert VLLMConfig(**data["policy"]) == demo_vllm_engine.config
+    one, many = _rows(demo_vllm_engine, 1), _rows(demo_vllm_engine, 64)
     assert len(one) >= PROBLEMS
     assert sum(r.get("rollouts") or 0 for r in one) > 0  # rollouts were sampled, not only solutions
     assert one == many
