@@ -244,15 +244,20 @@ def test_an_oversized_reply_is_refused_retried_then_an_engine_error(fake):
     assert proxy.url in str(info.value) and "2 attempt" in str(info.value)
 
 
-def test_a_key_echoed_into_a_completion_never_reaches_the_results(fake, monkeypatch):
+def _echoed_texts(fake, monkeypatch, action: str, n: int) -> list[str]:
+    """Every completion's text from a server that echoes what it was sent (the key among it) by `action`."""
     monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)
-    with FaultProxy(fake.url, ["echo_text"], repeat=True) as proxy:
+    with FaultProxy(fake.url, [action], repeat=True) as proxy:
         engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY")
         try:
-            results = engine.generate(_requests(3))
+            results = engine.generate(_requests(n))
         finally:
             engine.close()
-    texts = [c.text for r in results for c in r.completions]
+    return [c.text for r in results for c in r.completions]
+
+
+def test_a_key_echoed_into_a_completion_never_reaches_the_results(fake, monkeypatch):
+    texts = _echoed_texts(fake, monkeypatch, "echo_text", 3)
     assert len(texts) == 1 + 2 + 3 and all("authorization" in t for t in texts)  # the server did echo
     assert all(FAKE_KEY not in t and "***" in t for t in texts)
 
@@ -285,14 +290,7 @@ def test_a_reply_body_cut_off_midway_is_retried_and_in_the_end_names_the_server(
 def test_a_key_echoed_url_encoded_or_split_never_reaches_the_results(fake, monkeypatch):
     from urllib.parse import quote
 
-    monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)
-    with FaultProxy(fake.url, ["echo_encoded"], repeat=True) as proxy:
-        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY")
-        try:
-            results = engine.generate(_requests(2))
-        finally:
-            engine.close()
-    texts = [c.text for r in results for c in r.completions]
+    texts = _echoed_texts(fake, monkeypatch, "echo_encoded", 2)
     assert texts and all("encoded" in t and "split" in t for t in texts)  # the server did echo
     half = len(FAKE_KEY) // 2
     for text in texts:
