@@ -36,7 +36,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
 
-from prm_synth.annotate.changepoint import Posterior, Priors
+from prm_synth.annotate.changepoint_posterior import Posterior, Priors
 from prm_synth.annotate.omega_tree import ROOT, OmegaPath, PrefixTree, Steps, evidence_along, tree_paths
 from prm_synth.annotate.prefix_decision import ChangepointTest, PrefixTest, decide, make_test
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult

@@ -17,7 +17,7 @@ The choices:
 - `changepoint` (the default of the binary method): a change-point posterior over the whole solution
   in which its first error and its prefixes' chances come from the same per-step hazards (no curve
   shape assumed), each solution has its own luck, and rollouts may share their fortune
-  (`changepoint.py`). For a sampled solution it is a search of its own (it picks the prefix to probe
+  (`changepoint_posterior.py`). For a sampled solution it is a search of its own (it picks the prefix to probe
   and pins the first error to one step: `changepoint.changepoint_search`, priors pooled per shard once
   every search is done); inside OmegaPRM's bisection it decides one prefix at a time (`PosteriorTest`).
   `calibrated` named an older posterior with a fixed curve shape; config_upgrade maps it here.
@@ -33,7 +33,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from prm_synth.annotate.changepoint import ChangepointSettings, Posterior
+from prm_synth.annotate.changepoint import ChangepointSettings
+from prm_synth.annotate.changepoint_posterior import Posterior
 from prm_synth.annotate.protocol import Probe, ProbeResult
 from prm_synth.config import BinaryConfig, OmegaConfig
 from prm_synth.schema import LabelSource
