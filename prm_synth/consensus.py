@@ -24,7 +24,9 @@ Policies:
   and the labels follow it.
 Votes: unreadable votes never count; a tie among the readable ones is decided by the rollouts' evidence
 (the tied index the prior above finds most likely) and written to `judge_first_error` (the votes in
-`judge_votes` show the tie); a tie the evidence cannot decide stays undecided.
+`judge_votes` show the tie); a tie the evidence cannot decide stays undecided. A decided tie completes
+the row only where the rollouts alone make its winner at least `TIE_COMPLETES` likely; else the row is
+kept as measured.
 With `labels.min_confidence` > 0, a row whose labels up to its MC first error are not all at least that
 sure (by `p_good`) is rejected as "low_confidence" under every policy.
 Every row's `consensus` is set to whether the two agree, or None when the judge gave no verdict.
@@ -43,6 +45,11 @@ from prm_synth.config import ConsensusConfig
 from prm_synth.judge import UNPARSEABLE
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
 
+# A tie the rollouts decided completes the row only where they alone put the winner at least this likely
+# (the labeler's default confidence): the judge adds nothing net on a tie, so the labels it would set
+# must stand on the rollouts (a correct-answer row left `undecided_unlocated` at p_good 0.85 is not
+# filled good because one of two votes said "no error").
+TIE_COMPLETES = 0.9
 LIKELIHOOD_FLOOR = 1e-4  # the least a vote's likelihood is: a judge's rates are measured, never certain
 PINNED = 0.99  # p_good on either side of a first error (>= before, <= 1 - PINNED at it) that pins it
 
@@ -109,6 +116,18 @@ def first_error_prior(record: LabeledRecord) -> list[float]:
     lo, hi = open_interval(record.labels)
     width = max(hi - lo + 1, 1)
     return [1.0 / width if lo <= k <= hi else 0.0 for k in range(n + 1)]
+
+
+def tied(record: LabeledRecord) -> bool:
+    """The readable votes have no strict majority."""
+    counts = Counter(v for v in record.judge_votes if v != UNPARSEABLE).most_common()
+    return len(counts) >= 2 and counts[0][1] == counts[1][1]
+
+
+def rollouts_support(record: LabeledRecord, first_error: int) -> float:
+    """P(first error = `first_error`) (-1: none) from the rollouts alone (`first_error_prior`)."""
+    prior = first_error_prior(record)
+    return prior[len(record.labels) if first_error == -1 else first_error]
 
 
 def break_tie(record: LabeledRecord) -> int | None:
@@ -272,6 +291,8 @@ def decide(
         detail = f"judge first error {judge}, labels allow {allowed} (tolerance {config.tolerance})"
         return Decision(False, "disagree", detail)
     inside = agrees_with_labels(record.labels, judge)
+    if inside and tied(record) and rollouts_support(record, judge) < TIE_COMPLETES:
+        return Decision(True)  # kept as measured: nothing but the rollouts backs the labels a tie would set
     return Decision(True, first_error=judge if inside else None)
 
 

@@ -470,3 +470,18 @@ def test_every_policy_keeps_or_rejects_every_row_and_leaves_labels_a_prefix(rows
         assert row.first_error_mc == (-1 if first_bad == len(row.labels) else first_bad)
         assert [reason is None for reason in row.unlabeled_reason] == [lab is not None for lab in row.labels]
         assert all(s != "none" for s, lab in zip(row.label_source, row.labels, strict=True) if lab is not None)
+
+
+def test_a_decided_tie_completes_only_what_the_rollouts_support():
+    """A correct-answer row whose rollouts leave steps 1-3 open (p_good 0.85) and a judge split between
+    "step 0" and "no error": the tie goes to "no error" (the likelier by the rollouts), the row is kept,
+    but its open steps are not filled good on the strength of one vote."""
+    open_tail = [0.95, 0.87, 0.86, 0.85]
+    row = rec("p0-s0", -1, None, votes=[0, -1], labels=[T, N, N, N], p_good=open_tail)
+    kept, _, stats = apply_consensus([row], ConsensusConfig(policy="agree"))
+    assert kept == [row] and row.judge_first_error == -1 and stats.ties_broken == 1
+    assert row.labels == [T, N, N, N] and stats.completed == 0
+    # the same split with the rollouts sure of a clean tail completes it
+    sure = rec("p0-s1", -1, None, votes=[0, -1], labels=[T, N, N, N], p_good=[0.99, 0.98, 0.97, 0.96])
+    apply_consensus([sure], ConsensusConfig(policy="agree"))
+    assert sure.labels == [T, T, T, T] and set(sure.label_source[1:]) == {"consensus"}
