@@ -43,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the time-model engine is a test instrument
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as prm_synth sets it (see prm_synth/__init__.py)
 
 import yaml  # noqa: E402
 from _timed_engine import TimedEngine  # noqa: E402
