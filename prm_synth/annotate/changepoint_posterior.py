@@ -402,6 +402,7 @@ class Posterior:
         self.priors = priors
         self.terms = _Terms.of(ev.correct[None], ev.graded[None], ev.verdict, priors.k)
         self.cache = ForwardCache()  # the forward pass's states: passes for changed evidence start there
+        self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
         joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self.cache, self.terms)
         log_evidence, p_good = _evidence_and_p_good(joint)
         self.log_evidence = float(log_evidence[0])
@@ -435,7 +436,7 @@ class Posterior:
         sizes = ev.graded[probed]
         js = np.repeat(probed, sizes + 1)
         counts = np.concatenate([np.arange(g + 1) for g in sizes])
-        log_ev = _logsumexp(_row_log_masses(self, js, counts, ev.graded[js]), axis=1)
+        log_ev = _row_log_evidence(self, js, counts, ev.graded[js])
         at = 0
         for j, g in zip(probed, sizes, strict=True):
             g, c = int(g), int(ev.correct[j])
@@ -519,6 +520,92 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     return result
 
 
+Scaled = tuple[np.ndarray, np.ndarray]  # (vec [d, q, level] with maximum 1 over level, log scale [d, q])
+
+
+def _scaled(vec: np.ndarray, log_scale: np.ndarray) -> Scaled:
+    top = vec.max(axis=2)
+    ok = top > 0
+    with np.errstate(divide="ignore"):
+        return vec / np.where(ok, top, 1.0)[..., None], np.where(ok, log_scale + np.log(np.where(ok, top, 1.0)), -np.inf)
+
+
+def _plus(a: Scaled, b: Scaled) -> Scaled:
+    top = np.maximum(a[1], b[1])
+    top = np.where(np.isfinite(top), top, 0.0)
+    return _scaled(a[0] * np.exp(a[1] - top)[..., None] + b[0] * np.exp(b[1] - top)[..., None], top)
+
+
+def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
+    """beta_j for each prefix j in `at`: the weight of everything from prefix j on (its switch to the
+    bad stretch, the prefixes after it, the verdict) given prefix j clean at each level, its own
+    likelihood left out; with the forward state before j it gives the evidence of any count at j
+    (`_row_log_evidence`). One backward pass over the probed prefixes and `at`, runs crossed whole."""
+    ev, terms = post.evidence, post.terms
+    n = ev.n
+    d_, q_, l_ = len(P_GRID), len(Q_GRID), len(C_GRID)
+    base_clean = {int(k): terms.clean[0, i] for i, k in enumerate(terms.cols)}
+    bad_after = terms.bad_after[0]
+    positions = sorted({int(k) for k in terms.cols if k >= min(at)} | at)
+    end_vec = np.zeros((d_, q_, l_))
+    end_vec[..., 0] = 1.0
+    gamma: Scaled = (end_vec, np.full((d_, q_), terms.v_clean))  # before prefix n: the verdict if clean
+    out: dict[int, Scaled] = {}
+    end = n
+    with np.errstate(divide="ignore", under="ignore"):
+        for p in reversed(positions):
+            t = end
+            while t > p + 1:  # the unprobed run p+1..end-1, crossed back MAX_STEPS at a time
+                start = max(p + 1, t - MAX_STEPS)
+                m = t - start
+                table, table_scale = _reach_flat(n - start - 1)
+                top = table_scale[:m].max()
+                run = (np.exp(table_scale[:m] - top) @ table[:m]).reshape(d_, 1, l_)
+                stay = (np.matmul(gamma[0], _POWERS[m].transpose(0, 2, 1)), gamma[1] + _LOG_SCALE[m][:, None])
+                gamma = _plus(_scaled(np.broadcast_to(run, (d_, q_, l_)), top + bad_after[end][None, :]), stay)
+                t = start
+            switch = np.broadcast_to(_sigma(n - p - 1)[:, None, :], (d_, q_, l_))
+            step = (np.matmul(gamma[0], _CLEAN_T.transpose(0, 2, 1)), gamma[1])
+            beta = _plus(_scaled(switch, np.broadcast_to(bad_after[p + 1][None, :], (d_, q_))), step)
+            if p in at:
+                out[p] = beta
+            lik = base_clean.get(p)
+            if lik is not None:
+                top = lik.max(axis=1)  # [q]
+                beta = _scaled(beta[0] * np.exp(lik - top[:, None]), beta[1] + top)
+            gamma, end = beta, p
+    return out
+
+
+def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
+    """[row]: log P(data) for the posterior's evidence with prefix js[r]'s counts replaced by
+    (correct[r], graded[r]): what `_row_log_masses` sums to, from the forward state before j and the
+    backward weight after it (`_backward`), a few array operations per row."""
+    priors, terms = post.priors, post.terms
+    tables = _CountTables.of(priors.k)
+    prior = priors.log_prior()
+    with np.errstate(divide="ignore", under="ignore"):
+        # e < j: the posterior's own rows, prefix j's bad-stretch likelihood swapped
+        delta = tables.loglik(False, correct, graded - correct) - terms.bad[0, js]  # [row, q]
+        top = delta.max(axis=1)
+        below = np.concatenate([np.zeros((1, len(Q_GRID))), np.cumsum(post.joint, axis=0)])  # [j, q]: e < j
+        before = np.log(np.einsum("rq,rq->r", np.exp(delta - top[:, None]), below[js])) + top + post.log_evidence
+        # e >= j: forward state before j, the row's own likelihood at j, backward weight after it
+        lik = tables.loglik(True, correct, graded - correct).reshape(len(js), len(Q_GRID), len(C_GRID))
+        lik_top = lik.max(axis=2)
+        weight = np.exp(lik - lik_top[..., None])  # [row, q, level]
+        betas = _backward(post, {int(j) for j in js})
+        after = np.empty(len(js))
+        for j in np.unique(js):
+            rows = np.flatnonzero(js == j)
+            msg, acc = post.cache.at(int(j))
+            beta, beta_scale = betas[int(j)]
+            inner = np.einsum("dql,rql->rdq", msg * beta, weight[rows])
+            logs = acc + prior + beta_scale + lik_top[rows][:, None, :] + np.log(inner)
+            after[rows] = _logsumexp(logs, axis=(1, 2))
+    return np.logaddexp(before, after)
+
+
 def _with_sums(kernel: np.ndarray) -> np.ndarray:
     """[d, level, level + 1]: a level kernel with its row sums appended (the product then also gives
     the new state's total, the renormalisation's scale, with no reduction of its own)."""
@@ -562,16 +649,22 @@ def _log_combs(n: int) -> np.ndarray:
 
 def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) -> np.ndarray:
     """[candidate]: expected bits of label uncertainty removed per rollout by `b` more rollouts at each
-    prefix in `chosen`; every outcome of every candidate is scored in one sweep (`_row_log_masses`)."""
+    prefix in `chosen`; every outcome of every candidate is scored in one sweep (`_row_log_masses`).
+    A candidate's gain depends on the posterior and b alone: the posterior keeps it, so a second look
+    at the same candidates (the search's localizing pass) costs nothing."""
     if priors is not post.priors:
         post = Posterior(post.evidence, priors)
-    ev = post.evidence
-    js = np.repeat(np.asarray(chosen, dtype=np.int64), b + 1)
-    outcome = np.tile(np.arange(b + 1), len(chosen))
-    log_ev, p_good = _masses_to_p_good(_row_log_masses(post, js, ev.correct[js] + outcome, ev.graded[js] + b))
-    pred = np.exp(np.tile(_log_combs(b), len(chosen)) + log_ev - post.log_evidence)
-    after = (pred * _entropy(p_good).sum(axis=1)).reshape(len(chosen), b + 1).sum(axis=1)
-    return (post.uncertainty() - after) / b
+    known = post.gains.setdefault(b, {})
+    new = [j for j in dict.fromkeys(int(j) for j in chosen) if j not in known]
+    if new:
+        ev = post.evidence
+        js = np.repeat(np.asarray(new, dtype=np.int64), b + 1)
+        outcome = np.tile(np.arange(b + 1), len(new))
+        log_ev, p_good = _masses_to_p_good(_row_log_masses(post, js, ev.correct[js] + outcome, ev.graded[js] + b))
+        pred = np.exp(np.tile(_log_combs(b), len(new)) + log_ev - post.log_evidence)
+        after = (pred * _entropy(p_good).sum(axis=1)).reshape(len(new), b + 1).sum(axis=1)
+        known.update(zip(new, ((post.uncertainty() - after) / b).tolist(), strict=True))
+    return np.array([known[int(j)] for j in chosen])
 
 
 def _class_luck_loglik(evidence: Sequence[Evidence], k: float) -> np.ndarray:
