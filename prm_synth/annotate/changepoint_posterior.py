@@ -472,49 +472,66 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         before = np.log(np.exp(delta - top[:, None]) @ post.joint.T) + (top + post.log_evidence)[:, None]
         mask = np.arange(n + 1)[None, :] < js[:, None]
         out[mask] = before[mask]
-        # e >= j: forward from the posterior's state at j, rows joining at their own j
+        # e >= j, in three stages: (A) every row at its own j together: the state before j, the row's
+        # own counts there, the error at j, one step on; (B) each candidate's rows across the unprobed
+        # prefixes after j to the next probed one; (C) one sweep over the probed prefixes, rows joining
+        # at the first one after their j. The whole batch meets only at the probed prefixes.
         clean_new = tables.loglik(True, correct, graded - correct).reshape(rows, q_, l_)
-        base_clean = {int(k): terms.clean[0, i] for i, k in enumerate(terms.cols)}
         prior = priors.log_prior()[:, None]  # [d, 1, q]
         bad_after = terms.bad_after[0]
-        positions = sorted({int(k) for k in terms.cols if k >= js[0]} | {int(j) for j in js})
+
+        def cross_run(m_: np.ndarray, a_: np.ndarray, into: np.ndarray, j: int, end: int) -> None:
+            """States m_, a_ (class-major) across the unprobed prefixes j..end-1, their errors into
+            `into` (the rows' views of out): each one's bad stretch starts at `end`."""
+            while j < end:
+                m = min(end - j, MAX_STEPS)
+                lw = a_ + prior + bad_after[end]  # [d, row, q]
+                shift = lw.max(axis=(0, 2))
+                shift = np.where(np.isfinite(shift), shift, 0.0)
+                summed = np.einsum("drq,drql->rdl", np.exp(lw - shift[:, None]), m_)  # [row, d, level]
+                table, table_scale = _reach_flat(n - j - 1)
+                switch = summed.reshape(len(shift), d_ * l_) @ table[:m].T  # [row, i]
+                into[:, j : j + m] = np.log(switch) + shift[:, None] + table_scale[:m]
+                _step_classes(m_, a_, _powers_with_sums(m), _LOG_SCALE[m])
+                j += m
+
         # class-major ([d, row, q, level]): the level transitions are then one matrix product per class
         msg = np.empty((d_, rows, q_, l_))
         acc = np.empty((d_, rows, q_))
-        active = 0
+        firsts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+        groups = [(int(js[a]), a, b) for a, b in zip(firsts, [*firsts[1:], rows], strict=True)]
+        for j, a, b in groups:
+            state, state_acc = post.cache.at(j)
+            msg[:, a:b] = state[:, None]
+            acc[:, a:b] = state_acc[:, None]
+        lik_top = clean_new.max(axis=2)  # [row, q]
+        msg *= np.exp(clean_new - lik_top[:, :, None])
+        acc += lik_top
+        sigma = _SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)]  # [row, d, level]
+        switch = np.einsum("drql,rdl->drq", msg, sigma)
+        here = acc + prior + bad_after[js + 1][None]
+        out[np.arange(rows), js] = _logsumexp(here + np.log(switch), axis=(0, 2))
+        _step_classes(msg, acc, _CLEAN_T_SUMS, None)  # the states before j + 1
+        cols = terms.cols
+        after = np.searchsorted(cols, js, side="right")  # the first probed prefix after each row's j
+        arrive = np.append(cols, n)[after]
+        for j, a, b in groups:
+            cross_run(msg[:, a:b], acc[:, a:b], out[a:b], j + 1, int(arrive[a]))
+        positions = [int(c) for c in cols if c >= arrive[0]]
         for idx, p in enumerate(positions):
-            lo, hi = active, int(np.searchsorted(js, p, side="right"))
-            if hi > lo:
-                state, state_acc = post.cache.at(p)
-                msg[:, lo:hi] = state[:, None]
-                acc[:, lo:hi] = state_acc[:, None]
-            active = hi
-            lik = np.empty((hi, q_, l_))
-            lik[:lo] = base_clean.get(p, 0.0)
-            lik[lo:hi] = clean_new[lo:hi]
-            lik_top = lik.max(axis=2)  # [row, q]
+            hi = int(np.searchsorted(arrive, p, side="right"))
             m_, a_ = msg[:, :hi], acc[:, :hi]
-            m_ *= np.exp(lik - lik_top[:, :, None])
+            lik = terms.clean[0, int(np.searchsorted(cols, p))]  # [q, level]
+            lik_top = lik.max(axis=1)
+            m_ *= np.exp(lik - lik_top[:, None])
             a_ += lik_top
             # one product per class: the next level, the state's sum, and the switch to the bad stretch
             kernel = np.concatenate([_CLEAN_T_SUMS, _sigma(n - p - 1)[:, :, None]], axis=2)
             here = a_ + prior + bad_after[p + 1]  # [d, row, q]: the weights before the step's own scale
             switch = _step_classes(m_, a_, kernel, None)  # [d, row, q]
             out[:hi, p] = _logsumexp(here + np.log(switch), axis=(0, 2))
-            j, end = p + 1, positions[idx + 1] if idx + 1 < len(positions) else n
-            while j < end:  # unprobed prefixes j..end-1: their bad stretch starts after them, at `end`
-                m = min(end - j, MAX_STEPS)
-                lw = a_ + prior + bad_after[end]  # [d, row, q]
-                shift = lw.max(axis=(0, 2))
-                shift = np.where(np.isfinite(shift), shift, 0.0)
-                summed = np.einsum("drq,drql->drl", np.exp(lw - shift[:, None]), m_)  # [d, row, level]
-                table, table_scale = _reach_flat(n - j - 1)
-                switch = summed.transpose(1, 0, 2).reshape(hi, d_ * l_) @ table[:m].T  # [row, i]
-                out[:hi, j : j + m] = np.log(switch) + shift[:, None] + table_scale[:m]
-                _step_classes(m_, a_, _with_sums(_POWERS[m]), _LOG_SCALE[m])
-                j += m
-        last = acc[:, :active] + prior + terms.v_clean + np.log(msg[:, :active, :, 0])
-        out[:active, n] = _logsumexp(last, axis=(0, 2))
+            cross_run(m_, a_, out[:hi], p + 1, positions[idx + 1] if idx + 1 < len(positions) else n)
+        out[:, n] = _logsumexp(acc + prior + terms.v_clean + np.log(msg[..., 0]), axis=(0, 2))
     result = np.empty_like(out)
     result[order] = out
     return result
@@ -615,6 +632,11 @@ def _with_sums(kernel: np.ndarray) -> np.ndarray:
 _CLEAN_T_SUMS = _with_sums(_CLEAN_T)
 
 
+@functools.lru_cache(maxsize=MAX_STEPS + 1)
+def _powers_with_sums(m: int) -> np.ndarray:
+    return _with_sums(_POWERS[m])
+
+
 def _step_classes(
     msg: np.ndarray, acc: np.ndarray, kernel: np.ndarray, log_scale: np.ndarray | None
 ) -> np.ndarray | None:
@@ -623,13 +645,15 @@ def _step_classes(
     renormalised (with the kernel's own log scale [d]). A further column (a switch vector) comes
     back as [d, row, q], taken before the step."""
     d_, rows, q_, l_ = msg.shape
-    stepped = np.matmul(msg.reshape(d_, rows * q_, l_), kernel).reshape(d_, rows, q_, kernel.shape[2])
-    scale = np.maximum(stepped[..., l_], 1e-300)
-    np.divide(stepped[..., :l_], scale[..., None], out=msg)
-    acc += np.log(scale)
+    flat = msg.reshape(d_, rows * q_, l_)
+    stepped = np.matmul(flat, kernel[..., :l_])
+    extra = np.matmul(flat, kernel[..., l_:])  # the sums (and the switch) beside, not interleaved
+    scale = np.maximum(extra[..., 0], 1e-300)
+    np.divide(stepped, scale[..., None], out=flat)
+    acc += np.log(scale).reshape(acc.shape)
     if log_scale is not None:
         acc += log_scale[:, None, None]
-    return stepped[..., l_ + 1] if kernel.shape[2] > l_ + 1 else None
+    return extra[..., 1].reshape(d_, rows, q_) if kernel.shape[2] > l_ + 1 else None
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
