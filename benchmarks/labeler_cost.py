@@ -240,7 +240,9 @@ def main() -> None:
 
     print("default labeler, CPU of its decisions (the annotators' own resumes), simulated policy, step error 2/n;")
     print("probed: one decision on a solution with 8 probed prefixes around an error at the middle")
-    print(f"{'steps':>6}{'ms/decision':>13}{'decisions':>11}{'ms/solution':>13}{'rollouts':>10}{'probed ms/decision':>20}")
+    print(
+        f"{'steps':>6}{'ms/decision':>13}{'decisions':>11}{'ms/solution':>13}{'rollouts':>10}{'probed ms/decision':>20}"
+    )
     costs = {}
     for n in LENGTHS:
         solutions = (4 if n >= 300 else 8) if q else (8 if n >= 300 else 24)

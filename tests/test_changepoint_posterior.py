@@ -40,7 +40,9 @@ def misfit_from_scratch(ev: Evidence, priors: Priors, level: float) -> bool:
         rest = ev.plus(int(j), -c, -g)
         log_pmf = np.array(
             [
-                math.lgamma(g + 1) - math.lgamma(k + 1) - math.lgamma(g - k + 1)
+                math.lgamma(g + 1)
+                - math.lgamma(k + 1)
+                - math.lgamma(g - k + 1)
                 + Posterior(rest.plus(int(j), k, g), priors).log_evidence
                 for k in range(g + 1)
             ]

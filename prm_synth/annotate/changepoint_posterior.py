@@ -544,7 +544,9 @@ def _scaled(vec: np.ndarray, log_scale: np.ndarray) -> Scaled:
     top = vec.max(axis=2)
     ok = top > 0
     with np.errstate(divide="ignore"):
-        return vec / np.where(ok, top, 1.0)[..., None], np.where(ok, log_scale + np.log(np.where(ok, top, 1.0)), -np.inf)
+        return vec / np.where(ok, top, 1.0)[..., None], np.where(
+            ok, log_scale + np.log(np.where(ok, top, 1.0)), -np.inf
+        )
 
 
 def _plus(a: Scaled, b: Scaled) -> Scaled:
