@@ -115,3 +115,16 @@ def test_pooled_priors_equal_em_over_each_solutions_posterior():
     assert pooled.k == best[1].k
     np.testing.assert_allclose(pooled.q, best[1].q, atol=1e-10)
     np.testing.assert_allclose(pooled.p, best[1].p, atol=1e-10)
+
+
+def test_an_old_posterior_scores_probes_the_same_after_many_newer_ones():
+    """Only recent posteriors keep their forward states (memory); an older one rebuilds them when asked."""
+    ev = Evidence.empty(30, "incorrect")
+    for j, c in ((2, 4), (10, 3), (20, 0)):
+        ev.graded[j], ev.correct[j] = 4, c
+    first = Posterior(ev, Priors())
+    expected = probe_gains(Posterior(ev, Priors()), Priors(), [0, 5, 15, 29], 4)
+    others = [Posterior(ev, Priors()) for _ in range(100)]  # a shard's relabeling holds them all
+    assert len(others) == 100
+    np.testing.assert_array_equal(probe_gains(first, first.priors, [0, 5, 15, 29], 4), expected)
+    assert first.misfit(0.01) == others[-1].misfit(0.01)

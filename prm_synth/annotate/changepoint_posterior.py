@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -225,7 +227,7 @@ def _powers() -> tuple[np.ndarray, np.ndarray]:
 _POWERS, _LOG_SCALE = _powers()
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=32)
 def _reach(r: int) -> np.ndarray:
     """REACH[i, d, a]: for a run of unprobed prefixes whose first one, j, has r steps after it
     (r = n - j - 1), the weight of 'prefix j + i is the last clean one' given prefix j at level a
@@ -239,7 +241,7 @@ def _reach(r: int) -> np.ndarray:
     return table
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=32)
 def _reach_flat(r: int) -> tuple[np.ndarray, np.ndarray]:
     """`_reach(r)` with each class's log scale folded in, flattened to [i, (d, level)] for one matrix
     product over class and level, scaled per i to a maximum of 1 (the log scale per i comes second)."""
@@ -394,6 +396,20 @@ def _masses_to_p_good(log_mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return top + np.log(total), np.clip(1.0 - np.cumsum(p_error, axis=1)[:, :-1], 0.0, 1.0)
 
 
+_HELD_STATES = 64
+_holding: deque[weakref.ref[Posterior]] = deque()
+
+
+def _hold_states(post: Posterior) -> None:
+    """Keep the forward states of the last `_HELD_STATES` posteriors only: a state is 20 kB a probed
+    prefix, and a shard's relabeling builds a posterior for every solution before it reads any."""
+    _holding.append(weakref.ref(post))
+    while len(_holding) > _HELD_STATES:
+        old = _holding.popleft()()
+        if old is not None:
+            old._cache = None
+
+
 class Posterior:
     """The posterior over (first error e, luck q, difficulty class) of one solution, the curve summed out."""
 
@@ -401,15 +417,29 @@ class Posterior:
         self.evidence = ev
         self.priors = priors
         self.terms = _Terms.of(ev.correct[None], ev.graded[None], ev.verdict, priors.k)
-        self.cache = ForwardCache()  # the forward pass's states: passes for changed evidence start there
+        self._cache: ForwardCache | None = ForwardCache()  # the pass's states (`cache`)
         self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
-        joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self.cache, self.terms)
+        joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache, self.terms)
+        _hold_states(self)
         log_evidence, p_good = _evidence_and_p_good(joint)
         self.log_evidence = float(log_evidence[0])
         self.p_good = p_good[0]
         self.by_class = np.exp(joint[0] - self.log_evidence)  # [e, d, q]
         self.joint = self.by_class.sum(axis=1)  # [e, q]
         self.p_error = self.joint.sum(axis=1)
+
+    @property
+    def cache(self) -> ForwardCache:
+        """The forward pass's states, where passes for changed evidence start (`probe_gains`, the model
+        check). Only the most recent posteriors keep theirs (`_hold_states`); an older one runs its
+        pass again when asked."""
+        cache = self._cache
+        if cache is None:
+            cache = ForwardCache()
+            ev = self.evidence
+            _log_joint(ev.correct[None], ev.graded[None], ev.verdict, self.priors, cache, self.terms)
+            self._cache = cache
+        return cache
 
     @property
     def q_marginal(self) -> np.ndarray:
