@@ -29,7 +29,14 @@ state; the levels after the error do not touch the evidence, so their part is a 
 unprobed prefixes is crossed in one product of precomputed kernel powers), so `p_good` is the
 posterior probability that a step's prefix is still correct. `probe_gains` scores candidate
 probes by how much label uncertainty each removes per rollout, computing the posterior after each
-possible outcome (each candidate carried forward from the base pass's state at its prefix).
+possible outcome: an outcome changes one prefix, so the rows of errors before it are the base
+posterior's reweighted and the rest is carried forward from the base pass's state there, every
+outcome of every candidate in one sweep whose rows meet only at probed prefixes (`_row_log_masses`);
+the model check reads each count's evidence from forward states and one backward pass
+(`_row_log_evidence`). Runs of unprobed prefixes use tables that depend on the steps left alone
+(`_reach`), shared by every solution. These are the same sums as building each outcome's posterior
+from scratch (tests/test_changepoint_posterior.py), at a cost that grows less than linearly with the
+length (benchmarks/labeler_cost.py).
 """
 
 from __future__ import annotations
