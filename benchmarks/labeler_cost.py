@@ -158,7 +158,13 @@ def probed_decision_at(steps: int, probes: int = 8, repeat: int = 5) -> float:
 
 
 def occupancy_at(steps: int, problems: int, step_ms: float, capacity: int) -> dict[str, float]:
-    config = config_at(steps, problems, run={"max_in_flight": capacity, "max_batch_requests": 4 * capacity})
+    # one shard holds them all (the default shard is 64 problems: too few to fill 256 slots)
+    config = config_at(
+        steps,
+        problems,
+        run={"max_in_flight": capacity, "max_batch_requests": 4 * capacity},
+        output={"shard_size": problems},
+    )
     policy = SimulatedPolicy(config.policy)  # type: ignore[arg-type]
     policy_cpu = [0.0]  # the simulated policy writing text stands for the GPU: not the labeler's CPU
     generate = policy.generate
