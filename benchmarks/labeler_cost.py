@@ -5,9 +5,12 @@ the occupancy, which is about time by nature:
 1. Decisions: the default labeler (`make_labeler(config).annotate_given`) driven by `ProbeScheduler`
    on the simulated policy, on solutions of 10, 25, 100, 300 and 1000 steps (a world whose step error
    is 2 / length, so most solutions hold one error somewhere). Only the annotators' own CPU is
-   counted: each resume (one probe decision) is timed. Per solution: the sum of its decisions.
-   `growth_exponent`: the slope of log(ms per decision) over log(steps) between the shortest and the
-   longest length (1 = linear).
+   counted: each resume (one probe decision) is timed. Per solution: the sum of its decisions. At 300
+   steps and more these searches stop after one decision (the search's prior finds no probe worth its
+   rollouts there: a policy question for the search, not a cost), so a second column times a decision
+   with evidence: a posterior with 8 probed prefixes around an error at the middle and the search's two
+   `best_probe` calls (`probed_decision_at`). `growth_exponent`: the slope of log(ms per probed
+   decision) over log(steps) between the shortest and the longest length (1 = linear).
 2. The whole pipeline at 3-12 steps (benchmarks/pipeline_overhead.py's measure): problems/s/core for
    the default and per-step MC (k 8).
 3. Occupancy: tests/_timed_engine.py's TimedEngine in real time at GPU-like speed (256 sequences,
@@ -20,7 +23,7 @@ the occupancy, which is about time by nature:
 
     python benchmarks/labeler_cost.py [--quick] [--skip-cli]
 
-Last line: one JSON object (ms_per_decision_<n>, ms_per_solution_<n>, growth_exponent,
+Last line: one JSON object (ms_per_decision_<n>, ms_per_probed_decision_<n>, ms_per_solution_<n>, growth_exponent,
 pipeline_problems_per_s_per_core_default/_mc, occupancy_100_steps, cores_per_gpu_100_steps,
 marginal_cpu_ratio_3_12 / _40).
 """
@@ -43,11 +46,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the time-model engine is a test instrument
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as prm_synth sets it (see prm_synth/__init__.py)
 
 import yaml  # noqa: E402
 from _timed_engine import TimedEngine  # noqa: E402
 from pipeline_overhead import measure as pipeline_measure  # noqa: E402
 
+from prm_synth.annotate.changepoint import ChangepointSettings, best_probe, open_interval  # noqa: E402
+from prm_synth.annotate.changepoint_posterior import Evidence, Posterior, Priors  # noqa: E402
 from prm_synth.annotate.labeler import make_labeler, new_scheduler  # noqa: E402
 from prm_synth.annotate.scheduler import SolutionJob  # noqa: E402
 from prm_synth.config import validate_config  # noqa: E402
@@ -122,8 +128,43 @@ def decisions_at(steps: int, solutions: int) -> dict[str, float]:
     }
 
 
+def probed_decision_at(steps: int, probes: int = 8, repeat: int = 5) -> float:
+    """CPU ms of one decision of the search on a solution midway through its search: `probes` prefixes
+    probed with 4 rollouts each around a first error at the middle (clean ones mostly reach the answer,
+    the rest rarely), an incorrect verdict; the decision builds the posterior and asks `best_probe` for
+    the search's two kinds of candidates (the default ones, then the open interval's), as a loop of
+    `changepoint_search` does. The driven searches above stop after one decision at 300+ steps (their
+    prior finds no probe worth its rollouts), so this is what a decision costs there."""
+    settings = ChangepointSettings()
+    ev = Evidence.empty(steps, "incorrect")
+    error = steps // 2
+    for i, j in enumerate(sorted({round(x) for x in [0, *(steps * (k + 1) / (probes + 1) for k in range(probes))]})):
+        ev.graded[j] = settings.batch
+        ev.correct[j] = (3 if i % 3 else 4) if j <= error else (1 if i % 4 == 0 else 0)
+    priors = Priors()
+
+    def decision() -> None:
+        post = Posterior(ev, priors)
+        best_probe(post, priors, settings.batch, settings.max_rollouts, settings.prefix_cap)
+        interval = open_interval(post.p_good, settings.confidence) or range(max(0, error - 4), error + 1)
+        spread = sorted({interval[round(i * (len(interval) - 1) / 4)] for i in range(5)})
+        best_probe(post, priors, settings.batch, settings.localize_max_rollouts, settings.localize_cap, spread)
+
+    decision()  # tables built once per length
+    t = time.process_time()
+    for _ in range(repeat):
+        decision()
+    return 1000 * (time.process_time() - t) / repeat
+
+
 def occupancy_at(steps: int, problems: int, step_ms: float, capacity: int) -> dict[str, float]:
-    config = config_at(steps, problems, run={"max_in_flight": capacity, "max_batch_requests": 4 * capacity})
+    # one shard holds them all (the default shard is 64 problems: too few to fill 256 slots)
+    config = config_at(
+        steps,
+        problems,
+        run={"max_in_flight": capacity, "max_batch_requests": 4 * capacity},
+        output={"shard_size": problems},
+    )
     policy = SimulatedPolicy(config.policy)  # type: ignore[arg-type]
     policy_cpu = [0.0]  # the simulated policy writing text stands for the GPU: not the labeler's CPU
     generate = policy.generate
@@ -203,21 +244,27 @@ def main() -> None:
     q = args.quick
     out: dict[str, Any] = {}
 
-    print("default labeler, CPU of its decisions (the annotators' own resumes), simulated policy, step error 2/n")
-    print(f"{'steps':>6}{'ms/decision':>13}{'decisions':>11}{'ms/solution':>13}{'rollouts':>10}")
+    print("default labeler, CPU of its decisions (the annotators' own resumes), simulated policy, step error 2/n;")
+    print("probed: one decision on a solution with 8 probed prefixes around an error at the middle")
+    print(
+        f"{'steps':>6}{'ms/decision':>13}{'decisions':>11}{'ms/solution':>13}{'rollouts':>10}{'probed ms/decision':>20}"
+    )
     costs = {}
     for n in LENGTHS:
         solutions = (4 if n >= 300 else 8) if q else (8 if n >= 300 else 24)
         c = costs[n] = decisions_at(n, solutions)
+        c["probed"] = probed_decision_at(n)
         print(
             f"{n:>6}{c['ms/decision']:>13.2f}{c['decisions/solution']:>11.1f}{c['ms/solution']:>13.1f}"
-            f"{c['rollouts/solution']:>10.1f}",
+            f"{c['rollouts/solution']:>10.1f}{c['probed']:>20.2f}",
             flush=True,
         )
         out[f"ms_per_decision_{n}"] = round(c["ms/decision"], 3)
+        out[f"ms_per_probed_decision_{n}"] = round(c["probed"], 3)
         out[f"ms_per_solution_{n}"] = round(c["ms/solution"], 2)
     lo, hi = LENGTHS[0], LENGTHS[-1]
-    out["growth_exponent"] = round(math.log(costs[hi]["ms/decision"] / costs[lo]["ms/decision"]) / math.log(hi / lo), 3)
+    # growth of a decision with evidence (the driven ones at 300+ steps are a search that stopped at once)
+    out["growth_exponent"] = round(math.log(costs[hi]["probed"] / costs[lo]["probed"]) / math.log(hi / lo), 3)
 
     problems = 200 if q else 1000
     print(f"\nwhole pipeline, {problems} problems of 3-12 steps (benchmarks/pipeline_overhead.py)")

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as prm_synth sets it (see prm_synth/__init__.py)
 
 import prm_synth.annotate.scheduler as scheduler_module  # noqa: E402
 import prm_synth.sample as sample_module  # noqa: E402
@@ -77,7 +79,7 @@ def measure(method: str, problems: int) -> dict[str, float]:
                 [r.to_row() for r in out.records],
                 [r.to_row() for r in out.rejected],
                 len(shard.items),
-                out.stats.to_dict(),
+                out.stats,
             )
             rows += len(out.records)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

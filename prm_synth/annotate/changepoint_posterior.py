@@ -29,13 +29,22 @@ state; the levels after the error do not touch the evidence, so their part is a 
 unprobed prefixes is crossed in one product of precomputed kernel powers), so `p_good` is the
 posterior probability that a step's prefix is still correct. `probe_gains` scores candidate
 probes by how much label uncertainty each removes per rollout, computing the posterior after each
-possible outcome (each candidate carried forward from the base pass's state at its prefix).
+possible outcome: an outcome changes one prefix, so the rows of errors before it are the base
+posterior's reweighted and the rest is carried forward from the base pass's state there, every
+outcome of every candidate in one sweep whose rows meet only at probed prefixes (`_row_log_masses`);
+the model check reads each count's evidence from forward states and one backward pass
+(`_row_log_evidence`). Runs of unprobed prefixes use tables that depend on the steps left alone
+(`_reach`), shared by every solution. These are the same sums as building each outcome's posterior
+from scratch (tests/test_changepoint_posterior.py), at a cost that grows less than linearly with the
+length (benchmarks/labeler_cost.py).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import weakref
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -225,6 +234,32 @@ def _powers() -> tuple[np.ndarray, np.ndarray]:
 _POWERS, _LOG_SCALE = _powers()
 
 
+@functools.lru_cache(maxsize=32)
+def _reach(r: int) -> np.ndarray:
+    """REACH[i, d, a]: for a run of unprobed prefixes whose first one, j, has r steps after it
+    (r = n - j - 1), the weight of 'prefix j + i is the last clean one' given prefix j at level a
+    (POWERS[i] carries the level i steps on, SIGMA sums the bad stretch after it), i = 0..min(r,
+    MAX_STEPS - 1). It depends on r alone, so every run, candidate and solution with the same r
+    shares one table: a decision no longer rebuilds it (O(n) products) for every pass."""
+    m = min(r + 1, MAX_STEPS)
+    sig = _SIGMA[np.minimum(r - np.arange(m), MAX_STEPS - 1)]  # [i, d, level]
+    table = np.matmul(_POWERS[:m], sig[..., None])[..., 0]
+    table.flags.writeable = False
+    return table
+
+
+@functools.lru_cache(maxsize=32)
+def _reach_flat(r: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_reach(r)` with each class's log scale folded in, flattened to [i, (d, level)] for one matrix
+    product over class and level, scaled per i to a maximum of 1 (the log scale per i comes second)."""
+    table = _reach(r) * np.exp(_LOG_SCALE[: min(r + 1, MAX_STEPS)])[:, :, None]
+    top = table.max(axis=(1, 2))
+    table = (table / top[:, None, None]).reshape(len(table), -1)
+    table[table < 1e-290] = 0.0  # subnormal numbers would make every product with it many times slower
+    table.flags.writeable = False
+    return table, np.log(top)
+
+
 def _advance(msg: np.ndarray, log_acc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """The forward state m unprobed steps on (msg [b, d, q, level]), renormalised."""
     while m > 0:
@@ -247,8 +282,39 @@ class ForwardCache:
 
     def at(self, j: int) -> ForwardState:
         pos, msg, log_acc = max((m for m in self.marks if m[0] <= j), key=lambda m: m[0])
+        if pos == j:
+            return msg, log_acc
         msg, log_acc = _advance(msg[None], log_acc[None], j - pos)
         return msg[0], log_acc[0]
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """A batch of evidence's likelihood terms: what the forward pass multiplies in."""
+
+    cols: np.ndarray  # the prefixes probed in any row (an unprobed prefix scores 0)
+    clean: np.ndarray  # [b, col, q, level]: log-likelihood of the column's counts, prefix clean
+    bad: np.ndarray  # [b, j, q]: log-likelihood of prefix j's counts, prefix holding the error
+    bad_after: np.ndarray  # [b, j, q]: log P(rollouts of prefixes j..n-1, verdict | all hold the error)
+    v_clean: float  # log P(verdict | the solution is clean)
+
+    @classmethod
+    def of(cls, correct: np.ndarray, graded: np.ndarray, verdict: str, k: float) -> _Terms:
+        batch, n = correct.shape
+        tables = _CountTables.of(k)
+        cols = np.flatnonzero(graded.any(axis=0))
+        c, f = correct[:, cols], graded[:, cols] - correct[:, cols]
+        clean = tables.loglik(True, c, f).reshape(batch, len(cols), len(Q_GRID), len(C_GRID))
+        bad = np.zeros((batch, n, len(Q_GRID)))
+        bad[:, cols] = tables.loglik(False, c, f)
+        if verdict == "correct":
+            v_clean, v_bad = 0.0, _LOG_Q
+        elif verdict == "incorrect":
+            v_clean, v_bad = -np.inf, _LOG_1Q
+        else:
+            v_clean, v_bad = 0.0, np.zeros(len(Q_GRID))
+        after = np.concatenate([bad[:, ::-1].cumsum(axis=1)[:, ::-1], np.zeros((batch, 1, len(Q_GRID)))], axis=1)
+        return cls(cols, clean, bad, after + v_bad, v_clean)
 
 
 def _log_joint(
@@ -256,55 +322,32 @@ def _log_joint(
     graded: np.ndarray,
     verdict: str,
     priors: Priors,
-    start: tuple[int, ForwardState] | None = None,
     cache: ForwardCache | None = None,
+    terms: _Terms | None = None,
 ) -> np.ndarray:
     """[b, e, d, q]: log P(first error e, class d, luck q, data) for a batch of evidence of one
     solution (rows of `correct` and `graded` are alternative measurements of the same n prefixes).
 
     The forward pass goes from probed prefix to probed prefix: a run of unprobed ones between is
-    crossed in one product (`_POWERS`), its rows of e scored together, so the work is a few array
-    operations per probed prefix plus O(n) in one vectorised pass. `start` (j0, state): the pass
-    starts at prefix j0 from a state of another evidence that agrees on prefixes < j0 (a probe's
-    outcomes differ at one prefix only); rows e < j0 are then left for the caller. `cache`: keeps
-    this pass's states (batch of one) for such starts."""
+    crossed in one product (`_POWERS`), its rows of e scored together (`_reach`), so the work is a
+    few array operations per probed prefix plus O(n) in one vectorised pass. `cache`: keeps this
+    pass's states (batch of one) for passes that start from them (`_row_log_masses`)."""
     batch, n = correct.shape
-    tables = _CountTables.of(priors.k)
-    j = 0 if start is None else start[0]
-    # only probed prefixes carry a likelihood (an unprobed one scores 0): score those alone
-    cols = np.flatnonzero(graded.any(axis=0))
-    c, f = correct[:, cols], graded[:, cols] - correct[:, cols]
-    ll_clean = tables.loglik(True, c, f).reshape(batch, len(cols), len(Q_GRID), len(C_GRID))
-    ll_bad = np.zeros((batch, n, len(Q_GRID)))
-    ll_bad[:, cols] = tables.loglik(False, c, f)
-    column = {int(k): i for i, k in enumerate(cols)}
-    if verdict == "correct":
-        v_clean, v_bad = 0.0, _LOG_Q
-    elif verdict == "incorrect":
-        v_clean, v_bad = -np.inf, _LOG_1Q
-    else:
-        v_clean, v_bad = 0.0, np.zeros(len(Q_GRID))
-    # bad_after[:, j]: log P(rollouts of prefixes j..n-1 and the verdict | they all hold the error)
-    bad_after = np.concatenate([ll_bad[:, ::-1].cumsum(axis=1)[:, ::-1], np.zeros((batch, 1, len(Q_GRID)))], axis=1)
-    bad_after = bad_after + v_bad
+    terms = terms or _Terms.of(correct, graded, verdict, priors.k)
+    column = {int(k): i for i, k in enumerate(terms.cols)}
+    bad_after = terms.bad_after
     # forward over the clean stretch: msg[b, d, q, level] = P(data of prefixes < j, prefix j clean at level)
     msg = np.ones((batch, len(P_GRID), len(Q_GRID), len(C_GRID)))
     log_acc = np.zeros((batch, len(P_GRID), len(Q_GRID)))
     log_e = np.empty((batch, n + 1, len(P_GRID), len(Q_GRID)))
-    if start is not None:
-        msg0, acc0 = start[1]
-        msg = np.repeat(msg0[None], batch, axis=0)
-        log_acc = np.repeat(acc0[None], batch, axis=0)
-    probed = [int(k) for k in cols if k >= j] + [n]
+    j = 0
     with np.errstate(divide="ignore"):
-        for p in probed:
+        for p in [*column, n]:
             if cache is not None:
                 cache.marks.append((j, msg[0], log_acc[0]))
             while j < p:  # unprobed prefixes j..p-1, at most MAX_STEPS at a time
                 m = min(p - j, MAX_STEPS)
-                # switch[b, i, d, q]: prefix j + i is the last clean one; its level carried by POWERS[i]
-                sig = _SIGMA[np.minimum(n - (j + np.arange(m)) - 1, MAX_STEPS - 1)]  # [i, d, level]
-                reach = np.matmul(_POWERS[:m], sig[..., None])[..., 0]  # [i, d, level at j]
+                reach = _reach(n - j - 1)[:m]  # [i, d, level at j]: prefix j + i is the last clean one
                 # switch[b, i, d, q] = sum over level of msg[b, d, q, level] reach[i, d, level] (BLAS)
                 switch = np.matmul(msg.transpose(1, 0, 2, 3), reach.transpose(1, 2, 0)[:, None])  # [d, b, q, i]
                 switch = switch.transpose(1, 3, 0, 2)
@@ -320,7 +363,7 @@ def _log_joint(
                 break
             if cache is not None:
                 cache.marks.append((p, msg[0], log_acc[0]))
-            lik = ll_clean[:, column[p]]  # [b, q, level]
+            lik = terms.clean[:, column[p]]  # [b, q, level]
             top = lik.max(axis=2)  # [b, q]
             msg = msg * np.exp(lik - top[:, :, None])[:, None]
             log_acc = log_acc + top[:, None]
@@ -331,8 +374,15 @@ def _log_joint(
             msg = msg / scale[..., None]
             log_acc = log_acc + np.log(scale)
             j = p + 1
-        log_e[:, n] = log_acc + np.log(msg[..., 0]) + v_clean
+        log_e[:, n] = log_acc + np.log(msg[..., 0]) + terms.v_clean
     return log_e + priors.log_prior()[None, None]
+
+
+def _logsumexp(x: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
+    top = x.max(axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.exp(x - top).sum(axis=axis)) + np.squeeze(top, axis=axis)
 
 
 def _evidence_and_p_good(log_joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -344,14 +394,27 @@ def _evidence_and_p_good(log_joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return top + np.log(total), np.clip(1.0 - np.cumsum(p_error, axis=1)[:, :-1], 0.0, 1.0)
 
 
-def _alternatives(ev: Evidence, j: int, graded: int) -> tuple[np.ndarray, np.ndarray]:
-    """The evidence plus each possible count 0..graded of `graded` more rollouts at prefix j, as a batch."""
-    k = np.arange(graded + 1)
-    correct = np.repeat(ev.correct[None], graded + 1, axis=0)
-    total = np.repeat(ev.graded[None], graded + 1, axis=0)
-    correct[:, j] += k
-    total[:, j] += graded
-    return correct, total
+def _masses_to_p_good(log_mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The same from rows of log P(first error e, data) [b, e] (class and luck summed out)."""
+    top = log_mass.max(axis=1)
+    w = np.exp(log_mass - top[:, None])
+    total = w.sum(axis=1)
+    p_error = w / total[:, None]
+    return top + np.log(total), np.clip(1.0 - np.cumsum(p_error, axis=1)[:, :-1], 0.0, 1.0)
+
+
+_HELD_STATES = 64
+_holding: deque[weakref.ref[Posterior]] = deque()
+
+
+def _hold_states(post: Posterior) -> None:
+    """Keep the forward states of the last `_HELD_STATES` posteriors only: a state is 20 kB a probed
+    prefix, and a shard's relabeling builds a posterior for every solution before it reads any."""
+    _holding.append(weakref.ref(post))
+    while len(_holding) > _HELD_STATES:
+        old = _holding.popleft()()
+        if old is not None:
+            old._cache = None
 
 
 class Posterior:
@@ -360,13 +423,30 @@ class Posterior:
     def __init__(self, ev: Evidence, priors: Priors) -> None:
         self.evidence = ev
         self.priors = priors
-        joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)
+        self.terms = _Terms.of(ev.correct[None], ev.graded[None], ev.verdict, priors.k)
+        self._cache: ForwardCache | None = ForwardCache()  # the pass's states (`cache`)
+        self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
+        joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache, self.terms)
+        _hold_states(self)
         log_evidence, p_good = _evidence_and_p_good(joint)
         self.log_evidence = float(log_evidence[0])
         self.p_good = p_good[0]
         self.by_class = np.exp(joint[0] - self.log_evidence)  # [e, d, q]
         self.joint = self.by_class.sum(axis=1)  # [e, q]
         self.p_error = self.joint.sum(axis=1)
+
+    @property
+    def cache(self) -> ForwardCache:
+        """The forward pass's states, where passes for changed evidence start (`probe_gains`, the model
+        check). Only the most recent posteriors keep theirs (`_hold_states`); an older one runs its
+        pass again when asked."""
+        cache = self._cache
+        if cache is None:
+            cache = ForwardCache()
+            ev = self.evidence
+            _log_joint(ev.correct[None], ev.graded[None], ev.verdict, self.priors, cache, self.terms)
+            self._cache = cache
+        return cache
 
     @property
     def q_marginal(self) -> np.ndarray:
@@ -389,16 +469,230 @@ class Posterior:
         probed = np.flatnonzero(ev.graded > 0)
         if len(probed) < 3:
             return False
-        for j in probed:
-            g, c = int(ev.graded[j]), int(ev.correct[j])
-            correct, graded = _alternatives(ev.plus(j, -c, -g), j, g)  # every count j could have had
-            log_ev, _ = _evidence_and_p_good(_log_joint(correct, graded, ev.verdict, self.priors))
-            log_pmf = np.array([_log_comb(g, k) for k in range(g + 1)]) + log_ev
+        # every count each probed prefix could have had (its other prefixes as they are), in one pass
+        sizes = ev.graded[probed]
+        js = np.repeat(probed, sizes + 1)
+        counts = np.concatenate([np.arange(g + 1) for g in sizes])
+        log_ev = _row_log_evidence(self, js, counts, ev.graded[js])
+        at = 0
+        for j, g in zip(probed, sizes, strict=True):
+            g, c = int(g), int(ev.correct[j])
+            log_pmf = _log_combs(g) + log_ev[at : at + g + 1]
+            at += g + 1
             pmf = np.exp(log_pmf - log_pmf.max())
             pmf /= pmf.sum()
             if pmf[pmf <= pmf[c] * (1 + 1e-9)].sum() < level / len(probed):
                 return True
         return False
+
+
+def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
+    """[row, e]: log P(first error e, data) (class and luck summed out) under the posterior's priors,
+    for the posterior's evidence with prefix js[r]'s counts replaced by (correct[r], graded[r]).
+
+    Exact, without a pass per row: rows e < j differ from the posterior's joint only by prefix j's
+    bad-stretch likelihood; rows e >= j are carried forward from the posterior's state before j
+    (which prefix j does not touch), all rows in one sweep that each joins at its own j. Only the
+    error's place is kept, so inside a run of unprobed prefixes the luck is summed out before the
+    product with the `_reach` table (18 times less work than the full joint)."""
+    ev, priors, terms = post.evidence, post.priors, post.terms
+    n, rows = ev.n, len(js)
+    tables = _CountTables.of(priors.k)
+    order = np.argsort(js, kind="stable")
+    js, correct, graded = js[order], correct[order], graded[order]
+    out = np.full((rows, n + 1), -np.inf)
+    d_, q_, l_ = len(P_GRID), len(Q_GRID), len(C_GRID)
+    with np.errstate(divide="ignore", under="ignore"):
+        # e < j: the posterior's own rows, prefix j's bad-stretch likelihood swapped
+        delta = tables.loglik(False, correct, graded - correct) - terms.bad[0, js]  # [row, q]
+        top = delta.max(axis=1)
+        before = np.log(np.exp(delta - top[:, None]) @ post.joint.T) + (top + post.log_evidence)[:, None]
+        mask = np.arange(n + 1)[None, :] < js[:, None]
+        out[mask] = before[mask]
+        # e >= j, in three stages: (A) every row at its own j together: the state before j, the row's
+        # own counts there, the error at j, one step on; (B) each candidate's rows across the unprobed
+        # prefixes after j to the next probed one; (C) one sweep over the probed prefixes, rows joining
+        # at the first one after their j. The whole batch meets only at the probed prefixes.
+        clean_new = tables.loglik(True, correct, graded - correct).reshape(rows, q_, l_)
+        prior = priors.log_prior()[:, None]  # [d, 1, q]
+        bad_after = terms.bad_after[0]
+
+        def cross_run(m_: np.ndarray, a_: np.ndarray, into: np.ndarray, j: int, end: int) -> None:
+            """States m_, a_ (class-major) across the unprobed prefixes j..end-1, their errors into
+            `into` (the rows' views of out): each one's bad stretch starts at `end`."""
+            while j < end:
+                m = min(end - j, MAX_STEPS)
+                lw = a_ + prior + bad_after[end]  # [d, row, q]
+                shift = lw.max(axis=(0, 2))
+                shift = np.where(np.isfinite(shift), shift, 0.0)
+                summed = np.einsum("drq,drql->rdl", np.exp(lw - shift[:, None]), m_)  # [row, d, level]
+                table, table_scale = _reach_flat(n - j - 1)
+                switch = summed.reshape(len(shift), d_ * l_) @ table[:m].T  # [row, i]
+                into[:, j : j + m] = np.log(switch) + shift[:, None] + table_scale[:m]
+                _step_classes(m_, a_, _powers_with_sums(m), _LOG_SCALE[m])
+                j += m
+
+        # class-major ([d, row, q, level]): the level transitions are then one matrix product per class
+        msg = np.empty((d_, rows, q_, l_))
+        acc = np.empty((d_, rows, q_))
+        firsts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+        groups = [(int(js[a]), a, b) for a, b in zip(firsts, [*firsts[1:], rows], strict=True)]
+        for j, a, b in groups:
+            state, state_acc = post.cache.at(j)
+            msg[:, a:b] = state[:, None]
+            acc[:, a:b] = state_acc[:, None]
+        lik_top = clean_new.max(axis=2)  # [row, q]
+        msg *= np.exp(clean_new - lik_top[:, :, None])
+        acc += lik_top
+        sigma = _SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)]  # [row, d, level]
+        switch = np.einsum("drql,rdl->drq", msg, sigma)
+        here = acc + prior + bad_after[js + 1][None]
+        out[np.arange(rows), js] = _logsumexp(here + np.log(switch), axis=(0, 2))
+        _step_classes(msg, acc, _CLEAN_T_SUMS, None)  # the states before j + 1
+        cols = terms.cols
+        after = np.searchsorted(cols, js, side="right")  # the first probed prefix after each row's j
+        arrive = np.append(cols, n)[after]
+        for j, a, b in groups:
+            cross_run(msg[:, a:b], acc[:, a:b], out[a:b], j + 1, int(arrive[a]))
+        positions = [int(c) for c in cols if c >= arrive[0]]
+        for idx, p in enumerate(positions):
+            hi = int(np.searchsorted(arrive, p, side="right"))
+            m_, a_ = msg[:, :hi], acc[:, :hi]
+            lik = terms.clean[0, int(np.searchsorted(cols, p))]  # [q, level]
+            lik_top = lik.max(axis=1)
+            m_ *= np.exp(lik - lik_top[:, None])
+            a_ += lik_top
+            # one product per class: the next level, the state's sum, and the switch to the bad stretch
+            kernel = np.concatenate([_CLEAN_T_SUMS, _sigma(n - p - 1)[:, :, None]], axis=2)
+            here = a_ + prior + bad_after[p + 1]  # [d, row, q]: the weights before the step's own scale
+            switch = _step_classes(m_, a_, kernel, None)  # [d, row, q]
+            out[:hi, p] = _logsumexp(here + np.log(switch), axis=(0, 2))
+            cross_run(m_, a_, out[:hi], p + 1, positions[idx + 1] if idx + 1 < len(positions) else n)
+        out[:, n] = _logsumexp(acc + prior + terms.v_clean + np.log(msg[..., 0]), axis=(0, 2))
+    result = np.empty_like(out)
+    result[order] = out
+    return result
+
+
+Scaled = tuple[np.ndarray, np.ndarray]  # (vec [d, q, level] with maximum 1 over level, log scale [d, q])
+
+
+def _scaled(vec: np.ndarray, log_scale: np.ndarray) -> Scaled:
+    top = vec.max(axis=2)
+    ok = top > 0
+    with np.errstate(divide="ignore"):
+        return vec / np.where(ok, top, 1.0)[..., None], np.where(
+            ok, log_scale + np.log(np.where(ok, top, 1.0)), -np.inf
+        )
+
+
+def _plus(a: Scaled, b: Scaled) -> Scaled:
+    top = np.maximum(a[1], b[1])
+    top = np.where(np.isfinite(top), top, 0.0)
+    return _scaled(a[0] * np.exp(a[1] - top)[..., None] + b[0] * np.exp(b[1] - top)[..., None], top)
+
+
+def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
+    """beta_j for each prefix j in `at`: the weight of everything from prefix j on (its switch to the
+    bad stretch, the prefixes after it, the verdict) given prefix j clean at each level, its own
+    likelihood left out; with the forward state before j it gives the evidence of any count at j
+    (`_row_log_evidence`). One backward pass over the probed prefixes and `at`, runs crossed whole."""
+    ev, terms = post.evidence, post.terms
+    n = ev.n
+    d_, q_, l_ = len(P_GRID), len(Q_GRID), len(C_GRID)
+    base_clean = {int(k): terms.clean[0, i] for i, k in enumerate(terms.cols)}
+    bad_after = terms.bad_after[0]
+    positions = sorted({int(k) for k in terms.cols if k >= min(at)} | at)
+    end_vec = np.zeros((d_, q_, l_))
+    end_vec[..., 0] = 1.0
+    gamma: Scaled = (end_vec, np.full((d_, q_), terms.v_clean))  # before prefix n: the verdict if clean
+    out: dict[int, Scaled] = {}
+    end = n
+    with np.errstate(divide="ignore", under="ignore"):
+        for p in reversed(positions):
+            t = end
+            while t > p + 1:  # the unprobed run p+1..end-1, crossed back MAX_STEPS at a time
+                start = max(p + 1, t - MAX_STEPS)
+                m = t - start
+                table, table_scale = _reach_flat(n - start - 1)
+                top = table_scale[:m].max()
+                run = (np.exp(table_scale[:m] - top) @ table[:m]).reshape(d_, 1, l_)
+                stay = (np.matmul(gamma[0], _POWERS[m].transpose(0, 2, 1)), gamma[1] + _LOG_SCALE[m][:, None])
+                gamma = _plus(_scaled(np.broadcast_to(run, (d_, q_, l_)), top + bad_after[end][None, :]), stay)
+                t = start
+            switch = np.broadcast_to(_sigma(n - p - 1)[:, None, :], (d_, q_, l_))
+            step = (np.matmul(gamma[0], _CLEAN_T.transpose(0, 2, 1)), gamma[1])
+            beta = _plus(_scaled(switch, np.broadcast_to(bad_after[p + 1][None, :], (d_, q_))), step)
+            if p in at:
+                out[p] = beta
+            lik = base_clean.get(p)
+            if lik is not None:
+                top = lik.max(axis=1)  # [q]
+                beta = _scaled(beta[0] * np.exp(lik - top[:, None]), beta[1] + top)
+            gamma, end = beta, p
+    return out
+
+
+def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
+    """[row]: log P(data) for the posterior's evidence with prefix js[r]'s counts replaced by
+    (correct[r], graded[r]): what `_row_log_masses` sums to, from the forward state before j and the
+    backward weight after it (`_backward`), a few array operations per row."""
+    priors, terms = post.priors, post.terms
+    tables = _CountTables.of(priors.k)
+    prior = priors.log_prior()
+    with np.errstate(divide="ignore", under="ignore"):
+        # e < j: the posterior's own rows, prefix j's bad-stretch likelihood swapped
+        delta = tables.loglik(False, correct, graded - correct) - terms.bad[0, js]  # [row, q]
+        top = delta.max(axis=1)
+        below = np.concatenate([np.zeros((1, len(Q_GRID))), np.cumsum(post.joint, axis=0)])  # [j, q]: e < j
+        before = np.log(np.einsum("rq,rq->r", np.exp(delta - top[:, None]), below[js])) + top + post.log_evidence
+        # e >= j: forward state before j, the row's own likelihood at j, backward weight after it
+        lik = tables.loglik(True, correct, graded - correct).reshape(len(js), len(Q_GRID), len(C_GRID))
+        lik_top = lik.max(axis=2)
+        weight = np.exp(lik - lik_top[..., None])  # [row, q, level]
+        betas = _backward(post, {int(j) for j in js})
+        after = np.empty(len(js))
+        for j in np.unique(js):
+            rows = np.flatnonzero(js == j)
+            msg, acc = post.cache.at(int(j))
+            beta, beta_scale = betas[int(j)]
+            inner = np.einsum("dql,rql->rdq", msg * beta, weight[rows])
+            logs = acc + prior + beta_scale + lik_top[rows][:, None, :] + np.log(inner)
+            after[rows] = _logsumexp(logs, axis=(1, 2))
+    return np.logaddexp(before, after)
+
+
+def _with_sums(kernel: np.ndarray) -> np.ndarray:
+    """[d, level, level + 1]: a level kernel with its row sums appended (the product then also gives
+    the new state's total, the renormalisation's scale, with no reduction of its own)."""
+    return np.concatenate([kernel, kernel.sum(axis=2, keepdims=True)], axis=2)
+
+
+_CLEAN_T_SUMS = _with_sums(_CLEAN_T)
+
+
+@functools.lru_cache(maxsize=MAX_STEPS + 1)
+def _powers_with_sums(m: int) -> np.ndarray:
+    return _with_sums(_POWERS[m])
+
+
+def _step_classes(
+    msg: np.ndarray, acc: np.ndarray, kernel: np.ndarray, log_scale: np.ndarray | None
+) -> np.ndarray | None:
+    """In place: class-major states (msg [d, row, q, level], acc [d, row, q]) through a per-class
+    level kernel [d, level, level + 1 (+ 1)] whose column `level` is its row sums (`_with_sums`),
+    renormalised (with the kernel's own log scale [d]). A further column (a switch vector) comes
+    back as [d, row, q], taken before the step."""
+    d_, rows, q_, l_ = msg.shape
+    flat = msg.reshape(d_, rows * q_, l_)
+    stepped = np.matmul(flat, kernel[..., :l_])
+    extra = np.matmul(flat, kernel[..., l_:])  # the sums (and the switch) beside, not interleaved
+    scale = np.maximum(extra[..., 0], 1e-300)
+    np.divide(stepped, scale[..., None], out=flat)
+    acc += np.log(scale).reshape(acc.shape)
+    if log_scale is not None:
+        acc += log_scale[:, None, None]
+    return extra[..., 1].reshape(d_, rows, q_) if kernel.shape[2] > l_ + 1 else None
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
@@ -410,29 +704,45 @@ def _log_comb(n: int, k: int) -> float:
     return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
+@functools.cache
+def _log_combs(n: int) -> np.ndarray:
+    """[k]: log C(n, k), k = 0..n."""
+    return np.array([_log_comb(n, k) for k in range(n + 1)])
+
+
 def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) -> np.ndarray:
     """[candidate]: expected bits of label uncertainty removed per rollout by `b` more rollouts at each
-    prefix in `chosen`; every outcome of every candidate is scored in one batch."""
-    ev = post.evidence
-    # The base evidence's forward pass once; each candidate's outcomes differ from it at prefix j
-    # only: rows e < j change by prefix j's bad-stretch likelihood alone, rows e >= j are carried
-    # forward from the base state at j (the same sums, without the shared stretch recomputed).
-    cache = ForwardCache()
-    base = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, cache=cache)[0]
-    tables = _CountTables.of(priors.k)
-    rows = []
-    for j in chosen:
-        correct, graded = _alternatives(ev, j, b)
-        part = _log_joint(correct, graded, ev.verdict, priors, start=(j, cache.at(j)))
-        bad_new = tables.loglik(False, correct[:, j], graded[:, j] - correct[:, j])  # [outcome, q]
-        bad_old = tables.loglik(False, ev.correct[j : j + 1], ev.graded[j : j + 1] - ev.correct[j : j + 1])
-        part[:, :j] = base[None, :j] + (bad_new - bad_old)[:, None, None, :]
-        rows.append(part)
-    log_ev, p_good = _evidence_and_p_good(np.concatenate(rows))
-    log_comb = np.array([_log_comb(b, k) for k in range(b + 1)])
-    pred = np.exp(np.tile(log_comb, len(chosen)) + log_ev - post.log_evidence)
-    after = (pred * _entropy(p_good).sum(axis=1)).reshape(len(chosen), b + 1).sum(axis=1)
-    return (post.uncertainty() - after) / b
+    prefix in `chosen`; every outcome of every candidate is scored in one sweep (`_row_log_masses`).
+    A candidate's gain depends on the posterior and b alone: the posterior keeps it, so a second look
+    at the same candidates (the search's localizing pass) costs nothing."""
+    if priors is not post.priors:
+        post = Posterior(post.evidence, priors)
+    known = post.gains.setdefault(b, {})
+    new = [j for j in dict.fromkeys(int(j) for j in chosen) if j not in known]
+    if new:
+        ev = post.evidence
+        js = np.repeat(np.asarray(new, dtype=np.int64), b + 1)
+        outcome = np.tile(np.arange(b + 1), len(new))
+        log_ev, p_good = _masses_to_p_good(_row_log_masses(post, js, ev.correct[js] + outcome, ev.graded[js] + b))
+        pred = np.exp(np.tile(_log_combs(b), len(new)) + log_ev - post.log_evidence)
+        after = (pred * _entropy(p_good).sum(axis=1)).reshape(len(new), b + 1).sum(axis=1)
+        known.update(zip(new, ((post.uncertainty() - after) / b).tolist(), strict=True))
+    return np.array([known[int(j)] for j in chosen])
+
+
+def _class_luck_loglik(evidence: Sequence[Evidence], k: float) -> np.ndarray:
+    """[solution, d, q]: log P(data | class d, luck q) of each solution (the first error summed out),
+    under overdispersion k. Solutions of one length and verdict go through one batched pass."""
+    out = np.empty((len(evidence), len(P_GRID), len(Q_GRID)))
+    flat = Priors(np.ones(len(Q_GRID)), np.ones(len(P_GRID)), k)  # log prior 0: the likelihood alone
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, ev in enumerate(evidence):
+        groups.setdefault((ev.n, ev.verdict), []).append(i)
+    for (_, verdict), members in groups.items():
+        correct = np.stack([evidence[i].correct for i in members])
+        graded = np.stack([evidence[i].graded for i in members])
+        out[members] = _logsumexp(_log_joint(correct, graded, verdict, flat), axis=1)
+    return out
 
 
 def pool_priors(
@@ -442,22 +752,22 @@ def pool_priors(
     at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a small shard
     from collapsing onto a few grid points), under each overdispersion k in K_CHOICES; the k under
     which the shard's evidence is likeliest wins. Depends on the set of evidence only, not on the
-    order the searches finished in."""
+    order the searches finished in. The prior only reweights each solution's likelihood of (class,
+    luck), so that is computed once per k (`_class_luck_loglik`) and the EM rounds are sums over it."""
     base = base or Priors()
     if not evidence:
         return base
     best: tuple[float, Priors] | None = None
     for k in K_CHOICES:
+        loglik = _class_luck_loglik(evidence, k)  # [solution, d, q]
         priors = Priors(base.q, base.p, k)
         for _ in range(rounds):
-            q = strength * base.q
-            p = strength * base.p
-            for ev in evidence:
-                post = Posterior(ev, priors)
-                q = q + post.q_marginal
-                p = p + post.p_marginal()
+            joint = loglik + priors.log_prior()[None]
+            post = np.exp(joint - _logsumexp(joint, axis=(1, 2))[:, None, None])
+            q = strength * base.q + post.sum(axis=(0, 1))
+            p = strength * base.p + post.sum(axis=(0, 2))
             priors = Priors(q / q.sum(), p / p.sum(), k)
-        fit = sum(Posterior(ev, priors).log_evidence for ev in evidence)
+        fit = float(_logsumexp(loglik + priors.log_prior()[None], axis=(1, 2)).sum())
         if best is None or fit > best[0]:
             best = (fit, priors)
     assert best is not None
