@@ -23,15 +23,20 @@ through vLLM, or whole `prm-synth` processes that take minutes. `make test-fast`
 rest; when slow tests are deselected, importing `vllm` in the pytest process fails the test that did it (a
 test that needs vLLM must be marked slow instead of silently costing the fast run half a minute). Asking
 whether it is installed (`importlib.util.find_spec`, TRL's checks) is not importing it and still works.
-Ray is not guarded: every in-process flow run imports prefect_ray (flows/synthesize.py `_ray_options`),
-whose lazy `ray` module loads for real when something walks sys.modules (torch's `inspect.getmodule`).
+Ray is not guarded (a flow run on threads no longer imports prefect_ray, but nothing checks it).
+
+pytest-xdist (`make test` runs `-n 3`): every test that starts vLLM runs on one worker, one at a time
+(the scheduler at the end of the shared-engine section); each worker has its own PREFECT_HOME; a test
+takes its ports free from the OS and its files under its own tmp_path.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -39,9 +44,17 @@ import pytest
 
 # No network: keep Prefect from phoning home, and keep its state out of ~/.prefect.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prm-synth-prefect-"))
+# Under pytest-xdist every worker gets its own PREFECT_HOME: the workers inherit the controller's
+# environment, and Prefect keeps profiles and caches there that two processes must not write at once.
+_OWN_PREFECT_HOME = "PRM_SYNTH_TEST_PREFECT_HOME"
+if "PREFECT_HOME" not in os.environ or (
+    os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(_OWN_PREFECT_HOME) == os.environ["PREFECT_HOME"]
+):
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prm-synth-prefect-")
+    os.environ[_OWN_PREFECT_HOME] = os.environ["PREFECT_HOME"]
 
 DEMO_ENGINE = "demo_vllm_engine"
+VLLM_GROUP = "vllm"  # the pytest-xdist work unit of the tests that start vLLM (marked `vllm` or using DEMO_ENGINE)
 # Imported only by slow tests: 10-30 s of import on two cores.
 HEAVY_MODULES = ("vllm",)
 
@@ -90,12 +103,76 @@ def _uses_demo_engine(item) -> bool:
     return DEMO_ENGINE in getattr(item, "fixturenames", ())
 
 
+def _starts_vllm(item) -> bool:
+    return _uses_demo_engine(item) or item.get_closest_marker("vllm") is not None
+
+
 def pytest_collection_modifyitems(session, config, items):
     # The demo engine's users last, in their collected order: the engine starts once, and nothing that
     # starts a vLLM of its own (a `vllm serve`, a demo `prm-synth run`) runs while it is up.
     users = [item for item in items if _uses_demo_engine(item)]
     if users:
         items[:] = [item for item in items if not _uses_demo_engine(item)] + users
+    _tell_the_controller_which_tests_start_vllm(config, items)
+
+
+# ---------------------------------------------------------------- pytest-xdist: vLLM on one worker
+# `make test` runs the suite on pytest-xdist workers. Every test that starts vLLM (marked `vllm`, or using
+# the shared demo engine) runs on ONE worker, one after the other in the order above: one vLLM at a time,
+# as in a serial run (each takes both cores and gigabytes of RAM), and the shared engine's users follow
+# each other, so it starts once. xdist's own `xdist_group` mark cannot do this under pytest 9.2 (it renames
+# the node ids through an attribute pytest no longer reads), so this conftest brings its own scheduler:
+# the workers collect, write which of their tests start vLLM to a folder the controller gave them, and
+# the controller schedules those as one unit (first: they are the longest chain) and every other test
+# alone. Applies to `-n N` with the default `--dist load` or with `--dist loadgroup`.
+_GROUPS_DIR = "prm_synth_vllm_groups_dir"
+
+
+def _tell_the_controller_which_tests_start_vllm(config, items) -> None:
+    folder = getattr(config, "workerinput", {}).get(_GROUPS_DIR)
+    if folder is None:
+        return
+    worker = config.workerinput["workerid"]
+    scratch = os.path.join(folder, f".{worker}.json")
+    with open(scratch, "w") as f:
+        json.dump([item.nodeid for item in items if _starts_vllm(item)], f)
+    os.replace(scratch, os.path.join(folder, f"{worker}.json"))  # the controller never reads half a file
+
+
+def _groups_dir(config) -> str:
+    folder = getattr(config, "_prm_synth_groups_dir", None)
+    if folder is None:
+        folder = config._prm_synth_groups_dir = tempfile.mkdtemp(prefix="prm-synth-xdist-")
+    return folder
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput[_GROUPS_DIR] = _groups_dir(node.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None  # an explicit other mode (loadfile, worksteal, ...) is the caller's choice
+    from xdist.scheduler import LoadScopeScheduling
+
+    class VLLMOnOneWorker(LoadScopeScheduling):
+        """Every test alone, but the tests that start vLLM as one unit (scheduled first: the longest)."""
+
+        vllm_tests: set[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.vllm_tests is None:  # first called once every worker has collected (and written)
+                folder = _groups_dir(config)
+                self.vllm_tests = set()
+                for name in os.listdir(folder):
+                    if name.endswith(".json") and not name.startswith("."):
+                        with open(os.path.join(folder, name)) as f:
+                            self.vllm_tests.update(json.load(f))
+            return VLLM_GROUP if nodeid in self.vllm_tests else nodeid
+
+    return VLLMOnOneWorker(config, log)
 
 
 def pytest_runtest_teardown(item, nextitem):
@@ -108,6 +185,9 @@ def pytest_runtest_teardown(item, nextitem):
 
 def pytest_sessionfinish(session, exitstatus):
     _shared_demo_engine.close()  # a session stopped early (-x) ends with the engine still up
+    folder = getattr(session.config, "_prm_synth_groups_dir", None)
+    if folder is not None:  # the controller's folder of the workers' vLLM test lists
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- no vLLM in the fast tests

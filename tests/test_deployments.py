@@ -101,6 +101,7 @@ def _client_call(env, code: str):
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_deploy_from_prefect_yaml_run_it_and_refuse_bad_parameters(prefect_server, tmp_path):
     env = prefect_server
     _prefect(env, "work-pool", "create", "prm-synth-process", "--type", "process")
