@@ -123,8 +123,9 @@ def pytest_collection_modifyitems(session, config, items):
 # each other, so it starts once. xdist's own `xdist_group` mark cannot do this under pytest 9.2 (it renames
 # the node ids through an attribute pytest no longer reads), so this conftest brings its own scheduler:
 # the workers collect, write which of their tests start vLLM to a folder the controller gave them, and
-# the controller schedules those as one unit (first: they are the longest chain) and every other test
-# alone. Applies to `-n N` with the default `--dist load` or with `--dist loadgroup`.
+# the controller schedules those as one unit (first: they are the longest chain), a module whose tests
+# share a module-scoped fixture as one (built once), and every other test alone, slow ones first.
+# Applies to `-n N` with the default `--dist load` or with `--dist loadgroup`.
 _GROUPS_DIR = "prm_synth_vllm_groups_dir"
 
 
@@ -135,8 +136,25 @@ def _tell_the_controller_which_tests_start_vllm(config, items) -> None:
     worker = config.workerinput["workerid"]
     scratch = os.path.join(folder, f".{worker}.json")
     with open(scratch, "w") as f:
-        json.dump([item.nodeid for item in items if _starts_vllm(item)], f)
+        json.dump(
+            {
+                "vllm": [item.nodeid for item in items if _starts_vllm(item)],
+                "slow": [item.nodeid for item in items if item.get_closest_marker("slow") is not None],
+                "units": {item.nodeid: unit for item in items if (unit := _shared_fixture_unit(item))},
+            },
+            f,
+        )
     os.replace(scratch, os.path.join(folder, f"{worker}.json"))  # the controller never reads half a file
+
+
+def _shared_fixture_unit(item) -> str | None:
+    """The module of a test that uses a module- or class-scoped fixture (a simulated run, a server): the
+    module's tests go to one worker, so the fixture is built once, not once per worker."""
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for defs in definitions.values():
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return item.nodeid.split("::")[0]
+    return None
 
 
 def _groups_dir(config) -> str:
@@ -158,19 +176,38 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class VLLMOnOneWorker(LoadScopeScheduling):
-        """Every test alone, but the tests that start vLLM as one unit (scheduled first: the longest)."""
+        """Every test alone, but the tests that start vLLM as one unit, and a module's tests that share a
+        module-scoped fixture as one. Handed out longest first: the vLLM unit, the other slow tests, the
+        modules, then the rest (short tests fill the end, not a lone slow one)."""
 
         vllm_tests: set[str] | None = None
+        units: dict[str, str] = {}
+        first: list[str] = []
+
+        def _read_the_workers_lists(self) -> None:
+            folder = _groups_dir(config)
+            self.vllm_tests, slow = set(), []
+            for name in sorted(os.listdir(folder)):
+                if name.endswith(".json") and not name.startswith("."):
+                    with open(os.path.join(folder, name)) as f:
+                        lists = json.load(f)
+                    self.vllm_tests.update(lists["vllm"])
+                    # the same on every worker (xdist checks that the collections match)
+                    slow, self.units = lists["slow"], lists["units"]
+            order = [VLLM_GROUP, *(self._split_scope(n) for n in slow), *self.units.values()]
+            self.first = list(dict.fromkeys(order))
 
         def _split_scope(self, nodeid: str) -> str:
             if self.vllm_tests is None:  # first called once every worker has collected (and written)
-                folder = _groups_dir(config)
-                self.vllm_tests = set()
-                for name in os.listdir(folder):
-                    if name.endswith(".json") and not name.startswith("."):
-                        with open(os.path.join(folder, name)) as f:
-                            self.vllm_tests.update(json.load(f))
-            return VLLM_GROUP if nodeid in self.vllm_tests else nodeid
+                self._read_the_workers_lists()
+            return VLLM_GROUP if nodeid in self.vllm_tests else self.units.get(nodeid, nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            while self.first and self.first[0] not in self.workqueue:
+                self.first.pop(0)
+            if self.first:
+                self.workqueue.move_to_end(self.first.pop(0), last=False)
+            super()._assign_work_unit(node)
 
     return VLLMOnOneWorker(config, log)
 
