@@ -53,6 +53,12 @@ if "PREFECT_HOME" not in os.environ or (
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prm-synth-prefect-")
     os.environ[_OWN_PREFECT_HOME] = os.environ["PREFECT_HOME"]
 
+# Under pytest-xdist three workers, vLLM and their subprocesses share two cores: OpenMP threads (torch's,
+# vLLM's) that spin while they wait for work would burn the time the others need. Passive: they sleep.
+# Set before any test imports torch; subprocesses (`prm-synth run`, `vllm serve`) inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 DEMO_ENGINE = "demo_vllm_engine"
 VLLM_GROUP = "vllm"  # the pytest-xdist work unit of the tests that start vLLM (marked `vllm` or using DEMO_ENGINE)
 # Imported only by slow tests: 10-30 s of import on two cores.
