@@ -2,7 +2,7 @@
 
 Fixtures any test file may use (ask for them by name; none needs an import):
 
-- `prefect_harness` (session): one ephemeral Prefect API for the whole session; entering it costs ~11 s,
+- `prefect_harness` (session): one ephemeral Prefect API for the whole session (per xdist worker); entering it costs ~11 s,
   so every in-process flow test shares it (`@pytest.mark.usefixtures("prefect_harness")`).
 - `demo_vllm_engine`: the demo model (SmolLM2-135M) in ONE in-process `VLLMEngine` built from
   `VLLMConfig(model="demo")` (the defaults: max_model_len 2048, seed 0), shared by every test that only
@@ -15,8 +15,8 @@ Fixtures any test file may use (ask for them by name; none needs an import):
       and the next test a fresh one.
   To adopt it: add `demo_vllm_engine` as an argument (or make a module fixture of yours return it) and do
   not close it. It is slow: mark the test `@pytest.mark.slow`. A test that needs its own seed or config
-  builds its own engine and does not ask for this one (the shared one is closed before that test starts);
-  a test must not assume the shared engine's random state (other tests sampled from it before).
+  builds its own engine and does not ask for this one (the shared one is closed before that test starts;
+  mark it `vllm`); a test must not assume the shared engine's random state (other tests sampled from it before).
 
 Markers (pyproject.toml): `slow` = needs vLLM (even only its import), Ray, a model server, the demo model
 through vLLM, or whole `prm-synth` processes that take minutes. `make test-fast` (`-m "not slow"`) runs the
@@ -24,6 +24,9 @@ rest; when slow tests are deselected, importing `vllm` in the pytest process fai
 test that needs vLLM must be marked slow instead of silently costing the fast run half a minute). Asking
 whether it is installed (`importlib.util.find_spec`, TRL's checks) is not importing it and still works.
 Ray is not guarded (a flow run on threads no longer imports prefect_ray, but nothing checks it).
+`vllm` = starts vLLM other than through `demo_vllm_engine` (its own engine, a `prm-synth run` or deployment
+on the demo model, a `vllm serve`): with the shared engine's users, these run on one xdist worker, one at
+a time. A test that only imports vLLM needs `slow`, not `vllm`.
 
 pytest-xdist (`make test` runs `-n 3`): every test that starts vLLM runs on one worker, one at a time
 (the scheduler at the end of the shared-engine section); each worker has its own PREFECT_HOME; a test
