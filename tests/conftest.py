@@ -2,8 +2,9 @@
 
 Fixtures any test file may use (ask for them by name; none needs an import):
 
-- `prefect_harness` (session): one ephemeral Prefect API for the whole session (per xdist worker); entering it costs ~11 s,
-  so every in-process flow test shares it (`@pytest.mark.usefixtures("prefect_harness")`).
+- `prefect_harness` (session): one ephemeral Prefect API for the whole session (one per xdist worker);
+  entering it costs ~11 s, so every in-process flow test shares it
+  (`@pytest.mark.usefixtures("prefect_harness")`).
 - `demo_vllm_engine`: the demo model (SmolLM2-135M) in ONE in-process `VLLMEngine` built from
   `VLLMConfig(model="demo")` (the defaults: max_model_len 2048, seed 0), shared by every test that only
   generates with it. Starting vLLM costs 30-90 s on two cores and a quarter of the machine's RAM, so:
