@@ -44,10 +44,9 @@ def test_fingerprint_ignores_run_knobs_but_not_labeling_choices():
             "annotate",
         ),
         ({"policy": {"kind": "simulated"}}, "problems"),
-        ({"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}, "run": {"shard_retry_delays_s": [1]}}, "run"),
-        (
-            {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}, "run": {"shard_retry_delays_s": [-1, 2]}},
-            "run",
+        *(
+            ({"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}, "run": {"shard_retry_delays_s": d}}, "run")
+            for d in ([1], [-1, 2])  # two waits for the two retries, none negative
         ),
     ],
 )
