@@ -45,7 +45,10 @@ def test_fingerprint_ignores_run_knobs_but_not_labeling_choices():
         ),
         ({"policy": {"kind": "simulated"}}, "problems"),
         *(
-            ({"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}, "run": {"shard_retry_delays_s": d}}, "run")
+            (
+                {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}, "run": {"shard_retry_delays_s": d}},
+                "run",
+            )
             for d in ([1], [-1, 2])  # two waits for the two retries, none negative
         ),
     ],
