@@ -24,13 +24,16 @@ demo: $(STAMP)
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/prm-synth run pipelines/demo.yaml --out runs/demo
 
 # The whole suite (what CI runs), with the 25 slowest steps listed at the end: where the time goes.
+# On TEST_WORKERS pytest-xdist workers (more than two cores' worth: most tests wait on subprocesses and
+# servers); tests/conftest.py schedules every test that starts vLLM on one worker, one at a time.
+TEST_WORKERS ?= 3
 test: $(STAMP)
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=25
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
 
 # The edit-test loop: everything that needs no vLLM, no Ray, no model server and no long `prm-synth`
 # process (tests/conftest.py fails a test that imports vLLM here: it must be marked slow).
 test-fast: $(STAMP)
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q -m "not slow" --durations=10
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -27,6 +27,7 @@ import yaml
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
+from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture
 
 from flows.reporting import (
@@ -78,7 +79,7 @@ def _worth_retrying(task: Any, task_run: Any, state: Any) -> bool:
     name="label-shard",
     task_run_name="shard-{shard_index}",
     retries=2,
-    retry_delay_seconds=[2, 10],
+    retry_delay_seconds=[2, 10],  # the default of run.shard_retry_delays_s; each run sets its own (_label_shards)
     retry_condition_fn=_worth_retrying,
     # Resume is the manifest's job; the engine handle is never part of a cache key.
     cache_policy=NO_CACHE,
@@ -146,12 +147,20 @@ def label_shard(
     return entry
 
 
+def _on_ray() -> bool:
+    """Whether this flow run's task runner is Prefect's Ray runner (or ours, built on it). Asked without
+    importing prefect_ray: a run on threads never loads it (nor Ray, which it drags in)."""
+    context = FlowRunContext.get()
+    runner = getattr(context, "task_runner", None)
+    return any(cls.__module__.partition(".")[0] == "prefect_ray" for cls in type(runner).__mro__)
+
+
 def _ray_options(config: PipelineConfig) -> contextlib.AbstractContextManager[Any]:
     """Under Ray, ask for the resources the shard's engine needs (a GPU per tensor-parallel rank)."""
-    try:
-        from prefect_ray.context import remote_options
-    except ImportError:
+    if not _on_ray():
         return contextlib.nullcontext()
+    from prefect_ray.context import remote_options
+
     gpus = config.run.ray_num_gpus
     if gpus is None:
         gpus = config.policy.tensor_parallel_size if isinstance(config.policy, VLLMConfig) else 0
@@ -215,6 +224,7 @@ def _label_shards(
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
     window: deque[tuple[int, PrefectFuture[ShardEntry]]] = deque()
     outcome = ShardsOutcome()
+    label_task = label_shard.with_options(retry_delay_seconds=list(config.run.shard_retry_delays_s))
 
     def drain_one() -> None:
         index, future = window.popleft()
@@ -247,7 +257,7 @@ def _label_shards(
         if len(window) >= config.run.max_parallel_shards:
             drain_one()
         with _ray_options(config):
-            future = label_shard.submit(config, target, shard.index, shard.items, redo)
+            future = label_task.submit(config, target, shard.index, shard.items, redo)
         window.append((shard.index, future))
     while window:
         drain_one()

@@ -459,6 +459,9 @@ class RunConfig(Strict):
     # Requests in the engine, none finished or entered for this long: a warning naming what the run waits on
     # (repeated at most this often while it lasts); 0 turns it off.
     stall_warning_s: float = Field(300.0, ge=0)
+    # The waits (seconds) before a failed shard's two retries; a shard whose every request was refused
+    # is not retried at once.
+    shard_retry_delays_s: list[Annotated[float, Field(ge=0)]] = Field([2.0, 10.0], min_length=2, max_length=2)
 
 
 class PipelineConfig(Strict):

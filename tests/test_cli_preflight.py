@@ -246,11 +246,14 @@ def test_failed_shards_end_in_one_error_line_and_no_traceback(tmp_path):
         policy={"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 2},
         problems={"count": 2},
         output={"shard_size": 1},
+        run={"shard_retry_delays_s": [0, 0.5]},  # the retries without the default's 2 + 10 s of waiting
     )
     env = os.environ | {"PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path / "prefect")}
     cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(path), "--out", str(tmp_path / "out")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
+    # Each shard is retried twice by Prefect, after the configured waits.
+    assert done.stderr.count("Retry 2/2 will start 0.5 second(s) from now") == 2, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "2 shard(s) failed" in errors[0] and "127.0.0.1:9" in errors[0]

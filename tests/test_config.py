@@ -18,6 +18,7 @@ def test_fingerprint_ignores_run_knobs_but_not_labeling_choices():
     base = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}
     a = validate_config(base)
     assert a.fingerprint() == validate_config(base | {"run": {"max_parallel_shards": 7}}).fingerprint()
+    assert a.fingerprint() == validate_config(base | {"run": {"shard_retry_delays_s": [0, 0]}}).fingerprint()
     assert (
         a.fingerprint() == validate_config(base | {"run": {"max_in_flight": 3, "max_batch_requests": 9}}).fingerprint()
     )
@@ -43,6 +44,13 @@ def test_fingerprint_ignores_run_knobs_but_not_labeling_choices():
             "annotate",
         ),
         ({"policy": {"kind": "simulated"}}, "problems"),
+        *(
+            (
+                {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}, "run": {"shard_retry_delays_s": d}},
+                "run",
+            )
+            for d in ([1], [-1, 2])  # two waits for the two retries, none negative
+        ),
     ],
 )
 def test_invalid_configs_name_the_field(data, field):

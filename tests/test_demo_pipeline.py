@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_prm_synth_run_demo_with_the_real_model(tmp_path):
     out = tmp_path / "demo"
     cmd = [

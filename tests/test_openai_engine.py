@@ -426,6 +426,7 @@ def _assert_real_results(requests, results, engine) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_real_server_direct(vllm_server):
     url, model = vllm_server
     engine = OpenAIEngine(OpenAIConfig(model=model, base_url=url + "/v1", max_concurrency=4))
@@ -442,6 +443,7 @@ def test_real_server_direct(vllm_server):
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_real_server_through_fault_proxy(vllm_server):
     url, model = vllm_server
     with FaultProxy(url, FAULTS, delay_s=7.0) as proxy:
@@ -463,6 +465,7 @@ def test_real_server_through_fault_proxy(vllm_server):
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_real_server_unreachable_fails_cleanly(vllm_server, monkeypatch):
     url, model = vllm_server
     monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)

@@ -168,6 +168,7 @@ def test_sigint_sigterm_and_sigkill_stop_a_run_and_the_next_run_resumes(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_run_on_the_real_demo_engine_stopped_by_a_signal_leaves_no_vllm_process(tmp_path, sig):
     """SIGTERM: the worker shuts vLLM down within its deadline and the command exits 130. SIGKILL: the

@@ -164,7 +164,8 @@ def test_demo_model_learns_the_fixture_and_is_scored_on_processbench(tmp_path, r
     assert sum(losses[-3:]) / 3 < 0.5 * sum(losses[:3]) / 3, losses  # it learns
     assert report["eval_step_f1"] is not None and report["eval_step_f1"] > 0.5
 
-    args = ["eval", "prm", str(out), "--processbench", str(PROCESSBENCH), "--limit", "20", "--max-length", "512"]
+    # Two samples a subset (one erroneous, one correct): the scoring path end to end, not a benchmark.
+    args = ["eval", "prm", str(out), "--processbench", str(PROCESSBENCH), "--limit", "2", "--max-length", "512"]
     result = CliRunner().invoke(app, args, env={**os.environ})
     assert result.exit_code == 0, result.output
     bench = json.loads(result.output.strip().splitlines()[-1])
