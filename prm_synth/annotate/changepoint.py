@@ -30,6 +30,7 @@ import numpy as np
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.changepoint_posterior import (
     K_CHOICES,
+    P_GRID,
     Q_GRID,
     Evidence,
     Posterior,
@@ -83,6 +84,28 @@ def _spread(prefixes: range, most: int = 5) -> list[int]:
     return sorted({prefixes[round(i * (len(prefixes) - 1) / (most - 1))] for i in range(most)})
 
 
+def early_prefixes(n: int, most: int) -> list[int]:
+    """The early prefixes a checked correct-answer solution has tested first: every one of its first
+    half, or `most` of them spread evenly over it (its first and last included) on a long solution, so
+    the check costs at most `most` probes at any length."""
+    return _spread(range(1, (n + 1) // 2 + 1), most)
+
+
+def unbacked_bad(p_good: np.ndarray, ev: Evidence, confidence: float) -> int | None:
+    """The prefix whose measurement the first bad label still lacks, or None. Step i is bad when
+    prefix i + 1 (steps 0..i) holds the error; the label is backed when that prefix was measured
+    (graded rollouts, or the solution's own incorrect verdict for the last step). Without it the
+    label would come from the prior and the steps around it (at hundreds of steps the prior alone
+    put an error near step 37 of a solution never probed), not from evidence against the step."""
+    bad = np.flatnonzero(1.0 - p_good >= confidence)
+    if len(bad) == 0:
+        return None
+    j = int(bad[0]) + 1
+    if j == ev.n:
+        return None if ev.verdict == "incorrect" or ev.graded[j - 1] > 0 else j - 1
+    return None if ev.graded[j] > 0 else j
+
+
 def best_probe(
     post: Posterior, priors: Priors, batch: int, room: int, cap: int, extra: Sequence[int] = ()
 ) -> tuple[int, float]:
@@ -127,6 +150,7 @@ class ChangepointSettings:
     # solutions is measured on them (`relabel`), and sets how far the others' early steps are trusted.
     check_correct: float = 0.25
     localize_min_gain: float = 0.001
+    check_prefixes: int = 8  # at most this many early prefixes tested on a checked solution (any length)
 
     @classmethod
     def of(cls, config: Any) -> ChangepointSettings:
@@ -151,8 +175,8 @@ def changepoint_search(
     samples = np.zeros(n, dtype=np.int64)  # rollouts asked per prefix, graded or not
     spent = 0
     if check and final_status == "correct" and n > 1:
-        # a slip the policy repaired shows as a dip at the prefix that ends on it: test every early one
-        early = range(1, (n + 1) // 2 + 1)
+        # a slip the policy repaired shows as a dip at the prefix that ends on it: test the early ones
+        early = early_prefixes(n, settings.check_prefixes)
         results = yield [Probe.of_steps(steps, j - 1, settings.batch) for j in early]
         for j, result in zip(early, results, strict=True):
             spent += result.total
@@ -164,14 +188,16 @@ def changepoint_search(
     while True:
         post = Posterior(ev, priors)
         decided = np.maximum(post.p_good, 1.0 - post.p_good) >= settings.confidence
-        if decided.all():
+        unbacked = unbacked_bad(post.p_good, ev, settings.confidence)
+        if decided.all() and unbacked is None:
             stop = "decided"
             break
         # Pinning the first error to one step is worth more than the gain threshold says: the step
         # where the error happens is the one a PRM most needs. While it is not pinned, the search
         # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
         interval = open_interval(post.p_good, settings.confidence)
-        room = (settings.localize_max_rollouts if interval else settings.max_rollouts) - spent
+        localizing = bool(interval) or unbacked is not None
+        room = (settings.localize_max_rollouts if localizing else settings.max_rollouts) - spent
         if room <= 0:
             stop = UNDECIDED_BUDGET
             break
@@ -181,6 +207,14 @@ def changepoint_search(
         if (j < 0 or gain < settings.min_gain) and interval:
             j, gain = best_probe(post, priors, settings.batch, room, settings.localize_cap, _spread(interval))
             gain = gain if gain >= settings.localize_min_gain else 0.0
+        # the first bad label lacks a measurement of its own prefix: measure it, whatever the
+        # posterior expects (a confident prior is what the rule distrusts)
+        if (
+            (j < 0 or gain < settings.min_gain)
+            and unbacked is not None
+            and ev.graded[unbacked] + min(settings.batch, room) <= settings.localize_cap
+        ):
+            j, gain = unbacked, settings.min_gain
         if j < 0 or gain <= 0.0 or (gain < settings.min_gain and not interval):
             stop = UNDECIDED_UNINFORMATIVE
             break
@@ -198,31 +232,63 @@ def changepoint_search(
     return ann
 
 
-def hidden_error_p_good(post: Posterior, rate: float) -> np.ndarray:
+def hidden_error_p_good(post: Posterior, rate: float, positions: Sequence[float] = ()) -> np.ndarray:
     """p_good of a correct-answer solution whose early steps were not tested, when a share `rate` of
     the shard's correct-answer solutions hold a process error: the error, if any, placed where the
-    posterior would place an error (its shape), never more trusting than the posterior itself."""
+    tested ones held theirs (`positions`, each a share of its solution's length: `hidden_error_positions`),
+    with the posterior's own placement counted as one more; never more trusting than the posterior.
+    The posterior's placement alone is a prior: in a world whose policy slips early and repairs
+    (the fidelity suite's `repair`) it put the error late and labeled the slipped steps good."""
     n = post.evidence.n
     p_error = post.p_error[:n]
     total = p_error.sum()
     shape = np.cumsum(p_error) / total if total > 0 else np.linspace(1.0 / n, 1.0, n)
-    return np.minimum(post.p_good, 1.0 - rate * shape)
+    at = np.arange(n) / n  # step i holds an error placed at relative position x when x <= i / n
+    measured = np.array([np.count_nonzero(np.asarray(positions) <= x + 1e-12) for x in at], dtype=float)
+    placed = (measured + shape) / (len(positions) + 1.0)
+    return np.minimum(post.p_good, 1.0 - rate * placed)
 
 
-def repaired_slip(ev: Evidence, significance: float = 0.05) -> int | None:
+def unmodelled_error_position(post: Posterior, settings: ChangepointSettings) -> float | None:
+    """Where a tested correct-answer solution holds a process error the model does not describe, as a
+    share of its length (step / n): the slipped step of a repaired slip, or the likeliest first error
+    of a solution the model fails (`misfit`); None otherwise. An error the model does describe (a
+    wrong step and a lucky answer) is already in every solution's posterior, so only these place the
+    hidden errors of the untested ones (`hidden_error_p_good`)."""
+    ev = post.evidence
+    slip = repaired_slip(ev, hazard=typical_hazard(post))
+    if slip is not None:
+        return max(slip - 1, 0) / ev.n  # the dip's prefix ends on the slipped step
+    if post.misfit(settings.misfit_level):
+        return int(np.searchsorted(np.cumsum(post.p_error), 0.5)) / ev.n
+    return None
+
+
+def typical_hazard(post: Posterior) -> float:
+    """The solution's typical per-step hazard: its difficulty classes' hazards under its posterior."""
+    return float(post.p_marginal() @ P_GRID)
+
+
+def repaired_slip(ev: Evidence, significance: float = 0.05, hazard: float = 0.0) -> int | None:
     """The first prefix of a correct-answer solution whose rollouts fall clearly below those of the
     prefixes after it (one-sided binomial test against their pooled rate, Bonferroni over the probed
     prefixes), or None. A correct answer after such a dip: the policy slipped at the dip's last step
-    and repaired it later, so the later prefixes look clean again. A steep rise after a hard step
-    reads the same (the prefixes before it are low too): that costs coverage of such solutions, never
-    a wrong label. Tried and dropped: a fall below the prefix before (too weak on 4 rollouts a prefix:
-    good precision 0.62 in the fidelity suite's `repair` world, against 0.94 here)."""
+    and repaired it later, so the later prefixes look clean again.
+
+    A clean prefix's rollouts finish less often the more steps are left (each step has its hazard),
+    so a later prefix k's rate is discounted by (1 - hazard)^(k - j), the rise a clean solution of
+    this difficulty shows between them (`typical_hazard`): without it the slow natural rise of a long
+    solution read as a slip (a correct 400-step solution had step 36 labeled bad). A steep rise after
+    a hard step still reads as a dip: that costs coverage of such solutions, never a wrong label.
+    Tried and dropped: a fall below the prefix before (too weak on 4 rollouts a prefix: good
+    precision 0.62 in the fidelity suite's `repair` world, against 0.94 here)."""
     probed = [j for j in range(ev.n) if ev.graded[j] > 0]
     for j in probed:
         later = [k for k in probed if k > j]
-        hits, total = sum(int(ev.correct[k]) for k in later), sum(int(ev.graded[k]) for k in later)
+        total = sum(int(ev.graded[k]) for k in later)
         if total < 8:
             break
+        hits = sum(int(ev.correct[k]) * (1.0 - hazard) ** (k - j) for k in later)
         if binomial_cdf(int(ev.correct[j]), int(ev.graded[j]), hits / total) < significance / len(probed):
             return j
     return None
@@ -235,6 +301,7 @@ def label(
     stop: str,
     final_status: str,
     process_error_rate: float = 0.0,
+    error_positions: Sequence[float] = (),
 ) -> None:
     """Labels, sources, reasons and p_good from a posterior (again after pooling: `relabel`).
     `process_error_rate`: the shard's measured share of correct-answer solutions that hold an error
@@ -244,8 +311,8 @@ def label(
     p_good = post.p_good
     hidden = final_status == "correct" and not post.evidence.checked and process_error_rate > 0
     if hidden:
-        p_good = hidden_error_p_good(post, process_error_rate)
-    slip = repaired_slip(post.evidence) if final_status == "correct" else None
+        p_good = hidden_error_p_good(post, process_error_rate, error_positions)
+    slip = repaired_slip(post.evidence, hazard=typical_hazard(post)) if final_status == "correct" else None
     if post.misfit(settings.misfit_level):
         # a correct answer whose rollouts contradict the model: most often a repaired slip, not located
         reason = UNDECIDED_UNLOCATED if final_status == "correct" else UNDECIDED_MISFIT
@@ -264,6 +331,12 @@ def label(
             undecided = UNDECIDED_UNLOCATED
         lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
+    first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
+    if first_bad is not None and unbacked_bad(p_good, post.evidence, settings.confidence) is not None:
+        # no measurement of the first bad step's own prefix: from it on nothing is labeled
+        why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE
+        lab_labels[first_bad:] = [None] * (n - first_bad)
+        reasons[first_bad:] = [why] * (n - first_bad)
     ann.p_good = [float(p) for p in p_good]
     ann.unlabeled_reason = reasons
     ann.decided.clear()
@@ -337,21 +410,24 @@ def relabel(
             priors if len(group) == 1 else replace(priors, siblings=_siblings_loglik(i, group, evidence, steps, priors))
         )
     posts = [Posterior(ev, own) for ev, own in zip(evidence, owns, strict=True)]
-    rate = process_error_rate([p for p in posts if p.evidence.checked], settings)
+    checked = [p for p in posts if p.evidence.checked]
+    rate = process_error_rate(checked, settings)
+    positions = hidden_error_positions(checked, settings)
     for (ann, _), post in zip(kept, posts, strict=True):
         ev = post.evidence
-        label(ann, post, settings, ev.stop, ev.verdict, rate)
+        label(ann, post, settings, ev.stop, ev.verdict, rate, positions)
     return priors
 
 
 def process_error_rate(checked: Sequence[Posterior], settings: ChangepointSettings) -> float:
     """The shard's share of correct-answer solutions that hold a process error, measured on those whose
-    early prefixes were all tested: one counts when its posterior puts an error in it at least as
-    likely as not, or when its rollouts dip and rise again (a repaired slip, or the model's misfit).
+    early prefixes were tested: one counts when its posterior puts an error in it at least as likely
+    as not, or when its rollouts dip and rise again (a repaired slip, or the model's misfit).
     A Beta(0.5, 4.5) prior keeps a shard with few tested solutions from trusting them blindly."""
-    found = sum(
-        1
-        for p in checked
-        if 1.0 - p.p_good[-1] >= 0.5 or repaired_slip(p.evidence) is not None or p.misfit(settings.misfit_level)
-    )
+    found = sum(1 for p in checked if 1.0 - p.p_good[-1] >= 0.5 or unmodelled_error_position(p, settings) is not None)
     return (found + 0.5) / (len(checked) + 5.0)
+
+
+def hidden_error_positions(checked: Sequence[Posterior], settings: ChangepointSettings) -> list[float]:
+    """Where the tested correct-answer solutions hold the errors the model does not describe."""
+    return [x for p in checked if (x := unmodelled_error_position(p, settings)) is not None]
