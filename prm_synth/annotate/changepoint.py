@@ -64,11 +64,11 @@ __all__ = [
 ]
 
 
-def open_interval(p_good: np.ndarray, confidence: float) -> range:
+def open_interval(p_good: np.ndarray, confidence: float, bad_confidence: float | None = None) -> range:
     """The prefixes whose probing can pin the first error to one step: those between the last step
     labeled good and the first labeled bad (prefix j is clean iff the first error is at step j or
     later). Empty when there is no bad label, or when the step before it is labeled good already."""
-    bad = np.flatnonzero(1.0 - p_good >= confidence)
+    bad = np.flatnonzero(1.0 - p_good >= (confidence if bad_confidence is None else bad_confidence))
     if len(bad) == 0 or bad[0] == 0 or p_good[bad[0] - 1] >= confidence:
         return range(0)
     first_bad = int(bad[0])
@@ -91,13 +91,13 @@ def early_prefixes(n: int, most: int) -> list[int]:
     return _spread(range(1, (n + 1) // 2 + 1), most)
 
 
-def unbacked_bad(p_good: np.ndarray, ev: Evidence, confidence: float) -> int | None:
+def unbacked_bad(p_good: np.ndarray, ev: Evidence, bad_confidence: float) -> int | None:
     """The prefix whose measurement the first bad label still lacks, or None. Step i is bad when
     prefix i + 1 (steps 0..i) holds the error; the label is backed when that prefix was measured
     (graded rollouts, or the solution's own incorrect verdict for the last step). Without it the
     label would come from the prior and the steps around it (at hundreds of steps the prior alone
     put an error near step 37 of a solution never probed), not from evidence against the step."""
-    bad = np.flatnonzero(1.0 - p_good >= confidence)
+    bad = np.flatnonzero(1.0 - p_good >= bad_confidence)
     if len(bad) == 0:
         return None
     j = int(bad[0]) + 1
@@ -136,6 +136,10 @@ class ChangepointSettings:
     """The search's knobs; `of(config)` reads them from a binary annotate config."""
 
     confidence: float = 0.9
+    # P(bad) a bad label needs. A posterior labels right about as often as it says; the step a bad
+    # label pins sits near the threshold more than good labels do (those are mostly at 0.99), so bad
+    # labels at 0.9 were right 0.88-0.91 of the time where a hard step and luck meet (fidelity suite).
+    bad_confidence: float = 0.95
     max_rollouts: int = 56  # per solution: with the sampled solution, under 60 samples a question
     batch: int = 4  # rollouts a probe asks for
     prefix_cap: int = 16  # graded rollouts one prefix may take
@@ -154,7 +158,11 @@ class ChangepointSettings:
 
     @classmethod
     def of(cls, config: Any) -> ChangepointSettings:
-        return cls(confidence=config.confidence, max_rollouts=config.changepoint_max_rollouts)
+        return cls(
+            confidence=config.confidence,
+            bad_confidence=max(config.confidence, cls.bad_confidence),
+            max_rollouts=config.changepoint_max_rollouts,
+        )
 
 
 def changepoint_search(
@@ -187,15 +195,15 @@ def changepoint_search(
         ev.checked = True
     while True:
         post = Posterior(ev, priors)
-        decided = np.maximum(post.p_good, 1.0 - post.p_good) >= settings.confidence
-        unbacked = unbacked_bad(post.p_good, ev, settings.confidence)
+        decided = (post.p_good >= settings.confidence) | (1.0 - post.p_good >= settings.bad_confidence)
+        unbacked = unbacked_bad(post.p_good, ev, settings.bad_confidence)
         if decided.all() and unbacked is None:
             stop = "decided"
             break
         # Pinning the first error to one step is worth more than the gain threshold says: the step
         # where the error happens is the one a PRM most needs. While it is not pinned, the search
         # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
-        interval = open_interval(post.p_good, settings.confidence)
+        interval = open_interval(post.p_good, settings.confidence, settings.bad_confidence)
         localizing = bool(interval) or unbacked is not None
         room = (settings.localize_max_rollouts if localizing else settings.max_rollouts) - spent
         if room <= 0:
@@ -321,7 +329,9 @@ def label(
     elif slip is not None:
         # the prefix of steps 0..slip-1 dipped: the error is there or before, and the steps from the
         # first that may hold it on are not labeled good
-        lab = labels_from_posterior(p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED)
+        lab = labels_from_posterior(
+            p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED, settings.bad_confidence
+        )
         rest = n - len(lab.labels)
         lab_labels = list(lab.labels) + [None] * rest
         reasons = list(lab.reasons) + [UNDECIDED_UNLOCATED] * rest
@@ -329,10 +339,10 @@ def label(
         undecided = UNDECIDED_VERDICT if stop == "decided" else stop
         if hidden and (p_good < post.p_good).any():
             undecided = UNDECIDED_UNLOCATED
-        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided)
+        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, settings.bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
-    if first_bad is not None and unbacked_bad(p_good, post.evidence, settings.confidence) is not None:
+    if first_bad is not None and unbacked_bad(p_good, post.evidence, settings.bad_confidence) is not None:
         # no measurement of the first bad step's own prefix: from it on nothing is labeled
         why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE
         lab_labels[first_bad:] = [None] * (n - first_bad)

@@ -39,9 +39,13 @@ class StepLabels:
     reasons: list[UnlabeledReason | None]  # why a step is unlabeled (None where labeled)
 
 
-def labels_from_posterior(p_good: Sequence[float], confidence: float, undecided: UnlabeledReason) -> StepLabels:
+def labels_from_posterior(
+    p_good: Sequence[float], confidence: float, undecided: UnlabeledReason, bad_confidence: float | None = None
+) -> StepLabels:
     """Good where P(still correct) >= confidence; the first step whose prefix holds an error with
-    P >= confidence is bad; steps after it are unlabeled (they hold that error); the rest undecided."""
+    P >= bad_confidence (default: confidence) is bad; steps after it are unlabeled (they hold that
+    error); the rest undecided."""
+    bad_confidence = confidence if bad_confidence is None else bad_confidence
     labels: list[bool | None] = []
     reasons: list[UnlabeledReason | None] = []
     bad_seen = False
@@ -49,7 +53,7 @@ def labels_from_posterior(p_good: Sequence[float], confidence: float, undecided:
         if bad_seen:
             labels.append(None)
             reasons.append(AFTER_ERROR)
-        elif 1.0 - p >= confidence:
+        elif 1.0 - p >= bad_confidence:
             labels.append(False)
             reasons.append(None)
             bad_seen = True
