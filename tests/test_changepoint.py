@@ -18,8 +18,11 @@ from prm_synth.annotate.changepoint import (
     Posterior,
     Priors,
     changepoint_search,
+    early_prefixes,
     open_interval,
     pool_priors,
+    repaired_slip,
+    unbacked_bad,
 )
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.labels import (
@@ -323,6 +326,8 @@ def test_labels_are_consistent_the_budget_is_kept_and_every_rule_keeps_them(seed
     first_bad = next((i for i, x in enumerate(labels) if x is False), n)
     assert all(x is True or x is None for x in labels[:first_bad])
     assert all(x is None for x in labels[first_bad + 1 :])
+    if first_bad < n:  # a bad label rests on rollouts of its own prefix (the last step: on the verdict)
+        assert ann.mc_total[first_bad] > 0 or (first_bad == n - 1 and verdict == "incorrect")
     for label, p, reason in zip(labels, ann.p_good, ann.unlabeled_reason, strict=True):
         assert (label is None) == (reason is not None)
         if label is not None:
@@ -397,3 +402,97 @@ def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correc
     assert min(clean_p) >= 0.9 and set(clean_reasons) == {None}
     assert min(slipped_p) < 0.9 and UNDECIDED_UNLOCATED in slipped_reasons
     assert all(a <= b + 1e-12 for a, b in zip(slipped_p, clean_p, strict=True))
+
+
+# ------------------------------------------------------------------ long solutions
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 2000), most=st.integers(2, 12))
+def test_the_correct_answer_check_tests_a_bounded_spread_of_early_prefixes_at_any_length(n, most):
+    early = early_prefixes(n, most)
+    half = (n + 1) // 2
+    assert len(early) <= most and early == sorted(set(early))
+    assert early[0] == 1 and early[-1] == half  # the first and the last early prefix, the rest between
+    if half <= most:
+        assert early == list(range(1, half + 1))  # short solutions: every early prefix
+
+
+def _clean_curve(n: int, hazard: float, q: float = 0.05):
+    """Success rate of the prefix ending at step i of a solution that is clean up to step `error`."""
+
+    def rate_of(error: int):
+        return lambda step: q + (1 - q) * (1 - hazard) ** (n - 1 - step) if step < error else q
+
+    return rate_of
+
+
+@pytest.mark.parametrize("n", [400, 1000])
+def test_a_long_correct_solution_s_rising_finish_curve_is_not_read_as_a_slip(n):
+    # a correct 400-step solution once had step 36 labeled bad: its early prefixes finish less often
+    # than its late ones only because more steps are left to get wrong
+    cfg = ChangepointSettings()
+    search = changepoint_search([f"step {i}\n" for i in range(n)], "correct", cfg, check=True)
+    ann, asked, counts = drive(search, _clean_curve(n, 0.001)(n), random.Random(1))
+    assert len({step for step, _ in asked[: cfg.check_prefixes]}) == cfg.check_prefixes  # the check: 8 probes
+    assert _new_rollouts(asked) <= cfg.check_prefixes * cfg.batch + cfg.localize_max_rollouts
+    labels = apply_rule(ann, "hard").labels
+    assert False not in labels and UNDECIDED_UNLOCATED not in ann.unlabeled_reason
+    assert sum(x is True for x in labels) >= n // 2
+
+
+@pytest.mark.parametrize(("n", "error"), [(300, 120), (1000, 450)])
+def test_a_long_incorrect_solution_is_probed_and_never_labeled_from_the_prior_alone(n, error):
+    # at 300+ steps the search once spent 0 rollouts and named a first error near step 37
+    cfg = ChangepointSettings()
+    ann, asked, _ = drive(
+        changepoint_search([f"step {i}\n" for i in range(n)], "incorrect", cfg),
+        _clean_curve(n, 0.001)(error),
+        random.Random(2),
+    )
+    assert _new_rollouts(asked) > 0
+    labels = apply_rule(ann, "hard").labels
+    first_bad = next((i for i, x in enumerate(labels) if x is False), None)
+    assert all(x is not True for x in labels[error:])  # no good label on or after the error
+    if first_bad is not None:
+        assert first_bad >= error and ann.mc_total[first_bad] > 0  # measured, never placed by the prior
+    if n == 300:
+        assert first_bad == error  # within the budget the error is pinned
+
+
+def test_a_bad_label_needs_a_measurement_of_its_own_prefix():
+    ev = Evidence.empty(10, "incorrect")
+    p_good = np.array([0.99, 0.99, 0.98, 0.05, 0.01, 0.0, 0.0, 0.0, 0.0, 0.0])
+    assert unbacked_bad(p_good, ev, 0.9) == 4  # step 3 bad means prefix 4 (steps 0..3) holds the error
+    ev.graded[4] = 4
+    assert unbacked_bad(p_good, ev, 0.9) is None
+    assert unbacked_bad(np.array([0.99] * 9 + [0.0]), Evidence.empty(10, "incorrect"), 0.9) is None  # the verdict
+    assert unbacked_bad(np.array([0.99] * 10), Evidence.empty(10, "correct"), 0.9) is None  # no bad label
+    # a posterior sure of an error at step 3 with no rollouts there: nothing from step 3 on is labeled
+    from prm_synth.annotate.annotation import Annotation
+    from prm_synth.annotate.changepoint import label
+
+    ev = Evidence.empty(10, "incorrect")
+    ev.correct[1], ev.graded[1] = 12, 12
+    ev.correct[7], ev.graded[7] = 0, 12
+    post = Posterior(ev, Priors())
+    ann = Annotation.empty("binary", 10)
+    label(ann, post, ChangepointSettings(), "decided", "incorrect")
+    first_bad = next((i for i in range(10) if ann.decided.get(i) is False), None)
+    assert first_bad is None or ev.graded[first_bad + 1] > 0 or first_bad == 9
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(40, 1500), errors=st.floats(0.1, 2.0), seed=st.integers(0, 1000))
+def test_a_clean_curve_rising_at_the_solution_s_hazard_is_never_a_repaired_slip(n, errors, seed):
+    # a clean solution's prefixes finish at (1 - h)^(steps left): probed at the checked prefixes and a
+    # few late ones, with the counts a clean curve gives, no prefix is a dip
+    hazard = errors / n
+    rng = random.Random(seed)
+    ev = Evidence.empty(n, "correct")
+    for j in [*early_prefixes(n, 8), *rng.sample(range(n // 2, n), 4)]:
+        rate = (1 - hazard) ** (n - j)
+        ev.graded[j] = 8
+        ev.correct[j] = round(8 * rate)
+    assert repaired_slip(ev, hazard=hazard) is None
+    dipped = ev.plus(early_prefixes(n, 8)[2], -int(ev.correct[early_prefixes(n, 8)[2]]), 0)  # that prefix: 0 of 8
+    if errors <= 0.5:  # a curve near 1: a prefix that never finishes is a slip the policy repaired
+        assert repaired_slip(dipped, hazard=hazard) == early_prefixes(n, 8)[2]
