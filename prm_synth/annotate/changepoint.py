@@ -3,17 +3,22 @@ from the change-point posterior (`changepoint_posterior.py`, the model and its e
 
 The search asks for the probe that most reduces the label uncertainty per rollout, among a few
 candidates (prefixes around the posterior's quartiles of the error, ambiguous probed prefixes, the
-question alone, the last prefix), scored by `probe_gains`. It goes on until the first error is pinned to one step (bad label on it,
-good on the step before) or `localize_max_rollouts` is spent, probing inside the open interval between the last
-good and the first bad label when no other probe is worth its rollouts (`open_interval`). A
+question alone, the last prefix), scored by `probe_gains`. It goes on until the first error is
+pinned to one step (bad label on it, good on the step before) or `localize_max_rollouts` is spent,
+probing inside the open interval between the last good and the first bad label when no other probe
+is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
+P(bad) >= `bad_confidence` and rollouts of its own prefix (`unbacked_bad`: the search measures that
+prefix before it labels; a label from the prior alone is wrong at any length). A
 posterior predictive check (leave one probed prefix out, how surprising is its count?) leaves a
 solution unlabeled with reason `undecided_misfit` when its data contradict the model.
 
 A right answer after a wrong step: a stable share of the correct-answer solutions (`check_correct`)
-has every early prefix tested first; a dip below the later prefixes is a slip the policy repaired
-(`repaired_slip`: the row says `undecided_unlocated` from there on), and `relabel` measures on them
-the shard's rate of process errors among correct answers (`process_error_rate`), which caps how far
-the untested correct-answer solutions' steps are trusted (`hidden_error_p_good`).
+has its early prefixes tested first (at most `check_prefixes`, spread: `early_prefixes`); a dip
+below the later prefixes, beyond the rise a clean solution of its difficulty shows, is a slip the
+policy repaired (`repaired_slip`: the row says `undecided_unlocated` from there on), and `relabel`
+measures on them the shard's rate of process errors among correct answers (`process_error_rate`)
+and where they sit (`hidden_error_positions`), which cap how far the untested correct-answer
+solutions' steps are trusted (`hidden_error_p_good`).
 
 Measured across a suite of simulated worlds that each break one assumption of the older models
 (benchmarks/fidelity.py): see the README's "Which annotate method" for what holds where.
@@ -149,7 +154,7 @@ class ChangepointSettings:
     # bits a rollout must still be expected to remove
     localize_cap: int = 32
     localize_max_rollouts: int = 80  # the budget while the first error is not pinned (else max_rollouts)
-    # Share of correct-answer solutions whose early prefixes (the first half) are each tested with
+    # Share of correct-answer solutions whose early prefixes (`early_prefixes`) are each tested with
     # `batch` rollouts before the search: the shard's rate of process errors among correct-answer
     # solutions is measured on them (`relabel`), and sets how far the others' early steps are trusted.
     check_correct: float = 0.25
