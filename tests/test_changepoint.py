@@ -496,3 +496,16 @@ def test_a_clean_curve_rising_at_the_solution_s_hazard_is_never_a_repaired_slip(
     dipped = ev.plus(early_prefixes(n, 8)[2], -int(ev.correct[early_prefixes(n, 8)[2]]), 0)  # that prefix: 0 of 8
     if errors <= 0.5:  # a curve near 1: a prefix that never finishes is a slip the policy repaired
         assert repaired_slip(dipped, hazard=hazard) == early_prefixes(n, 8)[2]
+
+
+def test_a_probe_that_brings_nothing_new_ends_the_search_instead_of_asking_forever():
+    search = changepoint_search(STEPS[:12], "incorrect", ChangepointSettings())
+    probes = next(search)
+    asked = 0
+    with pytest.raises(StopIteration) as stop:
+        while asked < 100:
+            asked += 1
+            probes = search.send([ProbeResult(p.step, 0, 0) for p in probes])  # an engine that returns nothing
+    assert asked == 1
+    ann = stop.value.value
+    assert all(label is None for label in apply_rule(ann, "hard").labels[:-1])

@@ -233,7 +233,11 @@ def changepoint_search(
             break
         want = int(samples[j]) + min(settings.batch, room)
         (result,) = yield [Probe.of_steps(steps, j - 1, want)]
-        spent += max(0, result.total - int(samples[j]))
+        if result.total <= samples[j]:
+            # nothing new came back: asking again would ask for the same forever
+            stop = UNDECIDED_UNINFORMATIVE
+            break
+        spent += result.total - int(samples[j])
         samples[j] = result.total
         ev.correct[j] = result.correct
         ev.graded[j] = result.total - result.unknown
