@@ -30,6 +30,7 @@ from prm_synth.annotate.labels import (
     UNDECIDED_UNLOCATED,
     apply_rule,
     confident_labels,
+    first_bad_step,
     labels_from_posterior,
 )
 from prm_synth.annotate.protocol import ProbeResult
@@ -340,6 +341,38 @@ def test_labels_follow_the_posterior_and_nothing_after_the_first_bad_step():
     lab = labels_from_posterior([0.99, 0.95, 0.6, 0.05, 0.01], 0.9, "undecided_budget")
     assert lab.labels == [True, True, None, False, None]
     assert lab.reasons == [None, None, "undecided_budget", None, AFTER_ERROR]
+
+
+def test_a_bad_label_after_a_good_one_needs_confidence_alone_a_lone_one_bad_confidence():
+    # step 2 at P(bad) 0.92: right after a good step it pins the first error; with an undecided step
+    # before it, it waits for 0.95 (step 3)
+    assert first_bad_step([0.99, 0.95, 0.08, 0.03], 0.9, 0.95) == 2
+    assert first_bad_step([0.99, 0.6, 0.08, 0.03], 0.9, 0.95) == 3
+    assert first_bad_step([0.08, 0.01], 0.9, 0.95) == 1  # step 0 has no step before it
+    assert first_bad_step([0.99, 0.95, 0.08], 0.9) == 2  # bad_confidence defaults to confidence
+    lab = labels_from_posterior([0.99, 0.95, 0.08, 0.03], 0.9, "undecided_budget", 0.95)
+    assert lab.labels == [True, True, False, None]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    p_good=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12).map(lambda p: sorted(p, reverse=True)),
+    confidence=st.sampled_from([0.8, 0.9]),
+    bad_confidence=st.sampled_from([0.9, 0.95, 0.99]),
+)
+def test_the_first_bad_step_is_the_first_that_meets_its_bar(p_good, confidence, bad_confidence):
+    bad_confidence = max(confidence, bad_confidence)
+    first = first_bad_step(p_good, confidence, bad_confidence)
+
+    def meets(i: int) -> bool:
+        pinned = i > 0 and p_good[i - 1] >= confidence
+        return 1.0 - p_good[i] >= (confidence if pinned else bad_confidence)
+
+    assert first == next((i for i in range(len(p_good)) if meets(i)), None)
+    lab = labels_from_posterior(p_good, confidence, "undecided_budget", bad_confidence)
+    assert (False in lab.labels) == (first is not None)
+    if first is not None:
+        assert lab.labels.index(False) == first and 1.0 - p_good[first] >= confidence
 
 
 def test_confident_labels_keep_only_sure_ones():

@@ -7,8 +7,9 @@ question alone, the last prefix), scored by `probe_gains`. It goes on until the 
 pinned to one step (bad label on it, good on the step before) or `localize_max_rollouts` is spent,
 probing inside the open interval between the last good and the first bad label when no other probe
 is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
-P(bad) >= `bad_confidence` and rollouts of its own prefix (`unbacked_bad`: the search measures that
-prefix before it labels; a label from the prior alone is wrong at any length). A
+P(bad) >= `bad_confidence`, or `confidence` right after a good label (`first_bad_step`: the pair pins
+the first error), and rollouts of its own prefix (`unbacked_bad`: the search measures that prefix
+before it labels; a label from the prior alone is wrong at any length). A
 posterior predictive check (leave one probed prefix out, how surprising is its count?) leaves a
 solution unlabeled with reason `undecided_misfit` when its data contradict the model.
 
@@ -51,6 +52,7 @@ from prm_synth.annotate.labels import (
     UNDECIDED_UNLOCATED,
     UNDECIDED_VERDICT,
     binomial_cdf,
+    first_bad_step,
     labels_from_posterior,
 )
 from prm_synth.annotate.protocol import Annotator, Probe
@@ -73,10 +75,9 @@ def open_interval(p_good: np.ndarray, confidence: float, bad_confidence: float |
     """The prefixes whose probing can pin the first error to one step: those between the last step
     labeled good and the first labeled bad (prefix j is clean iff the first error is at step j or
     later). Empty when there is no bad label, or when the step before it is labeled good already."""
-    bad = np.flatnonzero(1.0 - p_good >= (confidence if bad_confidence is None else bad_confidence))
-    if len(bad) == 0 or bad[0] == 0 or p_good[bad[0] - 1] >= confidence:
+    first_bad = first_bad_step(p_good, confidence, bad_confidence)
+    if first_bad is None or first_bad == 0 or p_good[first_bad - 1] >= confidence:
         return range(0)
-    first_bad = int(bad[0])
     good = np.flatnonzero(p_good[:first_bad] >= confidence)
     last_good = int(good[-1]) if len(good) else -1
     return range(last_good + 1, first_bad + 1)  # prefixes last_good+1 (clean-ish) .. first_bad
@@ -96,16 +97,18 @@ def early_prefixes(n: int, most: int) -> list[int]:
     return _spread(range(1, (n + 1) // 2 + 1), most)
 
 
-def unbacked_bad(p_good: np.ndarray, ev: Evidence, bad_confidence: float) -> int | None:
+def unbacked_bad(
+    p_good: np.ndarray, ev: Evidence, confidence: float, bad_confidence: float | None = None
+) -> int | None:
     """The prefix whose measurement the first bad label still lacks, or None. Step i is bad when
     prefix i + 1 (steps 0..i) holds the error; the label is backed when that prefix was measured
     (graded rollouts, or the solution's own incorrect verdict for the last step). Without it the
     label would come from the prior and the steps around it (at hundreds of steps the prior alone
     put an error near step 37 of a solution never probed), not from evidence against the step."""
-    bad = np.flatnonzero(1.0 - p_good >= bad_confidence)
-    if len(bad) == 0:
+    first_bad = first_bad_step(p_good, confidence, bad_confidence)
+    if first_bad is None:
         return None
-    j = int(bad[0]) + 1
+    j = first_bad + 1
     if j == ev.n:
         return None if ev.verdict == "incorrect" or ev.graded[j - 1] > 0 else j - 1
     return None if ev.graded[j] > 0 else j
@@ -144,21 +147,26 @@ class ChangepointSettings:
     # P(bad) a bad label needs. A posterior labels right about as often as it says; the step a bad
     # label pins sits near the threshold more than good labels do (those are mostly at 0.99), so bad
     # labels at 0.9 were right 0.88-0.91 of the time where a hard step and luck meet (fidelity suite).
+    # Right after a good label `confidence` is enough (`first_bad_step`): the good step before rules
+    # out the earlier placements those lone labels got wrong.
     bad_confidence: float = 0.95
     max_rollouts: int = 56  # per solution: with the sampled solution, under 60 samples a question
     batch: int = 4  # rollouts a probe asks for
     prefix_cap: int = 16  # graded rollouts one prefix may take
     min_gain: float = 0.01  # bits of label uncertainty a rollout must be expected to remove
     misfit_level: float = 0.01  # the predictive check's false-alarm rate for a solution the model fits
-    # while the first error is not pinned to one step: graded rollouts one prefix may take, and the
-    # bits a rollout must still be expected to remove
+    # while the first error is not pinned to one step: graded rollouts one prefix may take
     localize_cap: int = 32
     localize_max_rollouts: int = 80  # the budget while the first error is not pinned (else max_rollouts)
     # Share of correct-answer solutions whose early prefixes (`early_prefixes`) are each tested with
     # `batch` rollouts before the search: the shard's rate of process errors among correct-answer
     # solutions is measured on them (`relabel`), and sets how far the others' early steps are trusted.
     check_correct: float = 0.25
-    localize_min_gain: float = 0.001
+    # the bits a rollout must still be expected to remove while the first error is not pinned. At
+    # 0.001 a solution whose error sits early, where clean prefixes finish about as rarely as luck
+    # allows, took the whole 80 rollouts and was rarely pinned (fidelity `in_model`: 28 of 60 rows
+    # with an error); at 0.005 those stop sooner and the same rows are pinned.
+    localize_min_gain: float = 0.005
     check_prefixes: int = 8  # at most this many early prefixes tested on a checked solution (any length)
 
     @classmethod
@@ -200,9 +208,10 @@ def changepoint_search(
         ev.checked = True
     while True:
         post = Posterior(ev, priors)
-        decided = (post.p_good >= settings.confidence) | (1.0 - post.p_good >= settings.bad_confidence)
-        unbacked = unbacked_bad(post.p_good, ev, settings.bad_confidence)
-        if decided.all() and unbacked is None:
+        first_bad = first_bad_step(post.p_good, settings.confidence, settings.bad_confidence)
+        before = post.p_good[: ev.n if first_bad is None else first_bad]
+        unbacked = unbacked_bad(post.p_good, ev, settings.confidence, settings.bad_confidence)
+        if (before >= settings.confidence).all() and unbacked is None:
             stop = "decided"
             break
         # Pinning the first error to one step is worth more than the gain threshold says: the step
@@ -351,7 +360,8 @@ def label(
         lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, settings.bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
-    if first_bad is not None and unbacked_bad(p_good, post.evidence, settings.bad_confidence) is not None:
+    unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, settings.bad_confidence)
+    if first_bad is not None and unbacked is not None:
         # no measurement of the first bad step's own prefix: from it on nothing is labeled
         why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE
         lab_labels[first_bad:] = [None] * (n - first_bad)
