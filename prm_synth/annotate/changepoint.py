@@ -3,17 +3,23 @@ from the change-point posterior (`changepoint_posterior.py`, the model and its e
 
 The search asks for the probe that most reduces the label uncertainty per rollout, among a few
 candidates (prefixes around the posterior's quartiles of the error, ambiguous probed prefixes, the
-question alone, the last prefix), scored by `probe_gains`. It goes on until the first error is pinned to one step (bad label on it,
-good on the step before) or `localize_max_rollouts` is spent, probing inside the open interval between the last
-good and the first bad label when no other probe is worth its rollouts (`open_interval`). A
+question alone, the last prefix), scored by `probe_gains`. It goes on until the first error is
+pinned to one step (bad label on it, good on the step before) or `localize_max_rollouts` is spent,
+probing inside the open interval between the last good and the first bad label when no other probe
+is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
+P(bad) >= `bad_confidence`, or `confidence` right after a good label (`first_bad_step`: the pair pins
+the first error), and rollouts of its own prefix (`unbacked_bad`: the search measures that prefix
+before it labels; a label from the prior alone is wrong at any length). A
 posterior predictive check (leave one probed prefix out, how surprising is its count?) leaves a
 solution unlabeled with reason `undecided_misfit` when its data contradict the model.
 
 A right answer after a wrong step: a stable share of the correct-answer solutions (`check_correct`)
-has every early prefix tested first; a dip below the later prefixes is a slip the policy repaired
-(`repaired_slip`: the row says `undecided_unlocated` from there on), and `relabel` measures on them
-the shard's rate of process errors among correct answers (`process_error_rate`), which caps how far
-the untested correct-answer solutions' steps are trusted (`hidden_error_p_good`).
+has its early prefixes tested first (at most `check_prefixes`, spread: `early_prefixes`); a dip
+below the later prefixes, beyond the rise a clean solution of its difficulty shows, is a slip the
+policy repaired (`repaired_slip`: the row says `undecided_unlocated` from there on), and `relabel`
+measures on them the shard's rate of process errors among correct answers (`process_error_rate`)
+and where they sit (`hidden_error_positions`), which cap how far the untested correct-answer
+solutions' steps are trusted (`hidden_error_p_good`).
 
 Measured across a suite of simulated worlds that each break one assumption of the older models
 (benchmarks/fidelity.py): see the README's "Which annotate method" for what holds where.
@@ -30,6 +36,7 @@ import numpy as np
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.changepoint_posterior import (
     K_CHOICES,
+    P_GRID,
     Q_GRID,
     Evidence,
     Posterior,
@@ -45,6 +52,7 @@ from prm_synth.annotate.labels import (
     UNDECIDED_UNLOCATED,
     UNDECIDED_VERDICT,
     binomial_cdf,
+    first_bad_step,
     labels_from_posterior,
 )
 from prm_synth.annotate.protocol import Annotator, Probe
@@ -63,14 +71,13 @@ __all__ = [
 ]
 
 
-def open_interval(p_good: np.ndarray, confidence: float) -> range:
+def open_interval(p_good: np.ndarray, confidence: float, bad_confidence: float | None = None) -> range:
     """The prefixes whose probing can pin the first error to one step: those between the last step
     labeled good and the first labeled bad (prefix j is clean iff the first error is at step j or
     later). Empty when there is no bad label, or when the step before it is labeled good already."""
-    bad = np.flatnonzero(1.0 - p_good >= confidence)
-    if len(bad) == 0 or bad[0] == 0 or p_good[bad[0] - 1] >= confidence:
+    first_bad = first_bad_step(p_good, confidence, bad_confidence)
+    if first_bad is None or first_bad == 0 or p_good[first_bad - 1] >= confidence:
         return range(0)
-    first_bad = int(bad[0])
     good = np.flatnonzero(p_good[:first_bad] >= confidence)
     last_good = int(good[-1]) if len(good) else -1
     return range(last_good + 1, first_bad + 1)  # prefixes last_good+1 (clean-ish) .. first_bad
@@ -81,6 +88,30 @@ def _spread(prefixes: range, most: int = 5) -> list[int]:
     if len(prefixes) <= most:
         return list(prefixes)
     return sorted({prefixes[round(i * (len(prefixes) - 1) / (most - 1))] for i in range(most)})
+
+
+def early_prefixes(n: int, most: int) -> list[int]:
+    """The early prefixes a checked correct-answer solution has tested first: every one of its first
+    half, or `most` of them spread evenly over it (its first and last included) on a long solution, so
+    the check costs at most `most` probes at any length."""
+    return _spread(range(1, (n + 1) // 2 + 1), most)
+
+
+def unbacked_bad(
+    p_good: np.ndarray, ev: Evidence, confidence: float, bad_confidence: float | None = None
+) -> int | None:
+    """The prefix whose measurement the first bad label still lacks, or None. Step i is bad when
+    prefix i + 1 (steps 0..i) holds the error; the label is backed when that prefix was measured
+    (graded rollouts, or the solution's own incorrect verdict for the last step). Without it the
+    label would come from the prior and the steps around it (at hundreds of steps the prior alone
+    put an error near step 37 of a solution never probed), not from evidence against the step."""
+    first_bad = first_bad_step(p_good, confidence, bad_confidence)
+    if first_bad is None:
+        return None
+    j = first_bad + 1
+    if j == ev.n:
+        return None if ev.verdict == "incorrect" or ev.graded[j - 1] > 0 else j - 1
+    return None if ev.graded[j] > 0 else j
 
 
 def best_probe(
@@ -113,24 +144,38 @@ class ChangepointSettings:
     """The search's knobs; `of(config)` reads them from a binary annotate config."""
 
     confidence: float = 0.9
+    # P(bad) a bad label needs. A posterior labels right about as often as it says; the step a bad
+    # label pins sits near the threshold more than good labels do (those are mostly at 0.99), so bad
+    # labels at 0.9 were right 0.88-0.91 of the time where a hard step and luck meet (fidelity suite).
+    # Right after a good label `confidence` is enough (`first_bad_step`): the good step before rules
+    # out the earlier placements those lone labels got wrong.
+    bad_confidence: float = 0.95
     max_rollouts: int = 56  # per solution: with the sampled solution, under 60 samples a question
     batch: int = 4  # rollouts a probe asks for
     prefix_cap: int = 16  # graded rollouts one prefix may take
     min_gain: float = 0.01  # bits of label uncertainty a rollout must be expected to remove
     misfit_level: float = 0.01  # the predictive check's false-alarm rate for a solution the model fits
-    # while the first error is not pinned to one step: graded rollouts one prefix may take, and the
-    # bits a rollout must still be expected to remove
+    # while the first error is not pinned to one step: graded rollouts one prefix may take
     localize_cap: int = 32
     localize_max_rollouts: int = 80  # the budget while the first error is not pinned (else max_rollouts)
-    # Share of correct-answer solutions whose early prefixes (the first half) are each tested with
+    # Share of correct-answer solutions whose early prefixes (`early_prefixes`) are each tested with
     # `batch` rollouts before the search: the shard's rate of process errors among correct-answer
     # solutions is measured on them (`relabel`), and sets how far the others' early steps are trusted.
     check_correct: float = 0.25
-    localize_min_gain: float = 0.001
+    # the bits a rollout must still be expected to remove while the first error is not pinned. At
+    # 0.001 a solution whose error sits early, where clean prefixes finish about as rarely as luck
+    # allows, took the whole 80 rollouts and was rarely pinned (fidelity `in_model`: 28 of 60 rows
+    # with an error); at 0.005 those stop sooner and the same rows are pinned.
+    localize_min_gain: float = 0.005
+    check_prefixes: int = 8  # at most this many early prefixes tested on a checked solution (any length)
 
     @classmethod
     def of(cls, config: Any) -> ChangepointSettings:
-        return cls(confidence=config.confidence, max_rollouts=config.changepoint_max_rollouts)
+        return cls(
+            confidence=config.confidence,
+            bad_confidence=max(config.confidence, cls.bad_confidence),
+            max_rollouts=config.changepoint_max_rollouts,
+        )
 
 
 def changepoint_search(
@@ -151,8 +196,8 @@ def changepoint_search(
     samples = np.zeros(n, dtype=np.int64)  # rollouts asked per prefix, graded or not
     spent = 0
     if check and final_status == "correct" and n > 1:
-        # a slip the policy repaired shows as a dip at the prefix that ends on it: test every early one
-        early = range(1, (n + 1) // 2 + 1)
+        # a slip the policy repaired shows as a dip at the prefix that ends on it: test the early ones
+        early = early_prefixes(n, settings.check_prefixes)
         results = yield [Probe.of_steps(steps, j - 1, settings.batch) for j in early]
         for j, result in zip(early, results, strict=True):
             spent += result.total
@@ -163,15 +208,18 @@ def changepoint_search(
         ev.checked = True
     while True:
         post = Posterior(ev, priors)
-        decided = np.maximum(post.p_good, 1.0 - post.p_good) >= settings.confidence
-        if decided.all():
+        first_bad = first_bad_step(post.p_good, settings.confidence, settings.bad_confidence)
+        before = post.p_good[: ev.n if first_bad is None else first_bad]
+        unbacked = unbacked_bad(post.p_good, ev, settings.confidence, settings.bad_confidence)
+        if (before >= settings.confidence).all() and unbacked is None:
             stop = "decided"
             break
         # Pinning the first error to one step is worth more than the gain threshold says: the step
         # where the error happens is the one a PRM most needs. While it is not pinned, the search
         # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
-        interval = open_interval(post.p_good, settings.confidence)
-        room = (settings.localize_max_rollouts if interval else settings.max_rollouts) - spent
+        interval = open_interval(post.p_good, settings.confidence, settings.bad_confidence)
+        localizing = bool(interval) or unbacked is not None
+        room = (settings.localize_max_rollouts if localizing else settings.max_rollouts) - spent
         if room <= 0:
             stop = UNDECIDED_BUDGET
             break
@@ -181,12 +229,24 @@ def changepoint_search(
         if (j < 0 or gain < settings.min_gain) and interval:
             j, gain = best_probe(post, priors, settings.batch, room, settings.localize_cap, _spread(interval))
             gain = gain if gain >= settings.localize_min_gain else 0.0
+        # the first bad label lacks a measurement of its own prefix: measure it, whatever the
+        # posterior expects (a confident prior is what the rule distrusts)
+        if (
+            (j < 0 or gain < settings.min_gain)
+            and unbacked is not None
+            and ev.graded[unbacked] + min(settings.batch, room) <= settings.localize_cap
+        ):
+            j, gain = unbacked, settings.min_gain
         if j < 0 or gain <= 0.0 or (gain < settings.min_gain and not interval):
             stop = UNDECIDED_UNINFORMATIVE
             break
         want = int(samples[j]) + min(settings.batch, room)
         (result,) = yield [Probe.of_steps(steps, j - 1, want)]
-        spent += max(0, result.total - int(samples[j]))
+        if result.total <= samples[j]:
+            # nothing new came back: asking again would ask for the same forever
+            stop = UNDECIDED_UNINFORMATIVE
+            break
+        spent += result.total - int(samples[j])
         samples[j] = result.total
         ev.correct[j] = result.correct
         ev.graded[j] = result.total - result.unknown
@@ -198,31 +258,63 @@ def changepoint_search(
     return ann
 
 
-def hidden_error_p_good(post: Posterior, rate: float) -> np.ndarray:
+def hidden_error_p_good(post: Posterior, rate: float, positions: Sequence[float] = ()) -> np.ndarray:
     """p_good of a correct-answer solution whose early steps were not tested, when a share `rate` of
     the shard's correct-answer solutions hold a process error: the error, if any, placed where the
-    posterior would place an error (its shape), never more trusting than the posterior itself."""
+    tested ones held theirs (`positions`, each a share of its solution's length: `hidden_error_positions`),
+    with the posterior's own placement counted as one more; never more trusting than the posterior.
+    The posterior's placement alone is a prior: in a world whose policy slips early and repairs
+    (the fidelity suite's `repair`) it put the error late and labeled the slipped steps good."""
     n = post.evidence.n
     p_error = post.p_error[:n]
     total = p_error.sum()
     shape = np.cumsum(p_error) / total if total > 0 else np.linspace(1.0 / n, 1.0, n)
-    return np.minimum(post.p_good, 1.0 - rate * shape)
+    at = np.arange(n) / n  # step i holds an error placed at relative position x when x <= i / n
+    measured = np.array([np.count_nonzero(np.asarray(positions) <= x + 1e-12) for x in at], dtype=float)
+    placed = (measured + shape) / (len(positions) + 1.0)
+    return np.minimum(post.p_good, 1.0 - rate * placed)
 
 
-def repaired_slip(ev: Evidence, significance: float = 0.05) -> int | None:
+def unmodelled_error_position(post: Posterior, settings: ChangepointSettings) -> float | None:
+    """Where a tested correct-answer solution holds a process error the model does not describe, as a
+    share of its length (step / n): the slipped step of a repaired slip, or the likeliest first error
+    of a solution the model fails (`misfit`); None otherwise. An error the model does describe (a
+    wrong step and a lucky answer) is already in every solution's posterior, so only these place the
+    hidden errors of the untested ones (`hidden_error_p_good`)."""
+    ev = post.evidence
+    slip = repaired_slip(ev, hazard=typical_hazard(post))
+    if slip is not None:
+        return max(slip - 1, 0) / ev.n  # the dip's prefix ends on the slipped step
+    if post.misfit(settings.misfit_level):
+        return int(np.searchsorted(np.cumsum(post.p_error), 0.5)) / ev.n
+    return None
+
+
+def typical_hazard(post: Posterior) -> float:
+    """The solution's typical per-step hazard: its difficulty classes' hazards under its posterior."""
+    return float(post.p_marginal() @ P_GRID)
+
+
+def repaired_slip(ev: Evidence, significance: float = 0.05, hazard: float = 0.0) -> int | None:
     """The first prefix of a correct-answer solution whose rollouts fall clearly below those of the
     prefixes after it (one-sided binomial test against their pooled rate, Bonferroni over the probed
     prefixes), or None. A correct answer after such a dip: the policy slipped at the dip's last step
-    and repaired it later, so the later prefixes look clean again. A steep rise after a hard step
-    reads the same (the prefixes before it are low too): that costs coverage of such solutions, never
-    a wrong label. Tried and dropped: a fall below the prefix before (too weak on 4 rollouts a prefix:
-    good precision 0.62 in the fidelity suite's `repair` world, against 0.94 here)."""
+    and repaired it later, so the later prefixes look clean again.
+
+    A clean prefix's rollouts finish less often the more steps are left (each step has its hazard),
+    so a later prefix k's rate is discounted by (1 - hazard)^(k - j), the rise a clean solution of
+    this difficulty shows between them (`typical_hazard`): without it the slow natural rise of a long
+    solution read as a slip (a correct 400-step solution had step 36 labeled bad). A steep rise after
+    a hard step still reads as a dip: that costs coverage of such solutions, never a wrong label.
+    Tried and dropped: a fall below the prefix before (too weak on 4 rollouts a prefix: good
+    precision 0.62 in the fidelity suite's `repair` world, against 0.94 here)."""
     probed = [j for j in range(ev.n) if ev.graded[j] > 0]
     for j in probed:
         later = [k for k in probed if k > j]
-        hits, total = sum(int(ev.correct[k]) for k in later), sum(int(ev.graded[k]) for k in later)
+        total = sum(int(ev.graded[k]) for k in later)
         if total < 8:
             break
+        hits = sum(int(ev.correct[k]) * (1.0 - hazard) ** (k - j) for k in later)
         if binomial_cdf(int(ev.correct[j]), int(ev.graded[j]), hits / total) < significance / len(probed):
             return j
     return None
@@ -235,6 +327,7 @@ def label(
     stop: str,
     final_status: str,
     process_error_rate: float = 0.0,
+    error_positions: Sequence[float] = (),
 ) -> None:
     """Labels, sources, reasons and p_good from a posterior (again after pooling: `relabel`).
     `process_error_rate`: the shard's measured share of correct-answer solutions that hold an error
@@ -244,8 +337,8 @@ def label(
     p_good = post.p_good
     hidden = final_status == "correct" and not post.evidence.checked and process_error_rate > 0
     if hidden:
-        p_good = hidden_error_p_good(post, process_error_rate)
-    slip = repaired_slip(post.evidence) if final_status == "correct" else None
+        p_good = hidden_error_p_good(post, process_error_rate, error_positions)
+    slip = repaired_slip(post.evidence, hazard=typical_hazard(post)) if final_status == "correct" else None
     if post.misfit(settings.misfit_level):
         # a correct answer whose rollouts contradict the model: most often a repaired slip, not located
         reason = UNDECIDED_UNLOCATED if final_status == "correct" else UNDECIDED_MISFIT
@@ -254,7 +347,9 @@ def label(
     elif slip is not None:
         # the prefix of steps 0..slip-1 dipped: the error is there or before, and the steps from the
         # first that may hold it on are not labeled good
-        lab = labels_from_posterior(p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED)
+        lab = labels_from_posterior(
+            p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED, settings.bad_confidence
+        )
         rest = n - len(lab.labels)
         lab_labels = list(lab.labels) + [None] * rest
         reasons = list(lab.reasons) + [UNDECIDED_UNLOCATED] * rest
@@ -262,8 +357,15 @@ def label(
         undecided = UNDECIDED_VERDICT if stop == "decided" else stop
         if hidden and (p_good < post.p_good).any():
             undecided = UNDECIDED_UNLOCATED
-        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided)
+        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, settings.bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
+    first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
+    unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, settings.bad_confidence)
+    if first_bad is not None and unbacked is not None:
+        # no measurement of the first bad step's own prefix: from it on nothing is labeled
+        why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE
+        lab_labels[first_bad:] = [None] * (n - first_bad)
+        reasons[first_bad:] = [why] * (n - first_bad)
     ann.p_good = [float(p) for p in p_good]
     ann.unlabeled_reason = reasons
     ann.decided.clear()
@@ -337,21 +439,24 @@ def relabel(
             priors if len(group) == 1 else replace(priors, siblings=_siblings_loglik(i, group, evidence, steps, priors))
         )
     posts = [Posterior(ev, own) for ev, own in zip(evidence, owns, strict=True)]
-    rate = process_error_rate([p for p in posts if p.evidence.checked], settings)
+    checked = [p for p in posts if p.evidence.checked]
+    rate = process_error_rate(checked, settings)
+    positions = hidden_error_positions(checked, settings)
     for (ann, _), post in zip(kept, posts, strict=True):
         ev = post.evidence
-        label(ann, post, settings, ev.stop, ev.verdict, rate)
+        label(ann, post, settings, ev.stop, ev.verdict, rate, positions)
     return priors
 
 
 def process_error_rate(checked: Sequence[Posterior], settings: ChangepointSettings) -> float:
     """The shard's share of correct-answer solutions that hold a process error, measured on those whose
-    early prefixes were all tested: one counts when its posterior puts an error in it at least as
-    likely as not, or when its rollouts dip and rise again (a repaired slip, or the model's misfit).
+    early prefixes were tested: one counts when its posterior puts an error in it at least as likely
+    as not, or when its rollouts dip and rise again (a repaired slip, or the model's misfit).
     A Beta(0.5, 4.5) prior keeps a shard with few tested solutions from trusting them blindly."""
-    found = sum(
-        1
-        for p in checked
-        if 1.0 - p.p_good[-1] >= 0.5 or repaired_slip(p.evidence) is not None or p.misfit(settings.misfit_level)
-    )
+    found = sum(1 for p in checked if 1.0 - p.p_good[-1] >= 0.5 or unmodelled_error_position(p, settings) is not None)
     return (found + 0.5) / (len(checked) + 5.0)
+
+
+def hidden_error_positions(checked: Sequence[Posterior], settings: ChangepointSettings) -> list[float]:
+    """Where the tested correct-answer solutions hold the errors the model does not describe."""
+    return [x for p in checked if (x := unmodelled_error_position(p, settings)) is not None]

@@ -60,10 +60,15 @@ C_GRID = np.array(
     [1.0, 0.97, 0.93, 0.88, 0.82, 0.75, 0.68, 0.6, 0.52, 0.44, 0.37, 0.3, 0.24, 0.19, 0.15, 0.11, 0.08]
     + [0.055, 0.035, 0.02, 0.01, 0.004, 0.001]
 )
-H_GRID = np.array([0.003, 0.01, 0.02, 0.035, 0.055, 0.08, 0.11, 0.15, 0.2, 0.27, 0.35, 0.45, 0.57, 0.7, 0.85])
+H_GRID = np.array([0.0003, 0.001, 0.003, 0.01, 0.02, 0.035, 0.055, 0.08, 0.11, 0.15, 0.2, 0.27, 0.35, 0.45, 0.57, 0.7, 0.85])
 # A solution's difficulty class: its steps' hazards spread (log-sd SPREAD) around a typical one, and
-# any step is a hard one (hazard >= 0.2) with chance SPIKE. The shard pools the classes' weights.
-P_GRID = np.array([0.01, 0.03, 0.07, 0.14, 0.25, 0.4])
+# any step is a hard one (hazard >= 0.2) with chance SPIKE, or the class's typical hazard where that is
+# lower (a fixed chance of hard steps would put a floor of about 0.013 under every class's hazard, and
+# a solution of hundreds of steps could never be clean). The shard pools the classes' weights.
+# The two lowest classes are long solutions' (hundreds to thousands of steps): without them a clean
+# prefix far from the end would finish cleanly with chance near 0 under every class, its rollouts
+# would look like luck alone, and no probe of a long solution would be worth its rollouts.
+P_GRID = np.array([0.001, 0.003, 0.01, 0.03, 0.07, 0.14, 0.25, 0.4])
 SPREAD = 0.3
 SPIKE = 0.03
 _LOG_Q = np.log(Q_GRID)
@@ -137,7 +142,8 @@ def _level_kernel(h: float) -> np.ndarray:
 def _hazard_weights(p: float) -> np.ndarray:
     w = np.exp(-0.5 * ((np.log(H_GRID) - math.log(p)) / SPREAD) ** 2)
     spike = (H_GRID >= 0.2).astype(float)
-    return (1.0 - SPIKE) * w / w.sum() + SPIKE * spike / spike.sum()
+    chance = min(SPIKE, p)
+    return (1.0 - chance) * w / w.sum() + chance * spike / spike.sum()
 
 
 def _class_kernels() -> tuple[np.ndarray, np.ndarray]:

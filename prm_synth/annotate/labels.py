@@ -39,20 +39,33 @@ class StepLabels:
     reasons: list[UnlabeledReason | None]  # why a step is unlabeled (None where labeled)
 
 
-def labels_from_posterior(p_good: Sequence[float], confidence: float, undecided: UnlabeledReason) -> StepLabels:
-    """Good where P(still correct) >= confidence; the first step whose prefix holds an error with
-    P >= confidence is bad; steps after it are unlabeled (they hold that error); the rest undecided."""
+def first_bad_step(p_good: Sequence[float], confidence: float, bad_confidence: float | None = None) -> int | None:
+    """The step labeled bad (its prefix holds the first error), or None. A step whose P(bad) reaches
+    `bad_confidence` (default: confidence); or, where the step before it is labeled good, one whose
+    P(bad) reaches `confidence`: the pair pins the first error between them, and the good label
+    before it already rules out the early placements a lone bad label at `confidence` gets wrong."""
+    bad_confidence = confidence if bad_confidence is None else bad_confidence
+    for i, p in enumerate(p_good):
+        if 1.0 - p >= bad_confidence or (1.0 - p >= confidence and i > 0 and p_good[i - 1] >= confidence):
+            return i
+    return None
+
+
+def labels_from_posterior(
+    p_good: Sequence[float], confidence: float, undecided: UnlabeledReason, bad_confidence: float | None = None
+) -> StepLabels:
+    """Good where P(still correct) >= confidence before the first bad step (`first_bad_step`); steps
+    after it are unlabeled (they hold that error); the rest undecided."""
+    first_bad = first_bad_step(p_good, confidence, bad_confidence)
     labels: list[bool | None] = []
     reasons: list[UnlabeledReason | None] = []
-    bad_seen = False
-    for p in p_good:
-        if bad_seen:
+    for i, p in enumerate(p_good):
+        if first_bad is not None and i > first_bad:
             labels.append(None)
             reasons.append(AFTER_ERROR)
-        elif 1.0 - p >= confidence:
+        elif i == first_bad:
             labels.append(False)
             reasons.append(None)
-            bad_seen = True
         elif p >= confidence:
             labels.append(True)
             reasons.append(None)
