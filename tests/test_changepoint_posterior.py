@@ -128,3 +128,20 @@ def test_an_old_posterior_scores_probes_the_same_after_many_newer_ones():
     assert len(others) == 100
     np.testing.assert_array_equal(probe_gains(first, first.priors, [0, 5, 15, 29], 4), expected)
     assert first.misfit(0.01) == others[-1].misfit(0.01)
+
+
+def test_probe_gains_equal_from_scratch_when_evidence_drives_the_states_towards_underflow():
+    """Contradicting counts of many rollouts at many prefixes shrink the candidates' states by many orders
+    of magnitude a prefix (they are renormalised only when a sum nears underflow, not at every step):
+    the sums still equal each outcome's posterior built from scratch."""
+    for n, verdict in ((60, "incorrect"), (200, "correct")):
+        ev = Evidence.empty(n, verdict)
+        for i, j in enumerate(range(1, n, 5)):
+            ev.graded[j] = 16
+            ev.correct[j] = 16 if i % 2 else 0
+        for k in K_CHOICES:
+            priors = Priors(k=k)
+            chosen = [0, 3, n // 2, n - 1]
+            fast = probe_gains(Posterior(ev, priors), priors, chosen, 4)
+            slow = [gain_from_scratch(ev, priors, j, 4) for j in chosen]
+            np.testing.assert_allclose(fast, slow, rtol=1e-7, atol=1e-9)

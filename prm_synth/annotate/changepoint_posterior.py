@@ -531,7 +531,8 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
                 lw = a_ + prior + bad_after[end]  # [d, row, q]
                 shift = lw.max(axis=(0, 2))
                 shift = np.where(np.isfinite(shift), shift, 0.0)
-                summed = np.einsum("drq,drql->rdl", np.exp(lw - shift[:, None]), m_)  # [row, d, level]
+                # [row, d, level]: luck summed out, one small product per (class, row)
+                summed = np.matmul(np.exp(lw - shift[:, None])[:, :, None, :], m_)[:, :, 0].transpose(1, 0, 2)
                 table, table_scale = _reach_flat(n - j - 1)
                 switch = summed.reshape(len(shift), d_ * l_) @ table[:m].T  # [row, i]
                 into[:, j : j + m] = np.log(switch) + shift[:, None] + table_scale[:m]
@@ -682,20 +683,32 @@ def _powers_with_sums(m: int) -> np.ndarray:
     return _with_sums(_POWERS[m])
 
 
+_RENORMALISE = 1e-30  # far above the smallest normal double (2e-308): no precision is lost before it
+
+
 def _step_classes(
     msg: np.ndarray, acc: np.ndarray, kernel: np.ndarray, log_scale: np.ndarray | None
 ) -> np.ndarray | None:
     """In place: class-major states (msg [d, row, q, level], acc [d, row, q]) through a per-class
     level kernel [d, level, level + 1 (+ 1)] whose column `level` is its row sums (`_with_sums`),
-    renormalised (with the kernel's own log scale [d]). A further column (a switch vector) comes
-    back as [d, row, q], taken before the step."""
+    with the kernel's own log scale [d]. A further column (a switch vector) comes back as
+    [d, row, q], taken before the step.
+
+    A state stands for exp(acc) * msg, so it needs renormalising only to stay far from underflow:
+    the kernels' rows sum to at most 1 and the likelihood factors are at most 1, so msg only
+    shrinks, and it is divided by its sums only once one of them falls below `_RENORMALISE`
+    (a division broadcast over the level axis costs more than the product itself)."""
     d_, rows, q_, l_ = msg.shape
     flat = msg.reshape(d_, rows * q_, l_)
     stepped = np.matmul(flat, kernel[..., :l_])
     extra = np.matmul(flat, kernel[..., l_:])  # the sums (and the switch) beside, not interleaved
-    scale = np.maximum(extra[..., 0], 1e-300)
-    np.divide(stepped, scale[..., None], out=flat)
-    acc += np.log(scale).reshape(acc.shape)
+    sums = extra[..., 0]
+    if sums.min() < _RENORMALISE:
+        scale = np.maximum(sums, 1e-300)
+        np.divide(stepped, scale[..., None], out=flat)
+        acc += np.log(scale).reshape(acc.shape)
+    else:
+        flat[...] = stepped
     if log_scale is not None:
         acc += log_scale[:, None, None]
     return extra[..., 1].reshape(d_, rows, q_) if kernel.shape[2] > l_ + 1 else None
