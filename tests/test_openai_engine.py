@@ -262,28 +262,37 @@ def test_a_key_echoed_into_a_completion_never_reaches_the_results(fake, monkeypa
     assert all(FAKE_KEY not in t and "***" in t for t in texts)
 
 
-def test_a_reply_body_cut_off_midway_is_retried_and_in_the_end_names_the_server(fake, monkeypatch):
-    """The client in use (openai 3.x reads through httpx2) raises its own transport error for a body
-    that breaks off; it is retried like a dropped connection, and the last error names the server."""
+def _fault_once_then_always(fake, monkeypatch, fault: str) -> tuple[dict[str, int], int, EngineError, str]:
+    """The server's reply broken by `fault` once (the engine must retry and return the right results:
+    the proxy's actions and the engine's retries come back), then every time (the engine's last error
+    after max_retries 2, and the proxy's URL it should name)."""
     monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)
-    with FaultProxy(fake.url, ["cut_body"]) as proxy:
+    with FaultProxy(fake.url, [fault]) as proxy:
         engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY")
         try:
             reqs = _requests(2)
             _assert_fake_results(reqs, engine.generate(reqs))
         finally:
             engine.close()
-    assert proxy.actions["cut_body"] == 1 and engine.retries == 1
-    with FaultProxy(fake.url, ["cut_body"], repeat=True) as proxy:
+    actions, retries = dict(proxy.actions), engine.retries
+    with FaultProxy(fake.url, [fault], repeat=True) as proxy:
         engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY", max_retries=2)
         try:
             with pytest.raises(EngineError) as info:
                 engine.generate(_requests(1))
         finally:
             engine.close()
-    message = str(info.value)
-    assert not isinstance(info.value, RequestRefused)
-    assert proxy.url in message and "3 attempt" in message and "reading the reply failed" in message
+    return actions, retries, info.value, proxy.url
+
+
+def test_a_reply_body_cut_off_midway_is_retried_and_in_the_end_names_the_server(fake, monkeypatch):
+    """The client in use (openai 3.x reads through httpx2) raises its own transport error for a body
+    that breaks off; it is retried like a dropped connection, and the last error names the server."""
+    actions, retries, error, url = _fault_once_then_always(fake, monkeypatch, "cut_body")
+    assert actions["cut_body"] == 1 and retries == 1
+    message = str(error)
+    assert not isinstance(error, RequestRefused)
+    assert url in message and "3 attempt" in message and "reading the reply failed" in message
     assert FAKE_KEY not in message
 
 
@@ -300,24 +309,10 @@ def test_a_key_echoed_url_encoded_or_split_never_reaches_the_results(fake, monke
 
 @pytest.mark.parametrize("fault", ["html", "choices_oops", "text_dict", "truncated_json", "empty", "deep_json"])
 def test_malformed_replies_are_retried_then_a_clear_engine_error(fake, monkeypatch, fault):
-    monkeypatch.setenv("PRM_TEST_KEY", FAKE_KEY)
-    with FaultProxy(fake.url, [fault]) as proxy:
-        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY")
-        try:
-            reqs = _requests(2)
-            _assert_fake_results(reqs, engine.generate(reqs))
-        finally:
-            engine.close()
-    assert engine.retries == 1
-    with FaultProxy(fake.url, [fault], repeat=True) as proxy:
-        engine = _engine(proxy.url, api_key_env="PRM_TEST_KEY", max_retries=2)
-        try:
-            with pytest.raises(EngineError) as info:
-                engine.generate(_requests(1))
-        finally:
-            engine.close()
-    message = str(info.value)
-    assert "malformed reply" in message and proxy.url in message and "3 attempt" in message
+    _, retries, error, url = _fault_once_then_always(fake, monkeypatch, fault)
+    assert retries == 1
+    message = str(error)
+    assert "malformed reply" in message and url in message and "3 attempt" in message
     assert FAKE_KEY not in message and len(message) < 1000
 
 
