@@ -118,10 +118,10 @@ def first_error_prior(record: LabeledRecord) -> list[float]:
     return [1.0 / width if lo <= k <= hi else 0.0 for k in range(n + 1)]
 
 
-def tied(record: LabeledRecord) -> bool:
-    """The readable votes have no strict majority."""
+def leaders(record: LabeledRecord) -> list[int]:
+    """The indices the most readable votes name: one for a majority, several for a tie, none unvoted."""
     counts = Counter(v for v in record.judge_votes if v != UNPARSEABLE).most_common()
-    return len(counts) >= 2 and counts[0][1] == counts[1][1]
+    return [v for v, c in counts if c == counts[0][1]]
 
 
 def rollouts_support(record: LabeledRecord, first_error: int) -> float:
@@ -132,10 +132,9 @@ def rollouts_support(record: LabeledRecord, first_error: int) -> float:
 
 def break_tie(record: LabeledRecord) -> int | None:
     """The tied index the rollouts find most likely, or None when they cannot tell (or no tie)."""
-    counts = Counter(v for v in record.judge_votes if v != UNPARSEABLE).most_common()
-    if len(counts) < 2 or counts[0][1] != counts[1][1]:
+    tied = leaders(record)
+    if len(tied) < 2:
         return None
-    tied = [v for v, c in counts if c == counts[0][1]]
     prior = first_error_prior(record)
     n = len(record.labels)
     mass = sorted(((prior[n if v == -1 else v], v) for v in tied if -1 <= v < n), reverse=True)
@@ -291,7 +290,7 @@ def decide(
         detail = f"judge first error {judge}, labels allow {allowed} (tolerance {config.tolerance})"
         return Decision(False, "disagree", detail)
     inside = agrees_with_labels(record.labels, judge)
-    if inside and tied(record) and rollouts_support(record, judge) < TIE_COMPLETES:
+    if inside and len(leaders(record)) > 1 and rollouts_support(record, judge) < TIE_COMPLETES:
         return Decision(True)  # kept as measured: nothing but the rollouts backs the labels a tie would set
     return Decision(True, first_error=judge if inside else None)
 
