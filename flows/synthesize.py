@@ -79,7 +79,7 @@ def _worth_retrying(task: Any, task_run: Any, state: Any) -> bool:
     name="label-shard",
     task_run_name="shard-{shard_index}",
     retries=2,
-    retry_delay_seconds=[2, 10],  # the default of run.shard_retry_delays_s; each run sets its own (_label_shards)
+    # the waits before them are the run's (run.shard_retry_delays_s, set per run in _label_shards)
     retry_condition_fn=_worth_retrying,
     # Resume is the manifest's job; the engine handle is never part of a cache key.
     cache_policy=NO_CACHE,
