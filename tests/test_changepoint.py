@@ -15,6 +15,7 @@ from prm_synth.annotate.changepoint import (
     UNDECIDED_MISFIT,
     ChangepointSettings,
     Evidence,
+    PausedSearch,
     Posterior,
     Priors,
     changepoint_search,
@@ -22,6 +23,7 @@ from prm_synth.annotate.changepoint import (
     open_interval,
     pool_priors,
     repaired_slip,
+    resume_search,
     unbacked_bad,
 )
 from prm_synth.annotate.labeler import make_labeler
@@ -76,6 +78,17 @@ def test_rows_do_not_depend_on_in_flight_or_batch_knobs():
     rows = [[r.to_row() | {"tokens": None} for r in result.records] for result in (wide, narrow)]
     assert rows[0] == rows[1]
     assert len(wide.records) == 32
+
+
+def test_the_searches_of_a_shard_go_on_after_its_first_phase_is_pooled():
+    result = _records({"max_in_flight": 64, "max_batch_requests": 256})
+    # every solution's search started once; those not decided within `pool_after` rollouts paused and
+    # started again under the shard's pooled priors, and still ended as one labeled row each
+    rows = len(result.records)
+    continued = result.stats.annotators_started - rows
+    assert 0 < continued < rows and result.stats.annotators_done == result.stats.annotators_started
+    assert sum(r.rollouts > ChangepointSettings().pool_after for r in result.records) >= continued // 2
+    assert all(r.p_good is not None and len(r.p_good) == len(r.steps) for r in result.records)
 
 
 def test_ungradable_rollouts_are_counted_apart_and_reported():
@@ -542,3 +555,53 @@ def test_a_probe_that_brings_nothing_new_ends_the_search_instead_of_asking_forev
     assert asked == 1
     ann = stop.value.value
     assert all(label is None for label in apply_rule(ann, "hard").labels[:-1])
+
+
+def _fixed_answers(rate, seed: int):
+    """Probe answers that depend on (prefix, sample index) only: the i-th rollout of a prefix is the same
+    whichever search, or phase of a search, asks for it (as the scheduler's estimates are)."""
+
+    def answer(probes):
+        results = []
+        for p in probes:
+            hits = sum(random.Random(f"{seed}/{p.step}/{i}").random() < rate(p.step) for i in range(p.k))
+            results.append(ProbeResult(p.step, hits, p.k))
+        return results
+
+    return answer
+
+
+def _finish(search, answer):
+    try:
+        probes = next(search)
+        while True:
+            probes = search.send(answer(probes))
+    except StopIteration as stop:
+        return stop.value
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 20), pause=st.sampled_from([0, 4, 16, 40]), check=st.booleans())
+def test_a_paused_search_resumed_under_the_same_priors_is_the_search_never_paused(seed, n, pause, check):
+    rng = random.Random(seed)
+    _, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), 0.1)
+    answer, cfg = _fixed_answers(rate, seed), ChangepointSettings()
+    whole = _finish(changepoint_search(STEPS[:n], verdict, cfg, check=check), answer)
+    first = _finish(changepoint_search(STEPS[:n], verdict, cfg, check=check, pause_after=pause), answer)
+    if isinstance(first.evidence, PausedSearch):
+        assert first.evidence.state.spent >= pause
+        assert first.p_good is None  # nothing is labeled before the search is done
+        resumed = _finish(resume_search(first, cfg, Priors()), answer)
+    else:
+        resumed = first  # decided (or out of probes) before it spent `pause` rollouts
+    assert isinstance(resumed.evidence, Evidence)
+    assert resumed.p_good == whole.p_good
+    assert (resumed.label_source, resumed.unlabeled_reason) == (whole.label_source, whole.unlabeled_reason)
+    assert (resumed.mc_correct, resumed.mc_total) == (whole.mc_correct, whole.mc_total)
+
+
+def test_resume_search_refuses_a_finished_search():
+    answer = _fixed_answers(lambda step: 0.7, 0)
+    ann = _finish(changepoint_search(STEPS[:4], "correct", ChangepointSettings()), answer)
+    with pytest.raises(TypeError, match="paused search"):
+        _finish(resume_search(ann, ChangepointSettings(), Priors()), answer)

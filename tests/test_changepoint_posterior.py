@@ -14,21 +14,23 @@ from hypothesis import strategies as st
 from prm_synth.annotate.changepoint_posterior import K_CHOICES, Evidence, Posterior, Priors, pool_priors, probe_gains
 
 
-def entropy_bits(p: np.ndarray) -> float:
-    p = np.clip(p, 1e-12, 1 - 1e-12)
-    return float(-(p * np.log2(p) + (1 - p) * np.log2(1 - p)).sum())
+def entropy_bits(post: Posterior) -> float:
+    """Bits of uncertainty about where the first error is: the entropy of the posterior's own
+    P(first error at e), e = 0..n (n: none), summed out of its joint."""
+    p = post.p_error[post.p_error > 0]
+    return float(-(p * np.log2(p)).sum())
 
 
 def gain_from_scratch(ev: Evidence, priors: Priors, j: int, b: int) -> float:
-    """Bits of label uncertainty removed per rollout by b more rollouts at prefix j, by definition:
-    the posterior after each outcome, weighted by its predictive probability."""
+    """Bits of first-error uncertainty removed per rollout by b more rollouts at prefix j, by
+    definition: the posterior after each outcome, weighted by its predictive probability."""
     base = Posterior(ev, priors)
     after = 0.0
     for k in range(b + 1):
         post = Posterior(ev.plus(j, k, b), priors)
         log_comb = math.lgamma(b + 1) - math.lgamma(k + 1) - math.lgamma(b - k + 1)
-        after += math.exp(log_comb + post.log_evidence - base.log_evidence) * entropy_bits(post.p_good)
-    return (entropy_bits(base.p_good) - after) / b
+        after += math.exp(log_comb + post.log_evidence - base.log_evidence) * entropy_bits(post)
+    return (entropy_bits(base) - after) / b
 
 
 def misfit_from_scratch(ev: Evidence, priors: Priors, level: float) -> bool:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from _rounds import SCHEDULERS
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
-from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
+from prm_synth.annotate.scheduler import AfterAll, ProbeScheduler, SolutionJob
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult, SamplingOptions
 
 
@@ -108,6 +109,38 @@ def test_more_rollouts_on_a_known_prefix_only_samples_the_missing_ones(mode):
     assert [call[0].first_sample_index for call in engine.calls] == [0, 4]
     assert [res[0].total for _, res in log] == [4, 10, 3]  # exactly the first k samples: order-free rows
     assert sched.stats.probes_reused == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(jobs=st.lists(job_st, min_size=1, max_size=8), in_flight=st.integers(1, 4), batch=st.integers(1, 5))
+def test_jobs_after_all_start_once_every_job_before_them_is_done(jobs, in_flight, batch):
+    engine = CountingEngine()
+    sched = ProbeScheduler(engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=grader)
+    first = [
+        SolutionJob(f"j{i}", f"p{problem}", "Q", "1", scripted(rounds, [])) for i, (problem, rounds) in enumerate(jobs)
+    ]
+    keys = sorted(job.key for job in first)
+    yielded: list[str] = []
+    seen_by_make: list[list[str]] = []
+    again = [Probe.of_steps(STEPS, 0, 8)]
+
+    def second_phase() -> list[SolutionJob]:
+        seen_by_make.append(sorted(yielded))
+        return [replace(job, annotator=scripted([again], [])) for job in first]
+
+    for job, _ in sched.run([*first, AfterAll(second_phase)], total=len(first)):
+        yielded.append(job.key)
+    assert seen_by_make == [keys]  # built once, after every job before it had been yielded
+    assert sorted(yielded[: len(first)]) == keys and sorted(yielded[len(first) :]) == keys
+    # the second phase reads the first phase's estimates: a prefix's rollouts = the most any probe asked
+    biggest: Counter = Counter()
+    for problem, rounds in jobs:
+        for probes in [*rounds, again]:
+            for p in probes:
+                biggest[(problem, p.prefix)] = max(biggest[(problem, p.prefix)], p.k)
+    assert sched.stats.rollouts == sum(biggest.values())
+    assert sum(spend.rollouts for spend in sched.spend.values()) == sched.stats.rollouts  # both phases' spend kept
+    assert sched.snapshot().annotators_total == sched.stats.annotators_done == 2 * len(first)
 
 
 def test_annotator_that_asks_nothing_finishes():

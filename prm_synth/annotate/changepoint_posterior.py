@@ -463,7 +463,8 @@ class Posterior:
         return self.by_class.sum(axis=(0, 2))
 
     def uncertainty(self) -> float:
-        return float(_entropy(self.p_good).sum())
+        """Bits of uncertainty about where the first error is (`first_error_entropy`)."""
+        return float(first_error_entropy(self.p_good[None])[0])
 
     def misfit(self, level: float) -> bool:
         """Posterior predictive check, leave one out: each probed prefix's count against what the
@@ -714,9 +715,19 @@ def _step_classes(
     return extra[..., 1].reshape(d_, rows, q_) if kernel.shape[2] > l_ + 1 else None
 
 
-def _entropy(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-12, 1 - 1e-12)
-    return -(p * np.log2(p) + (1 - p) * np.log2(1 - p))
+def first_error_entropy(p_good: np.ndarray) -> np.ndarray:
+    """[row]: bits of uncertainty about where the first error is, from rows of p_good: the entropy of
+    P(first error at step e), e = 0..n-1, or none (P(e) = p_good[e - 1] - p_good[e]).
+
+    This is what a probe should reduce: the labels are read from where the first error is, and the
+    steps after it never get one. The sum of the steps' own label entropies, the former objective,
+    also counted the steps after the error, whose p_good mostly tracks the luck rate: the search
+    spent a third of its rollouts on the last prefix measuring luck, and stopped early where the
+    steps it could still pin mattered less in that sum than the steps after them."""
+    edge = np.ones((len(p_good), 1))
+    p = -np.diff(np.concatenate([edge, p_good, 0.0 * edge], axis=1), axis=1)
+    p = np.clip(p, 1e-300, 1.0)
+    return -(p * np.log2(p)).sum(axis=1)
 
 
 def _log_comb(n: int, k: int) -> float:
@@ -744,7 +755,7 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
         outcome = np.tile(np.arange(b + 1), len(new))
         log_ev, p_good = _masses_to_p_good(_row_log_masses(post, js, ev.correct[js] + outcome, ev.graded[js] + b))
         pred = np.exp(np.tile(_log_combs(b), len(new)) + log_ev - post.log_evidence)
-        after = (pred * _entropy(p_good).sum(axis=1)).reshape(len(new), b + 1).sum(axis=1)
+        after = (pred * first_error_entropy(p_good)).reshape(len(new), b + 1).sum(axis=1)
         known.update(zip(new, ((post.uncertainty() - after) / b).tolist(), strict=True))
     return np.array([known[int(j)] for j in chosen])
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import chain
 from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.changepoint import relabel
+from prm_synth.annotate.changepoint import PausedSearch, relabel, resume_search, second_phase_priors
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
@@ -28,6 +29,7 @@ from prm_synth.annotate.omega_tree import tree_to_json
 from prm_synth.annotate.prefix_decision import ChangepointTest, make_test
 from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.scheduler import (
+    AfterAll,
     JobsAfter,
     ProbeScheduler,
     ProgressCallback,
@@ -231,17 +233,38 @@ class _Base:
             problem_key=s.problem.id,
             user_prompt=policy_user_prompt(s.problem.question),
             gold=s.problem.gold_answer,
-            annotator=self.annotate_given(s.steps, s.verdict.status, s.id),
+            annotator=self._first_phase(s),
         )
+
+    def _first_phase(self, s: Solution) -> Annotator[Annotation]:
+        """The annotator a job of the shard starts with (`_second_phase` may go on with it)."""
+        return self.annotate_given(s.steps, s.verdict.status, s.id)
+
+    def _second_phase(self, ran: dict[str, SolutionJob[Any]], results: dict[str, Any]) -> list[SolutionJob[Any]]:
+        """Jobs to run once every job of the shard has finished its first phase (`results`, by key; `ran`:
+        the jobs): none, unless a method learns from the whole shard before it goes on."""
+        return []
 
     def _jobs_run(
         self, scheduler: ProbeScheduler, jobs: Iterable[SolutionJob[Any]], total: int, progress: Progress
     ) -> dict[str, Any]:
         results: dict[str, Any] = {}
-        for job, value in scheduler.run(jobs, total=total):  # total: for the live progress too
+        ran: dict[str, SolutionJob[Any]] = {}
+        source = chain(jobs, [AfterAll(partial(self._second_phase, ran, results))])
+        continued: set[str] = set()
+        for job, value in scheduler.run(source, total=total):  # total: for the live progress too
+            ran[job.key] = job
             results[job.key] = value
-            _report(progress, len(results), total, scheduler)
+            if self._paused(value):
+                continued.add(job.key)
+            else:
+                continued.discard(job.key)
+                _report(progress, len(results) - len(continued), total, scheduler)
         return results
+
+    def _paused(self, value: Any) -> bool:
+        """Whether an annotator's result is a first phase its second phase goes on with."""
+        return False
 
 
 class SolutionLabeler(_Base):
@@ -326,11 +349,40 @@ class BinaryLabeler(SolutionLabeler):
         self.annotate: BinaryConfig = config.annotate  # type: ignore[assignment]
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
+        return self._search(steps, final_status, key, pause=False)
+
+    def _search(self, steps: list[str], final_status: VerdictStatus, key: str, pause: bool) -> Annotator[Annotation]:
         a = self.annotate
         test = make_test(a)
+        changepoint = isinstance(test, ChangepointTest)
         # a stable share of the correct-answer solutions measures the shard's rate of process errors
-        check = isinstance(test, ChangepointTest) and sampled_share(f"{key}/check", test.settings.check_correct)
-        return binary_search(steps, final_status, a, sampled_share(key, a.verify_correct), check=check)
+        check = changepoint and sampled_share(f"{key}/check", test.settings.check_correct)
+        pause_after = test.settings.pool_after if changepoint and pause else None
+        verify = sampled_share(key, a.verify_correct)
+        return binary_search(steps, final_status, a, verify, check=check, pause_after=pause_after)
+
+    def _first_phase(self, s: Solution) -> Annotator[Annotation]:
+        # a changepoint search pauses after its first rollouts (`_second_phase`)
+        return self._search(s.steps, s.verdict.status, s.id, pause=True)
+
+    def _paused(self, value: Any) -> bool:
+        return isinstance(value, Annotation) and isinstance(value.evidence, PausedSearch)
+
+    def _second_phase(self, ran: dict[str, SolutionJob[Any]], results: dict[str, Any]) -> list[SolutionJob[Any]]:
+        """search_test changepoint: the paused searches go on under the priors pooled from every
+        search's first phase. Pooled over the set, in key order, so no row depends on the order the
+        searches finished in."""
+        test = make_test(self.annotate)
+        paused = sorted(key for key, value in results.items() if self._paused(value))
+        if not paused or not isinstance(test, ChangepointTest):
+            return []
+        measured = [
+            value.evidence.state.ev if self._paused(value) else value.evidence
+            for _, value in sorted(results.items())
+            if isinstance(value, Annotation) and value.evidence is not None
+        ]
+        priors = second_phase_priors(measured, test.settings)
+        return [replace(ran[key], annotator=resume_search(results[key], test.settings, priors)) for key in paused]
 
     def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
         """search_test changepoint: label every solution again under the priors pooled from the whole

@@ -62,6 +62,16 @@ class JobsAfter:
     refused: Callable[[RequestRefused], None] | None = None
 
 
+@dataclass
+class AfterAll:
+    """Jobs that exist once every job before it in the source has finished and been yielded: `make()`
+    builds them then. Put it in the job source of `ProbeScheduler.run`; nothing after it is read
+    before. For a second phase that needs what the first phase of every job measured (the changepoint
+    search's shard-pooled priors); the engine keeps the estimates of both phases' prefixes."""
+
+    make: Callable[[], Iterable[SolutionJob[Any]]]
+
+
 @dataclass(frozen=True)
 class Refused:
     """What `ProbeScheduler.run` yields for a job whose annotator could not finish: the engine
@@ -232,12 +242,17 @@ class ProbeScheduler:
 
     # ------------------------------------------------------------ the stream
     def _drive(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T | Refused]]:
-        ready: deque[SolutionJob[Any]] = deque()  # jobs made by a resolved JobsAfter
+        ready: deque[SolutionJob[Any]] = deque()  # jobs made by a resolved JobsAfter (or AfterAll)
         deferred = self._deferred
         exhausted = False
+        barrier: AfterAll | None = None  # read from the source: nothing more until every job is done
         in_flight = 0
+
+        def admitting() -> bool:
+            return bool(ready) or (not exhausted and barrier is None)
+
         while True:
-            while in_flight + len(deferred) < self.max_in_flight and (ready or not exhausted):
+            while in_flight + len(deferred) < self.max_in_flight and admitting():
                 if ready:
                     job = ready.popleft()
                 else:
@@ -248,6 +263,9 @@ class ProbeScheduler:
                     if isinstance(item, JobsAfter):
                         deferred[item.future] = item
                         continue
+                    if isinstance(item, AfterAll):
+                        barrier = item
+                        break
                     job = item
                 in_flight += 1
                 done, value = self._start(job)
@@ -270,7 +288,14 @@ class ProbeScheduler:
                     yield pending.job, value
                 else:
                     self._register(_Pending(pending.job, value))
-            if in_flight + len(deferred) < self.max_in_flight and (ready or not exhausted):
+            if barrier is not None and in_flight == 0 and not deferred and not ready:
+                more = list(barrier.make())  # every job before it has been yielded
+                barrier = None
+                ready.extend(more)
+                if self._total is not None:
+                    self._total += len(more)
+                continue
+            if in_flight + len(deferred) < self.max_in_flight and admitting():
                 continue  # room for more annotators before waiting on the engine
             self._send()
             if not self._sent and not deferred:
@@ -280,7 +305,7 @@ class ProbeScheduler:
             self._wait_stream(deferred, ready)
 
     def _start(self, job: SolutionJob[Any]) -> tuple[bool, Any]:
-        self.spend[job.key] = Spend()
+        self.spend.setdefault(job.key, Spend())  # a second phase's job (AfterAll) adds to the first's
         self.stats.annotators_started += 1
         return self._advance(job, None)
 

@@ -69,9 +69,11 @@ def binary_search(
     config: BinaryConfig,
     verify: bool = False,
     check: bool = False,
+    pause_after: int | None = None,
 ) -> Annotator[Annotation]:
     """The binary method's annotator for one solution: `first_error_search` with the config's test.
-    `check`: the changepoint search tests this correct-answer solution's early prefixes first."""
+    `check`: the changepoint search tests this correct-answer solution's early prefixes first;
+    `pause_after`: it pauses for the shard's pooled priors after that many rollouts."""
     return first_error_search(
         steps,
         final_status,
@@ -79,6 +81,7 @@ def binary_search(
         recheck=config.recheck,
         verify_k=config.k if verify else None,
         check=check,
+        pause_after=pause_after,
     )
 
 
@@ -90,13 +93,14 @@ def first_error_search(
     recheck: bool,
     verify_k: int | None = None,
     check: bool = False,
+    pause_after: int | None = None,
 ) -> Annotator[Annotation]:
     """The first-error search for one solution, each prefix decided by `test`.
 
     verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
     trusted. The row's method name is the labeler's to stamp (labeler._record), not the search's."""
     if isinstance(test, ChangepointTest):
-        return (yield from changepoint_search(steps, final_status, test.settings, check=check))
+        return (yield from changepoint_search(steps, final_status, test.settings, check=check, pause_after=pause_after))
     n = len(steps)
     if final_status == "correct":
         if verify_k is not None:
