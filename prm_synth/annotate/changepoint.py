@@ -1,9 +1,11 @@
 """First-error search: which prefix to roll out next, when to stop, and how the labels are read
 from the change-point posterior (`changepoint_posterior.py`, the model and its exact sums).
 
-The search asks for the probe that most reduces the label uncertainty per rollout, among a few
-candidates (prefixes around the posterior's quartiles of the error, ambiguous probed prefixes, the
-question alone, the last prefix), scored by `probe_gains`. It goes on until the first error is
+The search asks for the probe that most reduces the uncertainty about where the first error is, per
+rollout, among a few candidates (prefixes around the posterior's quartiles of the error, ambiguous
+probed prefixes, the question alone, the last prefix), scored by `probe_gains`. Under the labeler a
+shard's searches run in two phases (`PausedSearch`): `pool_after` rollouts each under the weak default
+priors, then on under priors pooled from all of them (`second_phase_priors`). It goes on until the first error is
 pinned to one step (bad label on it, good on the step before) or `localize_max_rollouts` is spent,
 probing inside the open interval between the last good and the first bad label when no other probe
 is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
@@ -117,7 +119,7 @@ def unbacked_bad(
 def best_probe(
     post: Posterior, priors: Priors, batch: int, room: int, cap: int, extra: Sequence[int] = ()
 ) -> tuple[int, float]:
-    """(prefix j, expected bits of label uncertainty removed per rollout) of the best candidate probe
+    """(prefix j, expected bits of first-error uncertainty removed per rollout) of the best candidate probe
     (`probe_gains` scores them). `extra`: more candidate prefixes (the open interval the search is
     pinning the first error in)."""
     ev = post.evidence
@@ -153,7 +155,7 @@ class ChangepointSettings:
     max_rollouts: int = 56  # per solution: with the sampled solution, under 60 samples a question
     batch: int = 4  # rollouts a probe asks for
     prefix_cap: int = 16  # graded rollouts one prefix may take
-    min_gain: float = 0.01  # bits of label uncertainty a rollout must be expected to remove
+    min_gain: float = 0.01  # bits of first-error uncertainty a rollout must be expected to remove
     misfit_level: float = 0.01  # the predictive check's false-alarm rate for a solution the model fits
     # while the first error is not pinned to one step: graded rollouts one prefix may take
     localize_cap: int = 32

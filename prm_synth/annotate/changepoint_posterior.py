@@ -28,7 +28,7 @@ Everything is summed exactly (one forward pass over the prefixes, the curve's le
 state; the levels after the error do not touch the evidence, so their part is a table; a run of
 unprobed prefixes is crossed in one product of precomputed kernel powers), so `p_good` is the
 posterior probability that a step's prefix is still correct. `probe_gains` scores candidate
-probes by how much label uncertainty each removes per rollout, computing the posterior after each
+probes by how much uncertainty about the first error each removes per rollout, computing the posterior after each
 possible outcome: an outcome changes one prefix, so the rows of errors before it are the base
 posterior's reweighted and the rest is carried forward from the base pass's state there, every
 outcome of every candidate in one sweep whose rows meet only at probed prefixes (`_row_log_masses`);
@@ -741,7 +741,7 @@ def _log_combs(n: int) -> np.ndarray:
 
 
 def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) -> np.ndarray:
-    """[candidate]: expected bits of label uncertainty removed per rollout by `b` more rollouts at each
+    """[candidate]: expected bits of first-error uncertainty removed per rollout by `b` more rollouts at each
     prefix in `chosen`; every outcome of every candidate is scored in one sweep (`_row_log_masses`).
     A candidate's gain depends on the posterior and b alone: the posterior keeps it, so a second look
     at the same candidates (the search's localizing pass) costs nothing."""
