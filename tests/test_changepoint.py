@@ -4,6 +4,7 @@ the model check, and rows that do not depend on how a run is executed."""
 from __future__ import annotations
 
 import random
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from prm_synth.annotate.changepoint import (
     UNDECIDED_MISFIT,
     ChangepointSettings,
     Evidence,
-    PausedSearch,
+    FirstPhasePool,
     Posterior,
     Priors,
     changepoint_search,
@@ -23,7 +24,6 @@ from prm_synth.annotate.changepoint import (
     open_interval,
     pool_priors,
     repaired_slip,
-    resume_search,
     unbacked_bad,
 )
 from prm_synth.annotate.labeler import make_labeler
@@ -35,7 +35,7 @@ from prm_synth.annotate.labels import (
     first_bad_step,
     labels_from_posterior,
 )
-from prm_synth.annotate.protocol import ProbeResult
+from prm_synth.annotate.protocol import ProbeResult, Wait
 from prm_synth.config import validate_config
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems import iter_problems
@@ -82,12 +82,11 @@ def test_rows_do_not_depend_on_in_flight_or_batch_knobs():
 
 def test_the_searches_of_a_shard_go_on_after_its_first_phase_is_pooled():
     result = _records({"max_in_flight": 64, "max_batch_requests": 256})
-    # every solution's search started once; those not decided within `pool_after` rollouts paused and
-    # started again under the shard's pooled priors, and still ended as one labeled row each
     rows = len(result.records)
-    continued = result.stats.annotators_started - rows
-    assert 0 < continued < rows and result.stats.annotators_done == result.stats.annotators_started
-    assert sum(r.rollouts > ChangepointSettings().pool_after for r in result.records) >= continued // 2
+    # every search not decided within `pool_after` rollouts waited for the pool once, then went on
+    waited = result.stats.annotators_waited
+    assert 0 < waited < rows and result.stats.annotators_started == result.stats.annotators_done == rows
+    assert sum(r.rollouts > ChangepointSettings().pool_after for r in result.records) >= waited // 2
     assert all(r.p_good is not None and len(r.p_good) == len(r.steps) for r in result.records)
 
 
@@ -572,36 +571,71 @@ def _fixed_answers(rate, seed: int):
 
 
 def _finish(search, answer):
+    """Run a search to its end; a `Wait` is answered with its future's result."""
     try:
         probes = next(search)
         while True:
-            probes = search.send(answer(probes))
+            probes = search.send(probes.future.result() if isinstance(probes, Wait) else answer(probes))
     except StopIteration as stop:
         return stop.value
 
 
+class _ReadyPool:
+    """A pool whose priors are the defaults and ready at once: waiting for it must change nothing."""
+
+    def __init__(self) -> None:
+        self.future: Future[Priors] = Future()
+        self.future.set_result(Priors())
+        self.deposited: list[str] = []
+
+    def deposit(self, key: str, ev: Evidence | None) -> None:
+        self.deposited.append(key)
+
+
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 20), pause=st.sampled_from([0, 4, 16, 40]), check=st.booleans())
-def test_a_paused_search_resumed_under_the_same_priors_is_the_search_never_paused(seed, n, pause, check):
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 20), check=st.booleans())
+def test_a_search_that_waits_for_the_same_priors_is_the_search_that_never_waits(seed, n, check):
     rng = random.Random(seed)
     _, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), 0.1)
     answer, cfg = _fixed_answers(rate, seed), ChangepointSettings()
     whole = _finish(changepoint_search(STEPS[:n], verdict, cfg, check=check), answer)
-    first = _finish(changepoint_search(STEPS[:n], verdict, cfg, check=check, pause_after=pause), answer)
-    if isinstance(first.evidence, PausedSearch):
-        assert first.evidence.state.spent >= pause
-        assert first.p_good is None  # nothing is labeled before the search is done
-        resumed = _finish(resume_search(first, cfg, Priors()), answer)
-    else:
-        resumed = first  # decided (or out of probes) before it spent `pause` rollouts
-    assert isinstance(resumed.evidence, Evidence)
-    assert resumed.p_good == whole.p_good
-    assert (resumed.label_source, resumed.unlabeled_reason) == (whole.label_source, whole.unlabeled_reason)
-    assert (resumed.mc_correct, resumed.mc_total) == (whole.mc_correct, whole.mc_total)
+    pool = _ReadyPool()
+    waited = _finish(changepoint_search(STEPS[:n], verdict, cfg, check=check, pool=pool, key="s"), answer)
+    assert pool.deposited == ["s"]  # its first phase handed in once, at the wait or at its end
+    assert waited.p_good == whole.p_good
+    assert (waited.label_source, waited.unlabeled_reason) == (whole.label_source, whole.unlabeled_reason)
+    assert (waited.mc_correct, waited.mc_total) == (whole.mc_correct, whole.mc_total)
 
 
-def test_resume_search_refuses_a_finished_search():
-    answer = _fixed_answers(lambda step: 0.7, 0)
-    ann = _finish(changepoint_search(STEPS[:4], "correct", ChangepointSettings()), answer)
-    with pytest.raises(TypeError, match="paused search"):
-        _finish(resume_search(ann, ChangepointSettings(), Priors()), answer)
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), order=st.permutations(range(6)))
+def test_the_first_phase_pool_is_ready_once_every_member_is_in_whatever_the_order(seed, order):
+    rng = random.Random(seed)
+    evidence = {}
+    for i in range(6):
+        ev = Evidence.empty(8, "incorrect")
+        for j in rng.sample(range(8), 3):
+            ev.graded[j] = 4
+            ev.correct[j] = rng.randint(0, 4)
+        evidence[f"s{i}"] = ev
+    cfg = ChangepointSettings()
+    pool = FirstPhasePool(cfg, ["p0", "p1"])  # members: p0's s0, s1 and p1's s2 (s3 refused); p2 is not
+    pool.solutions("p0", ["s0", "s1"])
+    for i in order:
+        if i in (4, 5):
+            pool.deposit(f"s{i}", evidence[f"s{i}"])  # not a member: never waited for, never pooled
+        elif i == 3:
+            pool.deposit("s3", None)
+    assert not pool.future.done()
+    pool.solutions("p1", ["s2", "s3"])
+    pool.solutions("p2", ["s4", "s5"])
+    for i in order:
+        if i < 3:
+            assert not pool.future.done()
+            pool.deposit(f"s{i}", evidence[f"s{i}"])
+    assert pool.future.done()
+    expected = pool_priors([evidence["s0"], evidence["s1"], evidence["s2"]], strength=0.5 * 3)
+    got = pool.future.result()
+    np.testing.assert_array_equal(got.q, expected.q)  # in key order: the same numbers in any order
+    np.testing.assert_array_equal(got.p, expected.p)
+    assert got.k == expected.k

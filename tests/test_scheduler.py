@@ -2,15 +2,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from concurrent.futures import Future
 
 import pytest
 from _rounds import SCHEDULERS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
-from prm_synth.annotate.scheduler import AfterAll, ProbeScheduler, SolutionJob
+from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult, Wait
+from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult, SamplingOptions
 
 
@@ -112,35 +112,45 @@ def test_more_rollouts_on_a_known_prefix_only_samples_the_missing_ones(mode):
 
 
 @settings(max_examples=40, deadline=None)
-@given(jobs=st.lists(job_st, min_size=1, max_size=8), in_flight=st.integers(1, 4), batch=st.integers(1, 5))
-def test_jobs_after_all_start_once_every_job_before_them_is_done(jobs, in_flight, batch):
+@given(waiters=st.integers(1, 6), others=st.integers(0, 4), in_flight=st.integers(1, 4), batch=st.integers(1, 5))
+def test_a_waiting_annotator_resumes_with_the_futures_result_and_does_not_hold_a_slot(waiters, others, in_flight, batch):
     engine = CountingEngine()
     sched = ProbeScheduler(engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=grader)
-    first = [
-        SolutionJob(f"j{i}", f"p{problem}", "Q", "1", scripted(rounds, [])) for i, (problem, rounds) in enumerate(jobs)
-    ]
-    keys = sorted(job.key for job in first)
-    yielded: list[str] = []
-    seen_by_make: list[list[str]] = []
-    again = [Probe.of_steps(STEPS, 0, 8)]
+    ready: Future[str] = Future()
+    got: dict[str, object] = {}
 
-    def second_phase() -> list[SolutionJob]:
-        seen_by_make.append(sorted(yielded))
-        return [replace(job, annotator=scripted([again], [])) for job in first]
+    def waiter(key: str) -> Annotator[str]:
+        yield [Probe.of_steps(STEPS, 0, 2)]
+        got[key] = yield Wait(ready)
+        (result,) = yield [Probe.of_steps(STEPS, 1, 2)]
+        return f"{key}:{result.total}"
 
-    for job, _ in sched.run([*first, AfterAll(second_phase)], total=len(first)):
-        yielded.append(job.key)
-    assert seen_by_make == [keys]  # built once, after every job before it had been yielded
-    assert sorted(yielded[: len(first)]) == keys and sorted(yielded[len(first) :]) == keys
-    # the second phase reads the first phase's estimates: a prefix's rollouts = the most any probe asked
-    biggest: Counter = Counter()
-    for problem, rounds in jobs:
-        for probes in [*rounds, again]:
-            for p in probes:
-                biggest[(problem, p.prefix)] = max(biggest[(problem, p.prefix)], p.k)
-    assert sched.stats.rollouts == sum(biggest.values())
-    assert sum(spend.rollouts for spend in sched.spend.values()) == sched.stats.rollouts  # both phases' spend kept
-    assert sched.snapshot().annotators_total == sched.stats.annotators_done == 2 * len(first)
+    def resolver() -> Annotator[str]:
+        yield [Probe.of_steps(STEPS, 2, 3)]
+        ready.set_result("pooled")  # e.g. the last member of a shard's first phase
+        return "resolver"
+
+    # the waiters come first: with one slot, the resolver only runs because waiting frees the slot
+    specs = [SolutionJob(f"w{i}", "p", "Q", "1", waiter(f"w{i}")) for i in range(waiters)]
+    specs += [SolutionJob("r", "p", "Q", "1", resolver())]
+    specs += [SolutionJob(f"o{i}", f"p{i}", "Q", "1", scripted([[Probe.of_steps(STEPS, 0, 1)]], [])) for i in range(others)]
+    finished = dict((job.key, value) for job, value in sched.run(specs))
+    assert got == {f"w{i}": "pooled" for i in range(waiters)}
+    assert {finished[f"w{i}"] for i in range(waiters)} == {f"w{i}:2" for i in range(waiters)} and finished["r"] == "resolver"
+    assert len(finished) == waiters + 1 + others
+    assert sched.stats.annotators_waited == waiters
+
+
+def test_annotators_waiting_on_a_future_nobody_resolves_fail_the_run_loudly():
+    never: Future[str] = Future()
+
+    def waiter() -> Annotator[str]:
+        yield Wait(never)
+        return "unreachable"
+
+    sched = ProbeScheduler(CountingEngine(), SamplingOptions(), grader=grader)
+    with pytest.raises(RuntimeError, match="1 annotator.*wait on futures nobody will resolve"):
+        list(sched.run([SolutionJob("w", "p", "Q", "1", waiter())]))
 
 
 def test_annotator_that_asks_nothing_finishes():

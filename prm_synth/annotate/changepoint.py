@@ -4,8 +4,8 @@ from the change-point posterior (`changepoint_posterior.py`, the model and its e
 The search asks for the probe that most reduces the uncertainty about where the first error is, per
 rollout, among a few candidates (prefixes around the posterior's quartiles of the error, ambiguous
 probed prefixes, the question alone, the last prefix), scored by `probe_gains`. Under the labeler a
-shard's searches run in two phases (`PausedSearch`): `pool_after` rollouts each under the weak default
-priors, then on under priors pooled from all of them (`second_phase_priors`). It goes on until the first error is
+shard's searches run in two phases (`FirstPhasePool`): `pool_after` rollouts each under the weak
+default priors, then on under priors pooled from the first phases of the shard's first half. It goes on until the first error is
 pinned to one step (bad label on it, good on the step before) or `localize_max_rollouts` is spent,
 probing inside the open interval between the last good and the first bad label when no other probe
 is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
@@ -30,6 +30,7 @@ Measured across a suite of simulated worlds that each break one assumption of th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,7 +58,7 @@ from prm_synth.annotate.labels import (
     first_bad_step,
     labels_from_posterior,
 )
-from prm_synth.annotate.protocol import Annotator, Probe
+from prm_synth.annotate.protocol import Annotator, Probe, Wait
 
 UNDECIDED_MISFIT = "undecided_misfit"  # the solution's evidence contradicts the model: no label is trusted
 __all__ = [
@@ -170,9 +171,9 @@ class ChangepointSettings:
     # with an error); at 0.005 those stop sooner and the same rows are pinned.
     localize_min_gain: float = 0.005
     check_prefixes: int = 8  # at most this many early prefixes tested on a checked solution (any length)
-    # rollouts a solution's search spends under the default priors before it waits for the shard's
-    # pooled ones (`PausedSearch`): enough for a first look at every solution, a check's early prefixes
-    # included
+    # rollouts a solution's search spends under the default priors before it goes on under the shard's
+    # pooled ones (`FirstPhasePool`): enough for a first look at every solution, a check's early
+    # prefixes included
     pool_after: int = 16
     # the default priors' weight in the second phase's priors, in solutions per solution of the shard
     # (`second_phase_priors`)
@@ -193,15 +194,16 @@ def changepoint_search(
     settings: ChangepointSettings,
     priors: Priors | None = None,
     check: bool = False,
-    pause_after: int | None = None,
+    pool: FirstPhasePool | None = None,
+    key: str = "",
 ) -> Annotator[Annotation]:
     """Probe the most informative prefix until every step is decided and the first error is pinned,
     the budget is spent, or no probe is worth its rollouts; the evidence goes into `ann.evidence` so
     the labeler can label again under the shard's pooled priors (`relabel`). `check`: a correct-answer
     solution drawn for the shard's process-error measurement: its early prefixes are tested first.
-    `pause_after`: once this many rollouts are spent and the solution is not decided, the search
-    returns with `ann.evidence` a `PausedSearch`, for `resume_search` to go on under priors pooled
-    from the whole shard's first phase (the labeler does this: `BinaryLabeler`)."""
+    `pool`: the shard's `FirstPhasePool`: once `pool_after` rollouts are spent and the solution is not
+    decided, the search hands its evidence (as `key`) to the pool and waits (`Wait`) for the priors
+    pooled from the shard's first phases, then goes on under them."""
     n = len(steps)
     ann = Annotation.empty("binary", n)
     ev = Evidence.empty(n, final_status)
@@ -218,41 +220,11 @@ def changepoint_search(
             if j >= 1:
                 ann.record(result)
         ev.checked = True
-    return (yield from _search(SearchState(steps, ev, samples, spent), ann, settings, priors or Priors(), pause_after))
-
-
-@dataclass
-class SearchState:
-    """Where a search stands: what it measured (`ev`), the rollouts it asked per prefix (graded or not)
-    and in all. A search paused for the shard's pooling (`PausedSearch`) goes on from it."""
-
-    steps: list[str]
-    ev: Evidence
-    samples: np.ndarray
-    spent: int
-
-
-@dataclass
-class PausedSearch:
-    """`ann.evidence` of a search that stopped after `pause_after` rollouts to go on under the shard's
-    pooled priors (`resume_search`). Why: under the weak default priors every clean prefix of a hard
-    problem may look as hopeless as a wrong one, so probes there seem worthless and the search stops
-    with the first error unpinned; the shard's first phase tells how hard its problems are and how
-    lucky its policy is (fidelity, eps .1, luck .05: first-error accuracy 0.56 -> 0.68)."""
-
-    state: SearchState
-
-
-def resume_search(ann: Annotation, settings: ChangepointSettings, priors: Priors) -> Annotator[Annotation]:
-    """Go on with a paused search (`ann.evidence` a `PausedSearch`) under `priors`."""
-    paused = ann.evidence
-    if not isinstance(paused, PausedSearch):
-        raise TypeError(f"resume_search needs a paused search, got {type(paused).__name__}")
-    return (yield from _search(paused.state, ann, settings, priors, None))
+    return (yield from _search(steps, ann, ev, samples, spent, settings, priors or Priors(), pool, key))
 
 
 def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSettings) -> Priors:
-    """The priors the paused searches go on under: pooled from every search's first phase, with the
+    """The priors the searches go on under after their first phase: pooled from first phases, with the
     default priors weighing half as much as the shard's solutions (`second_phase_default_weight`).
     Pooled as fully as `relabel` pools (8 solutions' worth of default), the searches trusted the
     shard's difficulty classes where a hard step breaks the model's smooth clean curve and stopped on
@@ -262,16 +234,63 @@ def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSe
     return pool_priors(first_phase, strength=settings.second_phase_default_weight * len(first_phase))
 
 
+class FirstPhasePool:
+    """The first phases of a shard's searches, pooled into the priors they go on under.
+
+    Which first phases count is fixed before the run, so no row depends on timing or knobs: every
+    solution of the shard's first `members` problems (input order; a problem whose sampling is
+    refused counts with none). Those are admitted first whatever `run.max_in_flight` is, so the pool
+    is ready while the rest of the shard still runs its first phases and the engine does not drain
+    to wait for it (waiting for every search of the shard took the modelled GPU's occupancy from
+    0.97 to 0.87); a search that reaches the end of its first phase later finds it ready. Pooled
+    when the last member's evidence is in (a member the engine refused: `deposit(key, None)`), in
+    key order (`second_phase_priors`)."""
+
+    def __init__(self, settings: ChangepointSettings, members: Sequence[str]) -> None:
+        self.settings = settings
+        self.future: Future[Priors] = Future()
+        self._unknown = set(members)  # member problems whose solutions are not known yet
+        self._members: set[str] = set()  # their solutions
+        self._missing: set[str] = set()  # members whose first phase is not in yet
+        self._in: dict[str, Evidence | None] = {}  # every first phase handed in so far, by key
+        self._ready_if_complete()
+
+    def solutions(self, problem: str, keys: Sequence[str]) -> None:
+        """A problem's solutions are known (sampled; none if its sampling was refused)."""
+        if problem in self._unknown:
+            self._unknown.discard(problem)
+            self._members |= set(keys)
+            self._missing |= {key for key in keys if key not in self._in}
+            self._ready_if_complete()
+
+    def deposit(self, key: str, ev: Evidence | None) -> None:
+        """A search's first phase is over (None: the engine refused it); only members' are pooled."""
+        if key not in self._in:
+            self._in[key] = ev
+            self._missing.discard(key)
+            self._ready_if_complete()
+
+    def _ready_if_complete(self) -> None:
+        if self._unknown or self._missing or self.future.done():
+            return
+        evidence = [ev for key, ev in sorted(self._in.items()) if key in self._members and ev is not None]
+        self.future.set_result(second_phase_priors(evidence, self.settings))
+
+
 def _search(
-    state: SearchState,
+    steps: list[str],
     ann: Annotation,
+    ev: Evidence,
+    samples: np.ndarray,
+    spent: int,
     settings: ChangepointSettings,
     priors: Priors,
-    pause_after: int | None,
+    pool: FirstPhasePool | None,
+    key: str,
 ) -> Annotator[Annotation]:
     """The search loop (see `changepoint_search`)."""
-    steps, ev, samples, spent = state.steps, state.ev, state.samples, state.spent
     final_status = ev.verdict
+    first_phase = pool is not None
     while True:
         post = Posterior(ev, priors)
         first_bad = first_bad_step(post.p_good, settings.confidence, settings.bad_confidence)
@@ -280,9 +299,13 @@ def _search(
         if (before >= settings.confidence).all() and unbacked is None:
             stop = "decided"
             break
-        if pause_after is not None and spent >= pause_after:
-            ann.evidence = PausedSearch(SearchState(steps, ev, samples, spent))
-            return ann
+        if pool is not None and first_phase and spent >= settings.pool_after:
+            # the first phase is over: go on under the priors pooled from the shard's first phases
+            pool.deposit(key, ev)
+            del post  # a waiting search holds its evidence only
+            priors = yield Wait(pool.future)
+            first_phase = False
+            continue
         # Pinning the first error to one step is worth more than the gain threshold says: the step
         # where the error happens is the one a PRM most needs. While it is not pinned, the search
         # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
@@ -321,6 +344,8 @@ def _search(
         ev.graded[j] = result.total - result.unknown
         if j >= 1:
             ann.record(result)
+    if pool is not None and first_phase:
+        pool.deposit(key, ev)  # done within its first phase: its evidence is part of the pooling
     ev.stop = stop
     ann.evidence = ev
     label(ann, post, settings, stop, final_status)

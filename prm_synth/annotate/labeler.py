@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
-from itertools import chain
 from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.changepoint import PausedSearch, relabel, resume_search, second_phase_priors
+from prm_synth.annotate.changepoint import FirstPhasePool, relabel
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
@@ -29,7 +28,6 @@ from prm_synth.annotate.omega_tree import tree_to_json
 from prm_synth.annotate.prefix_decision import ChangepointTest, make_test
 from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.scheduler import (
-    AfterAll,
     JobsAfter,
     ProbeScheduler,
     ProgressCallback,
@@ -202,7 +200,12 @@ class _Base:
 
     def label_solutions(self, engine: Engine, solutions: list[Solution], progress: Progress = quiet) -> LabelResult:
         scheduler = new_scheduler(engine, self.config)
-        annotations = self._jobs_run(scheduler, (self._job(s) for s in solutions), len(solutions), progress)
+        pool = self._first_phase_pool([s.problem.id for s in solutions])
+        if pool is not None:
+            for problem in dict.fromkeys(s.problem.id for s in solutions):
+                pool.solutions(problem, [s.id for s in solutions if s.problem.id == problem])
+        jobs = (self._job(s, pool) for s in solutions)
+        annotations = self._jobs_run(scheduler, jobs, len(solutions), progress, pool)
         records, rejected = self._rows(engine, scheduler, solutions, annotations)
         return LabelResult(records=records, rejected=rejected, stats=scheduler.stats)
 
@@ -227,44 +230,37 @@ class _Base:
     def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
         """After every search of the shard is done, in input order: what a method learns from all of them."""
 
-    def _job(self, s: Solution) -> SolutionJob[Annotation]:
+    def _first_phase_pool(self, problem_ids: list[str]) -> FirstPhasePool | None:
+        """The shard's `FirstPhasePool` (problems in input order), where the method's searches have one."""
+        return None
+
+    def _job(self, s: Solution, pool: FirstPhasePool | None = None) -> SolutionJob[Annotation]:
         return SolutionJob(
             key=s.id,
             problem_key=s.problem.id,
             user_prompt=policy_user_prompt(s.problem.question),
             gold=s.problem.gold_answer,
-            annotator=self._first_phase(s),
+            annotator=self._annotator(s, pool),
         )
 
-    def _first_phase(self, s: Solution) -> Annotator[Annotation]:
-        """The annotator a job of the shard starts with (`_second_phase` may go on with it)."""
+    def _annotator(self, s: Solution, pool: FirstPhasePool | None) -> Annotator[Annotation]:
         return self.annotate_given(s.steps, s.verdict.status, s.id)
 
-    def _second_phase(self, ran: dict[str, SolutionJob[Any]], results: dict[str, Any]) -> list[SolutionJob[Any]]:
-        """Jobs to run once every job of the shard has finished its first phase (`results`, by key; `ran`:
-        the jobs): none, unless a method learns from the whole shard before it goes on."""
-        return []
-
     def _jobs_run(
-        self, scheduler: ProbeScheduler, jobs: Iterable[SolutionJob[Any]], total: int, progress: Progress
+        self,
+        scheduler: ProbeScheduler,
+        jobs: Iterable[SolutionJob[Any]],
+        total: int,
+        progress: Progress,
+        pool: FirstPhasePool | None = None,
     ) -> dict[str, Any]:
         results: dict[str, Any] = {}
-        ran: dict[str, SolutionJob[Any]] = {}
-        source = chain(jobs, [AfterAll(partial(self._second_phase, ran, results))])
-        continued: set[str] = set()
-        for job, value in scheduler.run(source, total=total):  # total: for the live progress too
-            ran[job.key] = job
+        for job, value in scheduler.run(jobs, total=total):  # total: for the live progress too
             results[job.key] = value
-            if self._paused(value):
-                continued.add(job.key)
-            else:
-                continued.discard(job.key)
-                _report(progress, len(results) - len(continued), total, scheduler)
+            if pool is not None and isinstance(value, Refused):
+                pool.deposit(job.key, None)  # no first phase will come: the pool must not wait for it
+            _report(progress, len(results), total, scheduler)
         return results
-
-    def _paused(self, value: Any) -> bool:
-        """Whether an annotator's result is a first phase its second phase goes on with."""
-        return False
 
 
 class SolutionLabeler(_Base):
@@ -283,12 +279,17 @@ class SolutionLabeler(_Base):
         futures = scheduler.submit([sampling_request(p, self.config) for p in problems])
         samples = self.config.sampling.samples_per_problem
         by_problem: dict[str, Sampled] = {}
+        pool = self._first_phase_pool([p.id for p in problems])
 
         def jobs_of(problem: Problem, result: GenerationResult) -> list[SolutionJob[Annotation]]:
             sampled = by_problem[problem.id] = read_solutions(problem, result, self.config)
-            return [self._job(s) for s in sampled.solutions]
+            if pool is not None:
+                pool.solutions(problem.id, [s.id for s in sampled.solutions])
+            return [self._job(s, pool) for s in sampled.solutions]
 
         def refused(problem: Problem, error: RequestRefused) -> None:
+            if pool is not None:
+                pool.solutions(problem.id, [])
             # every solution the request was to sample is rejected, so the counts reconcile as usual
             rows = [
                 refused_row(solution_id(problem.id, j), problem, "sample", str(error), None) for j in range(samples)
@@ -300,7 +301,7 @@ class SolutionLabeler(_Base):
             for problem, future in zip(problems, futures, strict=True)
         )
         try:
-            annotations = self._jobs_run(scheduler, jobs, len(problems) * samples, progress)
+            annotations = self._jobs_run(scheduler, jobs, len(problems) * samples, progress, pool)
         finally:  # a failed run has not read every problem yet: their sampling must not run for nobody
             scheduler.stream.give_up(futures)
         sampled = Sampled()
@@ -349,40 +350,29 @@ class BinaryLabeler(SolutionLabeler):
         self.annotate: BinaryConfig = config.annotate  # type: ignore[assignment]
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
-        return self._search(steps, final_status, key, pause=False)
+        return self._search(steps, final_status, key, None)
 
-    def _search(self, steps: list[str], final_status: VerdictStatus, key: str, pause: bool) -> Annotator[Annotation]:
+    def _annotator(self, s: Solution, pool: FirstPhasePool | None) -> Annotator[Annotation]:
+        return self._search(s.steps, s.verdict.status, s.id, pool)
+
+    def _search(
+        self, steps: list[str], final_status: VerdictStatus, key: str, pool: FirstPhasePool | None
+    ) -> Annotator[Annotation]:
         a = self.annotate
         test = make_test(a)
-        changepoint = isinstance(test, ChangepointTest)
         # a stable share of the correct-answer solutions measures the shard's rate of process errors
-        check = changepoint and sampled_share(f"{key}/check", test.settings.check_correct)
-        pause_after = test.settings.pool_after if changepoint and pause else None
+        check = isinstance(test, ChangepointTest) and sampled_share(f"{key}/check", test.settings.check_correct)
         verify = sampled_share(key, a.verify_correct)
-        return binary_search(steps, final_status, a, verify, check=check, pause_after=pause_after)
+        return binary_search(steps, final_status, a, verify, check=check, pool=pool, key=key)
 
-    def _first_phase(self, s: Solution) -> Annotator[Annotation]:
-        # a changepoint search pauses after its first rollouts (`_second_phase`)
-        return self._search(s.steps, s.verdict.status, s.id, pause=True)
-
-    def _paused(self, value: Any) -> bool:
-        return isinstance(value, Annotation) and isinstance(value.evidence, PausedSearch)
-
-    def _second_phase(self, ran: dict[str, SolutionJob[Any]], results: dict[str, Any]) -> list[SolutionJob[Any]]:
-        """search_test changepoint: the paused searches go on under the priors pooled from every
-        search's first phase. Pooled over the set, in key order, so no row depends on the order the
-        searches finished in."""
+    def _first_phase_pool(self, problem_ids: list[str]) -> FirstPhasePool | None:
+        """search_test changepoint: the searches go on under priors pooled from the first phases of the
+        solutions of the shard's first half of problems (`FirstPhasePool`)."""
         test = make_test(self.annotate)
-        paused = sorted(key for key, value in results.items() if self._paused(value))
-        if not paused or not isinstance(test, ChangepointTest):
-            return []
-        measured = [
-            value.evidence.state.ev if self._paused(value) else value.evidence
-            for _, value in sorted(results.items())
-            if isinstance(value, Annotation) and value.evidence is not None
-        ]
-        priors = second_phase_priors(measured, test.settings)
-        return [replace(ran[key], annotator=resume_search(results[key], test.settings, priors)) for key in paused]
+        if not isinstance(test, ChangepointTest):
+            return None
+        problems = list(dict.fromkeys(problem_ids))
+        return FirstPhasePool(test.settings, problems[: (len(problems) + 1) // 2])
 
     def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
         """search_test changepoint: label every solution again under the priors pooled from the whole

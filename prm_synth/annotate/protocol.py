@@ -2,15 +2,17 @@
 
 An annotator is a generator. It yields a list of `Probe`s (prefix text, rollouts wanted) and is sent
 back one `ProbeResult` per probe, in the same order; when it returns, its return value is the
-annotation. This module is all an algorithm needs to import: it knows nothing of engines or grading,
+annotation. It may also yield a `Wait` (a future): it is sent the future's result once it is done,
+e.g. priors pooled from the first phase of a shard's other searches. This module is all an algorithm needs to import: it knows nothing of engines or grading,
 which stay in the scheduler (`scheduler.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prm_synth.schema import VerdictStatus
 
@@ -59,5 +61,15 @@ class ProbeResult:
         return self.correct / self.graded if self.graded else None
 
 
-# An annotator yields probe lists, receives result lists, and returns its annotation.
-Annotator = Generator[list[Probe], list[ProbeResult], T]
+@dataclass(frozen=True)
+class Wait:
+    """What an annotator yields to wait for something other annotators make (not for rollouts): it is
+    sent `future.result()` when the future is done. A waiting annotator does not count against the
+    scheduler's `max_in_flight`: what it waits for may need other annotators to run first."""
+
+    future: Future[Any]
+
+
+# An annotator yields probe lists (or a `Wait`), receives result lists (or the future's result), and
+# returns its annotation.
+Annotator = Generator[list[Probe] | Wait, Any, T]

@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult, Rollout
+from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult, Rollout, Wait
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import GenerationStream, stream_for
 from prm_synth.grading import grade, is_truncated
@@ -62,16 +62,6 @@ class JobsAfter:
     refused: Callable[[RequestRefused], None] | None = None
 
 
-@dataclass
-class AfterAll:
-    """Jobs that exist once every job before it in the source has finished and been yielded: `make()`
-    builds them then. Put it in the job source of `ProbeScheduler.run`; nothing after it is read
-    before. For a second phase that needs what the first phase of every job measured (the changepoint
-    search's shard-pooled priors); the engine keeps the estimates of both phases' prefixes."""
-
-    make: Callable[[], Iterable[SolutionJob[Any]]]
-
-
 @dataclass(frozen=True)
 class Refused:
     """What `ProbeScheduler.run` yields for a job whose annotator could not finish: the engine
@@ -94,6 +84,7 @@ class SchedulerStats:
     annotators_started: int = 0
     annotators_done: int = 0
     annotators_refused: int = 0  # ended by a request the engine refused (yielded with `Refused`)
+    annotators_waited: int = 0  # times an annotator waited on a future (`Wait`: e.g. a shard's pooled priors)
     requests_refused: int = 0
     seconds: float = 0.0  # wall time of run()
     # The engine over the same time (all of its users: other shards' work shares the engine).
@@ -242,17 +233,22 @@ class ProbeScheduler:
 
     # ------------------------------------------------------------ the stream
     def _drive(self, source: Iterator[SolutionJob[T] | JobsAfter]) -> Iterator[tuple[SolutionJob[T], T | Refused]]:
-        ready: deque[SolutionJob[Any]] = deque()  # jobs made by a resolved JobsAfter (or AfterAll)
+        ready: deque[SolutionJob[Any]] = deque()  # jobs made by a resolved JobsAfter
         deferred = self._deferred
+        waiting: list[tuple[SolutionJob[Any], Wait]] = []  # annotators that yielded a Wait (not in flight)
         exhausted = False
-        barrier: AfterAll | None = None  # read from the source: nothing more until every job is done
         in_flight = 0
 
-        def admitting() -> bool:
-            return bool(ready) or (not exhausted and barrier is None)
+        def hold(job: SolutionJob[Any], value: Any) -> None:
+            nonlocal in_flight
+            if isinstance(value, Wait):
+                waiting.append((job, value))
+                in_flight -= 1
+            else:
+                self._register(_Pending(job, value))
 
         while True:
-            while in_flight + len(deferred) < self.max_in_flight and admitting():
+            while in_flight + len(deferred) < self.max_in_flight and (ready or not exhausted):
                 if ready:
                     job = ready.popleft()
                 else:
@@ -263,9 +259,6 @@ class ProbeScheduler:
                     if isinstance(item, JobsAfter):
                         deferred[item.future] = item
                         continue
-                    if isinstance(item, AfterAll):
-                        barrier = item
-                        break
                     job = item
                 in_flight += 1
                 done, value = self._start(job)
@@ -273,7 +266,7 @@ class ProbeScheduler:
                     in_flight -= 1
                     yield job, value
                 else:
-                    self._register(_Pending(job, value))
+                    hold(job, value)
             while self._refused:
                 in_flight -= 1
                 yield self._refused.popleft()
@@ -287,35 +280,44 @@ class ProbeScheduler:
                     in_flight -= 1
                     yield pending.job, value
                 else:
-                    self._register(_Pending(pending.job, value))
-            if barrier is not None and in_flight == 0 and not deferred and not ready:
-                more = list(barrier.make())  # every job before it has been yielded
-                barrier = None
-                ready.extend(more)
-                if self._total is not None:
-                    self._total += len(more)
-                continue
-            if in_flight + len(deferred) < self.max_in_flight and admitting():
+                    hold(pending.job, value)
+            woken = [pair for pair in waiting if pair[1].future.done()]  # done by what just ran
+            for pair in woken:
+                waiting.remove(pair)
+                job, wait = pair
+                in_flight += 1
+                done, value = self._advance(job, wait.future.result())
+                if done:
+                    in_flight -= 1
+                    yield job, value
+                else:
+                    hold(job, value)
+            if woken or (in_flight + len(deferred) < self.max_in_flight and (ready or not exhausted)):
                 continue  # room for more annotators before waiting on the engine
             self._send()
             if not self._sent and not deferred:
-                if in_flight == 0 and exhausted and not ready:
+                if in_flight == 0 and exhausted and not ready and not waiting:
                     return
-                raise RuntimeError(f"{in_flight} annotator(s) wait on nothing: a scheduler bug")
+                what = f"{len(waiting)} wait on futures nobody will resolve" if in_flight == 0 else "wait on nothing"
+                raise RuntimeError(f"{in_flight + len(waiting)} annotator(s) {what}: a scheduler or annotator bug")
             self._wait_stream(deferred, ready)
 
     def _start(self, job: SolutionJob[Any]) -> tuple[bool, Any]:
-        self.spend.setdefault(job.key, Spend())  # a second phase's job (AfterAll) adds to the first's
+        self.spend[job.key] = Spend()
         self.stats.annotators_started += 1
         return self._advance(job, None)
 
-    def _advance(self, job: SolutionJob[Any], results: list[ProbeResult] | None) -> tuple[bool, Any]:
-        """Resume the annotator: (True, its annotation) when it finished, else (False, its new probes)."""
+    def _advance(self, job: SolutionJob[Any], results: Any) -> tuple[bool, Any]:
+        """Resume the annotator with its probes' results (None: start it; or what its `Wait` waited for):
+        (True, its annotation) when it finished, else (False, its new probes or its `Wait`)."""
         try:
             probes = next(job.annotator) if results is None else job.annotator.send(results)
         except StopIteration as stop:
             self.stats.annotators_done += 1
             return True, stop.value
+        if isinstance(probes, Wait):
+            self.stats.annotators_waited += 1
+            return False, probes
         for probe in probes:
             if probe.k < 1:
                 raise ValueError(f"annotator of {job.key} asked for an invalid probe {probe}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.changepoint import changepoint_search
+from prm_synth.annotate.changepoint import FirstPhasePool, changepoint_search
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.prefix_decision import (
     ChangepointTest,
@@ -69,11 +69,12 @@ def binary_search(
     config: BinaryConfig,
     verify: bool = False,
     check: bool = False,
-    pause_after: int | None = None,
+    pool: FirstPhasePool | None = None,
+    key: str = "",
 ) -> Annotator[Annotation]:
     """The binary method's annotator for one solution: `first_error_search` with the config's test.
     `check`: the changepoint search tests this correct-answer solution's early prefixes first;
-    `pause_after`: it pauses for the shard's pooled priors after that many rollouts."""
+    `pool`: its shard's `FirstPhasePool` (the solution's `key` in it)."""
     return first_error_search(
         steps,
         final_status,
@@ -81,7 +82,8 @@ def binary_search(
         recheck=config.recheck,
         verify_k=config.k if verify else None,
         check=check,
-        pause_after=pause_after,
+        pool=pool,
+        key=key,
     )
 
 
@@ -93,14 +95,15 @@ def first_error_search(
     recheck: bool,
     verify_k: int | None = None,
     check: bool = False,
-    pause_after: int | None = None,
+    pool: FirstPhasePool | None = None,
+    key: str = "",
 ) -> Annotator[Annotation]:
     """The first-error search for one solution, each prefix decided by `test`.
 
     verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
     trusted. The row's method name is the labeler's to stamp (labeler._record), not the search's."""
     if isinstance(test, ChangepointTest):
-        return (yield from changepoint_search(steps, final_status, test.settings, check=check, pause_after=pause_after))
+        return (yield from changepoint_search(steps, final_status, test.settings, check=check, pool=pool, key=key))
     n = len(steps)
     if final_status == "correct":
         if verify_k is not None:
