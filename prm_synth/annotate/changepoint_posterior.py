@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from prm_synth.annotate import changepoint_loops as _loops
+
 Q_GRID = np.array(
     [0.001, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.26, 0.32, 0.39, 0.46, 0.53, 0.6, 0.67, 0.74, 0.81, 0.88, 0.94]
 )
@@ -516,69 +518,178 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         mask = np.arange(n + 1)[None, :] < js[:, None]
         out[mask] = before[mask]
         # e >= j, in three stages: (A) every row at its own j together: the state before j, the row's
-        # own counts there, the error at j, one step on; (B) each candidate's rows across the unprobed
-        # prefixes after j to the next probed one; (C) one sweep over the probed prefixes, rows joining
-        # at the first one after their j. The whole batch meets only at the probed prefixes.
+        # own counts there, the error at j; (B) each candidate's rows across the unprobed prefixes
+        # after j to the next probed one (or the end); (C) one sweep over the probed prefixes, rows
+        # joining at the first one after their j. The whole batch meets only at the probed prefixes.
         clean_new = tables.loglik(True, correct, graded - correct).reshape(rows, q_, l_)
-        prior = priors.log_prior()[:, None]  # [d, 1, q]
-        bad_after = terms.bad_after[0]
-
-        def cross_run(m_: np.ndarray, a_: np.ndarray, into: np.ndarray, j: int, end: int) -> None:
-            """States m_, a_ (class-major) across the unprobed prefixes j..end-1, their errors into
-            `into` (the rows' views of out): each one's bad stretch starts at `end`."""
-            while j < end:
-                m = min(end - j, MAX_STEPS)
-                lw = a_ + prior + bad_after[end]  # [d, row, q]
-                shift = lw.max(axis=(0, 2))
-                shift = np.where(np.isfinite(shift), shift, 0.0)
-                # [row, d, level]: luck summed out, one small product per (class, row)
-                summed = np.matmul(np.exp(lw - shift[:, None])[:, :, None, :], m_)[:, :, 0].transpose(1, 0, 2)
-                table, table_scale = _reach_flat(n - j - 1)
-                switch = summed.reshape(len(shift), d_ * l_) @ table[:m].T  # [row, i]
-                into[:, j : j + m] = np.log(switch) + shift[:, None] + table_scale[:m]
-                _step_classes(m_, a_, _powers_with_sums(m), _LOG_SCALE[m])
-                j += m
-
-        # class-major ([d, row, q, level]): the level transitions are then one matrix product per class
-        msg = np.empty((d_, rows, q_, l_))
-        acc = np.empty((d_, rows, q_))
-        firsts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
-        groups = [(int(js[a]), a, b) for a, b in zip(firsts, [*firsts[1:], rows], strict=True)]
-        for j, a, b in groups:
-            state, state_acc = post.cache.at(j)
-            msg[:, a:b] = state[:, None]
-            acc[:, a:b] = state_acc[:, None]
-        lik_top = clean_new.max(axis=2)  # [row, q]
-        msg *= np.exp(clean_new - lik_top[:, :, None])
-        acc += lik_top
-        sigma = _SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)]  # [row, d, level]
-        switch = np.einsum("drql,rdl->drq", msg, sigma)
-        here = acc + prior + bad_after[js + 1][None]
-        out[np.arange(rows), js] = _logsumexp(here + np.log(switch), axis=(0, 2))
-        _step_classes(msg, acc, _CLEAN_T_SUMS, None)  # the states before j + 1
-        cols = terms.cols
-        after = np.searchsorted(cols, js, side="right")  # the first probed prefix after each row's j
-        arrive = np.append(cols, n)[after]
-        for j, a, b in groups:
-            cross_run(msg[:, a:b], acc[:, a:b], out[a:b], j + 1, int(arrive[a]))
-        positions = [int(c) for c in cols if c >= arrive[0]]
-        for idx, p in enumerate(positions):
-            hi = int(np.searchsorted(arrive, p, side="right"))
-            m_, a_ = msg[:, :hi], acc[:, :hi]
-            lik = terms.clean[0, int(np.searchsorted(cols, p))]  # [q, level]
-            lik_top = lik.max(axis=1)
-            m_ *= np.exp(lik - lik_top[:, None])
-            a_ += lik_top
-            # one product per class: the next level, the state's sum, and the switch to the bad stretch
-            kernel = np.concatenate([_CLEAN_T_SUMS, _sigma(n - p - 1)[:, :, None]], axis=2)
-            here = a_ + prior + bad_after[p + 1]  # [d, row, q]: the weights before the step's own scale
-            switch = _step_classes(m_, a_, kernel, None)  # [d, row, q]
-            out[:hi, p] = _logsumexp(here + np.log(switch), axis=(0, 2))
-            cross_run(m_, a_, out[:hi], p + 1, positions[idx + 1] if idx + 1 < len(positions) else n)
-        out[:, n] = _logsumexp(acc + prior + terms.v_clean + np.log(msg[..., 0]), axis=(0, 2))
+        new_top = clean_new.max(axis=2)  # [row, q]
+        new_weight = np.exp(clean_new - new_top[:, :, None])
+        col_top = terms.clean[0].max(axis=2)  # [col, q]
+        col_weight = np.exp(terms.clean[0] - col_top[:, :, None])
+    prior = priors.log_prior()  # [d, q]
+    bad_after = terms.bad_after[0]
+    cols = terms.cols
+    arrive = np.append(cols, n)[np.searchsorted(cols, js, side="right")]  # the first probed prefix after j
+    msg = np.empty((d_, rows, q_, l_))
+    acc = np.empty((d_, rows, q_))
+    firsts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+    groups = [(int(js[a]), a, b) for a, b in zip(firsts, [*firsts[1:], rows], strict=True)]
+    for j, a, b in groups:
+        state, state_acc = post.cache.at(j)
+        msg[:, a:b] = state[:, None]
+        acc[:, a:b] = state_acc[:, None]
+    sweep = _Sweep(n, prior, bad_after, terms.v_clean, np.empty((rows, d_, l_)), np.empty(rows))
+    run = arrive - js - 1  # the unprobed prefixes after j, up to the next probed one or the end
+    first = np.minimum(run, MAX_STEPS)
+    _loops.absorb(
+        msg,
+        acc,
+        0,
+        rows,
+        True,
+        new_weight,
+        new_top,
+        _SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)],
+        prior[None] + bad_after[js + 1][:, None, :],
+        js,
+        run > 0,
+        _END_AFTER_STEP[first],
+        prior[None] + terms.v_clean + _LOG_SCALE[first][:, :, None],
+        (arrive == n) & (run <= MAX_STEPS),
+        out,
+        sweep.summed,
+        sweep.shift,
+    )
+    waiting = np.empty_like(msg)  # the states where each candidate's rows join the sweep
+    for j, a, b in groups:
+        sweep.cross(msg, waiting, acc, out, a, b, j + 1, int(arrive[a]))
+    positions = [int(c) for c in cols if c >= arrive[0]]
+    cur, spare = waiting, msg
+    hi = 0
+    for idx, p in enumerate(positions):
+        lo, hi = hi, int(np.searchsorted(arrive, p, side="right"))
+        if cur is not waiting:
+            cur[:, lo:hi] = waiting[:, lo:hi]
+        ci = idx + len(cols) - len(positions)
+        end = positions[idx + 1] if idx + 1 < len(positions) else n
+        r = end - p - 1
+        m = min(r, MAX_STEPS)
+        _loops.absorb(
+            cur,
+            acc,
+            0,
+            hi,
+            False,
+            col_weight[ci : ci + 1],
+            col_top[ci : ci + 1],
+            _SIGMA[min(n - p - 1, MAX_STEPS - 1)][None],
+            (prior + bad_after[p + 1])[None],
+            np.array([p]),
+            np.array([r > 0]),
+            _END_AFTER_STEP[m][None],
+            (prior + terms.v_clean + _LOG_SCALE[m][:, None])[None],
+            np.array([end == n and r <= MAX_STEPS]),
+            out,
+            sweep.summed,
+            sweep.shift,
+        )
+        if sweep.cross(cur, spare, acc, out, 0, hi, p + 1, end):
+            cur, spare = spare, cur
     result = np.empty_like(out)
     result[order] = out
     return result
+
+
+@functools.lru_cache(maxsize=MAX_STEPS + 1)
+def _step_then_run(m: int) -> np.ndarray:
+    """[d, level, level]: the step out of a probed prefix and then m unprobed ones, one kernel (its rows
+    sum to at most 1, as both kernels' do, so the states need no renormalising between them)."""
+    kernel = np.ascontiguousarray(np.matmul(_CLEAN_T, _POWERS[m]))
+    kernel.flags.writeable = False
+    return kernel
+
+
+# [m, d, level]: the weight of ending at level 0 (c = 1) from each level: after the step out of a probed
+# prefix and m unprobed ones (_END_AFTER_STEP), or after m unprobed ones alone (_END_AFTER_RUN). The
+# last state of a row is read there alone: a vector product where a matrix product was.
+_END_AFTER_STEP = np.einsum("dab,mdb->mda", _CLEAN_T, _POWERS[..., 0])
+_END_AFTER_RUN = np.ascontiguousarray(_POWERS[..., 0])
+
+
+@functools.lru_cache(maxsize=32)
+def _reach_flat_stepped(r: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_reach_flat(r)` with the step out of the probed prefix before the run folded in: it multiplies
+    states taken before that step (`_loops.absorb` sums their luck out there)."""
+    table, log_top = _reach_flat(r)
+    m = len(table)
+    stepped = np.einsum("dab,idb->ida", _CLEAN_T, table.reshape(m, len(P_GRID), len(C_GRID))).reshape(m, -1)
+    stepped[stepped < 1e-290] = 0.0  # no subnormal numbers (see `_reach_flat`)
+    stepped.flags.writeable = False
+    return stepped, log_top
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """One solution's candidate sweep (`_row_log_masses`): what every row's run crossing reads."""
+
+    n: int
+    prior: np.ndarray  # [d, q]
+    bad_after: np.ndarray  # [j, q]
+    v_clean: float
+    summed: np.ndarray  # [row, d, level]: each row's luck summed out before its run (`_loops.absorb`)
+    shift: np.ndarray  # [row]: its scale
+
+    def cross(
+        self, src: np.ndarray, dst: np.ndarray, acc: np.ndarray, out: np.ndarray, a: int, b: int, start: int, end: int
+    ) -> bool:
+        """Rows a..b-1 of states src [d, row, q, level], absorbed at prefix start - 1 (its level step not
+        taken), across the unprobed prefixes start..end-1 (their errors into out) to the states before
+        prefix `end`, written into dst: True. At the solution's end `absorb` wrote the clean weight
+        already and nothing is written: False. The step out of prefix start - 1 goes with the run's
+        first product: one level product a probed prefix where there were two."""
+        n = self.n
+        m = min(end - start, MAX_STEPS)
+        if m:
+            self._errors(out, a, b, start, m, _reach_flat_stepped(n - start - 1))
+        if end == n and end - start <= MAX_STEPS:
+            return False
+        _product(src, dst, acc, a, b, _step_then_run(m) if m else _CLEAN_T, _LOG_SCALE[m])
+        s = start + m
+        while s < end:  # a run longer than the tables: the rest in parts
+            m = min(end - s, MAX_STEPS)
+            _loops.luck_summed(dst, acc, a, b, self.prior + self.bad_after[end], self.summed, self.shift)
+            self._errors(out, a, b, s, m, _reach_flat(n - s - 1))
+            if s + m == n:
+                base = self.prior + self.v_clean + _LOG_SCALE[m][:, None]
+                _loops.clean_end(dst, acc, a, b, _END_AFTER_RUN[m], base, out)
+                return False
+            _product(dst, dst, acc, a, b, _POWERS[m], _LOG_SCALE[m])
+            s += m
+        return True
+
+    def _errors(self, out: np.ndarray, a: int, b: int, s: int, m: int, tables: tuple[np.ndarray, np.ndarray]) -> None:
+        """out[a:b, s:s+m]: errors at the run's prefixes s..s+m-1, from each row's luck-summed state."""
+        table, table_scale = tables
+        d_, l_ = len(P_GRID), len(C_GRID)
+        switch = self.summed[a:b].reshape(b - a, d_ * l_) @ table[:m].T  # [row, i]
+        with np.errstate(divide="ignore"):
+            out[a:b, s : s + m] = np.log(switch) + (self.shift[a:b, None] + table_scale[:m])
+
+
+def _product(
+    src: np.ndarray, dst: np.ndarray, acc: np.ndarray, a: int, b: int, kernel: np.ndarray, log_scale: np.ndarray
+) -> None:
+    """Rows a..b-1 of the states src [d, row, q, level] through a per-class level kernel [d, level,
+    level] (one BLAS product per class) into dst (dst may be src), renormalised where needed, the
+    kernel's log scale [d] added to acc."""
+    d_, rows, q_, l_ = src.shape
+    x = src.reshape(d_, rows * q_, l_)[:, a * q_ : b * q_]
+    y = dst.reshape(d_, rows * q_, l_)[:, a * q_ : b * q_]
+    if src is dst:
+        y[...] = np.matmul(x, kernel)
+    else:
+        np.matmul(x, kernel, out=y)
+    _loops.settle(dst, acc, a, b, log_scale)
 
 
 Scaled = tuple[np.ndarray, np.ndarray]  # (vec [d, q, level] with maximum 1 over level, log scale [d, q])
@@ -667,51 +778,6 @@ def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, grad
             logs = acc + prior + beta_scale + lik_top[rows][:, None, :] + np.log(inner)
             after[rows] = _logsumexp(logs, axis=(1, 2))
     return np.logaddexp(before, after)
-
-
-def _with_sums(kernel: np.ndarray) -> np.ndarray:
-    """[d, level, level + 1]: a level kernel with its row sums appended (the product then also gives
-    the new state's total, the renormalisation's scale, with no reduction of its own)."""
-    return np.concatenate([kernel, kernel.sum(axis=2, keepdims=True)], axis=2)
-
-
-_CLEAN_T_SUMS = _with_sums(_CLEAN_T)
-
-
-@functools.lru_cache(maxsize=MAX_STEPS + 1)
-def _powers_with_sums(m: int) -> np.ndarray:
-    return _with_sums(_POWERS[m])
-
-
-_RENORMALISE = 1e-30  # far above the smallest normal double (2e-308): no precision is lost before it
-
-
-def _step_classes(
-    msg: np.ndarray, acc: np.ndarray, kernel: np.ndarray, log_scale: np.ndarray | None
-) -> np.ndarray | None:
-    """In place: class-major states (msg [d, row, q, level], acc [d, row, q]) through a per-class
-    level kernel [d, level, level + 1 (+ 1)] whose column `level` is its row sums (`_with_sums`),
-    with the kernel's own log scale [d]. A further column (a switch vector) comes back as
-    [d, row, q], taken before the step.
-
-    A state stands for exp(acc) * msg, so it needs renormalising only to stay far from underflow:
-    the kernels' rows sum to at most 1 and the likelihood factors are at most 1, so msg only
-    shrinks, and it is divided by its sums only once one of them falls below `_RENORMALISE`
-    (a division broadcast over the level axis costs more than the product itself)."""
-    d_, rows, q_, l_ = msg.shape
-    flat = msg.reshape(d_, rows * q_, l_)
-    stepped = np.matmul(flat, kernel[..., :l_])
-    extra = np.matmul(flat, kernel[..., l_:])  # the sums (and the switch) beside, not interleaved
-    sums = extra[..., 0]
-    if sums.min() < _RENORMALISE:
-        scale = np.maximum(sums, 1e-300)
-        np.divide(stepped, scale[..., None], out=flat)
-        acc += np.log(scale).reshape(acc.shape)
-    else:
-        flat[...] = stepped
-    if log_scale is not None:
-        acc += log_scale[:, None, None]
-    return extra[..., 1].reshape(d_, rows, q_) if kernel.shape[2] > l_ + 1 else None
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
