@@ -217,3 +217,63 @@ def clean_end(
             for q in range(q_):
                 total += np.exp(y[d, q] - best) * s[d, q]
         out[r, n] = _log_total(y, s, best, total)
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def clean_prefix(
+    msg: np.ndarray,
+    acc: np.ndarray,
+    lik: np.ndarray,
+    sig: np.ndarray,
+    bad_after: np.ndarray,
+    p: int,
+    log_e: np.ndarray,
+    out_msg: np.ndarray,
+    out_acc: np.ndarray,
+) -> None:
+    """The forward pass (`_log_joint`, batch-major states msg [b, class, luck, level], acc [b, class,
+    luck]) at a probed prefix p: its clean likelihood lik [b, luck, level] multiplied in (scaled by
+    its maximum over level), into out_msg / out_acc (the states before it are kept: the forward
+    cache holds them), and log_e[b, p, class, luck] = acc + log(msg . sig) + bad_after[b, p + 1]: the
+    weight of 'prefix p is the last clean one' (sig [class, level]: the switch to the bad stretch)."""
+    b_, d_, q_, l_ = msg.shape
+    w = np.empty((q_, l_))
+    top = np.empty(q_)
+    for b in range(b_):
+        for q in range(q_):
+            t = -np.inf
+            for level in range(l_):
+                t = max(t, lik[b, q, level])
+            top[q] = t
+            for level in range(l_):
+                w[q, level] = np.exp(lik[b, q, level] - t)
+        for d in range(d_):
+            for q in range(q_):
+                s = 0.0
+                for level in range(l_):
+                    v = msg[b, d, q, level] * w[q, level]
+                    out_msg[b, d, q, level] = v
+                    s += v * sig[d, level]
+                a = acc[b, d, q] + top[q]
+                out_acc[b, d, q] = a
+                log_e[b, p, d, q] = a + np.log(s) + bad_after[b, p + 1, q]
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def normalise(msg: np.ndarray, acc: np.ndarray, log_scale: np.ndarray) -> None:
+    """In place, batch-major states (msg [b, class, luck, level], acc [b, class, luck]) after a level
+    product: every vector scaled to sum 1 (at least 1e-300 is divided), the scale and the kernel's
+    own log scale [class] into acc (the forward pass keeps its states normalised)."""
+    b_, d_, q_, l_ = msg.shape
+    for b in range(b_):
+        for d in range(d_):
+            own = log_scale[d]
+            for q in range(q_):
+                total = 0.0
+                for level in range(l_):
+                    total += msg[b, d, q, level]
+                scale = max(total, 1e-300)
+                inv = 1.0 / scale
+                for level in range(l_):
+                    msg[b, d, q, level] *= inv
+                acc[b, d, q] += own + np.log(scale)
