@@ -54,7 +54,8 @@ def absorb(
     acc: np.ndarray,
     r0: int,
     r1: int,
-    per_row: bool,
+    entry: int,
+    weight_entry: int,
     weight: np.ndarray,
     top: np.ndarray,
     sig: np.ndarray,
@@ -69,7 +70,8 @@ def absorb(
     shift: np.ndarray,
 ) -> None:
     """Rows r0..r1-1 of the states at a prefix: the prefix's clean likelihood multiplied in (weight =
-    exp(loglik - top) [luck, level], top [luck]), in place, and from the same pass:
+    exp(loglik - top) [luck, level], top [luck]), in place (a factor of at most 1; the level product
+    after it renormalises, `settle`), and from the same pass:
     - out[r, col] = log sum over (class, luck) of exp(acc + base) * (msg . sig) over level: the weight
       of 'this prefix is the last clean one' (sig [class, level]: the switch to the bad stretch; base
       [class, luck]: prior and the bad stretch's likelihood);
@@ -78,7 +80,8 @@ def absorb(
       unprobed prefixes after this one (its bad stretch starts where this one's does);
     - where ends: out[r, n] = log sum of exp(acc + end_base) * (msg . end_col): the solution clean to
       its end (end_col: level 0 of the steps to the end, end_base: prior, verdict, the steps' scale).
-    per_row: the data arrays (weight .. ends) hold one entry a row; else one entry for every row."""
+    entry: which entry of the data arrays (sig .. ends) every row reads; -1: each row its own (entry r).
+    weight_entry: the same for weight and top."""
     d_, rows, q_, l_ = msg.shape
     n = out.shape[1] - 1
     y = np.empty((d_, q_))
@@ -86,35 +89,31 @@ def absorb(
     ye = np.empty((d_, q_))
     se = np.empty((d_, q_))
     for r in range(r0, r1):
-        i = r if per_row else 0
+        i = r if entry < 0 else entry
+        wi = r if weight_entry < 0 else weight_entry
         run = has_run[i]
         end = ends[i]
         best = -np.inf
         best_end = -np.inf
         for d in range(d_):
+            sg = sig[i, d]
             for q in range(q_):
-                total = 0.0
+                vec = msg[d, r, q]
+                w = weight[wi, q]
                 sw = 0.0
-                sl = 0.0
                 for level in range(l_):
-                    v = msg[d, r, q, level] * weight[i, q, level]
-                    msg[d, r, q, level] = v
-                    total += v
-                    sw += v * sig[i, d, level]
-                    sl += v * end_col[i, d, level]
-                a = acc[d, r, q] + top[i, q]
-                if total < RENORMALISE:
-                    scale = max(total, 1e-300)
-                    for level in range(l_):
-                        msg[d, r, q, level] /= scale
-                    sw /= scale
-                    sl /= scale
-                    a += np.log(scale)
+                    v = vec[level] * w[level]
+                    vec[level] = v
+                    sw += v * sg[level]
+                a = acc[d, r, q] + top[wi, q]
                 acc[d, r, q] = a
                 s[d, q] = sw
                 y[d, q] = a + base[i, d, q]
                 best = max(best, y[d, q])
                 if end:
+                    sl = 0.0
+                    for level in range(l_):
+                        sl += msg[d, r, q, level] * end_col[i, d, level]
                     se[d, q] = sl
                     ye[d, q] = a + end_base[i, d, q]
                     best_end = max(best_end, ye[d, q])
@@ -145,13 +144,14 @@ def absorb(
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FAST)
-def settle(msg: np.ndarray, acc: np.ndarray, r0: int, r1: int, log_scale: np.ndarray) -> None:
+def settle(msg: np.ndarray, acc: np.ndarray, r0: int, r1: int, log_scale: np.ndarray, per_row: bool) -> None:
     """After a level product, rows r0..r1-1 in place: vectors whose sum fell below RENORMALISE
-    renormalised (their log scale into acc), and the kernel's own log scale [class] added."""
+    renormalised (their log scale into acc), and the kernel's own log scale [class] added
+    (log_scale [entry, class]: entry 0 for every row, or entry r for row r where per_row)."""
     d_, rows, q_, l_ = msg.shape
     for d in range(d_):
-        own = log_scale[d]
         for r in range(r0, r1):
+            own = log_scale[r if per_row else 0, d]
             for q in range(q_):
                 total = 0.0
                 for level in range(l_):

@@ -521,8 +521,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         delta = tables.loglik(False, correct, graded - correct) - terms.bad[0, js]  # [row, q]
         top = delta.max(axis=1)
         before = np.log(np.exp(delta - top[:, None]) @ post.joint.T) + (top + post.log_evidence)[:, None]
-        mask = np.arange(n + 1)[None, :] < js[:, None]
-        out[mask] = before[mask]
+        np.copyto(out, before, where=np.arange(n + 1)[None, :] < js[:, None])
         # e >= j, in three stages: (A) every row at its own j together: the state before j, the row's
         # own counts there, the error at j; (B) each candidate's rows across the unprobed prefixes
         # after j to the next probed one (or the end); (C) one sweep over the probed prefixes, rows
@@ -552,7 +551,8 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         acc,
         0,
         rows,
-        True,
+        -1,
+        -1,
         new_weight,
         new_top,
         _SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)],
@@ -567,39 +567,59 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         sweep.shift,
     )
     waiting = np.empty_like(msg)  # the states where each candidate's rows join the sweep
-    for j, a, b in groups:
-        sweep.cross(msg, waiting, acc, out, a, b, j + 1, int(arrive[a]))
-    positions = [int(c) for c in cols if c >= arrive[0]]
+    if (run <= MAX_STEPS).all() and rows == len(groups) * (groups[0][2] - groups[0][1]):
+        # candidates of as many rows each (probe_gains): their runs' errors each from its own table,
+        # then every candidate's level product in one call, each with its own kernel
+        for j, a, b in groups:
+            if first[a]:
+                sweep.errors(out, a, b, j + 1, int(first[a]), _reach_flat_stepped(n - j - 2))
+        kernels = np.stack([_step_then_run(int(m)) if m else _CLEAN_T for m in first[firsts]], axis=1)
+        size = groups[0][2] - groups[0][1]
+        shape = (d_, len(groups), size * q_, l_)
+        np.matmul(msg.reshape(shape), kernels, out=waiting.reshape(shape))
+        _loops.settle(waiting, acc, 0, rows, _LOG_SCALE[first], True)
+    else:
+        for j, a, b in groups:
+            sweep.cross(msg, waiting, acc, out, a, b, j + 1, int(arrive[a]))
+    # (C): what each probed prefix from the first arrival on reads, for all of them at once
+    first_col = int(np.searchsorted(cols, arrive[0]))
+    positions = cols[first_col:]
+    ends = np.append(positions[1:], n)
+    runs = ends - positions - 1
+    steps = np.minimum(runs, MAX_STEPS)
+    p_sig = _SIGMA[np.minimum(n - positions - 1, MAX_STEPS - 1)]
+    p_base = prior[None] + bad_after[positions + 1][:, None, :]
+    p_end_base = prior[None] + terms.v_clean + _LOG_SCALE[steps][:, :, None]
+    p_ends = (ends == n) & (runs <= MAX_STEPS)
+    joined = np.searchsorted(arrive, positions, side="right")  # rows that arrived by each
     cur, spare = waiting, msg
     hi = 0
-    for idx, p in enumerate(positions):
-        lo, hi = hi, int(np.searchsorted(arrive, p, side="right"))
+    for idx in range(len(positions)):
+        p = int(positions[idx])
+        lo, hi = hi, int(joined[idx])
         if cur is not waiting:
             cur[:, lo:hi] = waiting[:, lo:hi]
-        ci = idx + len(cols) - len(positions)
-        end = positions[idx + 1] if idx + 1 < len(positions) else n
-        r = end - p - 1
-        m = min(r, MAX_STEPS)
         _loops.absorb(
             cur,
             acc,
             0,
             hi,
-            False,
-            col_weight[ci : ci + 1],
-            col_top[ci : ci + 1],
-            _SIGMA[min(n - p - 1, MAX_STEPS - 1)][None],
-            (prior + bad_after[p + 1])[None],
-            np.array([p]),
-            np.array([r > 0]),
-            _END_AFTER_STEP[m][None],
-            (prior + terms.v_clean + _LOG_SCALE[m][:, None])[None],
-            np.array([end == n and r <= MAX_STEPS]),
+            idx,
+            first_col + idx,
+            col_weight,
+            col_top,
+            p_sig,
+            p_base,
+            positions,
+            runs > 0,
+            _END_AFTER_STEP[steps],
+            p_end_base,
+            p_ends,
             out,
             sweep.summed,
             sweep.shift,
         )
-        if sweep.cross(cur, spare, acc, out, 0, hi, p + 1, end):
+        if sweep.cross(cur, spare, acc, out, 0, hi, p + 1, int(ends[idx])):
             cur, spare = spare, cur
     result = np.empty_like(out)
     result[order] = out
@@ -656,7 +676,7 @@ class _Sweep:
         n = self.n
         m = min(end - start, MAX_STEPS)
         if m:
-            self._errors(out, a, b, start, m, _reach_flat_stepped(n - start - 1))
+            self.errors(out, a, b, start, m, _reach_flat_stepped(n - start - 1))
         if end == n and end - start <= MAX_STEPS:
             return False
         _product(src, dst, acc, a, b, _step_then_run(m) if m else _CLEAN_T, _LOG_SCALE[m])
@@ -664,7 +684,7 @@ class _Sweep:
         while s < end:  # a run longer than the tables: the rest in parts
             m = min(end - s, MAX_STEPS)
             _loops.luck_summed(dst, acc, a, b, self.prior + self.bad_after[end], self.summed, self.shift)
-            self._errors(out, a, b, s, m, _reach_flat(n - s - 1))
+            self.errors(out, a, b, s, m, _reach_flat(n - s - 1))
             if s + m == n:
                 base = self.prior + self.v_clean + _LOG_SCALE[m][:, None]
                 _loops.clean_end(dst, acc, a, b, _END_AFTER_RUN[m], base, out)
@@ -673,7 +693,7 @@ class _Sweep:
             s += m
         return True
 
-    def _errors(self, out: np.ndarray, a: int, b: int, s: int, m: int, tables: tuple[np.ndarray, np.ndarray]) -> None:
+    def errors(self, out: np.ndarray, a: int, b: int, s: int, m: int, tables: tuple[np.ndarray, np.ndarray]) -> None:
         """out[a:b, s:s+m]: errors at the run's prefixes s..s+m-1, from each row's luck-summed state."""
         table, table_scale = tables
         d_, l_ = len(P_GRID), len(C_GRID)
@@ -695,7 +715,7 @@ def _product(
         y[...] = np.matmul(x, kernel)
     else:
         np.matmul(x, kernel, out=y)
-    _loops.settle(dst, acc, a, b, log_scale)
+    _loops.settle(dst, acc, a, b, log_scale[None], False)
 
 
 Scaled = tuple[np.ndarray, np.ndarray]  # (vec [d, q, level] with maximum 1 over level, log scale [d, q])
