@@ -277,3 +277,104 @@ def normalise(msg: np.ndarray, acc: np.ndarray, log_scale: np.ndarray) -> None:
                 for level in range(l_):
                     msg[b, d, q, level] *= inv
                 acc[b, d, q] += own + np.log(scale)
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def _rescale(v: np.ndarray, top: float, out_v: np.ndarray) -> float:
+    """out_v = v / max(v) and the log scale top + log max(v); v of zeros stays zeros at scale -inf."""
+    t = 0.0
+    for level in range(v.shape[0]):
+        t = max(t, v[level])
+    if t > 0.0:
+        inv = 1.0 / t
+        for level in range(v.shape[0]):
+            out_v[level] = v[level] * inv
+        return top + np.log(t)
+    for level in range(v.shape[0]):
+        out_v[level] = v[level]
+    return -np.inf
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def plus_shared(
+    shared: np.ndarray,
+    extra: float,
+    luck: np.ndarray,
+    b_vec: np.ndarray,
+    b_scale: np.ndarray,
+    b_add: np.ndarray,
+    out_vec: np.ndarray,
+    out_scale: np.ndarray,
+) -> None:
+    """The backward pass's sum of two scaled weights (vec [class, luck, level] with maximum 1 over
+    level, log scale [class, luck]): shared [class, level] (the same for every luck) at log scale
+    extra + luck[q], plus b_vec at b_scale + b_add[class]; rescaled to maximum 1 into out."""
+    d_, q_, l_ = b_vec.shape
+    v = np.empty(l_)
+    for d in range(d_):
+        t = 0.0
+        for level in range(l_):
+            t = max(t, shared[d, level])
+        for q in range(q_):
+            a_scale = extra + luck[q] + np.log(t) if t > 0.0 else -np.inf
+            bs = b_scale[d, q] + b_add[d]
+            top = max(a_scale, bs)
+            if not np.isfinite(top):
+                top = 0.0
+            fa = np.exp(a_scale - top) / t if t > 0.0 else 0.0
+            fb = np.exp(bs - top)
+            for level in range(l_):
+                v[level] = shared[d, level] * fa + b_vec[d, q, level] * fb
+            out_scale[d, q] = _rescale(v, top, out_vec[d, q])
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def times_lik(vec: np.ndarray, scale: np.ndarray, lik: np.ndarray, out_vec: np.ndarray, out_scale: np.ndarray) -> None:
+    """A scaled backward weight (vec [class, luck, level], scale [class, luck]) times a probed prefix's
+    clean likelihood exp(lik) [luck, level], rescaled into out."""
+    d_, q_, l_ = vec.shape
+    w = np.empty((q_, l_))
+    top = np.empty(q_)
+    for q in range(q_):
+        t = -np.inf
+        for level in range(l_):
+            t = max(t, lik[q, level])
+        top[q] = t
+        for level in range(l_):
+            w[q, level] = np.exp(lik[q, level] - t)
+    v = np.empty(l_)
+    for d in range(d_):
+        for q in range(q_):
+            for level in range(l_):
+                v[level] = vec[d, q, level] * w[q, level]
+            out_scale[d, q] = _rescale(v, scale[d, q] + top[q], out_vec[d, q])
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def evidence_rows(
+    state: np.ndarray, base: np.ndarray, weight: np.ndarray, top: np.ndarray, rows: np.ndarray, out: np.ndarray
+) -> None:
+    """out[r] = log sum over (class, luck) of exp(base + top[r]) * (state . weight[r]) over level for
+    each r in rows: a row's evidence from the forward state times the backward weight at its prefix
+    (state [class, luck, level], base [class, luck]: their log scales and the prior) and the row's own
+    clean likelihood there (weight = exp(loglik - top) [luck, level])."""
+    d_, q_, l_ = state.shape
+    y = np.empty((d_, q_))
+    s = np.empty((d_, q_))
+    for r in rows:
+        best = -np.inf
+        for d in range(d_):
+            for q in range(q_):
+                inner = 0.0
+                for level in range(l_):
+                    inner += state[d, q, level] * weight[r, q, level]
+                s[d, q] = inner
+                y[d, q] = base[d, q] + top[r, q]
+                best = max(best, y[d, q])
+        if not np.isfinite(best):
+            best = 0.0
+        total = 0.0
+        for d in range(d_):
+            for q in range(q_):
+                total += np.exp(y[d, q] - best) * s[d, q]
+        out[r] = _log_total(y, s, best, total)

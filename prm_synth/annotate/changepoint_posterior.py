@@ -721,21 +721,6 @@ def _product(
 Scaled = tuple[np.ndarray, np.ndarray]  # (vec [d, q, level] with maximum 1 over level, log scale [d, q])
 
 
-def _scaled(vec: np.ndarray, log_scale: np.ndarray) -> Scaled:
-    top = vec.max(axis=2)
-    ok = top > 0
-    with np.errstate(divide="ignore"):
-        return vec / np.where(ok, top, 1.0)[..., None], np.where(
-            ok, log_scale + np.log(np.where(ok, top, 1.0)), -np.inf
-        )
-
-
-def _plus(a: Scaled, b: Scaled) -> Scaled:
-    top = np.maximum(a[1], b[1])
-    top = np.where(np.isfinite(top), top, 0.0)
-    return _scaled(a[0] * np.exp(a[1] - top)[..., None] + b[0] * np.exp(b[1] - top)[..., None], top)
-
-
 def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
     """beta_j for each prefix j in `at`: the weight of everything from prefix j on (its switch to the
     bad stretch, the prefixes after it, the verdict) given prefix j clean at each level, its own
@@ -750,6 +735,7 @@ def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
     end_vec = np.zeros((d_, q_, l_))
     end_vec[..., 0] = 1.0
     gamma: Scaled = (end_vec, np.full((d_, q_), terms.v_clean))  # before prefix n: the verdict if clean
+    gamma_scale = gamma[1]
     out: dict[int, Scaled] = {}
     end = n
     with np.errstate(divide="ignore", under="ignore"):
@@ -760,21 +746,31 @@ def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
                 m = t - start
                 table, table_scale = _reach_flat(n - start - 1)
                 top = table_scale[:m].max()
-                run = (np.exp(table_scale[:m] - top) @ table[:m]).reshape(d_, 1, l_)
-                stay = (np.matmul(gamma[0], _POWERS[m].transpose(0, 2, 1)), gamma[1] + _LOG_SCALE[m][:, None])
-                gamma = _plus(_scaled(np.broadcast_to(run, (d_, q_, l_)), top + bad_after[end][None, :]), stay)
+                run = (np.exp(table_scale[:m] - top) @ table[:m]).reshape(d_, l_)
+                stay = np.matmul(gamma[0], _POWERS[m].transpose(0, 2, 1))
+                gamma = _scaled_empty()
+                _loops.plus_shared(run, top, bad_after[end], stay, gamma_scale, _LOG_SCALE[m], *gamma)
+                gamma_scale = gamma[1]
                 t = start
-            switch = np.broadcast_to(_sigma(n - p - 1)[:, None, :], (d_, q_, l_))
-            step = (np.matmul(gamma[0], _CLEAN_T.transpose(0, 2, 1)), gamma[1])
-            beta = _plus(_scaled(switch, np.broadcast_to(bad_after[p + 1][None, :], (d_, q_))), step)
+            step = np.matmul(gamma[0], _CLEAN_T_T)
+            beta = _scaled_empty()
+            _loops.plus_shared(_sigma(n - p - 1), 0.0, bad_after[p + 1], step, gamma_scale, _NO_SCALE, *beta)
             if p in at:
                 out[p] = beta
             lik = base_clean.get(p)
             if lik is not None:
-                top = lik.max(axis=1)  # [q]
-                beta = _scaled(beta[0] * np.exp(lik - top[:, None]), beta[1] + top)
-            gamma, end = beta, p
+                absorbed = _scaled_empty()
+                _loops.times_lik(beta[0], beta[1], lik, *absorbed)
+                beta = absorbed
+            gamma, gamma_scale, end = beta, beta[1], p
     return out
+
+
+def _scaled_empty() -> Scaled:
+    return np.empty((len(P_GRID), len(Q_GRID), len(C_GRID))), np.empty((len(P_GRID), len(Q_GRID)))
+
+
+_CLEAN_T_T = np.ascontiguousarray(_CLEAN_T.transpose(0, 2, 1))  # the one-step kernel, backward
 
 
 def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
@@ -797,12 +793,9 @@ def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, grad
         betas = _backward(post, {int(j) for j in js})
         after = np.empty(len(js))
         for j in np.unique(js):
-            rows = np.flatnonzero(js == j)
             msg, acc = post.cache.at(int(j))
             beta, beta_scale = betas[int(j)]
-            inner = np.einsum("dql,rql->rdq", msg * beta, weight[rows])
-            logs = acc + prior + beta_scale + lik_top[rows][:, None, :] + np.log(inner)
-            after[rows] = _logsumexp(logs, axis=(1, 2))
+            _loops.evidence_rows(msg * beta, acc + prior + beta_scale, weight, lik_top, np.flatnonzero(js == j), after)
     return np.logaddexp(before, after)
 
 
