@@ -148,6 +148,33 @@ def _hazard_weights(p: float) -> np.ndarray:
     return (1.0 - chance) * w / w.sum() + chance * spike / spike.sum()
 
 
+def _clean_weights(k: float, correct: np.ndarray, graded: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The clean likelihood of each row's counts (correct, graded) scaled to maximum 1 over level,
+    exp(loglik - top) [row, q, level], and top [row, q]. Rows come in blocks of one prefix (js sorted:
+    a candidate's outcomes, or every count the model check tries), and the same blocks of counts come
+    back decision after decision: each block is computed once (`_clean_block`)."""
+    starts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+    blocks = [
+        _clean_block(k, tuple(correct[a:b].tolist()), tuple(graded[a:b].tolist()))
+        for a, b in zip(starts, [*starts[1:], len(js)], strict=True)
+    ]
+    if len(blocks) == 1:
+        return blocks[0]
+    return np.concatenate([w for w, _ in blocks]), np.concatenate([t for _, t in blocks])
+
+
+@functools.lru_cache(maxsize=256)  # a block is 16 kB (a candidate's 5 outcomes) to 110 kB
+def _clean_block(k: float, correct: tuple[int, ...], graded: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    c, g = np.array(correct), np.array(graded)
+    lik = _CountTables.of(k).loglik(True, c, g - c).reshape(len(c), len(Q_GRID), len(C_GRID))
+    top = lik.max(axis=2)
+    with np.errstate(under="ignore"):
+        weight = np.exp(lik - top[..., None])
+    weight.flags.writeable = False
+    top.flags.writeable = False
+    return weight, top
+
+
 def _class_kernels() -> tuple[np.ndarray, np.ndarray]:
     """Per class d: the clean-to-clean transition (step j right: weight 1 - h) and the bad stretch's
     switch table SIGMA[m, d, a]: the weight of 'prefix j at level a is the last clean one' when m
@@ -526,9 +553,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         # own counts there, the error at j; (B) each candidate's rows across the unprobed prefixes
         # after j to the next probed one (or the end); (C) one sweep over the probed prefixes, rows
         # joining at the first one after their j. The whole batch meets only at the probed prefixes.
-        clean_new = tables.loglik(True, correct, graded - correct).reshape(rows, q_, l_)
-        new_top = clean_new.max(axis=2)  # [row, q]
-        new_weight = np.exp(clean_new - new_top[:, :, None])
+        new_weight, new_top = _clean_weights(priors.k, correct, graded, js)
         col_top = terms.clean[0].max(axis=2)  # [col, q]
         col_weight = np.exp(terms.clean[0] - col_top[:, :, None])
     prior = priors.log_prior()  # [d, q]
@@ -787,9 +812,7 @@ def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, grad
         below = np.concatenate([np.zeros((1, len(Q_GRID))), np.cumsum(post.joint, axis=0)])  # [j, q]: e < j
         before = np.log(np.einsum("rq,rq->r", np.exp(delta - top[:, None]), below[js])) + top + post.log_evidence
         # e >= j: forward state before j, the row's own likelihood at j, backward weight after it
-        lik = tables.loglik(True, correct, graded - correct).reshape(len(js), len(Q_GRID), len(C_GRID))
-        lik_top = lik.max(axis=2)
-        weight = np.exp(lik - lik_top[..., None])  # [row, q, level]
+        weight, lik_top = _clean_weights(priors.k, correct, graded, js)  # [row, q, level], [row, q]
         betas = _backward(post, {int(j) for j in js})
         after = np.empty(len(js))
         for j in np.unique(js):
