@@ -378,3 +378,19 @@ def evidence_rows(
             for q in range(q_):
                 total += np.exp(y[d, q] - best) * s[d, q]
         out[r] = _log_total(y, s, best, total)
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def run_errors(
+    switch: np.ndarray, acc: np.ndarray, log_scale: np.ndarray, bad_after: np.ndarray, j: int, log_e: np.ndarray
+) -> None:
+    """The forward pass across a run of unprobed prefixes j..j+m-1 (switch [class, b, luck, i]: the
+    weight of 'prefix j + i is the last clean one' from the states before j, acc [b, class, luck]
+    their log scale, log_scale [i, class] the run's kernel scales): log_e[b, j + i, class, luck]."""
+    d_, b_, q_, m = switch.shape
+    for b in range(b_):
+        for i in range(m):
+            for d in range(d_):
+                own = log_scale[i, d]
+                for q in range(q_):
+                    log_e[b, j + i, d, q] = acc[b, d, q] + own + np.log(switch[d, b, q, i]) + bad_after[b, j + i + 1, q]

@@ -386,13 +386,7 @@ def _log_joint(
                 reach = _reach(n - j - 1)[:m]  # [i, d, level at j]: prefix j + i is the last clean one
                 # switch[b, i, d, q] = sum over level of msg[b, d, q, level] reach[i, d, level] (BLAS)
                 switch = np.matmul(msg.transpose(1, 0, 2, 3), reach.transpose(1, 2, 0)[:, None])  # [d, b, q, i]
-                switch = switch.transpose(1, 3, 0, 2)
-                log_e[:, j : j + m] = (
-                    log_acc[:, None]
-                    + _LOG_SCALE[:m][None, :, :, None]
-                    + np.log(switch)
-                    + bad_after[:, j + 1 : j + m + 1][:, :, None, :]
-                )
+                _loops.run_errors(switch, log_acc, _LOG_SCALE[:m], bad_after, j, log_e)
                 msg, log_acc = _advance(msg, log_acc, m)
                 j += m
             if p == n:
