@@ -45,12 +45,15 @@ import functools
 import math
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from prm_synth.annotate import changepoint_loops as _loops
+
+_T = TypeVar("_T")
 
 Q_GRID = np.array(
     [0.001, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.26, 0.32, 0.39, 0.46, 0.53, 0.6, 0.67, 0.74, 0.81, 0.88, 0.94]
@@ -269,7 +272,24 @@ def _powers() -> tuple[np.ndarray, np.ndarray]:
 _POWERS, _LOG_SCALE = _powers()
 
 
-@functools.lru_cache(maxsize=32)
+_ALWAYS_KEPT = 64  # run tables for runs with fewer steps after them than this are all kept (~3 MB a family)
+
+
+def _run_table_cache(build: Callable[[int], _T]) -> Callable[[int], _T]:
+    """Keep a family of run tables (one per r, the steps after the run's first prefix): every table
+    of r < _ALWAYS_KEPT (a few kB each, and solutions of up to that many steps ask for all of them:
+    an LRU of 32 thrashed at 40 steps), and the 32 most recent larger ones (up to 750 kB each)."""
+    small = functools.cache(build)
+    large = functools.lru_cache(maxsize=32)(build)
+
+    @functools.wraps(build)
+    def table(r: int) -> _T:
+        return small(r) if r < _ALWAYS_KEPT else large(r)
+
+    return table
+
+
+@_run_table_cache
 def _reach(r: int) -> np.ndarray:
     """REACH[i, d, a]: for a run of unprobed prefixes whose first one, j, has r steps after it
     (r = n - j - 1), the weight of 'prefix j + i is the last clean one' given prefix j at level a
@@ -283,7 +303,7 @@ def _reach(r: int) -> np.ndarray:
     return table
 
 
-@functools.lru_cache(maxsize=32)
+@_run_table_cache
 def _reach_flat(r: int) -> tuple[np.ndarray, np.ndarray]:
     """`_reach(r)` with each class's log scale folded in, flattened to [i, (d, level)] for one matrix
     product over class and level, scaled per i to a maximum of 1 (the log scale per i comes second)."""
@@ -661,13 +681,14 @@ _END_AFTER_STEP = np.einsum("dab,mdb->mda", _CLEAN_T, _POWERS[..., 0])
 _END_AFTER_RUN = np.ascontiguousarray(_POWERS[..., 0])
 
 
-@functools.lru_cache(maxsize=32)
+@_run_table_cache
 def _reach_flat_stepped(r: int) -> tuple[np.ndarray, np.ndarray]:
     """`_reach_flat(r)` with the step out of the probed prefix before the run folded in: it multiplies
     states taken before that step (`_loops.absorb` sums their luck out there)."""
     table, log_top = _reach_flat(r)
     m = len(table)
-    stepped = np.einsum("dab,idb->ida", _CLEAN_T, table.reshape(m, len(P_GRID), len(C_GRID))).reshape(m, -1)
+    by_class = table.reshape(m, len(P_GRID), len(C_GRID)).transpose(1, 0, 2)  # [d, i, level after the step]
+    stepped = np.matmul(by_class, _CLEAN_T.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(m, -1)
     stepped[stepped < 1e-290] = 0.0  # no subnormal numbers (see `_reach_flat`)
     stepped.flags.writeable = False
     return stepped, log_top
