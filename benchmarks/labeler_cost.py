@@ -250,6 +250,9 @@ def main() -> None:
         f"{'steps':>6}{'ms/decision':>13}{'decisions':>11}{'ms/solution':>13}{'rollouts':>10}{'probed ms/decision':>20}"
     )
     costs = {}
+    # once per process, not per decision: the compiled loops load from numba's disk cache (~0.2 s;
+    # compiled on the first run after an install or a change to them) and the first tables are built
+    decisions_at(LENGTHS[0], 2)
     for n in LENGTHS:
         solutions = (4 if n >= 300 else 8) if q else (8 if n >= 300 else 24)
         c = costs[n] = decisions_at(n, solutions)
