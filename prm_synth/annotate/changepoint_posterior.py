@@ -36,7 +36,9 @@ the model check reads each count's evidence from forward states and one backward
 (`_row_log_evidence`). Runs of unprobed prefixes use tables that depend on the steps left alone
 (`_reach`), shared by every solution. These are the same sums as building each outcome's posterior
 from scratch (tests/test_changepoint_posterior.py), at a cost that grows less than linearly with the
-length (benchmarks/labeler_cost.py).
+length (benchmarks/labeler_cost.py). The passes over the states at each probed prefix are compiled
+(`changepoint_loops.py`: numpy's call overhead on these small arrays was most of a decision); the level
+products between them are numpy's BLAS.
 """
 
 from __future__ import annotations
