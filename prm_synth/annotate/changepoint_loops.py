@@ -394,3 +394,27 @@ def run_errors(
                 own = log_scale[i, d]
                 for q in range(q_):
                     log_e[b, j + i, d, q] = acc[b, d, q] + own + np.log(switch[d, b, q, i]) + bad_after[b, j + i + 1, q]
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def short_run_errors(
+    summed: np.ndarray,
+    shift: np.ndarray,
+    table: np.ndarray,
+    table_scale: np.ndarray,
+    out: np.ndarray,
+    a: int,
+    b: int,
+    s: int,
+    m: int,
+) -> None:
+    """out[r, s + i] = log(summed[r] . table[i]) + shift[r] + table_scale[i] for rows a..b-1 and the
+    first m places of a run (summed [row, class * level], table [i, class * level]): a short run's
+    errors in one call (a long run's go through a BLAS product instead)."""
+    width = summed.shape[1]
+    for r in range(a, b):
+        for i in range(m):
+            t = 0.0
+            for k in range(width):
+                t += summed[r, k] * table[i, k]
+            out[r, s + i] = np.log(t) + shift[r] + table_scale[i]

@@ -696,6 +696,9 @@ def _reach_flat_stepped(r: int) -> tuple[np.ndarray, np.ndarray]:
     return stepped, log_top
 
 
+_SHORT_RUN = 16  # a run this short has its errors read in a compiled loop, a longer one in a BLAS product
+
+
 @dataclass(frozen=True)
 class _Sweep:
     """One solution's candidate sweep (`_row_log_masses`): what every row's run crossing reads."""
@@ -739,7 +742,11 @@ class _Sweep:
         """out[a:b, s:s+m]: errors at the run's prefixes s..s+m-1, from each row's luck-summed state."""
         table, table_scale = tables
         d_, l_ = len(P_GRID), len(C_GRID)
-        switch = self.summed[a:b].reshape(b - a, d_ * l_) @ table[:m].T  # [row, i]
+        summed = self.summed.reshape(len(self.summed), d_ * l_)
+        if m <= _SHORT_RUN:
+            _loops.short_run_errors(summed, self.shift, table, table_scale, out, a, b, s, m)
+            return
+        switch = summed[a:b] @ table[:m].T  # [row, i]
         with np.errstate(divide="ignore"):
             out[a:b, s : s + m] = np.log(switch) + (self.shift[a:b, None] + table_scale[:m])
 
