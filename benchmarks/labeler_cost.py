@@ -219,11 +219,13 @@ def cli_run(method: dict[str, Any], lo: int, hi: int, count: int) -> tuple[float
     return cpu, int(manifest["totals"]["stats"]["rollouts"])
 
 
-def marginal_ratio(lo: int, hi: int, small: int, large: int) -> dict[str, float]:
+def marginal_ratio(lo: int, hi: int, small: int, large: int, default_scale: int = 1) -> dict[str, float]:
     per_rollout = {}
     # MC's rollouts are cheap: its larger run is four times larger, so its difference stands clear of
-    # the start-up's noise (a few seconds of Prefect and imports).
-    for name, method, scale in (("default", {"method": "binary"}, 1), ("mc", {"method": "mc", "k": 8}, 4)):
+    # the start-up's noise (a few seconds of Prefect and imports). So is the default's, where asked
+    # (`--quick`: 40 more problems of 3-12 steps cost it less CPU than the start-up's noise).
+    methods = (("default", {"method": "binary"}, default_scale), ("mc", {"method": "mc", "k": 8}, 4))
+    for name, method, scale in methods:
         cpu_s, roll_s = cli_run(method, lo, hi, small)
         cpu_l, roll_l = cli_run(method, lo, hi, large * scale)
         per_rollout[name] = 1000 * (cpu_l - cpu_s) / max(1, roll_l - roll_s)
@@ -250,6 +252,9 @@ def main() -> None:
         f"{'steps':>6}{'ms/decision':>13}{'decisions':>11}{'ms/solution':>13}{'rollouts':>10}{'probed ms/decision':>20}"
     )
     costs = {}
+    # once per process, not per decision: the compiled loops load from numba's disk cache (~0.2 s;
+    # compiled on the first run after an install or a change to them) and the first tables are built
+    decisions_at(LENGTHS[0], 2)
     for n in LENGTHS:
         solutions = (4 if n >= 300 else 8) if q else (8 if n >= 300 else 24)
         c = costs[n] = decisions_at(n, solutions)
@@ -289,9 +294,12 @@ def main() -> None:
 
     if not args.skip_cli:
         small, large = (20, 60) if q else (50, 250)
-        print(f"\nmarginal CPU per rollout through `prm-synth run`, runs of {small} and {large} problems differenced")
+        print(
+            f"\nmarginal CPU per rollout through `prm-synth run`, runs of {small} and {large} problems differenced"
+            f" ({4 * large} for MC{', and for the default' if q else ''})"
+        )
         for label, (a, b) in (("3_12", (3, 12)), ("40", (40, 40))):
-            r = marginal_ratio(a, b, small, large)
+            r = marginal_ratio(a, b, small, large, 4 if q else 1)
             print(f"{a}-{b} steps: {json.dumps({k: round(v, 3) for k, v in r.items()})}", flush=True)
             out[f"marginal_cpu_ratio_{label}"] = round(r["ratio"], 3)
             out[f"marginal_ms_per_rollout_default_{label}"] = round(r["default ms/rollout"], 3)

@@ -36,7 +36,9 @@ the model check reads each count's evidence from forward states and one backward
 (`_row_log_evidence`). Runs of unprobed prefixes use tables that depend on the steps left alone
 (`_reach`), shared by every solution. These are the same sums as building each outcome's posterior
 from scratch (tests/test_changepoint_posterior.py), at a cost that grows less than linearly with the
-length (benchmarks/labeler_cost.py).
+length (benchmarks/labeler_cost.py). The passes over the states at each probed prefix are compiled
+(`changepoint_loops.py`: numpy's call overhead on these small arrays was most of a decision); the level
+products between them are numpy's BLAS.
 """
 
 from __future__ import annotations
@@ -45,10 +47,15 @@ import functools
 import math
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
+
+from prm_synth.annotate import changepoint_loops as _loops
+
+_T = TypeVar("_T")
 
 Q_GRID = np.array(
     [0.001, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.26, 0.32, 0.39, 0.46, 0.53, 0.6, 0.67, 0.74, 0.81, 0.88, 0.94]
@@ -146,6 +153,33 @@ def _hazard_weights(p: float) -> np.ndarray:
     return (1.0 - chance) * w / w.sum() + chance * spike / spike.sum()
 
 
+def _clean_weights(k: float, correct: np.ndarray, graded: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The clean likelihood of each row's counts (correct, graded) scaled to maximum 1 over level,
+    exp(loglik - top) [row, q, level], and top [row, q]. Rows come in blocks of one prefix (js sorted:
+    a candidate's outcomes, or every count the model check tries), and the same blocks of counts come
+    back decision after decision: each block is computed once (`_clean_block`)."""
+    starts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+    blocks = [
+        _clean_block(k, tuple(correct[a:b].tolist()), tuple(graded[a:b].tolist()))
+        for a, b in zip(starts, [*starts[1:], len(js)], strict=True)
+    ]
+    if len(blocks) == 1:
+        return blocks[0]
+    return np.concatenate([w for w, _ in blocks]), np.concatenate([t for _, t in blocks])
+
+
+@functools.lru_cache(maxsize=256)  # a block is 16 kB (a candidate's 5 outcomes) to 110 kB
+def _clean_block(k: float, correct: tuple[int, ...], graded: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    c, g = np.array(correct), np.array(graded)
+    lik = _CountTables.of(k).loglik(True, c, g - c).reshape(len(c), len(Q_GRID), len(C_GRID))
+    top = lik.max(axis=2)
+    with np.errstate(under="ignore"):
+        weight = np.exp(lik - top[..., None])
+    weight.flags.writeable = False
+    top.flags.writeable = False
+    return weight, top
+
+
 def _class_kernels() -> tuple[np.ndarray, np.ndarray]:
     """Per class d: the clean-to-clean transition (step j right: weight 1 - h) and the bad stretch's
     switch table SIGMA[m, d, a]: the weight of 'prefix j at level a is the last clean one' when m
@@ -240,7 +274,24 @@ def _powers() -> tuple[np.ndarray, np.ndarray]:
 _POWERS, _LOG_SCALE = _powers()
 
 
-@functools.lru_cache(maxsize=32)
+_ALWAYS_KEPT = 64  # run tables for runs with fewer steps after them than this are all kept (~3 MB a family)
+
+
+def _run_table_cache(build: Callable[[int], _T]) -> Callable[[int], _T]:
+    """Keep a family of run tables (one per r, the steps after the run's first prefix): every table
+    of r < _ALWAYS_KEPT (a few kB each, and solutions of up to that many steps ask for all of them:
+    an LRU of 32 thrashed at 40 steps), and the 32 most recent larger ones (up to 750 kB each)."""
+    small = functools.cache(build)
+    large = functools.lru_cache(maxsize=32)(build)
+
+    @functools.wraps(build)
+    def table(r: int) -> _T:
+        return small(r) if r < _ALWAYS_KEPT else large(r)
+
+    return table
+
+
+@_run_table_cache
 def _reach(r: int) -> np.ndarray:
     """REACH[i, d, a]: for a run of unprobed prefixes whose first one, j, has r steps after it
     (r = n - j - 1), the weight of 'prefix j + i is the last clean one' given prefix j at level a
@@ -254,7 +305,7 @@ def _reach(r: int) -> np.ndarray:
     return table
 
 
-@functools.lru_cache(maxsize=32)
+@_run_table_cache
 def _reach_flat(r: int) -> tuple[np.ndarray, np.ndarray]:
     """`_reach(r)` with each class's log scale folded in, flattened to [i, (d, level)] for one matrix
     product over class and level, scaled per i to a maximum of 1 (the log scale per i comes second)."""
@@ -266,15 +317,16 @@ def _reach_flat(r: int) -> tuple[np.ndarray, np.ndarray]:
     return table, np.log(top)
 
 
+_NO_SCALE = np.zeros(len(P_GRID))  # the one-step kernel's log scale (it is not rescaled)
+
+
 def _advance(msg: np.ndarray, log_acc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """The forward state m unprobed steps on (msg [b, d, q, level]), renormalised."""
     while m > 0:
         k = min(m, MAX_STEPS)
         msg = np.matmul(msg, _POWERS[k])
-        log_acc = log_acc + _LOG_SCALE[k][None, :, None]
-        scale = np.maximum(msg.sum(axis=3), 1e-300)
-        msg = msg / scale[..., None]
-        log_acc = log_acc + np.log(scale)
+        log_acc = log_acc.copy()
+        _loops.normalise(msg, log_acc, _LOG_SCALE[k])
         m -= k
     return msg, log_acc
 
@@ -356,29 +408,19 @@ def _log_joint(
                 reach = _reach(n - j - 1)[:m]  # [i, d, level at j]: prefix j + i is the last clean one
                 # switch[b, i, d, q] = sum over level of msg[b, d, q, level] reach[i, d, level] (BLAS)
                 switch = np.matmul(msg.transpose(1, 0, 2, 3), reach.transpose(1, 2, 0)[:, None])  # [d, b, q, i]
-                switch = switch.transpose(1, 3, 0, 2)
-                log_e[:, j : j + m] = (
-                    log_acc[:, None]
-                    + _LOG_SCALE[:m][None, :, :, None]
-                    + np.log(switch)
-                    + bad_after[:, j + 1 : j + m + 1][:, :, None, :]
-                )
+                _loops.run_errors(switch, log_acc, _LOG_SCALE[:m], bad_after, j, log_e)
                 msg, log_acc = _advance(msg, log_acc, m)
                 j += m
             if p == n:
                 break
             if cache is not None:
                 cache.marks.append((p, msg[0], log_acc[0]))
+            # the prefix's likelihood and its switch to the bad stretch (one compiled pass), one step on
             lik = terms.clean[:, column[p]]  # [b, q, level]
-            top = lik.max(axis=2)  # [b, q]
-            msg = msg * np.exp(lik - top[:, :, None])[:, None]
-            log_acc = log_acc + top[:, None]
-            switch = (msg * _sigma(n - p - 1)[None, :, None, :]).sum(axis=3)
-            log_e[:, p] = log_acc + np.log(switch) + bad_after[:, p + 1][:, None]
-            msg = np.matmul(msg, _CLEAN_T)
-            scale = np.maximum(msg.sum(axis=3), 1e-300)
-            msg = msg / scale[..., None]
-            log_acc = log_acc + np.log(scale)
+            absorbed, absorbed_acc = np.empty_like(msg), np.empty_like(log_acc)
+            _loops.clean_prefix(msg, log_acc, lik, _sigma(n - p - 1), bad_after, p, log_e, absorbed, absorbed_acc)
+            msg, log_acc = np.matmul(absorbed, _CLEAN_T), absorbed_acc
+            _loops.normalise(msg, log_acc, _NO_SCALE)
             j = p + 1
         log_e[:, n] = log_acc + np.log(msg[..., 0]) + terms.v_clean
     return log_e + priors.log_prior()[None, None]
@@ -432,6 +474,7 @@ class Posterior:
         self.terms = _Terms.of(ev.correct[None], ev.graded[None], ev.verdict, priors.k)
         self._cache: ForwardCache | None = ForwardCache()  # the pass's states (`cache`)
         self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
+        self._least_tail: float | None = None  # the model check's min p_j (`misfit`)
         joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache, self.terms)
         _hold_states(self)
         log_evidence, p_good = _evidence_and_p_good(joint)
@@ -471,26 +514,34 @@ class Posterior:
         model predicts for it from everything else. A count at least as unlikely as the observed one
         has predictive probability p_j; the model fails this solution when min p_j < level / probes
         (Bonferroni), e.g. a prefix after the error that reaches the answer far more often than luck
-        allows, or a clean stretch that falls and rises again."""
+        allows, or a clean stretch that falls and rises again. The labels and the shard's
+        process-error measurement ask the same posterior more than once: min p_j is kept."""
+        probed = int(np.count_nonzero(self.evidence.graded > 0))
+        if probed < 3:
+            return False
+        if self._least_tail is None:
+            self._least_tail = self._tails().min()
+        return bool(self._least_tail < level / probed)
+
+    def _tails(self) -> np.ndarray:
+        """[probed prefix]: p_j, the predictive probability of a count at least as unlikely as its own."""
         ev = self.evidence
         probed = np.flatnonzero(ev.graded > 0)
-        if len(probed) < 3:
-            return False
         # every count each probed prefix could have had (its other prefixes as they are), in one pass
         sizes = ev.graded[probed]
         js = np.repeat(probed, sizes + 1)
         counts = np.concatenate([np.arange(g + 1) for g in sizes])
         log_ev = _row_log_evidence(self, js, counts, ev.graded[js])
+        tails = np.empty(len(probed))
         at = 0
-        for j, g in zip(probed, sizes, strict=True):
+        for i, (j, g) in enumerate(zip(probed, sizes, strict=True)):
             g, c = int(g), int(ev.correct[j])
             log_pmf = _log_combs(g) + log_ev[at : at + g + 1]
             at += g + 1
             pmf = np.exp(log_pmf - log_pmf.max())
             pmf /= pmf.sum()
-            if pmf[pmf <= pmf[c] * (1 + 1e-9)].sum() < level / len(probed):
-                return True
-        return False
+            tails[i] = pmf[pmf <= pmf[c] * (1 + 1e-9)].sum()
+        return tails
 
 
 def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
@@ -514,90 +565,210 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         delta = tables.loglik(False, correct, graded - correct) - terms.bad[0, js]  # [row, q]
         top = delta.max(axis=1)
         before = np.log(np.exp(delta - top[:, None]) @ post.joint.T) + (top + post.log_evidence)[:, None]
-        mask = np.arange(n + 1)[None, :] < js[:, None]
-        out[mask] = before[mask]
+        np.copyto(out, before, where=np.arange(n + 1)[None, :] < js[:, None])
         # e >= j, in three stages: (A) every row at its own j together: the state before j, the row's
-        # own counts there, the error at j, one step on; (B) each candidate's rows across the unprobed
-        # prefixes after j to the next probed one; (C) one sweep over the probed prefixes, rows joining
-        # at the first one after their j. The whole batch meets only at the probed prefixes.
-        clean_new = tables.loglik(True, correct, graded - correct).reshape(rows, q_, l_)
-        prior = priors.log_prior()[:, None]  # [d, 1, q]
-        bad_after = terms.bad_after[0]
-
-        def cross_run(m_: np.ndarray, a_: np.ndarray, into: np.ndarray, j: int, end: int) -> None:
-            """States m_, a_ (class-major) across the unprobed prefixes j..end-1, their errors into
-            `into` (the rows' views of out): each one's bad stretch starts at `end`."""
-            while j < end:
-                m = min(end - j, MAX_STEPS)
-                lw = a_ + prior + bad_after[end]  # [d, row, q]
-                shift = lw.max(axis=(0, 2))
-                shift = np.where(np.isfinite(shift), shift, 0.0)
-                # [row, d, level]: luck summed out, one small product per (class, row)
-                summed = np.matmul(np.exp(lw - shift[:, None])[:, :, None, :], m_)[:, :, 0].transpose(1, 0, 2)
-                table, table_scale = _reach_flat(n - j - 1)
-                switch = summed.reshape(len(shift), d_ * l_) @ table[:m].T  # [row, i]
-                into[:, j : j + m] = np.log(switch) + shift[:, None] + table_scale[:m]
-                _step_classes(m_, a_, _powers_with_sums(m), _LOG_SCALE[m])
-                j += m
-
-        # class-major ([d, row, q, level]): the level transitions are then one matrix product per class
-        msg = np.empty((d_, rows, q_, l_))
-        acc = np.empty((d_, rows, q_))
-        firsts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
-        groups = [(int(js[a]), a, b) for a, b in zip(firsts, [*firsts[1:], rows], strict=True)]
+        # own counts there, the error at j; (B) each candidate's rows across the unprobed prefixes
+        # after j to the next probed one (or the end); (C) one sweep over the probed prefixes, rows
+        # joining at the first one after their j. The whole batch meets only at the probed prefixes.
+        new_weight, new_top = _clean_weights(priors.k, correct, graded, js)
+        col_top = terms.clean[0].max(axis=2)  # [col, q]
+        col_weight = np.exp(terms.clean[0] - col_top[:, :, None])
+    prior = priors.log_prior()  # [d, q]
+    bad_after = terms.bad_after[0]
+    cols = terms.cols
+    arrive = np.append(cols, n)[np.searchsorted(cols, js, side="right")]  # the first probed prefix after j
+    msg = np.empty((d_, rows, q_, l_))
+    acc = np.empty((d_, rows, q_))
+    firsts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+    groups = [(int(js[a]), a, b) for a, b in zip(firsts, [*firsts[1:], rows], strict=True)]
+    for j, a, b in groups:
+        state, state_acc = post.cache.at(j)
+        msg[:, a:b] = state[:, None]
+        acc[:, a:b] = state_acc[:, None]
+    sweep = _Sweep(n, prior, bad_after, terms.v_clean, np.empty((rows, d_, l_)), np.empty(rows))
+    run = arrive - js - 1  # the unprobed prefixes after j, up to the next probed one or the end
+    first = np.minimum(run, MAX_STEPS)
+    _loops.absorb(
+        msg,
+        acc,
+        0,
+        rows,
+        -1,
+        -1,
+        new_weight,
+        new_top,
+        _SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)],
+        prior[None] + bad_after[js + 1][:, None, :],
+        js,
+        run > 0,
+        _END_AFTER_STEP[first],
+        prior[None] + terms.v_clean + _LOG_SCALE[first][:, :, None],
+        (arrive == n) & (run <= MAX_STEPS),
+        out,
+        sweep.summed,
+        sweep.shift,
+    )
+    waiting = np.empty_like(msg)  # the states where each candidate's rows join the sweep
+    if (run <= MAX_STEPS).all() and rows == len(groups) * (groups[0][2] - groups[0][1]):
+        # candidates of as many rows each (probe_gains): their runs' errors each from its own table,
+        # then every candidate's level product in one call, each with its own kernel
         for j, a, b in groups:
-            state, state_acc = post.cache.at(j)
-            msg[:, a:b] = state[:, None]
-            acc[:, a:b] = state_acc[:, None]
-        lik_top = clean_new.max(axis=2)  # [row, q]
-        msg *= np.exp(clean_new - lik_top[:, :, None])
-        acc += lik_top
-        sigma = _SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)]  # [row, d, level]
-        switch = np.einsum("drql,rdl->drq", msg, sigma)
-        here = acc + prior + bad_after[js + 1][None]
-        out[np.arange(rows), js] = _logsumexp(here + np.log(switch), axis=(0, 2))
-        _step_classes(msg, acc, _CLEAN_T_SUMS, None)  # the states before j + 1
-        cols = terms.cols
-        after = np.searchsorted(cols, js, side="right")  # the first probed prefix after each row's j
-        arrive = np.append(cols, n)[after]
+            if first[a]:
+                sweep.errors(out, a, b, j + 1, int(first[a]), _reach_flat_stepped(n - j - 2))
+        kernels = np.stack([_step_then_run(int(m)) if m else _CLEAN_T for m in first[firsts]], axis=1)
+        size = groups[0][2] - groups[0][1]
+        shape = (d_, len(groups), size * q_, l_)
+        np.matmul(msg.reshape(shape), kernels, out=waiting.reshape(shape))
+        _loops.settle(waiting, acc, 0, rows, _LOG_SCALE[first], True)
+    else:
         for j, a, b in groups:
-            cross_run(msg[:, a:b], acc[:, a:b], out[a:b], j + 1, int(arrive[a]))
-        positions = [int(c) for c in cols if c >= arrive[0]]
-        for idx, p in enumerate(positions):
-            hi = int(np.searchsorted(arrive, p, side="right"))
-            m_, a_ = msg[:, :hi], acc[:, :hi]
-            lik = terms.clean[0, int(np.searchsorted(cols, p))]  # [q, level]
-            lik_top = lik.max(axis=1)
-            m_ *= np.exp(lik - lik_top[:, None])
-            a_ += lik_top
-            # one product per class: the next level, the state's sum, and the switch to the bad stretch
-            kernel = np.concatenate([_CLEAN_T_SUMS, _sigma(n - p - 1)[:, :, None]], axis=2)
-            here = a_ + prior + bad_after[p + 1]  # [d, row, q]: the weights before the step's own scale
-            switch = _step_classes(m_, a_, kernel, None)  # [d, row, q]
-            out[:hi, p] = _logsumexp(here + np.log(switch), axis=(0, 2))
-            cross_run(m_, a_, out[:hi], p + 1, positions[idx + 1] if idx + 1 < len(positions) else n)
-        out[:, n] = _logsumexp(acc + prior + terms.v_clean + np.log(msg[..., 0]), axis=(0, 2))
+            sweep.cross(msg, waiting, acc, out, a, b, j + 1, int(arrive[a]))
+    # (C): what each probed prefix from the first arrival on reads, for all of them at once
+    first_col = int(np.searchsorted(cols, arrive[0]))
+    positions = cols[first_col:]
+    ends = np.append(positions[1:], n)
+    runs = ends - positions - 1
+    steps = np.minimum(runs, MAX_STEPS)
+    p_sig = _SIGMA[np.minimum(n - positions - 1, MAX_STEPS - 1)]
+    p_base = prior[None] + bad_after[positions + 1][:, None, :]
+    p_end_base = prior[None] + terms.v_clean + _LOG_SCALE[steps][:, :, None]
+    p_ends = (ends == n) & (runs <= MAX_STEPS)
+    joined = np.searchsorted(arrive, positions, side="right")  # rows that arrived by each
+    cur, spare = waiting, msg
+    hi = 0
+    for idx in range(len(positions)):
+        p = int(positions[idx])
+        lo, hi = hi, int(joined[idx])
+        if cur is not waiting:
+            cur[:, lo:hi] = waiting[:, lo:hi]
+        _loops.absorb(
+            cur,
+            acc,
+            0,
+            hi,
+            idx,
+            first_col + idx,
+            col_weight,
+            col_top,
+            p_sig,
+            p_base,
+            positions,
+            runs > 0,
+            _END_AFTER_STEP[steps],
+            p_end_base,
+            p_ends,
+            out,
+            sweep.summed,
+            sweep.shift,
+        )
+        if sweep.cross(cur, spare, acc, out, 0, hi, p + 1, int(ends[idx])):
+            cur, spare = spare, cur
     result = np.empty_like(out)
     result[order] = out
     return result
 
 
+@functools.lru_cache(maxsize=MAX_STEPS + 1)
+def _step_then_run(m: int) -> np.ndarray:
+    """[d, level, level]: the step out of a probed prefix and then m unprobed ones, one kernel (its rows
+    sum to at most 1, as both kernels' do, so the states need no renormalising between them)."""
+    kernel = np.ascontiguousarray(np.matmul(_CLEAN_T, _POWERS[m]))
+    kernel.flags.writeable = False
+    return kernel
+
+
+# [m, d, level]: the weight of ending at level 0 (c = 1) from each level: after the step out of a probed
+# prefix and m unprobed ones (_END_AFTER_STEP), or after m unprobed ones alone (_END_AFTER_RUN). The
+# last state of a row is read there alone: a vector product where a matrix product was.
+_END_AFTER_STEP = np.einsum("dab,mdb->mda", _CLEAN_T, _POWERS[..., 0])
+_END_AFTER_RUN = np.ascontiguousarray(_POWERS[..., 0])
+
+
+@_run_table_cache
+def _reach_flat_stepped(r: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_reach_flat(r)` with the step out of the probed prefix before the run folded in: it multiplies
+    states taken before that step (`_loops.absorb` sums their luck out there)."""
+    table, log_top = _reach_flat(r)
+    m = len(table)
+    by_class = table.reshape(m, len(P_GRID), len(C_GRID)).transpose(1, 0, 2)  # [d, i, level after the step]
+    stepped = np.matmul(by_class, _CLEAN_T.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(m, -1)
+    stepped[stepped < 1e-290] = 0.0  # no subnormal numbers (see `_reach_flat`)
+    stepped.flags.writeable = False
+    return stepped, log_top
+
+
+_SHORT_RUN = 16  # a run this short has its errors read in a compiled loop, a longer one in a BLAS product
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """One solution's candidate sweep (`_row_log_masses`): what every row's run crossing reads."""
+
+    n: int
+    prior: np.ndarray  # [d, q]
+    bad_after: np.ndarray  # [j, q]
+    v_clean: float
+    summed: np.ndarray  # [row, d, level]: each row's luck summed out before its run (`_loops.absorb`)
+    shift: np.ndarray  # [row]: its scale
+
+    def cross(
+        self, src: np.ndarray, dst: np.ndarray, acc: np.ndarray, out: np.ndarray, a: int, b: int, start: int, end: int
+    ) -> bool:
+        """Rows a..b-1 of states src [d, row, q, level], absorbed at prefix start - 1 (its level step not
+        taken), across the unprobed prefixes start..end-1 (their errors into out) to the states before
+        prefix `end`, written into dst: True. At the solution's end `absorb` wrote the clean weight
+        already and nothing is written: False. The step out of prefix start - 1 goes with the run's
+        first product: one level product a probed prefix where there were two."""
+        n = self.n
+        m = min(end - start, MAX_STEPS)
+        if m:
+            self.errors(out, a, b, start, m, _reach_flat_stepped(n - start - 1))
+        if end == n and end - start <= MAX_STEPS:
+            return False
+        _product(src, dst, acc, a, b, _step_then_run(m) if m else _CLEAN_T, _LOG_SCALE[m])
+        s = start + m
+        while s < end:  # a run longer than the tables: the rest in parts
+            m = min(end - s, MAX_STEPS)
+            _loops.luck_summed(dst, acc, a, b, self.prior + self.bad_after[end], self.summed, self.shift)
+            self.errors(out, a, b, s, m, _reach_flat(n - s - 1))
+            if s + m == n:
+                base = self.prior + self.v_clean + _LOG_SCALE[m][:, None]
+                _loops.clean_end(dst, acc, a, b, _END_AFTER_RUN[m], base, out)
+                return False
+            _product(dst, dst, acc, a, b, _POWERS[m], _LOG_SCALE[m])
+            s += m
+        return True
+
+    def errors(self, out: np.ndarray, a: int, b: int, s: int, m: int, tables: tuple[np.ndarray, np.ndarray]) -> None:
+        """out[a:b, s:s+m]: errors at the run's prefixes s..s+m-1, from each row's luck-summed state."""
+        table, table_scale = tables
+        d_, l_ = len(P_GRID), len(C_GRID)
+        summed = self.summed.reshape(len(self.summed), d_ * l_)
+        if m <= _SHORT_RUN:
+            _loops.short_run_errors(summed, self.shift, table, table_scale, out, a, b, s, m)
+            return
+        switch = summed[a:b] @ table[:m].T  # [row, i]
+        with np.errstate(divide="ignore"):
+            out[a:b, s : s + m] = np.log(switch) + (self.shift[a:b, None] + table_scale[:m])
+
+
+def _product(
+    src: np.ndarray, dst: np.ndarray, acc: np.ndarray, a: int, b: int, kernel: np.ndarray, log_scale: np.ndarray
+) -> None:
+    """Rows a..b-1 of the states src [d, row, q, level] through a per-class level kernel [d, level,
+    level] (one BLAS product per class) into dst (dst may be src), renormalised where needed, the
+    kernel's log scale [d] added to acc."""
+    d_, rows, q_, l_ = src.shape
+    x = src.reshape(d_, rows * q_, l_)[:, a * q_ : b * q_]
+    y = dst.reshape(d_, rows * q_, l_)[:, a * q_ : b * q_]
+    if src is dst:
+        y[...] = np.matmul(x, kernel)
+    else:
+        np.matmul(x, kernel, out=y)
+    _loops.settle(dst, acc, a, b, log_scale[None], False)
+
+
 Scaled = tuple[np.ndarray, np.ndarray]  # (vec [d, q, level] with maximum 1 over level, log scale [d, q])
-
-
-def _scaled(vec: np.ndarray, log_scale: np.ndarray) -> Scaled:
-    top = vec.max(axis=2)
-    ok = top > 0
-    with np.errstate(divide="ignore"):
-        return vec / np.where(ok, top, 1.0)[..., None], np.where(
-            ok, log_scale + np.log(np.where(ok, top, 1.0)), -np.inf
-        )
-
-
-def _plus(a: Scaled, b: Scaled) -> Scaled:
-    top = np.maximum(a[1], b[1])
-    top = np.where(np.isfinite(top), top, 0.0)
-    return _scaled(a[0] * np.exp(a[1] - top)[..., None] + b[0] * np.exp(b[1] - top)[..., None], top)
 
 
 def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
@@ -614,6 +785,7 @@ def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
     end_vec = np.zeros((d_, q_, l_))
     end_vec[..., 0] = 1.0
     gamma: Scaled = (end_vec, np.full((d_, q_), terms.v_clean))  # before prefix n: the verdict if clean
+    gamma_scale = gamma[1]
     out: dict[int, Scaled] = {}
     end = n
     with np.errstate(divide="ignore", under="ignore"):
@@ -624,21 +796,31 @@ def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
                 m = t - start
                 table, table_scale = _reach_flat(n - start - 1)
                 top = table_scale[:m].max()
-                run = (np.exp(table_scale[:m] - top) @ table[:m]).reshape(d_, 1, l_)
-                stay = (np.matmul(gamma[0], _POWERS[m].transpose(0, 2, 1)), gamma[1] + _LOG_SCALE[m][:, None])
-                gamma = _plus(_scaled(np.broadcast_to(run, (d_, q_, l_)), top + bad_after[end][None, :]), stay)
+                run = (np.exp(table_scale[:m] - top) @ table[:m]).reshape(d_, l_)
+                stay = np.matmul(gamma[0], _POWERS[m].transpose(0, 2, 1))
+                gamma = _scaled_empty()
+                _loops.plus_shared(run, top, bad_after[end], stay, gamma_scale, _LOG_SCALE[m], *gamma)
+                gamma_scale = gamma[1]
                 t = start
-            switch = np.broadcast_to(_sigma(n - p - 1)[:, None, :], (d_, q_, l_))
-            step = (np.matmul(gamma[0], _CLEAN_T.transpose(0, 2, 1)), gamma[1])
-            beta = _plus(_scaled(switch, np.broadcast_to(bad_after[p + 1][None, :], (d_, q_))), step)
+            step = np.matmul(gamma[0], _CLEAN_T_T)
+            beta = _scaled_empty()
+            _loops.plus_shared(_sigma(n - p - 1), 0.0, bad_after[p + 1], step, gamma_scale, _NO_SCALE, *beta)
             if p in at:
                 out[p] = beta
             lik = base_clean.get(p)
             if lik is not None:
-                top = lik.max(axis=1)  # [q]
-                beta = _scaled(beta[0] * np.exp(lik - top[:, None]), beta[1] + top)
-            gamma, end = beta, p
+                absorbed = _scaled_empty()
+                _loops.times_lik(beta[0], beta[1], lik, *absorbed)
+                beta = absorbed
+            gamma, gamma_scale, end = beta, beta[1], p
     return out
+
+
+def _scaled_empty() -> Scaled:
+    return np.empty((len(P_GRID), len(Q_GRID), len(C_GRID))), np.empty((len(P_GRID), len(Q_GRID)))
+
+
+_CLEAN_T_T = np.ascontiguousarray(_CLEAN_T.transpose(0, 2, 1))  # the one-step kernel, backward
 
 
 def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
@@ -655,64 +837,14 @@ def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, grad
         below = np.concatenate([np.zeros((1, len(Q_GRID))), np.cumsum(post.joint, axis=0)])  # [j, q]: e < j
         before = np.log(np.einsum("rq,rq->r", np.exp(delta - top[:, None]), below[js])) + top + post.log_evidence
         # e >= j: forward state before j, the row's own likelihood at j, backward weight after it
-        lik = tables.loglik(True, correct, graded - correct).reshape(len(js), len(Q_GRID), len(C_GRID))
-        lik_top = lik.max(axis=2)
-        weight = np.exp(lik - lik_top[..., None])  # [row, q, level]
+        weight, lik_top = _clean_weights(priors.k, correct, graded, js)  # [row, q, level], [row, q]
         betas = _backward(post, {int(j) for j in js})
         after = np.empty(len(js))
         for j in np.unique(js):
-            rows = np.flatnonzero(js == j)
             msg, acc = post.cache.at(int(j))
             beta, beta_scale = betas[int(j)]
-            inner = np.einsum("dql,rql->rdq", msg * beta, weight[rows])
-            logs = acc + prior + beta_scale + lik_top[rows][:, None, :] + np.log(inner)
-            after[rows] = _logsumexp(logs, axis=(1, 2))
+            _loops.evidence_rows(msg * beta, acc + prior + beta_scale, weight, lik_top, np.flatnonzero(js == j), after)
     return np.logaddexp(before, after)
-
-
-def _with_sums(kernel: np.ndarray) -> np.ndarray:
-    """[d, level, level + 1]: a level kernel with its row sums appended (the product then also gives
-    the new state's total, the renormalisation's scale, with no reduction of its own)."""
-    return np.concatenate([kernel, kernel.sum(axis=2, keepdims=True)], axis=2)
-
-
-_CLEAN_T_SUMS = _with_sums(_CLEAN_T)
-
-
-@functools.lru_cache(maxsize=MAX_STEPS + 1)
-def _powers_with_sums(m: int) -> np.ndarray:
-    return _with_sums(_POWERS[m])
-
-
-_RENORMALISE = 1e-30  # far above the smallest normal double (2e-308): no precision is lost before it
-
-
-def _step_classes(
-    msg: np.ndarray, acc: np.ndarray, kernel: np.ndarray, log_scale: np.ndarray | None
-) -> np.ndarray | None:
-    """In place: class-major states (msg [d, row, q, level], acc [d, row, q]) through a per-class
-    level kernel [d, level, level + 1 (+ 1)] whose column `level` is its row sums (`_with_sums`),
-    with the kernel's own log scale [d]. A further column (a switch vector) comes back as
-    [d, row, q], taken before the step.
-
-    A state stands for exp(acc) * msg, so it needs renormalising only to stay far from underflow:
-    the kernels' rows sum to at most 1 and the likelihood factors are at most 1, so msg only
-    shrinks, and it is divided by its sums only once one of them falls below `_RENORMALISE`
-    (a division broadcast over the level axis costs more than the product itself)."""
-    d_, rows, q_, l_ = msg.shape
-    flat = msg.reshape(d_, rows * q_, l_)
-    stepped = np.matmul(flat, kernel[..., :l_])
-    extra = np.matmul(flat, kernel[..., l_:])  # the sums (and the switch) beside, not interleaved
-    sums = extra[..., 0]
-    if sums.min() < _RENORMALISE:
-        scale = np.maximum(sums, 1e-300)
-        np.divide(stepped, scale[..., None], out=flat)
-        acc += np.log(scale).reshape(acc.shape)
-    else:
-        flat[...] = stepped
-    if log_scale is not None:
-        acc += log_scale[:, None, None]
-    return extra[..., 1].reshape(d_, rows, q_) if kernel.shape[2] > l_ + 1 else None
 
 
 def first_error_entropy(p_good: np.ndarray) -> np.ndarray:
