@@ -5,10 +5,10 @@ The search asks for the probe that most reduces the uncertainty about where the 
 rollout, among a few candidates (prefixes around the posterior's quartiles of the error, ambiguous
 probed prefixes, the question alone, the last prefix), scored by `probe_gains`. Under the labeler a
 shard's searches run in two phases (`FirstPhasePool`): `pool_after` rollouts each under the weak
-default priors, then on under priors pooled from the first phases of the shard's first half. It goes on until the first error is
-pinned to one step (bad label on it, good on the step before) or `localize_max_rollouts` is spent,
-probing inside the open interval between the last good and the first bad label when no other probe
-is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
+default priors, then on under priors pooled from the first phases of the shard's first half of
+problems. It goes on until the first error is pinned to one step (bad label on it, good on the step
+before) or `localize_max_rollouts` is spent, probing inside the open interval between the last good
+and the first bad label when no other probe is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
 P(bad) >= `bad_confidence`, or `confidence` right after a good label (`first_bad_step`: the pair pins
 the first error), and rollouts of its own prefix (`unbacked_bad`: the search measures that prefix
 before it labels; a label from the prior alone is wrong at any length). A

@@ -3,8 +3,8 @@
 An annotator is a generator. It yields a list of `Probe`s (prefix text, rollouts wanted) and is sent
 back one `ProbeResult` per probe, in the same order; when it returns, its return value is the
 annotation. It may also yield a `Wait` (a future): it is sent the future's result once it is done,
-e.g. priors pooled from the first phase of a shard's other searches. This module is all an algorithm needs to import: it knows nothing of engines or grading,
-which stay in the scheduler (`scheduler.py`).
+e.g. priors pooled from the first phase of a shard's other searches. This module is all an algorithm
+needs to import: it knows nothing of engines or grading, which stay in the scheduler (`scheduler.py`).
 """
 
 from __future__ import annotations
