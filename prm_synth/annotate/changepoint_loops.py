@@ -49,6 +49,18 @@ def _log_total(y: np.ndarray, s: np.ndarray, best: float, total: float) -> float
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def _log_weighted_sum(y: np.ndarray, s: np.ndarray, best: float) -> float:
+    """log of sum exp(y) * s over (class, luck), best the largest y (-inf: every y is, the sum is 0)."""
+    if not np.isfinite(best):
+        best = 0.0
+    total = 0.0
+    for d in range(y.shape[0]):
+        for q in range(y.shape[1]):
+            total += np.exp(y[d, q] - best) * s[d, q]
+    return _log_total(y, s, best, total)
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
 def absorb(
     msg: np.ndarray,
     acc: np.ndarray,
@@ -134,13 +146,7 @@ def absorb(
                         summed[r, d, level] += e * msg[d, r, q, level]
         out[r, col[i]] = _log_total(y, s, best, total)
         if end:
-            if not np.isfinite(best_end):
-                best_end = 0.0
-            total = 0.0
-            for d in range(d_):
-                for q in range(q_):
-                    total += np.exp(ye[d, q] - best_end) * se[d, q]
-            out[r, n] = _log_total(ye, se, best_end, total)
+            out[r, n] = _log_weighted_sum(ye, se, best_end)
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FAST)
@@ -210,13 +216,7 @@ def clean_end(
                 s[d, q] = sl
                 y[d, q] = acc[d, r, q] + end_base[d, q]
                 best = max(best, y[d, q])
-        if not np.isfinite(best):
-            best = 0.0
-        total = 0.0
-        for d in range(d_):
-            for q in range(q_):
-                total += np.exp(y[d, q] - best) * s[d, q]
-        out[r, n] = _log_total(y, s, best, total)
+        out[r, n] = _log_weighted_sum(y, s, best)
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FAST)
