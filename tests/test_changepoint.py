@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import Future
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,9 +24,12 @@ from prm_synth.annotate.changepoint import (
     early_prefixes,
     open_interval,
     pool_priors,
+    relabel,
     repaired_slip,
     unbacked_bad,
 )
+from prm_synth.annotate.changepoint_posterior import Q_GRID
+from prm_synth.annotate.decision_memo import DecisionMemo, state_key
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.labels import (
     AFTER_ERROR,
@@ -639,3 +643,164 @@ def test_the_first_phase_pool_is_ready_once_every_member_is_in_whatever_the_orde
     np.testing.assert_array_equal(got.q, expected.q)  # in key order: the same numbers in any order
     np.testing.assert_array_equal(got.p, expected.p)
     assert got.k == expected.k
+
+
+def _answers_with_unknowns(rate, seed: int, unknown: float):
+    """Probe answers fixed per (prefix, sample index), a share `unknown` of them ungradable, and every
+    probe recorded (what the search asked, in order)."""
+    asked: list[tuple[int, int]] = []
+
+    def answer(probes):
+        results = []
+        for p in probes:
+            asked.append((p.step, p.k))
+            draws = [random.Random(f"{seed}/{p.step}/{i}").random() for i in range(p.k)]
+            lost = sum(d < unknown for d in draws)
+            hits = sum(unknown <= d < unknown + (1 - unknown) * rate(p.step) for d in draws)
+            results.append(ProbeResult(p.step, hits, p.k, lost))
+        return results
+
+    return answer, asked
+
+
+def _row_of(ann):
+    return (
+        ann.p_good,
+        ann.label_source,
+        ann.unlabeled_reason,
+        ann.decided,
+        ann.mc_correct,
+        ann.mc_total,
+        ann.mc_unknown,
+    )
+
+
+def _searched(n, verdict, rate, seed, unknown, check, memo, priors=None, pool=None, relabeled=False):
+    answer, asked = _answers_with_unknowns(rate, seed, unknown)
+    search = changepoint_search(
+        STEPS[:n],
+        verdict,
+        ChangepointSettings(),
+        priors,
+        check=check,
+        pool=pool,
+        key="s",
+        relabeled=relabeled,
+        memo=memo,
+    )
+    return _finish(search, answer), asked
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seeds=st.lists(st.integers(0, 10_000), min_size=2, max_size=4),
+    n=st.integers(1, 20),
+    check=st.booleans(),
+    unknown=st.sampled_from([0.0, 0.2]),
+    capacity=st.sampled_from([3, 64, 4096]),
+)
+def test_a_remembered_decision_is_the_one_computed_afresh(seeds, n, check, unknown, capacity):
+    # solutions of one length share the memo (and, under the default priors, their first decisions);
+    # each is searched twice, the second time every decision is remembered unless the memo is too small
+    memo = DecisionMemo(capacity)
+    for seed in seeds:
+        rng = random.Random(seed)
+        _, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), 0.1)
+        fresh, fresh_asked = _searched(n, verdict, rate, seed, unknown, check, memo=None)
+        for _ in range(2):
+            remembered, asked = _searched(n, verdict, rate, seed, unknown, check, memo=memo)
+            assert asked == fresh_asked  # the same probes, in the same order
+            assert _row_of(remembered) == _row_of(fresh)
+            assert remembered.evidence.stop == fresh.evidence.stop
+        assert len(memo) <= capacity
+    if capacity == 4096:
+        assert memo.hits > 0  # the repeated searches were answered from the memo
+
+
+def test_the_memo_never_answers_for_other_priors():
+    # the same evidence under priors that expect a lucky policy, and under the default: different
+    # searches, each the same with a shared memo as without one
+    lucky_q = np.where(Q_GRID >= 0.6, 1.0, 1e-3)
+    lucky = Priors(q=lucky_q / lucky_q.sum())
+    memo = DecisionMemo()
+    for seed in range(6):
+        rng = random.Random(seed)
+        _, verdict, rate = _world(rng, 12, 0.1, 0.1)
+        runs = {}
+        for name, priors in (("default", None), ("lucky", lucky), ("lucky copy", replace(lucky))):
+            fresh, fresh_asked = _searched(12, verdict, rate, seed, 0.0, False, memo=None, priors=priors)
+            remembered, asked = _searched(12, verdict, rate, seed, 0.0, False, memo=memo, priors=priors)
+            assert (asked, _row_of(remembered)) == (fresh_asked, _row_of(fresh)), name
+            runs[name] = asked
+        assert runs["lucky"] == runs["lucky copy"]
+    assert any(
+        _searched(12, "incorrect", lambda j: 0.5, s, 0.0, False, None)[1]
+        != _searched(12, "incorrect", lambda j: 0.5, s, 0.0, False, None, priors=lucky)[1]
+        for s in range(6)
+    )
+
+
+def test_the_memo_keeps_no_more_than_its_capacity_whatever_it_is_given():
+    memo = DecisionMemo(capacity=16)
+    for seed in range(30):
+        rng = random.Random(seed)
+        n = rng.randint(2, 20)
+        _, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), 0.1)
+        _searched(n, verdict, rate, seed, 0.1, seed % 3 == 0, memo=memo)
+        assert len(memo) <= 16
+    assert len(memo) == 16 and memo.misses > 16  # it was filled past its size, and the oldest went
+    with pytest.raises(ValueError, match="at least one"):
+        DecisionMemo(0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 20), check=st.booleans())
+def test_a_search_left_to_relabel_gives_the_rows_of_one_that_labeled_itself(seed, n, check):
+    rng = random.Random(seed)
+    _, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), 0.1)
+    pools = {True: _ReadyPool(), False: _ReadyPool()}
+    labeled = {
+        left: _searched(n, verdict, rate, seed, 0.1, check, DecisionMemo(), pool=pools[left], relabeled=left)[0]
+        for left in (True, False)
+    }
+    assert labeled[True].p_good is None and labeled[False].p_good is not None  # left for `relabel` to label
+    relabel([labeled[True]], ChangepointSettings())
+    relabel([labeled[False]], ChangepointSettings())
+    assert _row_of(labeled[True]) == _row_of(labeled[False])
+
+
+_STATE = st.fixed_dictionaries(
+    {
+        "n": st.integers(1, 6),
+        "verdict": st.sampled_from(["correct", "incorrect", "unknown"]),
+        "checked": st.booleans(),
+        "counts": st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)), min_size=6, max_size=6),
+        "spent": st.integers(0, 40),
+        "may_wait": st.booleans(),
+    }
+)
+
+
+def _state(s):
+    ev = Evidence.empty(s["n"], s["verdict"])
+    ev.checked = s["checked"]
+    samples = np.zeros(s["n"], dtype=np.int64)
+    for j, (c, g, lost) in enumerate(s["counts"][: s["n"]]):
+        ev.correct[j], ev.graded[j], samples[j] = c, c + g, c + g + lost
+    return ev, samples, s["spent"], s["may_wait"]
+
+
+def _described(ev, samples, spent, may_wait):
+    return (ev.n, ev.verdict, ev.checked, ev.correct.tolist(), ev.graded.tolist(), samples.tolist(), spent, may_wait)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=_STATE, b=_STATE)
+def test_two_states_share_a_memo_key_only_when_the_decision_reads_the_same(a, b):
+    x, y = _state(a), _state(b)
+    assert (state_key(*x) == state_key(*y)) == (_described(*x) == _described(*y))
+    ev, samples, spent, may_wait = x
+    key = state_key(ev, samples, spent, may_wait)
+    ev.correct[0] += 1
+    samples[0] += 1  # the search updates its arrays in place: the key it took before must not follow
+    assert key != state_key(ev, samples, spent, may_wait) and key == state_key(*_state(a))

@@ -38,6 +38,7 @@ import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.changepoint_posterior import (
+    DEFAULT_PRIORS,
     K_CHOICES,
     P_GRID,
     Q_GRID,
@@ -48,6 +49,7 @@ from prm_synth.annotate.changepoint_posterior import (
     pool_priors,
     probe_gains,
 )
+from prm_synth.annotate.decision_memo import DECISIONS, Decision, DecisionMemo, state_key
 from prm_synth.annotate.labels import (
     AFTER_ERROR,
     UNDECIDED_BUDGET,
@@ -196,6 +198,8 @@ def changepoint_search(
     check: bool = False,
     pool: FirstPhasePool | None = None,
     key: str = "",
+    relabeled: bool = False,
+    memo: DecisionMemo | None = DECISIONS,
 ) -> Annotator[Annotation]:
     """Probe the most informative prefix until every step is decided and the first error is pinned,
     the budget is spent, or no probe is worth its rollouts; the evidence goes into `ann.evidence` so
@@ -203,7 +207,10 @@ def changepoint_search(
     solution drawn for the shard's process-error measurement: its early prefixes are tested first.
     `pool`: the shard's `FirstPhasePool`: once `pool_after` rollouts are spent and the solution is not
     decided, the search hands its evidence (as `key`) to the pool and waits (`Wait`) for the priors
-    pooled from the shard's first phases, then goes on under them."""
+    pooled from the shard's first phases, then goes on under them. `relabeled`: the caller labels the
+    annotation again (`relabel`, which sets every label, reason and p_good anew), so the search returns
+    the counts and the evidence without labeling them first. `memo`: where the search's decisions are
+    remembered (`decision_memo.py`; None: every decision computed)."""
     n = len(steps)
     ann = Annotation.empty("binary", n)
     ev = Evidence.empty(n, final_status)
@@ -220,7 +227,8 @@ def changepoint_search(
             if j >= 1:
                 ann.record(result)
         ev.checked = True
-    return (yield from _search(steps, ann, ev, samples, spent, settings, priors or Priors(), pool, key))
+    priors = priors or DEFAULT_PRIORS
+    return (yield from _search(steps, ann, ev, samples, spent, settings, priors, pool, key, relabeled, memo))
 
 
 def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSettings) -> Priors:
@@ -277,6 +285,45 @@ class FirstPhasePool:
         self.future.set_result(second_phase_priors(evidence, self.settings))
 
 
+def decide(post: Posterior, samples: np.ndarray, spent: int, settings: ChangepointSettings, may_wait: bool) -> Decision:
+    """The search's next step from its posterior, the rollouts asked per prefix (`samples`) and in all
+    (`spent`): stop, wait for the pooled priors (`may_wait`: its first phase is over), or probe. A pure
+    function of its inputs, so the search remembers it (`decision_memo.py`)."""
+    ev, priors = post.evidence, post.priors
+    first_bad = first_bad_step(post.p_good, settings.confidence, settings.bad_confidence)
+    before = post.p_good[: ev.n if first_bad is None else first_bad]
+    unbacked = unbacked_bad(post.p_good, ev, settings.confidence, settings.bad_confidence)
+    if (before >= settings.confidence).all() and unbacked is None:
+        return Decision(stop="decided")
+    if may_wait:
+        return Decision(wait=True)  # the first phase is over: go on under the shard's pooled priors
+    # Pinning the first error to one step is worth more than the gain threshold says: the step
+    # where the error happens is the one a PRM most needs. While it is not pinned, the search
+    # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
+    interval = open_interval(post.p_good, settings.confidence, settings.bad_confidence)
+    localizing = bool(interval) or unbacked is not None
+    room = (settings.localize_max_rollouts if localizing else settings.max_rollouts) - spent
+    if room <= 0:
+        return Decision(stop=UNDECIDED_BUDGET)
+    j, gain = -1, 0.0
+    if spent < settings.max_rollouts:
+        j, gain = best_probe(post, priors, settings.batch, room, settings.prefix_cap)
+    if (j < 0 or gain < settings.min_gain) and interval:
+        j, gain = best_probe(post, priors, settings.batch, room, settings.localize_cap, _spread(interval))
+        gain = gain if gain >= settings.localize_min_gain else 0.0
+    # the first bad label lacks a measurement of its own prefix: measure it, whatever the
+    # posterior expects (a confident prior is what the rule distrusts)
+    if (
+        (j < 0 or gain < settings.min_gain)
+        and unbacked is not None
+        and ev.graded[unbacked] + min(settings.batch, room) <= settings.localize_cap
+    ):
+        j, gain = unbacked, settings.min_gain
+    if j < 0 or gain <= 0.0 or (gain < settings.min_gain and not interval):
+        return Decision(stop=UNDECIDED_UNINFORMATIVE)
+    return Decision(prefix=j, want=int(samples[j]) + min(settings.batch, room))
+
+
 def _search(
     steps: list[str],
     ann: Annotation,
@@ -287,53 +334,34 @@ def _search(
     priors: Priors,
     pool: FirstPhasePool | None,
     key: str,
+    relabeled: bool,
+    memo: DecisionMemo | None,
 ) -> Annotator[Annotation]:
     """The search loop (see `changepoint_search`)."""
     final_status = ev.verdict
     first_phase = pool is not None
     while True:
-        post = Posterior(ev, priors)
-        first_bad = first_bad_step(post.p_good, settings.confidence, settings.bad_confidence)
-        before = post.p_good[: ev.n if first_bad is None else first_bad]
-        unbacked = unbacked_bad(post.p_good, ev, settings.confidence, settings.bad_confidence)
-        if (before >= settings.confidence).all() and unbacked is None:
-            stop = "decided"
+        may_wait = pool is not None and first_phase and spent >= settings.pool_after
+        state = state_key(ev, samples, spent, may_wait) if memo is not None else None
+        decision = memo.get(priors, settings, state) if memo is not None else None
+        post: Posterior | None = None
+        if decision is None:
+            post = Posterior(ev, priors)
+            decision = decide(post, samples, spent, settings, may_wait)
+            if memo is not None:
+                memo.put(priors, settings, state, decision)
+        if decision.stop:
+            stop = decision.stop
             break
-        if pool is not None and first_phase and spent >= settings.pool_after:
-            # the first phase is over: go on under the priors pooled from the shard's first phases
+        if decision.wait:
+            assert pool is not None
             pool.deposit(key, ev)
             del post  # a waiting search holds its evidence only
             priors = yield Wait(pool.future)
             first_phase = False
             continue
-        # Pinning the first error to one step is worth more than the gain threshold says: the step
-        # where the error happens is the one a PRM most needs. While it is not pinned, the search
-        # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
-        interval = open_interval(post.p_good, settings.confidence, settings.bad_confidence)
-        localizing = bool(interval) or unbacked is not None
-        room = (settings.localize_max_rollouts if localizing else settings.max_rollouts) - spent
-        if room <= 0:
-            stop = UNDECIDED_BUDGET
-            break
-        j, gain = -1, 0.0
-        if spent < settings.max_rollouts:
-            j, gain = best_probe(post, priors, settings.batch, room, settings.prefix_cap)
-        if (j < 0 or gain < settings.min_gain) and interval:
-            j, gain = best_probe(post, priors, settings.batch, room, settings.localize_cap, _spread(interval))
-            gain = gain if gain >= settings.localize_min_gain else 0.0
-        # the first bad label lacks a measurement of its own prefix: measure it, whatever the
-        # posterior expects (a confident prior is what the rule distrusts)
-        if (
-            (j < 0 or gain < settings.min_gain)
-            and unbacked is not None
-            and ev.graded[unbacked] + min(settings.batch, room) <= settings.localize_cap
-        ):
-            j, gain = unbacked, settings.min_gain
-        if j < 0 or gain <= 0.0 or (gain < settings.min_gain and not interval):
-            stop = UNDECIDED_UNINFORMATIVE
-            break
-        want = int(samples[j]) + min(settings.batch, room)
-        (result,) = yield [Probe.of_steps(steps, j - 1, want)]
+        j = decision.prefix
+        (result,) = yield [Probe.of_steps(steps, j - 1, decision.want)]
         if result.total <= samples[j]:
             # nothing new came back: asking again would ask for the same forever
             stop = UNDECIDED_UNINFORMATIVE
@@ -348,7 +376,9 @@ def _search(
         pool.deposit(key, ev)  # done within its first phase: its evidence is part of the pooling
     ev.stop = stop
     ann.evidence = ev
-    label(ann, post, settings, stop, final_status)
+    if not relabeled:
+        # (a labeler that labels the shard again under its pooled priors overwrites all of this)
+        label(ann, post if post is not None else Posterior(ev, priors), settings, stop, final_status)
     return ann
 
 

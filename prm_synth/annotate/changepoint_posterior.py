@@ -44,6 +44,7 @@ products between them are numpy's BLAS.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import weakref
 from collections import deque
@@ -213,6 +214,9 @@ class Priors:
     # [luck]: log-likelihood of the same problem's other solutions (they share its luck); None for a
     # solution labeled on its own
     siblings: np.ndarray | None = None
+    # A number no other priors object of this process gets (`replace` makes a new one): what names this
+    # object in the search's decision memo (`decision_memo.py`), where an `id` could be reused
+    token: int = field(init=False, compare=False, repr=False, default_factory=lambda: next(_PRIORS_TOKENS))
 
     def log_prior(self) -> np.ndarray:
         """[class, luck]: the log prior one solution is labeled under."""
@@ -220,11 +224,26 @@ class Priors:
         return prior if self.siblings is None else prior + self.siblings[None, :]
 
 
+_PRIORS_TOKENS = itertools.count()
+
+
 def _default_q() -> np.ndarray:
     """A weak prior that leans towards little luck but leaves room for a lot (cell widths x (1 - q)^4)."""
     edges = np.concatenate([[0.0], (Q_GRID[1:] + Q_GRID[:-1]) / 2, [1.0]])
     w = np.diff(edges) * (1.0 - Q_GRID) ** 4
     return w / w.sum()
+
+
+def _default_priors() -> Priors:
+    priors = Priors()
+    priors.q.flags.writeable = False
+    priors.p.flags.writeable = False
+    return priors
+
+
+# The weak default every search starts under: one object, so the searches' first decisions, the same
+# for every solution of a length, are remembered across solutions and shards (`decision_memo.py`)
+DEFAULT_PRIORS = _default_priors()
 
 
 @dataclass

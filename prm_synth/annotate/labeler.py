@@ -363,7 +363,11 @@ class BinaryLabeler(SolutionLabeler):
         # a stable share of the correct-answer solutions measures the shard's rate of process errors
         check = isinstance(test, ChangepointTest) and sampled_share(f"{key}/check", test.settings.check_correct)
         verify = sampled_share(key, a.verify_correct)
-        return binary_search(steps, final_status, a, verify, check=check, pool=pool, key=key)
+        # a shard's changepoint searches (those with a pool) are all labeled again once the shard is
+        # done (`_pool`): their own labels would be overwritten unread
+        return binary_search(
+            steps, final_status, a, verify, check=check, pool=pool, key=key, relabeled=pool is not None
+        )
 
     def _first_phase_pool(self, problem_ids: list[str]) -> FirstPhasePool | None:
         """search_test changepoint: the searches go on under priors pooled from the first phases of the

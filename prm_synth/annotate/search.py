@@ -71,10 +71,12 @@ def binary_search(
     check: bool = False,
     pool: FirstPhasePool | None = None,
     key: str = "",
+    relabeled: bool = False,
 ) -> Annotator[Annotation]:
     """The binary method's annotator for one solution: `first_error_search` with the config's test.
     `check`: the changepoint search tests this correct-answer solution's early prefixes first;
-    `pool`: its shard's `FirstPhasePool` (the solution's `key` in it)."""
+    `pool`: its shard's `FirstPhasePool` (the solution's `key` in it); `relabeled`: the caller labels
+    the changepoint search's annotation again (`changepoint.relabel`), so the search leaves it unlabeled."""
     return first_error_search(
         steps,
         final_status,
@@ -84,6 +86,7 @@ def binary_search(
         check=check,
         pool=pool,
         key=key,
+        relabeled=relabeled,
     )
 
 
@@ -97,13 +100,18 @@ def first_error_search(
     check: bool = False,
     pool: FirstPhasePool | None = None,
     key: str = "",
+    relabeled: bool = False,
 ) -> Annotator[Annotation]:
     """The first-error search for one solution, each prefix decided by `test`.
 
     verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
     trusted. The row's method name is the labeler's to stamp (labeler._record), not the search's."""
     if isinstance(test, ChangepointTest):
-        return (yield from changepoint_search(steps, final_status, test.settings, check=check, pool=pool, key=key))
+        return (
+            yield from changepoint_search(
+                steps, final_status, test.settings, check=check, pool=pool, key=key, relabeled=relabeled
+            )
+        )
     n = len(steps)
     if final_status == "correct":
         if verify_k is not None:
