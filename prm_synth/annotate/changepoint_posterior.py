@@ -43,6 +43,7 @@ products between them are numpy's BLAS.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -363,7 +364,12 @@ class ForwardCache:
     marks: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def at(self, j: int) -> ForwardState:
-        pos, msg, log_acc = max((m for m in self.marks if m[0] <= j), key=lambda m: m[0])
+        # the latest mark at or before j (marks come in the order of their prefixes; of two at one
+        # prefix, the first)
+        positions = [m[0] for m in self.marks]
+        i = bisect.bisect_right(positions, j) - 1
+        i = bisect.bisect_left(positions, positions[i], 0, i)
+        pos, msg, log_acc = self.marks[i]
         if pos == j:
             return msg, log_acc
         msg, log_acc = _advance(msg[None], log_acc[None], j - pos)
@@ -639,7 +645,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         for j, a, b in groups:
             if first[a]:
                 sweep.errors(out, a, b, j + 1, int(first[a]), _reach_flat_stepped(n - j - 2))
-        kernels = np.stack([_step_then_run(int(m)) if m else _CLEAN_T for m in first[firsts]], axis=1)
+        kernels = _stacked_kernels(tuple(first[firsts].tolist()))
         size = groups[0][2] - groups[0][1]
         shape = (d_, len(groups), size * q_, l_)
         np.matmul(msg.reshape(shape), kernels, out=waiting.reshape(shape))
@@ -699,6 +705,15 @@ def _step_then_run(m: int) -> np.ndarray:
     kernel = np.ascontiguousarray(np.matmul(_CLEAN_T, _POWERS[m]))
     kernel.flags.writeable = False
     return kernel
+
+
+@functools.lru_cache(maxsize=64)  # 35 kB a candidate; the same runs come back decision after decision
+def _stacked_kernels(runs: tuple[int, ...]) -> np.ndarray:
+    """[d, candidate, level, level]: each candidate's `_step_then_run` kernel (its run's length in `runs`),
+    stacked for one level product of every candidate (`_row_log_masses`)."""
+    kernels = np.stack([_step_then_run(m) if m else _CLEAN_T for m in runs], axis=1)
+    kernels.flags.writeable = False
+    return kernels
 
 
 # [m, d, level]: the weight of ending at level 0 (c = 1) from each level: after the step out of a probed
