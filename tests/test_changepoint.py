@@ -3,6 +3,7 @@ the model check, and rows that do not depend on how a run is executed."""
 
 from __future__ import annotations
 
+import copy
 import random
 from concurrent.futures import Future
 from dataclasses import replace
@@ -22,12 +23,15 @@ from prm_synth.annotate.changepoint import (
     Priors,
     changepoint_search,
     early_prefixes,
+    hidden_error_positions,
     open_interval,
     pool_priors,
+    process_error_rate,
     relabel,
     repaired_slip,
     unbacked_bad,
 )
+from prm_synth.annotate.changepoint import label as label_again
 from prm_synth.annotate.changepoint_posterior import Q_GRID
 from prm_synth.annotate.decision_memo import DecisionMemo, state_key
 from prm_synth.annotate.labeler import make_labeler
@@ -804,3 +808,26 @@ def test_two_states_share_a_memo_key_only_when_the_decision_reads_the_same(a, b)
     ev.correct[0] += 1
     samples[0] += 1  # the search updates its arrays in place: the key it took before must not follow
     assert key != state_key(ev, samples, spent, may_wait) and key == state_key(*_state(a))
+
+
+def test_relabeling_solutions_with_the_same_evidence_labels_each_as_if_alone():
+    # a shard where several searches measured the same counts (the same world searched again, and the
+    # decided correct answers of short solutions): each row is what its own posterior gives
+    anns = []
+    for seed in (6, 2, 3, 6, 2, 24, 6):
+        rng = random.Random(seed)
+        n = rng.randint(3, 12)
+        _, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), 0.1)
+        anns.append(_searched(n, verdict, rate, seed, 0.1, seed == 2, DecisionMemo(), relabeled=True)[0])
+    # the same counts, another reason to stop (as a search that ran out of budget there would): its own
+    anns[3].evidence.stop = "undecided_budget" if anns[0].evidence.stop != "undecided_budget" else "decided"
+    alone = copy.deepcopy(anns)
+    cfg = ChangepointSettings()
+    priors = relabel(anns, cfg)
+    posts = [Posterior(a.evidence, priors) for a in alone]
+    checked = [p for p in posts if p.evidence.checked]
+    rate, positions = process_error_rate(checked, cfg), hidden_error_positions(checked, cfg)
+    assert checked and len({str(_row_of(a)[4:]) for a in anns}) < len(anns)  # a checked solution; repeats
+    for ann, own, post in zip(anns, alone, posts, strict=True):
+        label_again(own, post, cfg, own.evidence.stop, own.evidence.verdict, rate, positions)
+        assert _row_of(ann) == _row_of(own)

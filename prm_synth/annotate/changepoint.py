@@ -562,12 +562,19 @@ def relabel(
         owns.append(
             priors if len(group) == 1 else replace(priors, siblings=_siblings_loglik(i, group, evidence, steps, priors))
         )
-    posts = [Posterior(ev, own) for ev, own in zip(evidence, owns, strict=True)]
+    # Solutions whose searches measured the same counts under the same priors (a third of a shard of
+    # short ones: correct answers the first probes decided) share one posterior, and its model check
+    built: dict[tuple[object, ...], Posterior] = {}
+    posts = []
+    for ev, own in zip(evidence, owns, strict=True):
+        same = (own.token, ev.n, ev.verdict, ev.checked, ev.correct.tobytes(), ev.graded.tobytes())
+        if same not in built:
+            built[same] = Posterior(ev, own)
+        posts.append(built[same])
     checked = [p for p in posts if p.evidence.checked]
     rate = process_error_rate(checked, settings)
     positions = hidden_error_positions(checked, settings)
-    for (ann, _), post in zip(kept, posts, strict=True):
-        ev = post.evidence
+    for (ann, _), ev, post in zip(kept, evidence, posts, strict=True):
         label(ann, post, settings, ev.stop, ev.verdict, rate, positions)
     return priors
 
