@@ -4,6 +4,7 @@ the model check, and rows that do not depend on how a run is executed."""
 from __future__ import annotations
 
 import copy
+import gc
 import random
 from concurrent.futures import Future
 from dataclasses import replace
@@ -831,3 +832,19 @@ def test_relabeling_solutions_with_the_same_evidence_labels_each_as_if_alone():
     for ann, own, post in zip(anns, alone, posts, strict=True):
         label_again(own, post, cfg, own.evidence.stop, own.evidence.verdict, rate, positions)
         assert _row_of(ann) == _row_of(own)
+
+
+def test_the_decisions_of_a_priors_object_go_with_it():
+    # a shard's pooled priors die with the shard: their decisions must not stay behind (memory would
+    # grow with the shards done); the default priors' stay, kept for the next solution
+    memo = DecisionMemo()
+    shard_priors = pool_priors(
+        [_searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo)[0].evidence]
+    )
+    _searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo, priors=shard_priors)
+    default_only = DecisionMemo()
+    _searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, default_only)
+    assert len(memo) > len(default_only) > 0
+    del shard_priors
+    gc.collect()
+    assert len(memo) == len(default_only)

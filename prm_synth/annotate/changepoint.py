@@ -342,7 +342,7 @@ def _search(
     first_phase = pool is not None
     while True:
         may_wait = pool is not None and first_phase and spent >= settings.pool_after
-        state = state_key(ev, samples, spent, may_wait) if memo is not None else None
+        state = state_key(ev, samples, spent, may_wait) if memo is not None else b""
         decision = memo.get(priors, settings, state) if memo is not None else None
         post: Posterior | None = None
         if decision is None:
