@@ -160,14 +160,19 @@ def _clean_weights(k: float, correct: np.ndarray, graded: np.ndarray, js: np.nda
     exp(loglik - top) [row, q, level], and top [row, q]. Rows come in blocks of one prefix (js sorted:
     a candidate's outcomes, or every count the model check tries), and the same blocks of counts come
     back decision after decision: each block is computed once (`_clean_block`)."""
-    starts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+    starts = _block_starts(js).tolist()
+    cs, gs = correct.tolist(), graded.tolist()
     blocks = [
-        _clean_block(k, tuple(correct[a:b].tolist()), tuple(graded[a:b].tolist()))
-        for a, b in zip(starts, [*starts[1:], len(js)], strict=True)
+        _clean_block(k, tuple(cs[a:b]), tuple(gs[a:b])) for a, b in zip(starts, [*starts[1:], len(js)], strict=True)
     ]
     if len(blocks) == 1:
         return blocks[0]
     return np.concatenate([w for w, _ in blocks]), np.concatenate([t for _, t in blocks])
+
+
+def _block_starts(js: np.ndarray) -> np.ndarray:
+    """Where each block of equal values of the sorted `js` starts."""
+    return np.flatnonzero(np.concatenate(([True], js[1:] != js[:-1])))
 
 
 @functools.lru_cache(maxsize=256)  # a block is 16 kB (a candidate's 5 outcomes) to 110 kB
@@ -586,8 +591,10 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     ev, priors, terms = post.evidence, post.priors, post.terms
     n, rows = ev.n, len(js)
     tables = _CountTables.of(priors.k)
-    order = np.argsort(js, kind="stable")
-    js, correct, graded = js[order], correct[order], graded[order]
+    # rows in the order of their prefixes (probe_gains asks in that order already)
+    order = None if (js[1:] >= js[:-1]).all() else np.argsort(js, kind="stable")
+    if order is not None:
+        js, correct, graded = js[order], correct[order], graded[order]
     out = np.full((rows, n + 1), -np.inf)
     d_, q_, l_ = len(P_GRID), len(Q_GRID), len(C_GRID)
     with np.errstate(divide="ignore", under="ignore"):
@@ -609,7 +616,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     arrive = np.append(cols, n)[np.searchsorted(cols, js, side="right")]  # the first probed prefix after j
     msg = np.empty((d_, rows, q_, l_))
     acc = np.empty((d_, rows, q_))
-    firsts = np.flatnonzero(np.r_[True, js[1:] != js[:-1]])
+    firsts = _block_starts(js)
     groups = [(int(js[a]), a, b) for a, b in zip(firsts, [*firsts[1:], rows], strict=True)]
     for j, a, b in groups:
         state, state_acc = post.cache.at(j)
@@ -693,6 +700,8 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         )
         if sweep.cross(cur, spare, acc, out, 0, hi, p + 1, int(ends[idx])):
             cur, spare = spare, cur
+    if order is None:
+        return out
     result = np.empty_like(out)
     result[order] = out
     return result
