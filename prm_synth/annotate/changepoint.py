@@ -23,6 +23,10 @@ measures on them the shard's rate of process errors among correct answers (`proc
 and where they sit (`hidden_error_positions`), which cap how far the untested correct-answer
 solutions' steps are trusted (`hidden_error_p_good`).
 
+A decision (`decide`: stop, wait for the pooled priors, or which prefix to probe) depends on the priors,
+the counts and the rollouts asked alone: the search remembers it (`decision_memo.py`), so the states
+every search's first phase passes through under the default priors are decided once.
+
 Measured across a suite of simulated worlds that each break one assumption of the older models
 (benchmarks/fidelity.py): see the README's "Which annotate method" for what holds where.
 """
