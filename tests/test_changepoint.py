@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import pickle
 import random
 from concurrent.futures import Future
 from dataclasses import replace
@@ -848,3 +849,15 @@ def test_the_decisions_of_a_priors_object_go_with_it():
     del shard_priors
     gc.collect()
     assert len(memo) == len(default_only)
+
+
+def test_a_copied_or_unpickled_priors_object_is_never_taken_for_another():
+    # a priors object from another process carries that process's token: here it must get its own, or
+    # the memo could answer for it with the decisions of whichever local priors has that number
+    lucky_q = np.where(Q_GRID >= 0.6, 1.0, 1e-3)
+    lucky = Priors(q=lucky_q / lucky_q.sum())
+    others = [pickle.loads(pickle.dumps(lucky)), copy.copy(lucky), copy.deepcopy(lucky), replace(lucky)]
+    assert len({p.token for p in [lucky, *others]}) == 5
+    for other in others:
+        np.testing.assert_array_equal(other.q, lucky.q)
+        assert other.k == lucky.k

@@ -220,9 +220,17 @@ class Priors:
     # [luck]: log-likelihood of the same problem's other solutions (they share its luck); None for a
     # solution labeled on its own
     siblings: np.ndarray | None = None
-    # A number no other priors object of this process gets (`replace` makes a new one): what names this
-    # object in the search's decision memo (`decision_memo.py`), where an `id` could be reused
+    # A number no other priors object of this process gets (`replace`, a copy and an unpickled one get
+    # new ones: another process's numbers mean nothing here): what names this object in the search's
+    # decision memo (`decision_memo.py`), where an `id` could be reused
     token: int = field(init=False, compare=False, repr=False, default_factory=lambda: next(_PRIORS_TOKENS))
+
+    def __getstate__(self) -> dict[str, object]:
+        return {name: value for name, value in self.__dict__.items() if name != "token"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "token", next(_PRIORS_TOKENS))
 
     def log_prior(self) -> np.ndarray:
         """[class, luck]: the log prior one solution is labeled under."""
