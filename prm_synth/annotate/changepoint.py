@@ -231,7 +231,8 @@ def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSe
     wrong bad labels (fidelity hard_step, 300 problems: bad precision 0.977 -> 0.944); at half weight
     they keep the first-error gains of pooling (eps .1, luck .05: 0.58 -> 0.65) and their precision
     (hard_step 0.983)."""
-    return pool_priors(first_phase, strength=settings.second_phase_default_weight * len(first_phase))
+    # the search's probe scoring assumes no fresh-error luck (`probe_gains`); `relabel` pools it
+    return pool_priors(first_phase, strength=settings.second_phase_default_weight * len(first_phase), recents=())
 
 
 class FirstPhasePool:
