@@ -94,7 +94,7 @@ K_CHOICES = (60.0, 12.0, 400.0)
 # a rigid r for every error put the error one step early where a hard step, not luck, raised the
 # prefix before it (fidelity `hard_step_luck`: bad precision 0.2). Pooling picks r from RECENT_CHOICES
 # and w by EM, or neither (`pool_priors`); the search scores its probes without it.
-RECENT_CHOICES = (0.25, 0.5)
+RECENT_CHOICES = (0.5,)
 RECENT_STEPS = 4
 MAX_COUNT = 1024
 MAX_STEPS = 512  # the bad stretch's level tables are kept this long; longer solutions reuse the last
