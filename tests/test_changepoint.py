@@ -644,7 +644,7 @@ def test_the_first_phase_pool_is_ready_once_every_member_is_in_whatever_the_orde
             assert not pool.future.done()
             pool.deposit(f"s{i}", evidence[f"s{i}"])
     assert pool.future.done()
-    expected = pool_priors([evidence["s0"], evidence["s1"], evidence["s2"]], strength=0.5 * 3)
+    expected = pool_priors([evidence["s0"], evidence["s1"], evidence["s2"]], strength=0.5 * 3, recents=())
     got = pool.future.result()
     np.testing.assert_array_equal(got.q, expected.q)  # in key order: the same numbers in any order
     np.testing.assert_array_equal(got.p, expected.p)

@@ -159,6 +159,12 @@ class ChangepointSettings:
     # Right after a good label `confidence` is enough (`first_bad_step`): the good step before rules
     # out the earlier placements those lone labels got wrong.
     bad_confidence: float = 0.95
+    # P(bad) a lone bad label (no good label right before it) needs on a solution whose answer is not
+    # known wrong. There the error rests on luck the shard is assumed to have, and a prefix that
+    # reaches the answer half the time before a hard last step reads as an early error and a lucky
+    # answer: such labels were right 0.80 of the time in `mixed` and 0.85 in `hard_step_luck`
+    # (fidelity, three seeds), 0.95 over all worlds; those at 0.99 or more always.
+    right_answer_bad_confidence: float = 0.99
     max_rollouts: int = 56  # per solution: with the sampled solution, under 60 samples a question
     batch: int = 4  # rollouts a probe asks for
     prefix_cap: int = 16  # graded rollouts one prefix may take
@@ -190,8 +196,13 @@ class ChangepointSettings:
         return cls(
             confidence=config.confidence,
             bad_confidence=max(config.confidence, cls.bad_confidence),
+            right_answer_bad_confidence=max(config.confidence, cls.right_answer_bad_confidence),
             max_rollouts=config.changepoint_max_rollouts,
         )
+
+    def bad_for(self, verdict: str) -> float:
+        """P(bad) a lone bad label needs on a solution with this verdict."""
+        return self.bad_confidence if verdict == "incorrect" else max(self.bad_confidence, self.right_answer_bad_confidence)
 
 
 def changepoint_search(
@@ -243,7 +254,8 @@ def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSe
     wrong bad labels (fidelity hard_step, 300 problems: bad precision 0.977 -> 0.944); at half weight
     they keep the first-error gains of pooling (eps .1, luck .05: 0.58 -> 0.65) and their precision
     (hard_step 0.983)."""
-    return pool_priors(first_phase, strength=settings.second_phase_default_weight * len(first_phase))
+    # the search's probe scoring assumes no fresh-error luck (`probe_gains`); `relabel` pools it
+    return pool_priors(first_phase, strength=settings.second_phase_default_weight * len(first_phase), recents=())
 
 
 class FirstPhasePool:
@@ -294,9 +306,10 @@ def decide(post: Posterior, samples: np.ndarray, spent: int, settings: Changepoi
     (`spent`): stop, wait for the pooled priors (`may_wait`: its first phase is over), or probe. A pure
     function of its inputs, so the search remembers it (`decision_memo.py`)."""
     ev, priors = post.evidence, post.priors
-    first_bad = first_bad_step(post.p_good, settings.confidence, settings.bad_confidence)
+    bad_confidence = settings.bad_for(ev.verdict)
+    first_bad = first_bad_step(post.p_good, settings.confidence, bad_confidence)
     before = post.p_good[: ev.n if first_bad is None else first_bad]
-    unbacked = unbacked_bad(post.p_good, ev, settings.confidence, settings.bad_confidence)
+    unbacked = unbacked_bad(post.p_good, ev, settings.confidence, bad_confidence)
     if (before >= settings.confidence).all() and unbacked is None:
         return Decision(stop="decided")
     if may_wait:
@@ -304,7 +317,7 @@ def decide(post: Posterior, samples: np.ndarray, spent: int, settings: Changepoi
     # Pinning the first error to one step is worth more than the gain threshold says: the step
     # where the error happens is the one a PRM most needs. While it is not pinned, the search
     # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
-    interval = open_interval(post.p_good, settings.confidence, settings.bad_confidence)
+    interval = open_interval(post.p_good, settings.confidence, bad_confidence)
     localizing = bool(interval) or unbacked is not None
     room = (settings.localize_max_rollouts if localizing else settings.max_rollouts) - spent
     if room <= 0:
@@ -463,6 +476,7 @@ def label(
     and the steps it leaves undecided say so (`undecided_unlocated`)."""
     n = len(ann.label_source)
     p_good = post.p_good
+    bad_confidence = settings.bad_for(final_status)
     hidden = final_status == "correct" and not post.evidence.checked and process_error_rate > 0
     if hidden:
         p_good = hidden_error_p_good(post, process_error_rate, error_positions)
@@ -476,7 +490,7 @@ def label(
         # the prefix of steps 0..slip-1 dipped: the error is there or before, and the steps from the
         # first that may hold it on are not labeled good
         lab = labels_from_posterior(
-            p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED, settings.bad_confidence
+            p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED, bad_confidence
         )
         rest = n - len(lab.labels)
         lab_labels = list(lab.labels) + [None] * rest
@@ -485,10 +499,10 @@ def label(
         undecided = UNDECIDED_VERDICT if stop == "decided" else stop
         if hidden and (p_good < post.p_good).any():
             undecided = UNDECIDED_UNLOCATED
-        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, settings.bad_confidence)
+        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
-    unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, settings.bad_confidence)
+    unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, bad_confidence)
     if first_bad is not None and unbacked is not None:
         # no measurement of the first bad step's own prefix: from it on nothing is labeled
         why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE

@@ -50,7 +50,7 @@ import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
@@ -87,6 +87,17 @@ _LOG_1Q = np.log1p(-Q_GRID)
 # counts are beta-binomial. How much they share is the shard's to say: pooling picks the k under
 # which the shard's evidence is likeliest (`pool_priors`); the search runs under the first.
 K_CHOICES = (60.0, 12.0, 400.0)
+# A policy may notice an error it has just written more often than an old one: then the first
+# prefixes that hold the error reach the answer more often than the luck rate, at q + (1 - q) r / 2^m
+# m steps past the error's own prefix (m < RECENT_STEPS), at q after. Without that reading the prefix
+# right after such an error read as clean, and the pair of labels that pins the first error sat one
+# step late with its good label on the error (fidelity `recent_luck`: good precision 0.92-0.94). A
+# solution's error is read either way, the second with the shard's share w (`Priors.recent_share`):
+# a rigid r for every error put the error one step early where a hard step, not luck, raised the
+# prefix before it (fidelity `hard_step_luck`: bad precision 0.2). Pooling picks r from RECENT_CHOICES
+# and w by EM, or neither (`pool_priors`); the search scores its probes without it.
+RECENT_CHOICES = (0.5,)
+RECENT_STEPS = 4
 MAX_COUNT = 1024
 MAX_STEPS = 512  # the bad stretch's level tables are kept this long; longer solutions reuse the last
 
@@ -129,6 +140,26 @@ class _CountTables:
         f = np.minimum(f, MAX_COUNT - c)
         hit, miss = (self.clean_hit, self.clean_miss) if clean else (self.bad_hit, self.bad_miss)
         return hit[c] + miss[f] - self.total[c + f][..., None]
+
+
+@functools.cache
+def _recent_tables(k: float, r: float) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+    """Per m < RECENT_STEPS: log rising factorials (hit, miss, total) of a prefix m steps past the error's
+    own prefix, at rate q + (1 - q) r / 2^m for every luck q (`RECENT_CHOICES`)."""
+    out = []
+    for m in range(RECENT_STEPS):
+        rate = np.clip(Q_GRID + (1.0 - Q_GRID) * r / 2**m, 0.001, 0.995)
+        out.append((_rising(k * rate), _rising(k * (1 - rate)), _rising(np.array([k]))[:, 0]))
+    return tuple(out)
+
+
+def _recent_loglik(k: float, r: float, m: int, c: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """[..., q]: log beta-binomial likelihood (without the binomial coefficient) of c hits, f misses at a
+    prefix holding the error m steps past its own prefix (`RECENT_CHOICES`)."""
+    c = np.minimum(c, MAX_COUNT)
+    f = np.minimum(f, MAX_COUNT - c)
+    hit, miss, total = _recent_tables(k, r)[m]
+    return hit[c] + miss[f] - total[c + f][..., None]
 
 
 def _level_kernel(h: float) -> np.ndarray:
@@ -220,6 +251,8 @@ class Priors:
     # [luck]: log-likelihood of the same problem's other solutions (they share its luck); None for a
     # solution labeled on its own
     siblings: np.ndarray | None = None
+    recent: float = 0.0  # a fresh error's extra luck r (`RECENT_CHOICES`)
+    recent_share: float = 0.0  # the share of errors read with it
     # A number no other priors object of this process gets (`replace`, a copy and an unpickled one get
     # new ones: another process's numbers mean nothing here): what names this object in the search's
     # decision memo (`decision_memo.py`), where an `id` could be reused
@@ -396,11 +429,12 @@ class _Terms:
     cols: np.ndarray  # the prefixes probed in any row (an unprobed prefix scores 0)
     clean: np.ndarray  # [b, col, q, level]: log-likelihood of the column's counts, prefix clean
     bad: np.ndarray  # [b, j, q]: log-likelihood of prefix j's counts, prefix holding the error
-    bad_after: np.ndarray  # [b, j, q]: log P(rollouts of prefixes j..n-1, verdict | all hold the error)
+    # [b, j, q]: log P(rollouts of prefixes j..n-1, verdict | prefix j is the first holding the error)
+    bad_after: np.ndarray
     v_clean: float  # log P(verdict | the solution is clean)
 
     @classmethod
-    def of(cls, correct: np.ndarray, graded: np.ndarray, verdict: str, k: float) -> _Terms:
+    def of(cls, correct: np.ndarray, graded: np.ndarray, verdict: str, k: float, recent: float = 0.0) -> _Terms:
         batch, n = correct.shape
         tables = _CountTables.of(k)
         cols = np.flatnonzero(graded.any(axis=0))
@@ -415,6 +449,11 @@ class _Terms:
         else:
             v_clean, v_bad = 0.0, np.zeros(len(Q_GRID))
         after = np.concatenate([bad[:, ::-1].cumsum(axis=1)[:, ::-1], np.zeros((batch, 1, len(Q_GRID)))], axis=1)
+        if recent > 0:  # the first RECENT_STEPS prefixes of the bad stretch at their raised rates
+            for m in range(RECENT_STEPS):
+                at = cols[cols >= m]
+                raised = _recent_loglik(k, recent, m, correct[:, at], graded[:, at] - correct[:, at])
+                after[:, at - m] += raised - bad[:, at]
         return cls(cols, clean, bad, after + v_bad, v_clean)
 
 
@@ -469,6 +508,29 @@ def _log_joint(
     return log_e + priors.log_prior()[None, None]
 
 
+def _mixed_log_joint(
+    correct: np.ndarray, graded: np.ndarray, verdict: str, priors: Priors, cache: ForwardCache | None = None
+) -> np.ndarray:
+    """`_log_joint` with every error read both ways: without a fresh error's extra luck, and with it
+    (weight `priors.recent_share`). `cache` keeps the first reading's pass."""
+    plain = _log_joint(correct, graded, verdict, priors, cache)
+    share = priors.recent_share if priors.recent > 0 else 0.0
+    if share <= 0.0:
+        return plain
+    raised = _log_joint(correct, graded, verdict, priors, terms=_Terms.of(correct, graded, verdict, priors.k, priors.recent))
+    if share >= 1.0:
+        return raised
+    with np.errstate(divide="ignore"):
+        return np.logaddexp(plain + math.log1p(-share), raised + math.log(share))
+
+
+def cautious(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per step, the less sure of two p_good readings: the lower where both lean good, the higher
+    where both lean bad, 0.5 where they disagree (non-increasing where both are)."""
+    low, high = np.minimum(a, b), np.maximum(a, b)
+    return np.where(low >= 0.5, low, np.where(high <= 0.5, high, 0.5))
+
+
 def _logsumexp(x: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
     top = x.max(axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
@@ -514,15 +576,21 @@ class Posterior:
     def __init__(self, ev: Evidence, priors: Priors) -> None:
         self.evidence = ev
         self.priors = priors
-        self.terms = _Terms.of(ev.correct[None], ev.graded[None], ev.verdict, priors.k)
+        self.terms = _Terms.of(ev.correct[None], ev.graded[None], ev.verdict, priors.k)  # the plain reading's
         self._cache: ForwardCache | None = ForwardCache()  # the pass's states (`cache`)
         self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
         self._least_tail: float | None = None  # the model check's min p_j (`misfit`)
-        joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache, self.terms)
+        joint = _mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache)
         _hold_states(self)
         log_evidence, p_good = _evidence_and_p_good(joint)
         self.log_evidence = float(log_evidence[0])
         self.p_good = p_good[0]
+        if priors.recent_share > 0:
+            # A fresh error's extra luck and a hard step look alike on a few rollouts (both raise the
+            # prefix before a fall): where the shard reads errors both ways, a step's p_good is the
+            # less sure of the two readings', so a label holds under either (`cautious`).
+            plain = Posterior(ev, replace(priors, recent_share=0.0))
+            self.p_good = cautious(plain.p_good, self.p_good)
         self.by_class = np.exp(joint[0] - self.log_evidence)  # [e, d, q]
         self.joint = self.by_class.sum(axis=1)  # [e, q]
         self.p_error = self.joint.sum(axis=1)
@@ -562,6 +630,10 @@ class Posterior:
         probed = int(np.count_nonzero(self.evidence.graded > 0))
         if probed < 3:
             return False
+        if self.priors.recent_share > 0:
+            # the check's fast sums read a prefix the same for every error before it; a fresh error's
+            # extra luck does not, so the check is the plain model's (a solution it fails stays so)
+            return Posterior(self.evidence, replace(self.priors, recent_share=0.0)).misfit(level)
         if self._least_tail is None:
             self._least_tail = self._tails().min()
         return bool(self._least_tail < level / probed)
@@ -933,6 +1005,8 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
     prefix in `chosen`; every outcome of every candidate is scored in one sweep (`_row_log_masses`).
     A candidate's gain depends on the posterior and b alone: the posterior keeps it, so a second look
     at the same candidates (the search's localizing pass) costs nothing."""
+    if priors.recent_share > 0:
+        raise ValueError("probe_gains scores probes under priors without a fresh error's extra luck")
     if priors is not post.priors:
         post = Posterior(post.evidence, priors)
     known = post.gains.setdefault(b, {})
@@ -948,23 +1022,28 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
     return np.array([known[int(j)] for j in chosen])
 
 
-def _class_luck_loglik(evidence: Sequence[Evidence], k: float) -> np.ndarray:
+def _class_luck_loglik(evidence: Sequence[Evidence], k: float, recent: float = 0.0) -> np.ndarray:
     """[solution, d, q]: log P(data | class d, luck q) of each solution (the first error summed out),
     under overdispersion k. Solutions of one length and verdict go through one batched pass."""
     out = np.empty((len(evidence), len(P_GRID), len(Q_GRID)))
-    flat = Priors(np.ones(len(Q_GRID)), np.ones(len(P_GRID)), k)  # log prior 0: the likelihood alone
+    # log prior 0: the likelihood alone, every error read with extra luck `recent` (or none)
+    flat = Priors(np.ones(len(Q_GRID)), np.ones(len(P_GRID)), k, recent=recent, recent_share=1.0)
     groups: dict[tuple[int, str], list[int]] = {}
     for i, ev in enumerate(evidence):
         groups.setdefault((ev.n, ev.verdict), []).append(i)
     for (_, verdict), members in groups.items():
         correct = np.stack([evidence[i].correct for i in members])
         graded = np.stack([evidence[i].graded for i in members])
-        out[members] = _logsumexp(_log_joint(correct, graded, verdict, flat), axis=1)
+        out[members] = _logsumexp(_mixed_log_joint(correct, graded, verdict, flat), axis=1)
     return out
 
 
 def pool_priors(
-    evidence: Sequence[Evidence], base: Priors | None = None, rounds: int = 8, strength: float = 8.0
+    evidence: Sequence[Evidence],
+    base: Priors | None = None,
+    rounds: int = 8,
+    strength: float = 8.0,
+    recents: Sequence[float] = RECENT_CHOICES,
 ) -> Priors:
     """The shard's priors on luck and the difficulty classes, estimated from every solution's evidence
     at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a small shard
@@ -975,21 +1054,45 @@ def pool_priors(
     base = base or Priors()
     if not evidence:
         return base
-    best: tuple[float, Priors] | None = None
+    best: tuple[float, Priors, np.ndarray] | None = None
     for k in K_CHOICES:
         loglik = _class_luck_loglik(evidence, k)  # [solution, d, q]
-        priors = Priors(base.q, base.p, k)
-        for _ in range(rounds):
-            joint = loglik + priors.log_prior()[None]
-            post = np.exp(joint - _logsumexp(joint, axis=(1, 2))[:, None, None])
-            q = strength * base.q + post.sum(axis=(0, 1))
-            p = strength * base.p + post.sum(axis=(0, 2))
-            priors = Priors(q / q.sum(), p / p.sum(), k)
-        fit = float(_logsumexp(loglik + priors.log_prior()[None], axis=(1, 2)).sum())
+        fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, strength)
         if best is None or fit > best[0]:
-            best = (fit, priors)
+            best = (fit, priors, loglik)
     assert best is not None
-    return best[1]
+    plain_fit, plain, plain_loglik = best
+    chosen = (plain_fit + math.log(len(evidence)), plain)  # a second reading must pay for itself (BIC-like)
+    for recent in recents:
+        raised = _class_luck_loglik(evidence, plain.k, recent)
+        start = replace(plain, q=base.q, p=base.p, recent=recent, recent_share=RECENT_SHARE_PRIOR)
+        fit, priors = _em(np.stack([plain_loglik, raised], axis=1), start, base, rounds, strength)
+        if fit > chosen[0]:
+            chosen = (fit, priors)
+    return chosen[1]
+
+
+RECENT_SHARE_PRIOR = 0.1  # the share of errors read with extra luck before the shard says otherwise
+
+
+def _em(loglik: np.ndarray, priors: Priors, base: Priors, rounds: int, strength: float) -> tuple[float, Priors]:
+    """EM on the luck and class weights (and the share of the second reading, where loglik has two:
+    [solution, reading, d, q]) from `priors`, `strength` solutions' worth of `base`; (fit, priors)."""
+    def log_prior(pr: Priors) -> np.ndarray:  # [reading, d, q]
+        share = np.array([1.0 - pr.recent_share, pr.recent_share])[: loglik.shape[1]]
+        with np.errstate(divide="ignore"):
+            return np.log(share)[:, None, None] + pr.log_prior()[None]
+
+    for _ in range(rounds):
+        joint = loglik + log_prior(priors)[None]
+        post = np.exp(joint - _logsumexp(joint, axis=(1, 2, 3))[:, None, None, None])
+        q = strength * base.q + post.sum(axis=(0, 1, 2))
+        p = strength * base.p + post.sum(axis=(0, 1, 3))
+        share = priors.recent_share
+        if loglik.shape[1] > 1:
+            share = (strength * RECENT_SHARE_PRIOR + post[:, 1].sum()) / (strength + len(loglik))
+        priors = replace(priors, q=q / q.sum(), p=p / p.sum(), recent_share=float(share))
+    return float(_logsumexp(loglik + log_prior(priors)[None], axis=(1, 2, 3)).sum()), priors
 
 
 def luck_loglik(ev: Evidence, priors: Priors) -> np.ndarray:
@@ -998,7 +1101,7 @@ def luck_loglik(ev: Evidence, priors: Priors) -> np.ndarray:
     Only luck is shared between siblings: difficulty is poorly told apart from luck where luck is
     high, and sharing it there made the siblings' correct verdicts read as an easy problem
     (benchmarks/fidelity.py --samples 4, high_luck: good precision 0.92 -> 0.83)."""
-    joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)[0]  # [e, d, q]
+    joint = _mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)[0]  # [e, d, q]
     top = joint.max()
     loglik = np.log(np.exp(joint - top).sum(axis=(0, 1))) - np.log(priors.q)
     return loglik - loglik.max()

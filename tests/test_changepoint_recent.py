@@ -1,0 +1,116 @@
+"""A fresh error's extra luck: a policy may notice an error it has just written, so the first prefixes
+that hold it reach the answer more often than the luck rate. The posterior reads a solution's error
+both ways where the shard shows it (`Priors.recent`, `Priors.recent_share`, pooled by `pool_priors`),
+and labels only what holds under either reading."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prm_synth.annotate.changepoint_posterior import (
+    K_CHOICES,
+    Q_GRID,
+    RECENT_CHOICES,
+    RECENT_STEPS,
+    Evidence,
+    Posterior,
+    Priors,
+    pool_priors,
+    probe_gains,
+)
+
+
+def beta_binomial(c: int, f: int, rate: float, k: float) -> float:
+    """log P(c hits, f misses) under Beta(k rate, k (1 - rate)), without the binomial coefficient."""
+    rate = min(max(rate, 0.001), 0.995)
+    a, b = k * rate, k * (1 - rate)
+    return math.lgamma(c + a) - math.lgamma(a) + math.lgamma(f + b) - math.lgamma(b) - math.lgamma(c + f + k) + math.lgamma(k)
+
+
+@st.composite
+def evidence(draw: st.DrawFn) -> Evidence:
+    n = draw(st.sampled_from([1, 2, 5, 9, 20]))
+    ev = Evidence.empty(n, draw(st.sampled_from(["correct", "incorrect", "unknown"])))
+    for j in draw(st.lists(st.integers(0, n - 1), max_size=6, unique=True)):
+        ev.graded[j] = draw(st.sampled_from([1, 4, 8, 16]))
+        ev.correct[j] = draw(st.integers(0, int(ev.graded[j])))
+    return ev
+
+
+@settings(max_examples=30, deadline=None)
+@given(evidence(), st.sampled_from(K_CHOICES), st.sampled_from(RECENT_CHOICES))
+def test_the_fresh_error_reading_raises_the_rate_of_the_first_bad_prefixes_only(ev, k, r):
+    """Read with extra luck r, P(first error e, luck q, data) differs from the plain reading by the
+    rollouts of prefixes e + 1 .. e + RECENT_STEPS alone: each at q + (1 - q) r / 2^m instead of q."""
+    plain = Posterior(ev, Priors(k=k))
+    raised = Posterior(ev, Priors(k=k, recent=r, recent_share=1.0))
+    for e in range(ev.n + 1):
+        expected = np.zeros(len(Q_GRID))
+        for m in range(RECENT_STEPS):
+            j = e + 1 + m
+            if j < ev.n and ev.graded[j]:
+                c, f = int(ev.correct[j]), int(ev.graded[j] - ev.correct[j])
+                expected += [beta_binomial(c, f, q + (1 - q) * r / 2**m, k) - beta_binomial(c, f, q, k) for q in Q_GRID]
+        seen = (plain.joint[e] > 1e-200) & (raised.joint[e] > 1e-200)
+        got = np.log(raised.joint[e][seen]) + raised.log_evidence - np.log(plain.joint[e][seen]) - plain.log_evidence
+        np.testing.assert_allclose(got, expected[seen], rtol=1e-7, atol=1e-7)
+
+
+@settings(max_examples=30, deadline=None)
+@given(evidence(), st.sampled_from(RECENT_CHOICES), st.floats(0.05, 0.95))
+def test_a_label_read_both_ways_holds_under_the_plain_reading(ev, r, share):
+    """Under a shard's mixed reading a step leans good (or bad) only as far as the plain reading lets
+    it; p_good still falls along the solution. The model check is the plain reading's, and the
+    search never scores probes under a mixed reading."""
+    mixed_priors = Priors(recent=r, recent_share=share)
+    mixed, plain = Posterior(ev, mixed_priors), Posterior(ev, Priors())
+    good, bad = mixed.p_good > 0.5, mixed.p_good < 0.5
+    assert (mixed.p_good[good] <= plain.p_good[good] + 1e-12).all()
+    assert (mixed.p_good[bad] >= plain.p_good[bad] - 1e-12).all()
+    assert (np.diff(mixed.p_good) <= 1e-12).all()
+    assert mixed.misfit(0.01) == plain.misfit(0.01)
+    with pytest.raises(ValueError, match="extra luck"):
+        probe_gains(mixed, mixed_priors, [0], 4)
+
+
+def _shard(raised: float, seed: int = 5) -> list[Evidence]:
+    """60 solutions of 12 steps, each with one error at step 2..8, every prefix measured with 8
+    rollouts: clean prefixes finish at 0.85, prefixes holding the error at luck 0.05, or, `raised`,
+    at 0.05 + 0.95 raised / 2^m m steps past the error's own prefix."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(60):
+        e = int(rng.integers(2, 9))
+        ev = Evidence.empty(12, "incorrect")
+        for j in range(12):
+            m = j - e - 1
+            rate = 0.85 if j <= e else 0.05 + 0.95 * raised / 2**m
+            ev.correct[j], ev.graded[j] = rng.binomial(8, rate), 8
+        out.append(ev)
+    return out
+
+
+def test_a_shard_reads_errors_with_fresh_luck_only_where_its_rollouts_show_it():
+    noticed = pool_priors(_shard(0.5))
+    assert noticed.recent > 0 and noticed.recent_share > 0.5
+    plain = pool_priors(_shard(0.0))
+    assert plain.recent_share == 0.0
+    assert pool_priors(_shard(0.5), recents=()).recent_share == 0.0  # the search's pooling never reads it
+
+
+def test_the_fresh_error_reading_keeps_the_error_step_unlabeled_where_a_plain_one_would_call_it_good():
+    """Prefix 6 (holding an error at step 5) reaches the answer half the time, later ones rarely: the
+    plain reading calls step 5 good; read both ways, step 5 is not labeled either way."""
+    ev = Evidence.empty(12, "incorrect")
+    for j, (c, g) in {4: (7, 8), 5: (7, 8), 6: (8, 16), 7: (2, 16), 8: (0, 8), 10: (0, 8)}.items():
+        ev.correct[j], ev.graded[j] = c, g
+    plain = Posterior(ev, Priors())
+    mixed = Posterior(ev, Priors(recent=0.5, recent_share=0.7))
+    assert plain.p_good[5] >= 0.9
+    assert 0.1 < mixed.p_good[5] < 0.9
+    assert mixed.p_good[7] <= 0.1  # prefix 8 holds the error under either reading
