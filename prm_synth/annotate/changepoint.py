@@ -399,7 +399,9 @@ def _search(
     return ann
 
 
-def hidden_error_p_good(post: Posterior, rate: float, positions: Sequence[float] = ()) -> np.ndarray:
+def hidden_error_p_good(
+    post: Posterior, rate: float, positions: Sequence[float] = (), p_good: np.ndarray | None = None
+) -> np.ndarray:
     """p_good of a correct-answer solution whose early steps were not tested, when a share `rate` of
     the shard's correct-answer solutions hold a process error: the error, if any, placed where the
     tested ones held theirs (`positions`, each a share of its solution's length: `hidden_error_positions`),
@@ -413,7 +415,7 @@ def hidden_error_p_good(post: Posterior, rate: float, positions: Sequence[float]
     at = np.arange(n) / n  # step i holds an error placed at relative position x when x <= i / n
     measured = np.array([np.count_nonzero(np.asarray(positions) <= x + 1e-12) for x in at], dtype=float)
     placed = (measured + shape) / (len(positions) + 1.0)
-    return np.minimum(post.p_good, 1.0 - rate * placed)
+    return np.minimum(post.p_good if p_good is None else p_good, 1.0 - rate * placed)
 
 
 def unmodelled_error_position(post: Posterior, settings: ChangepointSettings) -> float | None:
@@ -475,11 +477,12 @@ def label(
     (`relabel`); an untested correct-answer solution's steps are trusted no further than it allows,
     and the steps it leaves undecided say so (`undecided_unlocated`)."""
     n = len(ann.label_source)
-    p_good = post.p_good
+    p_good, belief = post.p_good, post.belief
     bad_confidence = settings.bad_for(final_status)
     hidden = final_status == "correct" and not post.evidence.checked and process_error_rate > 0
     if hidden:
         p_good = hidden_error_p_good(post, process_error_rate, error_positions)
+        belief = hidden_error_p_good(post, process_error_rate, error_positions, post.belief)
     slip = repaired_slip(post.evidence, hazard=typical_hazard(post)) if final_status == "correct" else None
     if post.misfit(settings.misfit_level):
         # a correct answer whose rollouts contradict the model: most often a repaired slip, not located
@@ -508,7 +511,7 @@ def label(
         why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE
         lab_labels[first_bad:] = [None] * (n - first_bad)
         reasons[first_bad:] = [why] * (n - first_bad)
-    ann.p_good = [float(p) for p in p_good]
+    ann.p_good = [float(p) for p in belief]
     ann.unlabeled_reason = reasons
     ann.decided.clear()
     ann.record_verdict(n - 1, final_status)

@@ -585,10 +585,12 @@ class Posterior:
         log_evidence, p_good = _evidence_and_p_good(joint)
         self.log_evidence = float(log_evidence[0])
         self.p_good = p_good[0]
+        self.belief = self.p_good  # what the row says of each step (p_good is what labels need)
         if priors.recent_share > 0:
             # A fresh error's extra luck and a hard step look alike on a few rollouts (both raise the
-            # prefix before a fall): where the shard reads errors both ways, a step's p_good is the
-            # less sure of the two readings', so a label holds under either (`cautious`).
+            # prefix before a fall): where the shard reads errors both ways, the labels (and the
+            # search) go by the less sure of the two readings' p_good, so a label holds under either
+            # (`cautious`); the row keeps the mixed reading's, a probability.
             plain = Posterior(ev, replace(priors, recent_share=0.0))
             self.p_good = cautious(plain.p_good, self.p_good)
         self.by_class = np.exp(joint[0] - self.log_evidence)  # [e, d, q]
