@@ -73,6 +73,10 @@ def test_a_label_read_both_ways_holds_under_the_plain_reading(ev, r, share):
     assert (mixed.p_good[good] <= plain.p_good[good] + 1e-12).all()
     assert (mixed.p_good[bad] >= plain.p_good[bad] - 1e-12).all()
     assert (np.diff(mixed.p_good) <= 1e-12).all()
+    # the row keeps the mixed reading's p_good, at least as sure as what the labels go by
+    assert (np.diff(mixed.belief) <= 1e-12).all()
+    assert (mixed.belief[good] >= mixed.p_good[good] - 1e-12).all()
+    assert (mixed.belief[bad] <= mixed.p_good[bad] + 1e-12).all()
     assert mixed.misfit(0.01) == plain.misfit(0.01)
     with pytest.raises(ValueError, match="extra luck"):
         probe_gains(mixed, mixed_priors, [0], 4)

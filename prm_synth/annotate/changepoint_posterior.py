@@ -586,13 +586,14 @@ class Posterior:
         self.log_evidence = float(log_evidence[0])
         self.p_good = p_good[0]
         self.belief = self.p_good  # what the row says of each step (p_good is what labels need)
+        self._plain: Posterior | None = None  # the plain reading's posterior, where the priors mix two
         if priors.recent_share > 0:
             # A fresh error's extra luck and a hard step look alike on a few rollouts (both raise the
             # prefix before a fall): where the shard reads errors both ways, the labels (and the
             # search) go by the less sure of the two readings' p_good, so a label holds under either
             # (`cautious`); the row keeps the mixed reading's, a probability.
-            plain = Posterior(ev, replace(priors, recent_share=0.0))
-            self.p_good = cautious(plain.p_good, self.p_good)
+            self._plain = Posterior(ev, replace(priors, recent_share=0.0))
+            self.p_good = cautious(self._plain.p_good, self.p_good)
         self.by_class = np.exp(joint[0] - self.log_evidence)  # [e, d, q]
         self.joint = self.by_class.sum(axis=1)  # [e, q]
         self.p_error = self.joint.sum(axis=1)
@@ -632,10 +633,10 @@ class Posterior:
         probed = int(np.count_nonzero(self.evidence.graded > 0))
         if probed < 3:
             return False
-        if self.priors.recent_share > 0:
+        if self._plain is not None:
             # the check's fast sums read a prefix the same for every error before it; a fresh error's
-            # extra luck does not, so the check is the plain model's (a solution it fails stays so)
-            return Posterior(self.evidence, replace(self.priors, recent_share=0.0)).misfit(level)
+            # extra luck does not, so the check is the plain reading's (a solution it fails stays so)
+            return self._plain.misfit(level)
         if self._least_tail is None:
             self._least_tail = self._tails().min()
         return bool(self._least_tail < level / probed)
@@ -1052,7 +1053,12 @@ def pool_priors(
     from collapsing onto a few grid points), under each overdispersion k in K_CHOICES; the k under
     which the shard's evidence is likeliest wins. Depends on the set of evidence only, not on the
     order the searches finished in. The prior only reweights each solution's likelihood of (class,
-    luck), so that is computed once per k (`_class_luck_loglik`) and the EM rounds are sums over it."""
+    luck), so that is computed once per k (`_class_luck_loglik`) and the EM rounds are sums over it.
+
+    Then, under the chosen k, each r in `recents` (a fresh error's extra luck, `RECENT_CHOICES`): every
+    error read both ways, the share read with r pooled by EM too; kept where its fit beats the plain
+    one's by ln(solutions) (about BIC's price of its two parameters), else the plain priors. `recents=()`
+    for priors the search scores probes under (`probe_gains` reads no extra luck)."""
     base = base or Priors()
     if not evidence:
         return base
