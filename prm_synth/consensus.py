@@ -292,6 +292,11 @@ def decide(
     inside = agrees_with_labels(record.labels, judge)
     if inside and len(leaders(record)) > 1 and rollouts_support(record, judge) < TIE_COMPLETES:
         return Decision(True)  # kept as measured: nothing but the rollouts backs the labels a tie would set
+    if inside and judge == -1 and rollouts_support(record, -1) < 1.0 - TIE_COMPLETES:
+        # kept as measured: the labels leave "no error" open only because the labeler withheld a bad
+        # label it was not sure enough of (a lone one on a right answer needs 0.99), while its rollouts
+        # put an error in the row; a judge that misses it must not fill the row good
+        return Decision(True)
     return Decision(True, first_error=judge if inside else None)
 
 
