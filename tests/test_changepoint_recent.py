@@ -118,3 +118,33 @@ def test_the_fresh_error_reading_keeps_the_error_step_unlabeled_where_a_plain_on
     assert plain.p_good[5] >= 0.9
     assert 0.1 < mixed.p_good[5] < 0.9
     assert mixed.p_good[7] <= 0.1  # prefix 8 holds the error under either reading
+
+
+def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
+    """A right-answer solution that reaches the answer half the time from every prefix: under a shard's
+    pooled luck with a mode near 0.5 its late steps read as bad (P(bad) >= 0.95), under the default
+    luck prior they do not. The lone bad label is withheld and the steps say why; the same evidence
+    with a wrong answer, or a bad label right after a good one, keeps its label."""
+    from dataclasses import replace
+
+    from prm_synth.annotate.annotation import Annotation
+    from prm_synth.annotate.changepoint import ChangepointSettings, label, lone_bad_holds
+    from prm_synth.annotate.labels import UNDECIDED_UNLOCATED
+
+    ev = Evidence.empty(12, "correct")
+    for j in (2, 4, 6, 8, 10, 11):
+        ev.correct[j], ev.graded[j] = 2, 4
+    q = np.where(np.abs(Q_GRID - 0.5) < 0.08, 1.0, 0.02)
+    post = Posterior(ev, Priors(q=q / q.sum()))
+    settings = ChangepointSettings()
+    first_bad = int(np.flatnonzero(1.0 - post.p_good >= settings.bad_confidence)[0])
+    assert not lone_bad_holds(post, [None] * 12, first_bad, settings.bad_confidence)
+    assert lone_bad_holds(post, [True] * first_bad + [None] * (12 - first_bad), first_bad, settings.bad_confidence)
+    ann = Annotation.empty("binary", 12)
+    label(ann, post, settings, "undecided_uninformative", "correct")
+    assert False not in ann.decided.values()
+    assert all(r == UNDECIDED_UNLOCATED for r in ann.unlabeled_reason[first_bad:])
+    wrong = replace(ev, verdict="incorrect")
+    ann = Annotation.empty("binary", 12)
+    label(ann, Posterior(wrong, post.priors), settings, "undecided_uninformative", "incorrect")
+    assert any(ann.decided.get(i) is False for i in range(11))  # a bad label before the verdict's own step

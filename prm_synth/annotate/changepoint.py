@@ -159,12 +159,6 @@ class ChangepointSettings:
     # Right after a good label `confidence` is enough (`first_bad_step`): the good step before rules
     # out the earlier placements those lone labels got wrong.
     bad_confidence: float = 0.95
-    # P(bad) a lone bad label (no good label right before it) needs on a solution whose answer is not
-    # known wrong. There the error rests on luck the shard is assumed to have, and a prefix that
-    # reaches the answer half the time before a hard last step reads as an early error and a lucky
-    # answer: such labels were right 0.80 of the time in `mixed` and 0.85 in `hard_step_luck`
-    # (fidelity, three seeds), 0.95 over all worlds; those at 0.99 or more always.
-    right_answer_bad_confidence: float = 0.99
     max_rollouts: int = 56  # per solution: with the sampled solution, under 60 samples a question
     batch: int = 4  # rollouts a probe asks for
     prefix_cap: int = 16  # graded rollouts one prefix may take
@@ -199,13 +193,8 @@ class ChangepointSettings:
         return cls(
             confidence=config.confidence,
             bad_confidence=max(config.confidence, cls.bad_confidence),
-            right_answer_bad_confidence=max(config.confidence, cls.right_answer_bad_confidence),
             max_rollouts=config.changepoint_max_rollouts,
         )
-
-    def bad_for(self, verdict: str) -> float:
-        """P(bad) a lone bad label needs on a solution with this verdict."""
-        return self.bad_confidence if verdict == "incorrect" else max(self.bad_confidence, self.right_answer_bad_confidence)
 
 
 def changepoint_search(
@@ -309,7 +298,7 @@ def decide(post: Posterior, samples: np.ndarray, spent: int, settings: Changepoi
     (`spent`): stop, wait for the pooled priors (`may_wait`: its first phase is over), or probe. A pure
     function of its inputs, so the search remembers it (`decision_memo.py`)."""
     ev, priors = post.evidence, post.priors
-    bad_confidence = settings.bad_for(ev.verdict)
+    bad_confidence = settings.bad_confidence
     first_bad = first_bad_step(post.p_good, settings.confidence, bad_confidence)
     before = post.p_good[: ev.n if first_bad is None else first_bad]
     unbacked = unbacked_bad(post.p_good, ev, settings.confidence, bad_confidence)
@@ -481,7 +470,7 @@ def label(
     and the steps it leaves undecided say so (`undecided_unlocated`)."""
     n = len(ann.label_source)
     p_good, belief = post.p_good, post.belief
-    bad_confidence = settings.bad_for(final_status)
+    bad_confidence = settings.bad_confidence
     hidden = final_status == "correct" and not post.evidence.checked and process_error_rate > 0
     if hidden:
         p_good = hidden_error_p_good(post, process_error_rate, error_positions)
@@ -508,6 +497,10 @@ def label(
         lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
+    if first_bad is not None and final_status != "incorrect" and not lone_bad_holds(post, lab_labels, first_bad, bad_confidence):
+        lab_labels[first_bad:] = [None] * (n - first_bad)
+        reasons[first_bad:] = [UNDECIDED_UNLOCATED] * (n - first_bad)
+        first_bad = None
     unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, bad_confidence)
     if first_bad is not None and unbacked is not None:
         # no measurement of the first bad step's own prefix: from it on nothing is labeled
@@ -526,6 +519,25 @@ def label(
             ann.decide(i, lbl, "verdict")
         else:
             ann.decide(i, lbl, "test" if measured else "inferred")
+
+
+def lone_bad_holds(post: Posterior, labels: Sequence[bool | None], first_bad: int, bad_confidence: float) -> bool:
+    """Whether the first bad label of a solution whose answer is right (or ungradable) stands. Paired
+    with a good label right before it, it does. Alone, the error it names needs luck for the right
+    answer, and the shard's pooled luck may hold a mode that is not luck: a solution that reaches the
+    answer half the time from every prefix before a hard last step reads as an early error and a lucky
+    answer, and a shard of such rows teaches the pooling luck near 0.5 (fidelity `mixed`,
+    `hard_step_luck`: such labels right 0.80 and 0.85 of the time over three seeds). So it must also
+    hold with the default luck prior (little luck, room for a lot), the shard's difficulty and
+    overdispersion kept. Measured against a flat 0.99 for such labels: bad precision as good or better
+    (`mixed` seed 1 0.955 -> 0.968, `hard_step_luck` 0.88 -> 0.91) and first-error accuracy higher
+    (`luck_30` 0.24 -> 0.28 on seed 0)."""
+    if first_bad > 0 and labels[first_bad - 1] is True:
+        return True
+    if post.priors.q is DEFAULT_PRIORS.q:
+        return True  # labeled under the default priors already
+    alt = Posterior(post.evidence, replace(post.priors, q=DEFAULT_PRIORS.q))
+    return 1.0 - float(alt.p_good[first_bad]) >= bad_confidence
 
 
 def _shared_prefixes(a: Sequence[str], b: Sequence[str]) -> int:
