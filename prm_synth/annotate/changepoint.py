@@ -11,7 +11,8 @@ before) or `localize_max_rollouts` is spent, probing inside the open interval be
 and the first bad label when no other probe is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
 P(bad) >= `bad_confidence`, or `confidence` right after a good label (`first_bad_step`: the pair pins
 the first error), and rollouts of its own prefix (`unbacked_bad`: the search measures that prefix
-before it labels; a label from the prior alone is wrong at any length). A
+before it labels; a label from the prior alone is wrong at any length). A lone bad label on a
+right answer must also hold under the default luck prior (`lone_bad_holds`). A
 posterior predictive check (leave one probed prefix out, how surprising is its count?) leaves a
 solution unlabeled with reason `undecided_misfit` when its data contradict the model.
 
