@@ -107,6 +107,20 @@ def test_a_shard_reads_errors_with_fresh_luck_only_where_its_rollouts_show_it():
     assert pool_priors(_shard(0.5), recents=()).recent_share == 0.0  # the search's pooling never reads it
 
 
+def test_a_shard_of_a_few_solutions_with_random_counts_is_read_plainly():
+    """A second reading is a shard's feature: one to three solutions with random counts gain up to
+    about 2 nats from it, less than it must pay (ln 8, the base prior's weight). Under ln(solutions)
+    alone a quarter of these shards read it."""
+    rng = np.random.default_rng(0)
+    for t in range(60):
+        n = int(rng.integers(3, 15))
+        ev = Evidence.empty(n, ["correct", "incorrect", "unknown"][t % 3])
+        for j in rng.choice(n, size=min(n, 4), replace=False):
+            ev.graded[j] = 4
+            ev.correct[j] = rng.integers(0, 5)
+        assert pool_priors([ev] * int(rng.integers(1, 4))).recent_share == 0.0
+
+
 def test_the_fresh_error_reading_keeps_the_error_step_unlabeled_where_a_plain_one_would_call_it_good():
     """Prefix 6 (holding an error at step 5) reaches the answer half the time, later ones rarely: the
     plain reading calls step 5 good; read both ways, step 5 is not labeled either way."""
