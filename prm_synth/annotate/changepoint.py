@@ -299,10 +299,9 @@ def decide(post: Posterior, samples: np.ndarray, spent: int, settings: Changepoi
     (`spent`): stop, wait for the pooled priors (`may_wait`: its first phase is over), or probe. A pure
     function of its inputs, so the search remembers it (`decision_memo.py`)."""
     ev, priors = post.evidence, post.priors
-    bad_confidence = settings.bad_confidence
-    first_bad = first_bad_step(post.p_good, settings.confidence, bad_confidence)
+    first_bad = first_bad_step(post.p_good, settings.confidence, settings.bad_confidence)
     before = post.p_good[: ev.n if first_bad is None else first_bad]
-    unbacked = unbacked_bad(post.p_good, ev, settings.confidence, bad_confidence)
+    unbacked = unbacked_bad(post.p_good, ev, settings.confidence, settings.bad_confidence)
     if (before >= settings.confidence).all() and unbacked is None:
         return Decision(stop="decided")
     if may_wait:
@@ -310,7 +309,7 @@ def decide(post: Posterior, samples: np.ndarray, spent: int, settings: Changepoi
     # Pinning the first error to one step is worth more than the gain threshold says: the step
     # where the error happens is the one a PRM most needs. While it is not pinned, the search
     # probes inside the open interval too, with a higher cap a prefix, on any positive gain.
-    interval = open_interval(post.p_good, settings.confidence, bad_confidence)
+    interval = open_interval(post.p_good, settings.confidence, settings.bad_confidence)
     localizing = bool(interval) or unbacked is not None
     room = (settings.localize_max_rollouts if localizing else settings.max_rollouts) - spent
     if room <= 0:
@@ -392,11 +391,14 @@ def _search(
     return ann
 
 
-def hidden_error_p_good(
-    post: Posterior, rate: float, positions: Sequence[float] = (), p_good: np.ndarray | None = None
-) -> np.ndarray:
-    """p_good of a correct-answer solution whose early steps were not tested, when a share `rate` of
-    the shard's correct-answer solutions hold a process error: the error, if any, placed where the
+def hidden_error_p_good(post: Posterior, rate: float, positions: Sequence[float] = ()) -> np.ndarray:
+    """The posterior's p_good under the cap `hidden_error_cap` puts on it."""
+    return np.minimum(post.p_good, hidden_error_cap(post, rate, positions))
+
+
+def hidden_error_cap(post: Posterior, rate: float, positions: Sequence[float] = ()) -> np.ndarray:
+    """The most p_good of a correct-answer solution whose early steps were not tested may be, when a
+    share `rate` of the shard's correct-answer solutions hold a process error: the error, if any, placed where the
     tested ones held theirs (`positions`, each a share of its solution's length: `hidden_error_positions`),
     with the posterior's own placement counted as one more; never more trusting than the posterior.
     The posterior's placement alone is a prior: in a world whose policy slips early and repairs
@@ -408,7 +410,7 @@ def hidden_error_p_good(
     at = np.arange(n) / n  # step i holds an error placed at relative position x when x <= i / n
     measured = np.array([np.count_nonzero(np.asarray(positions) <= x + 1e-12) for x in at], dtype=float)
     placed = (measured + shape) / (len(positions) + 1.0)
-    return np.minimum(post.p_good if p_good is None else p_good, 1.0 - rate * placed)
+    return 1.0 - rate * placed
 
 
 def unmodelled_error_position(post: Posterior, settings: ChangepointSettings) -> float | None:
@@ -471,11 +473,10 @@ def label(
     and the steps it leaves undecided say so (`undecided_unlocated`)."""
     n = len(ann.label_source)
     p_good, belief = post.p_good, post.belief
-    bad_confidence = settings.bad_confidence
     hidden = final_status == "correct" and not post.evidence.checked and process_error_rate > 0
     if hidden:
-        p_good = hidden_error_p_good(post, process_error_rate, error_positions)
-        belief = hidden_error_p_good(post, process_error_rate, error_positions, post.belief)
+        cap = hidden_error_cap(post, process_error_rate, error_positions)
+        p_good, belief = np.minimum(p_good, cap), np.minimum(belief, cap)
     slip = repaired_slip(post.evidence, hazard=typical_hazard(post)) if final_status == "correct" else None
     if post.misfit(settings.misfit_level):
         # a correct answer whose rollouts contradict the model: most often a repaired slip, not located
@@ -486,7 +487,7 @@ def label(
         # the prefix of steps 0..slip-1 dipped: the error is there or before, and the steps from the
         # first that may hold it on are not labeled good
         lab = labels_from_posterior(
-            p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED, bad_confidence
+            p_good[: max(slip - 1, 0)].tolist(), settings.confidence, UNDECIDED_UNLOCATED, settings.bad_confidence
         )
         rest = n - len(lab.labels)
         lab_labels = list(lab.labels) + [None] * rest
@@ -495,14 +496,15 @@ def label(
         undecided = UNDECIDED_VERDICT if stop == "decided" else stop
         if hidden and (p_good < post.p_good).any():
             undecided = UNDECIDED_UNLOCATED
-        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, bad_confidence)
+        lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, settings.bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
-    if first_bad is not None and final_status != "incorrect" and not lone_bad_holds(post, lab_labels, first_bad, bad_confidence):
+    right_answer = final_status != "incorrect"
+    if first_bad is not None and right_answer and not lone_bad_holds(post, lab_labels, first_bad, settings.bad_confidence):
         lab_labels[first_bad:] = [None] * (n - first_bad)
         reasons[first_bad:] = [UNDECIDED_UNLOCATED] * (n - first_bad)
         first_bad = None
-    unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, bad_confidence)
+    unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, settings.bad_confidence)
     if first_bad is not None and unbacked is not None:
         # no measurement of the first bad step's own prefix: from it on nothing is labeled
         why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE

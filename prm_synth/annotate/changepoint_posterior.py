@@ -112,54 +112,47 @@ _CLEAN_RATE = (Q_GRID[:, None] + (1.0 - Q_GRID[:, None]) * C_GRID[None, :]).rave
 
 
 @dataclass(frozen=True)
-class _CountTables:
-    """log rising factorials for the beta-binomial likelihood of every clean and luck rate, one k."""
+class _RateTables:
+    """log rising factorials for the beta-binomial likelihood of counts at each of a row of rates, one k."""
 
-    clean_hit: np.ndarray
-    clean_miss: np.ndarray
-    bad_hit: np.ndarray
-    bad_miss: np.ndarray
+    hit: np.ndarray
+    miss: np.ndarray
     total: np.ndarray
+
+    @classmethod
+    def at(cls, k: float, rates: np.ndarray) -> _RateTables:
+        rates = np.clip(rates, 0.001, 0.995)
+        return cls(_rising(k * rates), _rising(k * (1 - rates)), _rising(np.array([k]))[:, 0])
+
+    def loglik(self, c: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """[..., rate]: log beta-binomial likelihood (without the binomial coefficient) of c hits, f misses."""
+        c = np.minimum(c, MAX_COUNT)
+        f = np.minimum(f, MAX_COUNT - c)
+        return self.hit[c] + self.miss[f] - self.total[c + f][..., None]
+
+
+@dataclass(frozen=True)
+class _CountTables:
+    """The rate tables of every clean rate [q * level] and every luck rate, one k."""
+
+    clean: _RateTables
+    bad: _RateTables
 
     @classmethod
     @functools.cache
     def of(cls, k: float) -> _CountTables:
-        clean = np.clip(_CLEAN_RATE, 0.001, 0.995)
-        bad = np.clip(Q_GRID, 0.001, 0.995)
-        return cls(
-            _rising(k * clean),
-            _rising(k * (1 - clean)),
-            _rising(k * bad),
-            _rising(k * (1 - bad)),
-            _rising(np.array([k]))[:, 0],
-        )
+        return cls(_RateTables.at(k, _CLEAN_RATE), _RateTables.at(k, Q_GRID))
 
     def loglik(self, clean: bool, c: np.ndarray, f: np.ndarray) -> np.ndarray:
         """[j, rate]: log beta-binomial likelihood (without the binomial coefficient) of c hits, f misses."""
-        c = np.minimum(c, MAX_COUNT)
-        f = np.minimum(f, MAX_COUNT - c)
-        hit, miss = (self.clean_hit, self.clean_miss) if clean else (self.bad_hit, self.bad_miss)
-        return hit[c] + miss[f] - self.total[c + f][..., None]
+        return (self.clean if clean else self.bad).loglik(c, f)
 
 
 @functools.cache
-def _recent_tables(k: float, r: float) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
-    """Per m < RECENT_STEPS: log rising factorials (hit, miss, total) of a prefix m steps past the error's
-    own prefix, at rate q + (1 - q) r / 2^m for every luck q (`RECENT_CHOICES`)."""
-    out = []
-    for m in range(RECENT_STEPS):
-        rate = np.clip(Q_GRID + (1.0 - Q_GRID) * r / 2**m, 0.001, 0.995)
-        out.append((_rising(k * rate), _rising(k * (1 - rate)), _rising(np.array([k]))[:, 0]))
-    return tuple(out)
-
-
-def _recent_loglik(k: float, r: float, m: int, c: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """[..., q]: log beta-binomial likelihood (without the binomial coefficient) of c hits, f misses at a
-    prefix holding the error m steps past its own prefix (`RECENT_CHOICES`)."""
-    c = np.minimum(c, MAX_COUNT)
-    f = np.minimum(f, MAX_COUNT - c)
-    hit, miss, total = _recent_tables(k, r)[m]
-    return hit[c] + miss[f] - total[c + f][..., None]
+def _recent_tables(k: float, r: float) -> tuple[_RateTables, ...]:
+    """Per m < RECENT_STEPS: the rate tables of a prefix m steps past the error's own prefix, at rate
+    q + (1 - q) r / 2^m for every luck q (`RECENT_CHOICES`)."""
+    return tuple(_RateTables.at(k, Q_GRID + (1.0 - Q_GRID) * r / 2**m) for m in range(RECENT_STEPS))
 
 
 def _level_kernel(h: float) -> np.ndarray:
@@ -264,6 +257,11 @@ class Priors:
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         object.__setattr__(self, "token", next(_PRIORS_TOKENS))
+
+    @property
+    def mixed(self) -> bool:
+        """Errors are read both ways, with and without a fresh error's extra luck (`_mixed_log_joint`)."""
+        return self.recent > 0 and self.recent_share > 0
 
     def log_prior(self) -> np.ndarray:
         """[class, luck]: the log prior one solution is labeled under."""
@@ -452,7 +450,7 @@ class _Terms:
         if recent > 0:  # the first RECENT_STEPS prefixes of the bad stretch at their raised rates
             for m in range(RECENT_STEPS):
                 at = cols[cols >= m]
-                raised = _recent_loglik(k, recent, m, correct[:, at], graded[:, at] - correct[:, at])
+                raised = _recent_tables(k, recent)[m].loglik(correct[:, at], graded[:, at] - correct[:, at])
                 after[:, at - m] += raised - bad[:, at]
         return cls(cols, clean, bad, after + v_bad, v_clean)
 
@@ -509,13 +507,16 @@ def _log_joint(
 
 
 def _mixed_log_joint(
-    correct: np.ndarray, graded: np.ndarray, verdict: str, priors: Priors, cache: ForwardCache | None = None
+    correct: np.ndarray, graded: np.ndarray, verdict: str, priors: Priors, plain: np.ndarray | None = None
 ) -> np.ndarray:
     """`_log_joint` with every error read both ways: without a fresh error's extra luck, and with it
-    (weight `priors.recent_share`). `cache` keeps the first reading's pass."""
-    plain = _log_joint(correct, graded, verdict, priors, cache)
+    (weight `priors.recent_share`). `plain`: the first reading's joint where it is known already; each
+    reading is computed only where its weight is not 0."""
     share = priors.recent_share if priors.recent > 0 else 0.0
+    if plain is None and share < 1.0:
+        plain = _log_joint(correct, graded, verdict, priors)
     if share <= 0.0:
+        assert plain is not None
         return plain
     raised = _log_joint(correct, graded, verdict, priors, terms=_Terms.of(correct, graded, verdict, priors.k, priors.recent))
     if share >= 1.0:
@@ -580,19 +581,26 @@ class Posterior:
         self._cache: ForwardCache | None = ForwardCache()  # the pass's states (`cache`)
         self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
         self._least_tail: float | None = None  # the model check's min p_j (`misfit`)
-        joint = _mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache)
+        self._plain: Posterior | None = None  # the plain reading's posterior, where the priors mix two
+        if priors.mixed:
+            # its pass and forward states are the plain reading's posterior's; the mixture reuses its joint
+            self._plain = Posterior(ev, replace(priors, recent_share=0.0))
+            self._cache = None
+            with np.errstate(divide="ignore"):
+                plain = np.log(self._plain.by_class)[None] + self._plain.log_evidence
+            joint = _mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, plain)
+        else:
+            joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache, self.terms)
         _hold_states(self)
         log_evidence, p_good = _evidence_and_p_good(joint)
         self.log_evidence = float(log_evidence[0])
         self.p_good = p_good[0]
         self.belief = self.p_good  # what the row says of each step (p_good is what labels need)
-        self._plain: Posterior | None = None  # the plain reading's posterior, where the priors mix two
-        if priors.recent_share > 0:
+        if self._plain is not None:
             # A fresh error's extra luck and a hard step look alike on a few rollouts (both raise the
             # prefix before a fall): where the shard reads errors both ways, the labels (and the
             # search) go by the less sure of the two readings' p_good, so a label holds under either
             # (`cautious`); the row keeps the mixed reading's, a probability.
-            self._plain = Posterior(ev, replace(priors, recent_share=0.0))
             self.p_good = cautious(self._plain.p_good, self.p_good)
         self.by_class = np.exp(joint[0] - self.log_evidence)  # [e, d, q]
         self.joint = self.by_class.sum(axis=1)  # [e, q]
@@ -1008,7 +1016,7 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
     prefix in `chosen`; every outcome of every candidate is scored in one sweep (`_row_log_masses`).
     A candidate's gain depends on the posterior and b alone: the posterior keeps it, so a second look
     at the same candidates (the search's localizing pass) costs nothing."""
-    if priors.recent_share > 0:
+    if priors.mixed:
         raise ValueError("probe_gains scores probes under priors without a fresh error's extra luck")
     if priors is not post.priors:
         post = Posterior(post.evidence, priors)
