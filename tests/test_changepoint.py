@@ -17,17 +17,22 @@ from hypothesis import strategies as st
 
 from prm_synth import arithmetic
 from prm_synth.annotate.changepoint import (
+    DEFAULT_PRIORS,
     UNDECIDED_MISFIT,
     ChangepointSettings,
     Evidence,
     FirstPhasePool,
     Posterior,
     Priors,
+    _spread,
+    best_probe,
     changepoint_search,
+    decide,
     early_prefixes,
     hidden_error_positions,
     open_interval,
     pool_priors,
+    probe_value_priors,
     process_error_rate,
     relabel,
     repaired_slip,
@@ -861,3 +866,35 @@ def test_a_copied_or_unpickled_priors_object_is_never_taken_for_another():
     for other in others:
         np.testing.assert_array_equal(other.q, lucky.q)
         assert other.k == lucky.k
+
+
+def test_probes_are_valued_under_no_more_overdispersion_than_the_default() -> None:
+    # a shard whose first phases chose k 12 (they barely tell k apart) must not make every probe look
+    # worthless: the search values probes at the default k, and reads decided / labels at the shard's
+    overdispersed = replace(DEFAULT_PRIORS, k=12.0)
+    value = probe_value_priors(overdispersed)
+    assert value.k == DEFAULT_PRIORS.k
+    assert value.q is overdispersed.q and value.p is overdispersed.p
+    steady = replace(DEFAULT_PRIORS, k=400.0)
+    assert probe_value_priors(steady) is steady
+    assert probe_value_priors(DEFAULT_PRIORS) is DEFAULT_PRIORS
+
+    # an early error in a long solution, not pinned: under k 12 no probe is worth the localizing
+    # threshold; valued at the default k one is, and the search asks for it
+    settings = ChangepointSettings()
+    ev = Evidence.empty(20, "incorrect")
+    for j, (c, g) in {2: (0, 8), 9: (0, 8), 15: (1, 4)}.items():
+        ev.correct[j], ev.graded[j] = c, g
+    samples = ev.graded.copy()
+    post = Posterior(ev, overdispersed)
+    interval = open_interval(post.p_good, settings.confidence, settings.bad_confidence)
+    assert interval
+    room = settings.localize_max_rollouts - int(samples.sum())
+    _, under_own = best_probe(post, overdispersed, settings.batch, room, settings.localize_cap, _spread(interval))
+    assert under_own < settings.localize_min_gain
+    decision = decide(post, samples, int(samples.sum()), settings, may_wait=False)
+    assert not decision.stop and decision.prefix >= 0
+    # the labeling posterior stays the shard's: the probe scores came from a posterior of its own
+    assert post.priors is overdispersed and post.under(overdispersed) is post
+    assert post.under(value) is post.under(value)
+    np.testing.assert_allclose(post.under(value).p_good, Posterior(ev, value).p_good)

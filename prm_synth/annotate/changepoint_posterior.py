@@ -582,6 +582,7 @@ class Posterior:
         self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
         self._least_tail: float | None = None  # the model check's min p_j (`misfit`)
         self._plain: Posterior | None = None  # the plain reading's posterior, where the priors mix two
+        self._under: dict[int, Posterior] = {}  # the same evidence under other priors (`under`), by token
         if priors.mixed:
             # its pass and forward states are the plain reading's posterior's; the mixture reuses its joint
             self._plain = Posterior(ev, replace(priors, recent_share=0.0))
@@ -618,6 +619,16 @@ class Posterior:
             _log_joint(ev.correct[None], ev.graded[None], ev.verdict, self.priors, cache, self.terms)
             self._cache = cache
         return cache
+
+    def under(self, priors: Priors) -> Posterior:
+        """This posterior's evidence under `priors` (itself where they are its own), built once: the
+        search scores probes under other priors than it labels under (`probe_value_priors`)."""
+        if priors is self.priors:
+            return self
+        other = self._under.get(priors.token)
+        if other is None or other.priors is not priors:
+            other = self._under[priors.token] = Posterior(self.evidence, priors)
+        return other
 
     @property
     def q_marginal(self) -> np.ndarray:
@@ -1018,8 +1029,7 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
     at the same candidates (the search's localizing pass) costs nothing."""
     if priors.mixed:
         raise ValueError("probe_gains scores probes under priors without a fresh error's extra luck")
-    if priors is not post.priors:
-        post = Posterior(post.evidence, priors)
+    post = post.under(priors)
     known = post.gains.setdefault(b, {})
     new = [j for j in dict.fromkeys(int(j) for j in chosen) if j not in known]
     if new:
