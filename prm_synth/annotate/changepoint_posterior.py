@@ -1038,11 +1038,13 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
     new = [j for j in dict.fromkeys(int(j) for j in chosen) if j not in known]
     if new:
         ev = post.evidence
+        # rows [candidate, outcome] flattened (np.tile, a Python-level function, cost more than the sums)
         js = np.repeat(np.asarray(new, dtype=np.int64), b + 1)
-        outcome = np.tile(np.arange(b + 1), len(new))
+        outcome = np.arange(len(js)) % (b + 1)
         log_ev, p_good = _masses_to_p_good(_row_log_masses(post, js, ev.correct[js] + outcome, ev.graded[js] + b))
-        pred = np.exp(np.tile(_log_combs(b), len(new)) + log_ev - post.log_evidence)
-        after = (pred * first_error_entropy(p_good)).reshape(len(new), b + 1).sum(axis=1)
+        shape = (len(new), b + 1)
+        pred = np.exp(_log_combs(b) + log_ev.reshape(shape) - post.log_evidence)
+        after = (pred * first_error_entropy(p_good).reshape(shape)).sum(axis=1)
         known.update(zip(new, ((post.uncertainty() - after) / b).tolist(), strict=True))
     return np.array([known[int(j)] for j in chosen])
 
