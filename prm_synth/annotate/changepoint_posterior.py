@@ -252,7 +252,7 @@ class Priors:
     token: int = field(init=False, compare=False, repr=False, default_factory=lambda: next(_PRIORS_TOKENS))
 
     def __getstate__(self) -> dict[str, object]:
-        return {name: value for name, value in self.__dict__.items() if name != "token"}
+        return {name: value for name, value in self.__dict__.items() if name not in ("token", "_log_prior")}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
@@ -264,9 +264,16 @@ class Priors:
         return self.recent > 0 and self.recent_share > 0
 
     def log_prior(self) -> np.ndarray:
-        """[class, luck]: the log prior one solution is labeled under."""
-        prior = np.log(self.p)[:, None] + np.log(self.q)[None, :]
-        return prior if self.siblings is None else prior + self.siblings[None, :]
+        """[class, luck]: the log prior one solution is labeled under (read-only). Every posterior pass
+        and candidate sweep asks for it, so it is computed once per priors object (they are frozen)."""
+        prior = self.__dict__.get("_log_prior")
+        if prior is None:
+            prior = np.log(self.p)[:, None] + np.log(self.q)[None, :]
+            if self.siblings is not None:
+                prior = prior + self.siblings[None, :]
+            prior.flags.writeable = False
+            object.__setattr__(self, "_log_prior", prior)
+        return prior
 
 
 _PRIORS_TOKENS = itertools.count()
@@ -750,14 +757,18 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     waiting = np.empty_like(msg)  # the states where each candidate's rows join the sweep
     if (run <= MAX_STEPS).all() and rows == len(groups) * (groups[0][2] - groups[0][1]):
         # candidates of as many rows each (probe_gains): their runs' errors each from its own table,
-        # then every candidate's level product in one call, each with its own kernel
+        # then each candidate's level product with its own kernel straight into its rows of `waiting`,
+        # and one renormalisation of them all. (Stacking the kernels for one batched product cost more
+        # than it saved: the set of run lengths differs nearly every decision at 40 steps; the products
+        # per class are the same, so are the results.)
         for j, a, b in groups:
             if first[a]:
                 sweep.errors(out, a, b, j + 1, int(first[a]), _reach_flat_stepped(n - j - 2))
-        kernels = _stacked_kernels(tuple(first[firsts].tolist()))
-        size = groups[0][2] - groups[0][1]
-        shape = (d_, len(groups), size * q_, l_)
-        np.matmul(msg.reshape(shape), kernels, out=waiting.reshape(shape))
+        flat_msg, flat_waiting = msg.reshape(d_, rows * q_, l_), waiting.reshape(d_, rows * q_, l_)
+        for _, a, b in groups:
+            m = int(first[a])
+            kernel = _step_then_run(m) if m else _CLEAN_T
+            np.matmul(flat_msg[:, a * q_ : b * q_], kernel, out=flat_waiting[:, a * q_ : b * q_])
         _loops.settle(waiting, acc, 0, rows, _LOG_SCALE[first], True)
     else:
         for j, a, b in groups:
@@ -772,12 +783,14 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     p_base = prior[None] + bad_after[positions + 1][:, None, :]
     p_end_base = prior[None] + terms.v_clean + _LOG_SCALE[steps][:, :, None]
     p_ends = (ends == n) & (runs <= MAX_STEPS)
-    joined = np.searchsorted(arrive, positions, side="right")  # rows that arrived by each
+    p_has_run = runs > 0
+    p_end_col = _END_AFTER_STEP[steps]
+    joined = np.searchsorted(arrive, positions, side="right").tolist()  # rows that arrived by each
     cur, spare = waiting, msg
     hi = 0
-    for idx in range(len(positions)):
-        p = int(positions[idx])
-        lo, hi = hi, int(joined[idx])
+    at, upto = positions.tolist(), ends.tolist()
+    for idx in range(len(at)):
+        lo, hi = hi, joined[idx]
         if cur is not waiting:
             cur[:, lo:hi] = waiting[:, lo:hi]
         _loops.absorb(
@@ -792,15 +805,15 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
             p_sig,
             p_base,
             positions,
-            runs > 0,
-            _END_AFTER_STEP[steps],
+            p_has_run,
+            p_end_col,
             p_end_base,
             p_ends,
             out,
             sweep.summed,
             sweep.shift,
         )
-        if sweep.cross(cur, spare, acc, out, 0, hi, p + 1, int(ends[idx])):
+        if sweep.cross(cur, spare, acc, out, 0, hi, at[idx] + 1, upto[idx]):
             cur, spare = spare, cur
     if order is None:
         return out
@@ -816,15 +829,6 @@ def _step_then_run(m: int) -> np.ndarray:
     kernel = np.ascontiguousarray(np.matmul(_CLEAN_T, _POWERS[m]))
     kernel.flags.writeable = False
     return kernel
-
-
-@functools.lru_cache(maxsize=64)  # 35 kB a candidate; the same runs come back decision after decision
-def _stacked_kernels(runs: tuple[int, ...]) -> np.ndarray:
-    """[d, candidate, level, level]: each candidate's `_step_then_run` kernel (its run's length in `runs`),
-    stacked for one level product of every candidate (`_row_log_masses`)."""
-    kernels = np.stack([_step_then_run(m) if m else _CLEAN_T for m in runs], axis=1)
-    kernels.flags.writeable = False
-    return kernels
 
 
 # [m, d, level]: the weight of ending at level 0 (c = 1) from each level: after the step out of a probed
@@ -1034,11 +1038,13 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
     new = [j for j in dict.fromkeys(int(j) for j in chosen) if j not in known]
     if new:
         ev = post.evidence
+        # rows [candidate, outcome] flattened (np.tile, a Python-level function, cost more than the sums)
         js = np.repeat(np.asarray(new, dtype=np.int64), b + 1)
-        outcome = np.tile(np.arange(b + 1), len(new))
+        outcome = np.arange(len(js)) % (b + 1)
         log_ev, p_good = _masses_to_p_good(_row_log_masses(post, js, ev.correct[js] + outcome, ev.graded[js] + b))
-        pred = np.exp(np.tile(_log_combs(b), len(new)) + log_ev - post.log_evidence)
-        after = (pred * first_error_entropy(p_good)).reshape(len(new), b + 1).sum(axis=1)
+        shape = (len(new), b + 1)
+        pred = np.exp(_log_combs(b) + log_ev.reshape(shape) - post.log_evidence)
+        after = (pred * first_error_entropy(p_good).reshape(shape)).sum(axis=1)
         known.update(zip(new, ((post.uncertainty() - after) / b).tolist(), strict=True))
     return np.array([known[int(j)] for j in chosen])
 
