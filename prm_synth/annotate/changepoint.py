@@ -298,10 +298,11 @@ def probe_value_priors(priors: Priors) -> Priors:
     """The priors a probe's worth is judged under: the search's, with no more overdispersion than the
     default's. The second phase's priors choose k from first phases of about 16 rollouts a solution,
     which barely tell the k apart (the winner's fit ahead of the runner-up's by under 2 nats in all 24
-    shards measured, 8 fidelity worlds x 3 seeds, the winner changing with the seed), and at k 12 every batch of rollouts looks nearly worthless: the
-    searches gave up unpinned (`undecided_uninformative`) where the same world under another seed
-    pinned the error (fidelity `luck_05`, first-error accuracy 0.39 and 0.51 on seeds 1 and 2 against
-    0.66 on seed 0). Whether a solution is decided is still read under the shard's k, the cautious one."""
+    shards measured, 8 fidelity worlds x 3 seeds, the winner changing with the seed), and at k 12
+    every batch of rollouts looks nearly worthless: the searches gave up unpinned
+    (`undecided_uninformative`) where the same world under another seed pinned the error (fidelity
+    `luck_05`, first-error accuracy 0.39 and 0.51 on seeds 1 and 2 against 0.66 on seed 0). Whether a
+    solution is decided is still read under the shard's k, the cautious one."""
     if priors.k >= DEFAULT_PRIORS.k:
         return priors
     return replace(priors, k=DEFAULT_PRIORS.k)
