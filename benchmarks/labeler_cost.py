@@ -12,11 +12,13 @@ the occupancy, which is about time by nature:
    `best_probe` calls (`probed_decision_at`). `growth_exponent`: the slope of log(ms per probed
    decision) over log(steps) between the shortest and the longest length (1 = linear).
 2. The whole pipeline at 3-12 steps (benchmarks/pipeline_overhead.py's measure): problems/s/core for
-   the default and per-step MC (k 8).
+   the default and per-step MC (k 8), each after one untimed run of both on other problems (`warm_up`).
 3. Occupancy: tests/_timed_engine.py's TimedEngine in real time at GPU-like speed (256 sequences,
    `--step-ms` per decode step; one simulated token is a word) over the default labeler on 100-step
    solutions (`run.max_in_flight` 256): the share of the engine's slot time used. Below 1 the engine
-   waited on the labeler (or on the search's own sequential depth).
+   waited on the labeler or on the run's own shape (its last searches probe one prefix after another
+   with slots to spare): the same run on the modelled clock alone, where the labeler takes no time,
+   gives the second (`occupancy_100_steps_labeler_free`).
 4. The issue's "done when" ratio: marginal CPU per rollout of the default labeler over per-step MC's,
    through `prm-synth run` (child processes) on the simulated policy at 3-12 and at 40 steps, each
    the difference of two run sizes, so start-up cancels.
@@ -24,7 +26,7 @@ the occupancy, which is about time by nature:
     python benchmarks/labeler_cost.py [--quick] [--skip-cli]
 
 Last line: one JSON object (ms_per_decision_<n>, ms_per_probed_decision_<n>, ms_per_solution_<n>, growth_exponent,
-pipeline_problems_per_s_per_core_default/_mc, occupancy_100_steps, cores_per_gpu_100_steps,
+pipeline_problems_per_s_per_core_default/_mc, occupancy_100_steps(_labeler_free), cores_per_gpu_100_steps,
 marginal_cpu_ratio_3_12 / _40).
 """
 
@@ -51,6 +53,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as prm_synth sets it (see 
 import yaml  # noqa: E402
 from _timed_engine import TimedEngine  # noqa: E402
 from pipeline_overhead import measure as pipeline_measure  # noqa: E402
+from pipeline_overhead import warm_up as pipeline_warm_up  # noqa: E402
 
 from prm_synth.annotate.changepoint import ChangepointSettings, best_probe, open_interval  # noqa: E402
 from prm_synth.annotate.changepoint_posterior import Evidence, Posterior, Priors  # noqa: E402
@@ -157,7 +160,11 @@ def probed_decision_at(steps: int, probes: int = 8, repeat: int = 5) -> float:
     return 1000 * (time.process_time() - t) / repeat
 
 
-def occupancy_at(steps: int, problems: int, step_ms: float, capacity: int) -> dict[str, float]:
+def occupancy_at(steps: int, problems: int, step_ms: float | None, capacity: int) -> dict[str, float]:
+    """The TimedEngine's occupancy over a run of the default labeler, in real time at `step_ms` a decode
+    step, or (None) on the modelled clock alone: time passes only while the engine steps, as if the
+    labeler took no time, so what is left short of 1 is the run's own shape (the last searches' probes,
+    one after another, with slots to spare)."""
     # one shard holds them all (the default shard is 64 problems: too few to fill 256 slots)
     config = config_at(
         steps,
@@ -177,22 +184,22 @@ def occupancy_at(steps: int, problems: int, step_ms: float, capacity: int) -> di
             policy_cpu[0] += time.process_time() - t
 
     policy.generate = timed_generate  # type: ignore[method-assign]
-    engine = TimedEngine(policy, capacity=capacity, seconds_per_step=step_ms / 1000)
+    engine = TimedEngine(policy, capacity=capacity, seconds_per_step=None if step_ms is None else step_ms / 1000)
     items = [p for p in next(iter_shards(config)).items if isinstance(p, Problem)]
     cpu, wall = time.process_time(), time.perf_counter()
     result = make_labeler(config).label(engine, items)
     cpu, wall = time.process_time() - cpu - policy_cpu[0], time.perf_counter() - wall
     rollouts = result.stats.rollouts + result.sampled.completions
-    full_speed_s = engine.busy / capacity * step_ms / 1000  # the same work with every slot busy
+    full_speed_s = engine.busy / capacity * (step_ms or 0.0) / 1000  # the same work with every slot busy
     return {
         "occupancy": engine.occupancy(),
         "rollouts": rollouts,
         "wall_s": wall,
-        "engine_s": engine.now * step_ms / 1000,
+        "engine_s": engine.now * (step_ms or 0.0) / 1000,
         "labeler_cpu_s": cpu,
         "policy_cpu_s": policy_cpu[0],
         "cpu_ms_per_rollout": 1000 * cpu / rollouts,
-        "gpu_rollouts_per_s": rollouts / full_speed_s,
+        "gpu_rollouts_per_s": rollouts / full_speed_s if full_speed_s else math.inf,
     }
 
 
@@ -219,15 +226,19 @@ def cli_run(method: dict[str, Any], lo: int, hi: int, count: int) -> tuple[float
     return cpu, int(manifest["totals"]["stats"]["rollouts"])
 
 
-def marginal_ratio(lo: int, hi: int, small: int, large: int, default_scale: int = 1) -> dict[str, float]:
+def marginal_ratio(
+    lo: int, hi: int, small: int, large: int, default_scale: int = 1, repeats: int = 1
+) -> dict[str, float]:
     per_rollout = {}
     # MC's rollouts are cheap: its larger run is four times larger, so its difference stands clear of
     # the start-up's noise (a few seconds of Prefect and imports). So is the default's, where asked
-    # (`--quick`: 40 more problems of 3-12 steps cost it less CPU than the start-up's noise).
+    # (`--quick`, and 3-12 steps: its 200 more problems there cost about a second of CPU, about what
+    # Prefect's start-up varies by between runs). Each size runs `repeats` times and its least CPU
+    # counts: a busy machine only ever adds to a run's CPU (cache misses, a slower start-up).
     methods = (("default", {"method": "binary"}, default_scale), ("mc", {"method": "mc", "k": 8}, 4))
     for name, method, scale in methods:
-        cpu_s, roll_s = cli_run(method, lo, hi, small)
-        cpu_l, roll_l = cli_run(method, lo, hi, large * scale)
+        cpu_s, roll_s = min(cli_run(method, lo, hi, small) for _ in range(repeats))
+        cpu_l, roll_l = min(cli_run(method, lo, hi, large * scale) for _ in range(repeats))
         per_rollout[name] = 1000 * (cpu_l - cpu_s) / max(1, roll_l - roll_s)
     return {
         "default ms/rollout": per_rollout["default"],
@@ -272,7 +283,11 @@ def main() -> None:
     out["growth_exponent"] = round(math.log(costs[hi]["probed"] / costs[lo]["probed"]) / math.log(hi / lo), 3)
 
     problems = 200 if q else 1000
-    print(f"\nwhole pipeline, {problems} problems of 3-12 steps (benchmarks/pipeline_overhead.py)")
+    print(
+        f"\nwhole pipeline, {problems} problems of 3-12 steps (benchmarks/pipeline_overhead.py; both methods"
+        " first run once on 50 other problems: the process's one-time costs are neither's)"
+    )
+    pipeline_warm_up()
     for name, method in (("default", "binary"), ("mc", "mc")):
         m = pipeline_measure(method, problems)
         print(f"{name:<8} {json.dumps(m)}", flush=True)
@@ -288,18 +303,25 @@ def main() -> None:
         f"{occ_problems} solutions of 100 steps, default labeler: {json.dumps({k: round(v, 3) for k, v in o.items()})}"
     )
     out["occupancy_100_steps"] = round(o["occupancy"], 3)
+    # The same run on the modelled clock alone (a labeler that takes no time): the occupancy the run's
+    # own shape allows. The difference is what the labeler's CPU costs the engine.
+    free = occupancy_at(100, occ_problems, None, capacity)["occupancy"]
+    print(f"the same run with a labeler that takes no time: occupancy {free:.3f}")
+    out["occupancy_100_steps_labeler_free"] = round(free, 3)
     out["cpu_ms_per_rollout_100_steps"] = round(o["cpu_ms_per_rollout"], 3)
     # Cores a GPU's rollouts need at this length: the labeling CPU per rollout times the GPU's rollout rate.
     out["cores_per_gpu_100_steps"] = round(o["cpu_ms_per_rollout"] * o["gpu_rollouts_per_s"] / 1000, 2)
 
     if not args.skip_cli:
         small, large = (20, 60) if q else (50, 250)
+        repeats = 1 if q else 2
         print(
             f"\nmarginal CPU per rollout through `prm-synth run`, runs of {small} and {large} problems differenced"
-            f" ({4 * large} for MC{', and for the default' if q else ''})"
+            f" ({4 * large} for MC, and for the default at 3-12 steps{' and at 40' if q else ''}), the least CPU"
+            f" of {repeats} run(s) of each size"
         )
         for label, (a, b) in (("3_12", (3, 12)), ("40", (40, 40))):
-            r = marginal_ratio(a, b, small, large, 4 if q else 1)
+            r = marginal_ratio(a, b, small, large, 4 if q or a < 40 else 1, repeats)
             print(f"{a}-{b} steps: {json.dumps({k: round(v, 3) for k, v in r.items()})}", flush=True)
             out[f"marginal_cpu_ratio_{label}"] = round(r["ratio"], 3)
             out[f"marginal_ms_per_rollout_default_{label}"] = round(r["default ms/rollout"], 3)

@@ -37,6 +37,7 @@ from prm_synth.annotate.changepoint import (
     relabel,
     repaired_slip,
     unbacked_bad,
+    unmodelled_error_rate,
 )
 from prm_synth.annotate.changepoint import label as label_again
 from prm_synth.annotate.changepoint_posterior import Q_GRID
@@ -440,7 +441,9 @@ def test_a_repaired_slip_in_a_checked_correct_solution_leaves_its_steps_unlabele
     assert all(apply_rule(ann, "hard").labels)
 
 
-def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correct_solutions_are_trusted():
+@pytest.mark.parametrize("verdict", ["correct", "unknown"])
+def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correct_solutions_are_trusted(verdict):
+    # an ungradable answer whose rollouts say it is right may hide an error as a right one does
     from prm_synth.annotate.changepoint import relabel
 
     def run(slipped: bool) -> tuple[list, list]:
@@ -451,7 +454,7 @@ def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correc
             for j in range(1, 7):
                 ev.correct[j], ev.graded[j] = (0 if slipped and j == 3 + k % 2 else 4), 4
             checked.append(_annotation_with(ev))
-        plain = Evidence.empty(12, "correct")  # an untested one: its last prefix and its verdict only
+        plain = Evidence.empty(12, verdict)  # an untested one: its last prefix and its verdict only
         plain.correct[11], plain.graded[11] = 4, 4
         rows = [*checked, _annotation_with(plain)]
         relabel(rows, ChangepointSettings(), [(f"p{i}", [f"{i}"] * 12) for i in range(len(rows))])
@@ -462,6 +465,50 @@ def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correc
     assert min(clean_p) >= 0.9 and set(clean_reasons) == {None}
     assert min(slipped_p) < 0.9 and UNDECIDED_UNLOCATED in slipped_reasons
     assert all(a <= b + 1e-12 for a, b in zip(slipped_p, clean_p, strict=True))
+
+
+def test_a_tested_correct_solution_is_trusted_no_further_than_the_slips_its_test_may_miss():
+    # 4 rollouts a tested prefix find about half the slips a policy repairs (fidelity `repair`): where
+    # the shard's tested solutions show such slips, one whose test found none has not ruled them out
+    def run(slipped: bool):  # the last row's annotation
+        rows = []
+        for k in range(9):  # eight tested solutions with a dip at prefix 3 or 4 (or none), then one without
+            ev = Evidence.empty(12, "correct")
+            ev.checked = True
+            for j in range(1, 7):
+                ev.correct[j], ev.graded[j] = (0 if slipped and k < 8 and j == 3 + k % 2 else 4), 4
+            rows.append(_annotation_with(ev))
+        relabel(rows, ChangepointSettings(), [(f"p{i}", [f"{i}"] * 12) for i in range(len(rows))])
+        return rows[-1]
+
+    trusted, capped = run(slipped=False), run(slipped=True)
+    assert min(trusted.p_good) >= 0.9 and set(trusted.unlabeled_reason) == {None}
+    assert min(capped.p_good) < 0.9 and UNDECIDED_UNLOCATED in capped.unlabeled_reason
+    assert all(a <= b + 1e-12 for a, b in zip(capped.p_good, trusted.p_good, strict=True))
+    assert capped.label_source.count("none") > 0 and "none" not in trusted.label_source
+
+
+def test_the_steps_after_a_tested_solution_s_test_are_trusted_as_untested_ones():
+    # the test covers the first half; lucky answers (fidelity `high_luck`) hide errors after it too
+    from prm_synth.annotate.changepoint import relabel
+
+    def run(lucky: bool):  # the last row's annotation
+        rows = []
+        for k in range(9):  # tested correct answers, eight of them lucky (the last prefix's rollouts fail)
+            ev = Evidence.empty(12, "correct")
+            ev.checked = True
+            for j in range(1, 7):
+                ev.correct[j], ev.graded[j] = 4, 4
+            ev.correct[11], ev.graded[11] = (0 if lucky and k < 8 else 4), 4
+            rows.append(_annotation_with(ev))
+        relabel(rows, ChangepointSettings(), [(f"p{i}", [f"{i}"] * 12) for i in range(len(rows))])
+        return rows[-1]
+
+    trusted, capped = run(lucky=False), run(lucky=True)
+    half = early_prefixes(12, ChangepointSettings().check_prefixes)[-1]
+    assert min(trusted.p_good) >= 0.9
+    assert min(capped.p_good[half:]) < 0.9 and UNDECIDED_UNLOCATED in capped.unlabeled_reason[half:]
+    assert min(capped.p_good[: half - 1]) >= 0.9  # the tested steps keep their evidence's trust
 
 
 # ------------------------------------------------------------------ long solutions
@@ -834,9 +881,10 @@ def test_relabeling_solutions_with_the_same_evidence_labels_each_as_if_alone():
     posts = [Posterior(a.evidence, priors) for a in alone]
     checked = [p for p in posts if p.evidence.checked]
     rate, positions = process_error_rate(checked, cfg), hidden_error_positions(checked, cfg)
+    unmodelled = unmodelled_error_rate(len(checked), len(positions))
     assert checked and len({str(_row_of(a)[4:]) for a in anns}) < len(anns)  # a checked solution; repeats
     for ann, own, post in zip(anns, alone, posts, strict=True):
-        label_again(own, post, cfg, own.evidence.stop, own.evidence.verdict, rate, positions)
+        label_again(own, post, cfg, own.evidence.stop, own.evidence.verdict, rate, positions, unmodelled)
         assert _row_of(ann) == _row_of(own)
 
 

@@ -22,7 +22,8 @@ below the later prefixes, beyond the rise a clean solution of its difficulty sho
 policy repaired (`repaired_slip`: the row says `undecided_unlocated` from there on), and `relabel`
 measures on them the shard's rate of process errors among correct answers (`process_error_rate`)
 and where they sit (`hidden_error_positions`), which cap how far the untested correct-answer
-solutions' steps are trusted (`hidden_error_p_good`).
+solutions' steps are trusted (`hidden_error_p_good`); the share of errors the model does not describe
+(`unmodelled_error_rate`) caps the tested ones, whose test misses some of them.
 
 A decision (`decide`: stop, wait for the pooled priors, or which prefix to probe) depends on the priors,
 the counts and the rollouts asked alone: the search remembers it (`decision_memo.py`), so the states
@@ -411,13 +412,16 @@ def hidden_error_p_good(post: Posterior, rate: float, positions: Sequence[float]
     return np.minimum(post.p_good, hidden_error_cap(post, rate, positions))
 
 
-def hidden_error_cap(post: Posterior, rate: float, positions: Sequence[float] = ()) -> np.ndarray:
+def hidden_error_cap(
+    post: Posterior, rate: float, positions: Sequence[float] = (), tested_through: int = -1
+) -> np.ndarray:
     """The most p_good of a correct-answer solution whose early steps were not tested may be, when a
     share `rate` of the shard's correct-answer solutions hold a process error: the error, if any, placed where the
     tested ones held theirs (`positions`, each a share of its solution's length: `hidden_error_positions`),
     with the posterior's own placement counted as one more; never more trusting than the posterior.
     The posterior's placement alone is a prior: in a world whose policy slips early and repairs
-    (the fidelity suite's `repair`) it put the error late and labeled the slipped steps good."""
+    (the fidelity suite's `repair`) it put the error late and labeled the slipped steps good.
+    `tested_through`: steps 0..tested_through were tested; the errors placed there are taken out."""
     n = post.evidence.n
     p_error = post.p_error[:n]
     total = p_error.sum()
@@ -425,6 +429,8 @@ def hidden_error_cap(post: Posterior, rate: float, positions: Sequence[float] = 
     at = np.arange(n) / n  # step i holds an error placed at relative position x when x <= i / n
     measured = np.array([np.count_nonzero(np.asarray(positions) <= x + 1e-12) for x in at], dtype=float)
     placed = (measured + shape) / (len(positions) + 1.0)
+    if tested_through >= 0:
+        placed = np.maximum(placed - placed[tested_through], 0.0)
     return 1.0 - rate * placed
 
 
@@ -481,16 +487,17 @@ def label(
     final_status: str,
     process_error_rate: float = 0.0,
     error_positions: Sequence[float] = (),
+    unmodelled_rate: float = 0.0,
 ) -> None:
     """Labels, sources, reasons and p_good from a posterior (again after pooling: `relabel`).
-    `process_error_rate`: the shard's measured share of correct-answer solutions that hold an error
-    (`relabel`); an untested correct-answer solution's steps are trusted no further than it allows,
-    and the steps it leaves undecided say so (`undecided_unlocated`)."""
+    `process_error_rate`, `error_positions`, `unmodelled_rate`: what the shard measured of the errors a
+    right answer may hide (`relabel`); a right answer's steps are trusted no further than they allow
+    (`right_answer_cap`), and the steps that leaves undecided say so (`undecided_unlocated`)."""
     n = len(ann.label_source)
     p_good, belief = post.p_good, post.belief
-    hidden = final_status == "correct" and not post.evidence.checked and process_error_rate > 0
-    if hidden:
-        cap = hidden_error_cap(post, process_error_rate, error_positions)
+    cap = right_answer_cap(post, final_status, settings, process_error_rate, error_positions, unmodelled_rate)
+    hidden = cap is not None
+    if cap is not None:
         p_good, belief = np.minimum(p_good, cap), np.minimum(belief, cap)
     slip = repaired_slip(post.evidence, hazard=typical_hazard(post)) if final_status == "correct" else None
     if post.misfit(settings.misfit_level):
@@ -537,6 +544,38 @@ def label(
             ann.decide(i, lbl, "verdict")
         else:
             ann.decide(i, lbl, "test" if measured else "inferred")
+
+
+def right_answer_cap(
+    post: Posterior,
+    final_status: str,
+    settings: ChangepointSettings,
+    rate: float,
+    positions: Sequence[float],
+    unmodelled_rate: float,
+) -> np.ndarray | None:
+    """The most p_good each step of a solution whose answer may be right can have, given what the shard
+    measured of the errors right answers hide (None: no cap; a wrong answer, or no measurement yet).
+    A step's p_good comes from evidence about it or from that measurement, never from the prior alone:
+    - untested (and every ungradable answer, which is never tested): the shard's rate of process errors
+      among correct answers, `rate` (`hidden_error_cap`). An ungradable answer whose rollouts say it is
+      right hides errors as a right one does (fidelity `mixed`, 10 % of answers ungradable: their
+      good labels were wrong 38 times in 78 on seed 1, every step labeled good after 4 rollouts of the
+      last prefix);
+    - tested (`check_correct`): in the steps its test covered, the share of errors the model does not
+      describe, which the test may have missed (`unmodelled_error_rate`); after them, as untested, with
+      the errors placed in the covered steps taken out. The test covers the first half only: in a
+      world of lucky answers (fidelity `high_luck`, seed 2) the second half was labeled good from the
+      prior at p_good 0.9-0.97 and 13 of 107 such labels were wrong."""
+    if final_status == "incorrect":
+        return None
+    if not post.evidence.checked:
+        return hidden_error_cap(post, rate, positions) if rate > 0 else None
+    if unmodelled_rate <= 0:
+        return None
+    covered = early_prefixes(post.evidence.n, settings.check_prefixes)[-1]  # prefix `covered`: steps 0..covered-1
+    cap = hidden_error_cap(post, unmodelled_rate, positions)
+    return np.minimum(cap, hidden_error_cap(post, rate, positions, tested_through=covered - 1)) if rate > 0 else cap
 
 
 def lone_bad_holds(post: Posterior, labels: Sequence[bool | None], first_bad: int, bad_confidence: float) -> bool:
@@ -632,8 +671,9 @@ def relabel(
     checked = [p for p in posts if p.evidence.checked]
     rate = process_error_rate(checked, settings)
     positions = hidden_error_positions(checked, settings)
+    unmodelled = unmodelled_error_rate(len(checked), len(positions))
     for (ann, _), ev, post in zip(kept, evidence, posts, strict=True):
-        label(ann, post, settings, ev.stop, ev.verdict, rate, positions)
+        label(ann, post, settings, ev.stop, ev.verdict, rate, positions, unmodelled)
     return priors
 
 
@@ -644,6 +684,20 @@ def process_error_rate(checked: Sequence[Posterior], settings: ChangepointSettin
     A Beta(0.5, 4.5) prior keeps a shard with few tested solutions from trusting them blindly."""
     found = sum(1 for p in checked if 1.0 - p.p_good[-1] >= 0.5 or unmodelled_error_position(p, settings) is not None)
     return (found + 0.5) / (len(checked) + 5.0)
+
+
+def unmodelled_error_rate(checked: int, found: int) -> float:
+    """The chance that a tested correct-answer solution whose test found nothing still holds an error
+    the model does not describe (a slip the policy repaired), from the shard's tested ones (`checked`)
+    and those whose test found such an error (`found`, `unmodelled_error_position`). Of a true rate r
+    a test of power w finds r w, and leaves r (1 - w) / (1 - r w) in the rest: about the found share
+    itself where w is near one half, as it was in the fidelity suite's `repair` world (a slip the
+    policy repairs on the next step with chance 0.5; 4 rollouts a tested prefix): there, about half
+    of the tested solutions that held an error showed it. Trusting the test fully labeled their
+    slipped steps good (`repair` seed 2: good precision 0.79, 125 of 271 good labels on tested
+    solutions wrong). A test of more power only makes this cautious: coverage, never a wrong label.
+    The same Beta(0.5, 4.5) prior as `process_error_rate`."""
+    return (found + 0.5) / (checked + 5.0)
 
 
 def hidden_error_positions(checked: Sequence[Posterior], settings: ChangepointSettings) -> list[float]:
