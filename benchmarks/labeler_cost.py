@@ -226,19 +226,22 @@ def cli_run(method: dict[str, Any], lo: int, hi: int, count: int) -> tuple[float
     return cpu, int(manifest["totals"]["stats"]["rollouts"])
 
 
-def marginal_ratio(
-    lo: int, hi: int, small: int, large: int, default_scale: int = 1, repeats: int = 1
-) -> dict[str, float]:
+# Problems in the larger run of each method, per length: each about 5 s more CPU than the smaller run
+# (`--quick`; twice that at full size), so the difference stands clear of `prm-synth run`'s start-up,
+# which moves by a second or two between runs (Prefect, imports). A fixed size did not: at 3-12
+# steps 220 more problems cost the default about a second, and `--quick` read ratios from 0.09 to
+# 26 in one day's runs. MC's rollouts are cheap: its runs are the larger ones.
+CLI_LARGE = {"3_12": {"default": 1000, "mc": 3000}, "40": {"default": 250, "mc": 350}}
+
+
+def marginal_ratio(lo: int, hi: int, small: int, large: dict[str, int], repeats: int = 1) -> dict[str, float]:
+    """Marginal CPU per rollout of the default and of MC through `prm-synth run`: runs of `small` and
+    `large[method]` problems differenced. Each size runs `repeats` times and its least CPU counts: a
+    busy machine only ever adds to a run's CPU (cache misses, a slower start-up)."""
     per_rollout = {}
-    # MC's rollouts are cheap: its larger run is four times larger, so its difference stands clear of
-    # the start-up's noise (a few seconds of Prefect and imports). So is the default's, where asked
-    # (`--quick`, and 3-12 steps: its 200 more problems there cost about a second of CPU, about what
-    # Prefect's start-up varies by between runs). Each size runs `repeats` times and its least CPU
-    # counts: a busy machine only ever adds to a run's CPU (cache misses, a slower start-up).
-    methods = (("default", {"method": "binary"}, default_scale), ("mc", {"method": "mc", "k": 8}, 4))
-    for name, method, scale in methods:
+    for name, method in (("default", {"method": "binary"}), ("mc", {"method": "mc", "k": 8})):
         cpu_s, roll_s = min(cli_run(method, lo, hi, small) for _ in range(repeats))
-        cpu_l, roll_l = min(cli_run(method, lo, hi, large * scale) for _ in range(repeats))
+        cpu_l, roll_l = min(cli_run(method, lo, hi, large[name]) for _ in range(repeats))
         per_rollout[name] = 1000 * (cpu_l - cpu_s) / max(1, roll_l - roll_s)
     return {
         "default ms/rollout": per_rollout["default"],
@@ -313,15 +316,16 @@ def main() -> None:
     out["cores_per_gpu_100_steps"] = round(o["cpu_ms_per_rollout"] * o["gpu_rollouts_per_s"] / 1000, 2)
 
     if not args.skip_cli:
-        small, large = (20, 60) if q else (50, 250)
-        repeats = 1 if q else 2
+        small, scale, repeats = (20, 1, 1) if q else (50, 2, 2)
         print(
-            f"\nmarginal CPU per rollout through `prm-synth run`, runs of {small} and {large} problems differenced"
-            f" ({4 * large} for MC, and for the default at 3-12 steps{' and at 40' if q else ''}), the least CPU"
-            f" of {repeats} run(s) of each size"
+            f"\nmarginal CPU per rollout through `prm-synth run`, runs of {small} problems and of "
+            + ", ".join(f"{m} {n * scale}" for m, n in CLI_LARGE["3_12"].items())
+            + " (3-12 steps), "
+            + ", ".join(f"{m} {n * scale}" for m, n in CLI_LARGE["40"].items())
+            + f" (40 steps) differenced, the least CPU of {repeats} run(s) of each size"
         )
         for label, (a, b) in (("3_12", (3, 12)), ("40", (40, 40))):
-            r = marginal_ratio(a, b, small, large, 4 if q or a < 40 else 1, repeats)
+            r = marginal_ratio(a, b, small, {m: n * scale for m, n in CLI_LARGE[label].items()}, repeats)
             print(f"{a}-{b} steps: {json.dumps({k: round(v, 3) for k, v in r.items()})}", flush=True)
             out[f"marginal_cpu_ratio_{label}"] = round(r["ratio"], 3)
             out[f"marginal_ms_per_rollout_default_{label}"] = round(r["default ms/rollout"], 3)

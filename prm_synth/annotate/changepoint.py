@@ -412,16 +412,13 @@ def hidden_error_p_good(post: Posterior, rate: float, positions: Sequence[float]
     return np.minimum(post.p_good, hidden_error_cap(post, rate, positions))
 
 
-def hidden_error_cap(
-    post: Posterior, rate: float, positions: Sequence[float] = (), tested_through: int = -1
-) -> np.ndarray:
+def hidden_error_cap(post: Posterior, rate: float, positions: Sequence[float] = ()) -> np.ndarray:
     """The most p_good of a correct-answer solution whose early steps were not tested may be, when a
     share `rate` of the shard's correct-answer solutions hold a process error: the error, if any, placed where the
     tested ones held theirs (`positions`, each a share of its solution's length: `hidden_error_positions`),
     with the posterior's own placement counted as one more; never more trusting than the posterior.
     The posterior's placement alone is a prior: in a world whose policy slips early and repairs
-    (the fidelity suite's `repair`) it put the error late and labeled the slipped steps good.
-    `tested_through`: steps 0..tested_through were tested; the errors placed there are taken out."""
+    (the fidelity suite's `repair`) it put the error late and labeled the slipped steps good."""
     n = post.evidence.n
     p_error = post.p_error[:n]
     total = p_error.sum()
@@ -429,8 +426,6 @@ def hidden_error_cap(
     at = np.arange(n) / n  # step i holds an error placed at relative position x when x <= i / n
     measured = np.array([np.count_nonzero(np.asarray(positions) <= x + 1e-12) for x in at], dtype=float)
     placed = (measured + shape) / (len(positions) + 1.0)
-    if tested_through >= 0:
-        placed = np.maximum(placed - placed[tested_through], 0.0)
     return 1.0 - rate * placed
 
 
@@ -495,7 +490,7 @@ def label(
     (`right_answer_cap`), and the steps that leaves undecided say so (`undecided_unlocated`)."""
     n = len(ann.label_source)
     p_good, belief = post.p_good, post.belief
-    cap = right_answer_cap(post, final_status, settings, process_error_rate, error_positions, unmodelled_rate)
+    cap = right_answer_cap(post, final_status, process_error_rate, error_positions, unmodelled_rate)
     hidden = cap is not None
     if cap is not None:
         p_good, belief = np.minimum(p_good, cap), np.minimum(belief, cap)
@@ -549,7 +544,6 @@ def label(
 def right_answer_cap(
     post: Posterior,
     final_status: str,
-    settings: ChangepointSettings,
     rate: float,
     positions: Sequence[float],
     unmodelled_rate: float,
@@ -562,20 +556,17 @@ def right_answer_cap(
       right hides errors as a right one does (fidelity `mixed`, 10 % of answers ungradable: their
       good labels were wrong 38 times in 78 on seed 1, every step labeled good after 4 rollouts of the
       last prefix);
-    - tested (`check_correct`): in the steps its test covered, the share of errors the model does not
-      describe, which the test may have missed (`unmodelled_error_rate`); after them, as untested, with
-      the errors placed in the covered steps taken out. The test covers the first half only: in a
-      world of lucky answers (fidelity `high_luck`, seed 2) the second half was labeled good from the
-      prior at p_good 0.9-0.97 and 13 of 107 such labels were wrong."""
+    - tested (`check_correct`): the share of errors the model does not describe, which its test may
+      have missed (`unmodelled_error_rate`).
+    Tried and not kept: the steps after the test (it covers the first half) capped as an untested
+    solution's. Lucky answers hid errors there (fidelity `high_luck` seed 2: good precision 0.91 ->
+    0.99), but where luck is 0.2 the same cap left the second half of most right answers unlabeled
+    (benchmarks/consensus_quality.py: rows fully labeled 0.52 -> 0.42, their labels right 0.997 before)."""
     if final_status == "incorrect":
         return None
     if not post.evidence.checked:
         return hidden_error_cap(post, rate, positions) if rate > 0 else None
-    if unmodelled_rate <= 0:
-        return None
-    covered = early_prefixes(post.evidence.n, settings.check_prefixes)[-1]  # prefix `covered`: steps 0..covered-1
-    cap = hidden_error_cap(post, unmodelled_rate, positions)
-    return np.minimum(cap, hidden_error_cap(post, rate, positions, tested_through=covered - 1)) if rate > 0 else cap
+    return hidden_error_cap(post, unmodelled_rate, positions) if unmodelled_rate > 0 else None
 
 
 def lone_bad_holds(post: Posterior, labels: Sequence[bool | None], first_bad: int, bad_confidence: float) -> bool:
