@@ -671,10 +671,15 @@ def relabel(
 def process_error_rate(checked: Sequence[Posterior], settings: ChangepointSettings) -> float:
     """The shard's share of correct-answer solutions that hold a process error, measured on those whose
     early prefixes were tested: one counts when its posterior puts an error in it at least as likely
-    as not, or when its rollouts dip and rise again (a repaired slip, or the model's misfit).
-    A Beta(0.5, 4.5) prior keeps a shard with few tested solutions from trusting them blindly."""
+    as not, or when its rollouts dip and rise again (a repaired slip, or the model's misfit)."""
     found = sum(1 for p in checked if 1.0 - p.p_good[-1] >= 0.5 or unmodelled_error_position(p, settings) is not None)
-    return (found + 0.5) / (len(checked) + 5.0)
+    return _tested_share(found, len(checked))
+
+
+def _tested_share(found: int, tested: int) -> float:
+    """The share of the shard's tested solutions in which their test found something, under a
+    Beta(0.5, 4.5) prior that keeps a shard with few tested solutions from trusting them blindly."""
+    return (found + 0.5) / (tested + 5.0)
 
 
 def unmodelled_error_rate(checked: int, found: int) -> float:
@@ -686,9 +691,8 @@ def unmodelled_error_rate(checked: int, found: int) -> float:
     policy repairs on the next step with chance 0.5; 4 rollouts a tested prefix): there, about half
     of the tested solutions that held an error showed it. Trusting the test fully labeled their
     slipped steps good (`repair` seed 2: good precision 0.79, 125 of 271 good labels on tested
-    solutions wrong). A test of more power only makes this cautious: coverage, never a wrong label.
-    The same Beta(0.5, 4.5) prior as `process_error_rate`."""
-    return (found + 0.5) / (checked + 5.0)
+    solutions wrong). A test of more power only makes this cautious: coverage, never a wrong label."""
+    return _tested_share(found, checked)
 
 
 def hidden_error_positions(checked: Sequence[Posterior], settings: ChangepointSettings) -> list[float]:

@@ -632,8 +632,8 @@ class Posterior:
         search scores probes under other priors than it labels under (`probe_value_priors`)."""
         if priors is self.priors:
             return self
-        other = self._under.get(priors.token)
-        if other is None or other.priors is not priors:
+        other = self._under.get(priors.token)  # tokens are never reused (`Priors.token`)
+        if other is None:
             other = self._under[priors.token] = Posterior(self.evidence, priors)
         return other
 
