@@ -259,6 +259,31 @@ def test_pooling_picks_the_overdispersion_the_rollouts_show():
     assert shared == min(K_CHOICES) and independent > shared
 
 
+def _binomial_shard(seed: int) -> list[Evidence]:
+    """40 solutions whose rollouts are independent draws at the change-point model's rates."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(40):
+        n, hazard, luck = int(rng.integers(8, 16)), 0.1, 0.15
+        error = int(rng.integers(0, n + 1))
+        ev = Evidence.empty(n, "correct" if error == n or rng.random() < luck else "incorrect")
+        for j in sorted(rng.choice(n, size=4, replace=False)):
+            rate = luck + (1 - luck) * (1 - hazard) ** (n - j) if j <= error else luck
+            ev.correct[j], ev.graded[j] = rng.binomial(4, rate), 4
+        out.append(ev)
+    return out
+
+
+def test_overdispersion_must_pay_for_itself_where_the_rollouts_are_independent():
+    # a k below the largest wins only on a fit better by BIC's price of one parameter: without that,
+    # shards of independent rollouts took k 60 or 12 on a fit a nat or two ahead, and labeled less
+    from prm_synth.annotate.changepoint import K_CHOICES
+
+    shards = [_binomial_shard(seed) for seed in range(12)]
+    assert all(pool_priors(evs).k == max(K_CHOICES) for evs in shards)
+    assert any(pool_priors(evs, dispersion_price=False).k < max(K_CHOICES) for evs in shards)
+
+
 def _annotation_with(ev: Evidence):
     from prm_synth.annotate.annotation import Annotation
 
@@ -488,6 +513,26 @@ def test_a_tested_correct_solution_is_trusted_no_further_than_the_slips_its_test
     assert capped.label_source.count("none") > 0 and "none" not in trusted.label_source
 
 
+
+def test_a_right_answers_steps_only_its_verdict_covers_need_the_bad_labels_confidence():
+    # past the last probed prefix only the verdict speaks, and a right answer says little where luck is
+    # high: such good labels sat near the threshold and were wrong as often as it allows (fidelity
+    # `high_luck`)
+    q = np.where(np.isclose(Q_GRID, 0.3), 1.0, 1e-3)
+    priors = replace(Priors(), q=q / q.sum())
+    ev = Evidence.empty(12, "correct")
+    ev.checked = True
+    for j in range(1, 7):  # the test: prefixes 1..6 (steps 0..5) all reach the answer
+        ev.correct[j], ev.graded[j] = 4, 4
+    cfg = ChangepointSettings()
+    ann = _annotation_with(ev)
+    label_again(ann, Posterior(ev, priors), cfg, "decided", "correct")
+    labels = apply_rule(ann, "hard").labels
+    near = [i for i in range(12) if cfg.confidence <= ann.p_good[i] < cfg.bad_confidence]
+    assert near and min(near) >= 6  # only the verdict covers them
+    assert all(labels[i] is None and ann.unlabeled_reason[i] == "undecided_verdict" for i in near)
+    assert all(labels[i] is True for i in range(12) if i not in near)
+
 # ------------------------------------------------------------------ long solutions
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(2, 2000), most=st.integers(2, 12))
@@ -673,7 +718,9 @@ def test_the_first_phase_pool_is_ready_once_every_member_is_in_whatever_the_orde
             assert not pool.future.done()
             pool.deposit(f"s{i}", evidence[f"s{i}"])
     assert pool.future.done()
-    expected = pool_priors([evidence["s0"], evidence["s1"], evidence["s2"]], strength=0.5 * 3, recents=())
+    expected = pool_priors(
+        [evidence["s0"], evidence["s1"], evidence["s2"]], strength=0.5 * 3, recents=(), dispersion_price=False
+    )
     got = pool.future.result()
     np.testing.assert_array_equal(got.q, expected.q)  # in key order: the same numbers in any order
     np.testing.assert_array_equal(got.p, expected.p)

@@ -1071,6 +1071,7 @@ def pool_priors(
     rounds: int = 8,
     strength: float = 8.0,
     recents: Sequence[float] = RECENT_CHOICES,
+    dispersion_price: bool = True,
 ) -> Priors:
     """The shard's priors on luck and the difficulty classes, estimated from every solution's evidence
     at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a small shard
@@ -1078,6 +1079,14 @@ def pool_priors(
     which the shard's evidence is likeliest wins. Depends on the set of evidence only, not on the
     order the searches finished in. The prior only reweights each solution's likelihood of (class,
     luck), so that is computed once per k (`_class_luck_loglik`) and the EM rounds are sums over it.
+
+    `dispersion_price`: more overdispersion than the largest k (rollouts about as independent as a
+    binomial's) must pay for itself: it wins only where its fit beats the largest k's by half
+    ln(solutions), BIC's price of one parameter. Without it a shard the binomial describes took k 60
+    on a fit 0.8 nats ahead (fidelity `in_model` seed 2, 150 solutions), whose labels stayed unpinned
+    where the same rollouts read under k 400 pinned them (first-error accuracy 0.25 -> 0.30, bad
+    precision 0.970 -> 0.979); where the rollouts share their fate the smaller k wins by 8-12 nats
+    (`correlated`). The searches' second-phase priors do without it (`second_phase_priors`).
 
     Then, under the chosen k, each r in `recents` (a fresh error's extra luck, `RECENT_CHOICES`): every
     error read both ways, the share read with r pooled by EM too; kept where its fit beats the plain
@@ -1087,14 +1096,13 @@ def pool_priors(
     base = base or Priors()
     if not evidence:
         return base
-    best: tuple[float, Priors, np.ndarray] | None = None
+    fits: list[tuple[float, Priors, np.ndarray]] = []
     for k in K_CHOICES:
         loglik = _class_luck_loglik(evidence, k)  # [solution, d, q]
         fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, strength)
-        if best is None or fit > best[0]:
-            best = (fit, priors, loglik)
-    assert best is not None
-    plain_fit, plain, plain_loglik = best
+        fits.append((fit, priors, loglik))
+    price = 0.5 * math.log(max(len(evidence), strength)) if dispersion_price else 0.0
+    plain_fit, plain, plain_loglik = max(fits, key=lambda f: f[0] + (price if f[1].k == max(K_CHOICES) else 0.0))
     # a second reading must pay for itself (BIC-like), and a shard smaller than the base prior's weight
     # cannot show one (random shards of 1-3 solutions gained up to 2.0 nats from it, ln 8 = 2.08)
     chosen = (plain_fit + math.log(max(len(evidence), strength)), plain)
