@@ -12,8 +12,9 @@ and the first bad label when no other probe is worth its rollouts (`open_interva
 P(bad) >= `bad_confidence`, or `confidence` right after a good label (`first_bad_step`: the pair pins
 the first error), and rollouts of its own prefix (`unbacked_bad`: the search measures that prefix
 before it labels; a label from the prior alone is wrong at any length). A lone bad label on a
-right answer must also hold under the default luck prior (`lone_bad_holds`), and a good label that
-only its verdict backs needs `bad_confidence` too (`verdict_only_steps`). A
+right answer must also hold under the default luck prior (`lone_bad_holds`), and a good label past
+a tested right answer's test that only its verdict backs needs `bad_confidence` too
+(`verdict_only_steps`). A
 posterior predictive check (leave one probed prefix out, how surprising is its count?) leaves a
 solution unlabeled with reason `undecided_misfit` when its data contradict the model.
 
@@ -525,11 +526,13 @@ def label(
         lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, settings.bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
     right_answer = final_status != "incorrect"
-    if right_answer:
-        # a right answer says little where luck is high, and a good label that rests on it alone sits
-        # near the threshold, as a lone bad label does: it needs `bad_confidence` too (fidelity
-        # `high_luck` seed 2: 13 of 107 good labels past the test of checked solutions wrong, at p_good
-        # 0.90-0.97; good precision 0.913 -> 0.949, coverage 0.002-0.006 lower over the suite)
+    if right_answer and post.evidence.checked:
+        # past a tested solution's test a right answer may rest on its verdict alone, which says little
+        # where luck is high: such a good label sits near the threshold, as a lone bad label does, and
+        # needs `bad_confidence` too (fidelity `high_luck` seed 2: 13 of 107 good labels past the test
+        # wrong, at p_good 0.90-0.97). An untested one's steps are capped by the shard's measured rate
+        # instead (`right_answer_cap`); for them too the rule left a small shard no row fully labeled
+        # clean, on which the judge's -1 rate is measured (tests/test_consensus.py)
         for i in verdict_only_steps(post.evidence):
             if lab_labels[i] is True and p_good[i] < settings.bad_confidence:
                 lab_labels[i], reasons[i] = None, UNDECIDED_VERDICT
