@@ -20,9 +20,9 @@ Rollouts that cannot be graded are left out of the evidence: unknown is not fail
 
 The luck prior, the classes' weights and k are the shard's: the search runs under a weak default,
 and once every search of the shard is done, `relabel` pools them from all the evidence at once (EM
-on the grid weights for each k, the likeliest k wins: `pool_priors`) and labels every solution
-again. Pooling over the finished set, never online, keeps rows independent of the order the searches
-finished in (run.max_in_flight, batch sizes).
+on the grid weights for each k, the likeliest k wins, more overdispersion paying BIC's price:
+`pool_priors`) and labels every solution again. Pooling over the finished set, never online, keeps
+rows independent of the order the searches finished in (run.max_in_flight, batch sizes).
 
 Everything is summed exactly (one forward pass over the prefixes, the curve's level on a grid as the
 state; the levels after the error do not touch the evidence, so their part is a table; a run of
