@@ -513,7 +513,6 @@ def test_a_tested_correct_solution_is_trusted_no_further_than_the_slips_its_test
     assert capped.label_source.count("none") > 0 and "none" not in trusted.label_source
 
 
-
 def test_a_right_answers_steps_only_its_verdict_covers_need_the_bad_labels_confidence():
     # past the last probed prefix only the verdict speaks, and a right answer says little where luck is
     # high: such good labels sat near the threshold and were wrong as often as it allows (fidelity
@@ -532,6 +531,7 @@ def test_a_right_answers_steps_only_its_verdict_covers_need_the_bad_labels_confi
     assert near and min(near) >= 6  # only the verdict covers them
     assert all(labels[i] is None and ann.unlabeled_reason[i] == "undecided_verdict" for i in near)
     assert all(labels[i] is True for i in range(12) if i not in near)
+
 
 # ------------------------------------------------------------------ long solutions
 @settings(max_examples=60, deadline=None)

@@ -14,9 +14,9 @@ the first error), and rollouts of its own prefix (`unbacked_bad`: the search mea
 before it labels; a label from the prior alone is wrong at any length). A lone bad label on a
 right answer must also hold under the default luck prior (`lone_bad_holds`), and a good label past
 a tested right answer's test that only its verdict backs needs `bad_confidence` too
-(`verdict_only_steps`). A
-posterior predictive check (leave one probed prefix out, how surprising is its count?) leaves a
-solution unlabeled with reason `undecided_misfit` when its data contradict the model.
+(`verdict_only_steps`). A posterior predictive check (leave one probed prefix out, how surprising is
+its count?) leaves a solution unlabeled with reason `undecided_misfit` when its data contradict the
+model.
 
 A right answer after a wrong step: a stable share of the correct-answer solutions (`check_correct`)
 has its early prefixes tested first (at most `check_prefixes`, spread: `early_prefixes`); a dip
