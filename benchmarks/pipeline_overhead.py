@@ -49,6 +49,9 @@ class Timed:
             self.calls += 1
 
 
+WARM_UP_SEED = 1  # the measured problems are seed 0's
+
+
 def warm_up(problems: int = 50) -> None:
     """Both methods once, untimed, on other problems (another seed): the process's one-time costs go
     here, not into whichever method is measured first. They are the first shard write's imports
@@ -60,8 +63,6 @@ def warm_up(problems: int = 50) -> None:
     for method in ("binary", "mc"):
         measure(method, problems, seed=WARM_UP_SEED)
 
-
-WARM_UP_SEED = 1  # the measured problems are seed 0's
 
 
 def measure(method: str, problems: int, seed: int = 0) -> dict[str, float]:

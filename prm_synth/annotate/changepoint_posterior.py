@@ -1102,7 +1102,8 @@ def pool_priors(
         fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, strength)
         fits.append((fit, priors, loglik))
     price = 0.5 * math.log(max(len(evidence), strength)) if dispersion_price else 0.0
-    plain_fit, plain, plain_loglik = max(fits, key=lambda f: f[0] + (price if f[1].k == max(K_CHOICES) else 0.0))
+    binomial_k = max(K_CHOICES)
+    plain_fit, plain, plain_loglik = max(fits, key=lambda f: f[0] + (price if f[1].k == binomial_k else 0.0))
     # a second reading must pay for itself (BIC-like), and a shard smaller than the base prior's weight
     # cannot show one (random shards of 1-3 solutions gained up to 2.0 nats from it, ln 8 = 2.08)
     chosen = (plain_fit + math.log(max(len(evidence), strength)), plain)
