@@ -90,7 +90,7 @@ def label_shard(
     """Label one shard and write it. `redo`: the shard is written already, and only these problems (the
     ones the engine refused last time) are asked again; the rest of the shard is kept as it was."""
     fingerprint = config.fingerprint()
-    store = ShardStore(out_dir, fingerprint)
+    store = ShardStore(out_dir, fingerprint, config.labeler_revision())
     previous: ShardRows | None = None
     source_rows = len(items)
     if redo:
@@ -282,7 +282,7 @@ def synthesize(
     engines_before, retries_before = engine_totals(), engine_retries()  # this run's share of the engines
     config_dump = config.model_dump(mode="json")
     with _output_folder(out_dir, dry_run) as target:
-        store = ShardStore(target, config.fingerprint())
+        store = ShardStore(target, config.fingerprint(), config.labeler_revision())
         store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())

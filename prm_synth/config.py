@@ -431,6 +431,11 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
 
 
 P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
+# The revision of each search whose labels have changed between releases for the same rollouts (its
+# pooling, thresholds, rules): hashed into the config fingerprint and written to the manifest, so an
+# output folder labeled by another revision is refused, never resumed into one dataset of two
+# labelers' rows. Bump it with every change that changes a row of `benchmarks/fidelity.py`.
+LABELER_REVISIONS = {"changepoint": "2026-12-04"}
 AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
 
 
@@ -503,8 +508,15 @@ class PipelineConfig(Strict):
             )
         return self
 
+    def labeler_revision(self) -> str | None:
+        """`<search> <revision>` of the search that labels (`LABELER_REVISIONS`), None for one that has
+        none (its rows have not changed since folders began to record it)."""
+        search = getattr(self.annotate, "search_test", None)
+        return f"{search} {LABELER_REVISIONS[search]}" if search in LABELER_REVISIONS else None
+
     def fingerprint(self) -> str:
-        """Hash of everything that changes the rows: the config but `run`, and the prompts' versions.
+        """Hash of everything that changes the rows: the config but `run`, the prompts' versions and
+        the labeling search's revision (`labeler_revision`).
 
         Without a `verify` section neither it nor the verifier prompt's version is hashed: configs
         written before the stage existed keep their fingerprint (and their output folders resume)."""
@@ -523,6 +535,8 @@ class PipelineConfig(Strict):
             engine = (data.get(section) or {}).get("engine") or {}
             if engine.get("kind") == "simulated-judge" and engine.get("errors") is None:
                 engine.pop("errors", None)
+        if (revision := self.labeler_revision()) is not None:
+            data["labeler_revision"] = revision
         # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -236,9 +236,10 @@ def _sha256(data: bytes) -> str:
 class ShardStore:
     """Reads and writes the shards of one output folder for one config fingerprint."""
 
-    def __init__(self, root: str | Path, fingerprint: str) -> None:
+    def __init__(self, root: str | Path, fingerprint: str, labeler_revision: str | None = None) -> None:
         self.root = Path(root)
         self.fingerprint = fingerprint
+        self.labeler_revision = labeler_revision  # written to the manifest: why a folder is refused
         self._lock: _OutputLock | None = None
 
     # ------------------------------------------------------------ set-up
@@ -253,7 +254,7 @@ class ShardStore:
         if other is not None and other != self.fingerprint:
             if not overwrite:
                 raise OutputMismatchError(
-                    f"{self.root} holds a dataset made with another config "
+                    f"{self.root} holds a dataset made with another config or labeler revision "
                     f"(fingerprint {other}, this config {self.fingerprint}); "
                     "use another --out folder, or --overwrite to replace it"
                 )
@@ -421,6 +422,8 @@ class ShardStore:
             "totals": totals(entries).to_json(),
             "updated_at": time.time(),
         }
+        if (revision := self.labeler_revision or old.get("labeler_revision")) is not None:
+            manifest["labeler_revision"] = revision
         atomic_write_json(self.root / MANIFEST, manifest)
         return manifest
 

@@ -70,6 +70,28 @@ def test_another_configs_folder_is_refused_at_once_naming_the_keys_that_differ(t
     assert "temporary server" not in result.stderr  # refused before Prefect started
 
 
+def test_a_folder_labeled_by_another_revision_of_the_labeler_is_refused_naming_both(tmp_path, monkeypatch):
+    import prm_synth.config as config_module
+
+    data = yaml.safe_load(SIMULATED.read_text()) | {"annotate": {"method": "binary"}}  # the change-point search
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data))
+    today = load_config(path).labeler_revision()
+    older, unrecorded = tmp_path / "older", tmp_path / "unrecorded"
+    with monkeypatch.context() as patch:
+        patch.setitem(config_module.LABELER_REVISIONS, "changepoint", "2026-01-01")
+        old = load_config(path)
+        dump = old.model_dump(mode="json")
+        ShardStore(older, old.fingerprint(), old.labeler_revision()).prepare(dump, yaml.safe_dump(dump))
+        patch.setattr(config_module.PipelineConfig, "labeler_revision", lambda self: None)  # before revisions
+        ShardStore(unrecorded, old.fingerprint()).prepare(dump, yaml.safe_dump(dump))
+    assert json.loads((older / "manifest.json").read_text())["labeler_revision"] == "changepoint 2026-01-01"
+    line = one_line_error(CliRunner().invoke(app, ["run", str(path), "--out", str(older)]))
+    assert "changepoint 2026-01-01" in line and str(today) in line and "--overwrite" in line, line
+    line = one_line_error(CliRunner().invoke(app, ["run", str(path), "--out", str(unrecorded)]))
+    assert "before revisions were recorded" in line and str(today) in line, line
+
+
 def test_output_folders_that_cannot_work_are_one_line_errors(tmp_path):
     path = pipeline(tmp_path)
     runner = CliRunner()

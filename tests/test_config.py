@@ -129,6 +129,20 @@ def test_a_folder_is_not_a_pipeline_file(tmp_path):
         load_config(tmp_path)
 
 
+def test_the_labelers_revision_is_part_of_the_fingerprint_of_the_search_it_labels_with(monkeypatch):
+    import prm_synth.config as config_module
+
+    changepoint = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}  # the default search
+    sprt = changepoint | {"annotate": {"method": "binary", "search_test": "sprt"}}
+    revision = config_module.LABELER_REVISIONS["changepoint"]
+    assert validate_config(changepoint).labeler_revision() == f"changepoint {revision}"
+    assert validate_config(sprt).labeler_revision() is None
+    before = validate_config(changepoint).fingerprint(), validate_config(sprt).fingerprint()
+    monkeypatch.setitem(config_module.LABELER_REVISIONS, "changepoint", "next")
+    assert validate_config(changepoint).fingerprint() != before[0]
+    assert validate_config(sprt).fingerprint() == before[1]  # a search without a revision keeps its folders
+
+
 def test_the_prompt_versions_are_part_of_the_fingerprint(monkeypatch):
     import prm_synth.config as config_module
 

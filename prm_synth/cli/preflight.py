@@ -78,6 +78,13 @@ def check_same_config(out: Path, config: PipelineConfig) -> None:
     keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)
     if keys:
         why = "differs in " + ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+    elif (old_revision := manifest.get("labeler_revision")) != (revision := config.labeler_revision()):
+        # the same config, labeled by another revision of its search: resuming would mix two labelers
+        raise PreflightError(
+            f"{out} holds rows labeled by {old_revision or 'a labeler from before revisions were recorded'}, "
+            f"this prm-synth labels with {revision or 'a search without a revision'}; resuming would put "
+            "both labelers' rows in one dataset: use another --out, or --overwrite to replace it"
+        )
     else:
         why = f"fingerprint {old_fingerprint}, this config {config.fingerprint()}"
     raise PreflightError(
