@@ -142,7 +142,7 @@ def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
     from dataclasses import replace
 
     from prm_synth.annotate.annotation import Annotation
-    from prm_synth.annotate.changepoint import ChangepointSettings, label, lone_bad_holds
+    from prm_synth.annotate.changepoint import ChangepointSettings, label, lone_bad_stands_from
     from prm_synth.annotate.labels import UNDECIDED_UNLOCATED
 
     ev = Evidence.empty(12, "correct")
@@ -152,8 +152,9 @@ def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
     post = Posterior(ev, Priors(q=q / q.sum()))
     settings = ChangepointSettings()
     first_bad = int(np.flatnonzero(1.0 - post.p_good >= settings.bad_confidence)[0])
-    assert not lone_bad_holds(post, [None] * 12, first_bad, settings.bad_confidence)
-    assert lone_bad_holds(post, [True] * first_bad + [None] * (12 - first_bad), first_bad, settings.bad_confidence)
+    assert lone_bad_stands_from(post, [None] * 12, first_bad, settings.bad_confidence) == 12  # none stands
+    paired = [True] * first_bad + [None] * (12 - first_bad)
+    assert lone_bad_stands_from(post, paired, first_bad, settings.bad_confidence) == first_bad
     ann = Annotation.empty("binary", 12)
     label(ann, post, settings, "undecided_uninformative", "correct")
     assert False not in ann.decided.values()
@@ -162,3 +163,42 @@ def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
     ann = Annotation.empty("binary", 12)
     label(ann, Posterior(wrong, post.priors), settings, "undecided_uninformative", "incorrect")
     assert any(ann.decided.get(i) is False for i in range(11))  # a bad label before the verdict's own step
+
+
+def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_the_main_mode_of_the_shards_luck():
+    """A wrong answer that reaches the answer half the time from every probed prefix: clean up to a hard
+    last step, or an early error and a lucky answer. Under a shard's luck with a second mode near 0.5
+    beside its main one at 0.15 (what such rows teach the pooling), step 10 reads as bad; under the main
+    mode alone it does not, so only the last step keeps its bad label (the wrong answer puts the error
+    there or before). Where the shard's luck has one mode (every problem lucky) the label stands."""
+    from prm_synth.annotate.annotation import Annotation
+    from prm_synth.annotate.changepoint import ChangepointSettings, label, main_luck_mode
+    from prm_synth.annotate.labels import UNDECIDED_UNLOCATED
+
+    main = np.exp(-0.5 * ((Q_GRID - 0.15) / 0.05) ** 2)
+    second = np.exp(-0.5 * ((Q_GRID - 0.5) / 0.04) ** 2)
+    bimodal = main / main.sum() + 0.15 * second / second.sum()
+    bimodal /= bimodal.sum()
+    core = main_luck_mode(bimodal)
+    assert core is not None and core[np.abs(Q_GRID - 0.5) < 0.1].sum() < 1e-6
+    assert np.allclose(core[Q_GRID < 0.3] / core[Q_GRID < 0.3].sum(), bimodal[Q_GRID < 0.3] / bimodal[Q_GRID < 0.3].sum())
+    for one_mode in (main / main.sum(), second / second.sum(), np.full(len(Q_GRID), 1 / len(Q_GRID))):
+        assert main_luck_mode(one_mode) is None
+
+    ev = Evidence.empty(12, "incorrect")
+    for j in (2, 4, 6, 8, 10, 11):
+        ev.correct[j], ev.graded[j] = 2, 4
+    settings = ChangepointSettings()
+    post = Posterior(ev, Priors(q=bimodal))
+    assert 1.0 - post.p_good[10] >= settings.bad_confidence > 1.0 - post.p_good[9]  # a lone bad label at 10
+    ann = Annotation.empty("binary", 12)
+    label(ann, post, settings, "undecided_uninformative", "incorrect")
+    assert [i for i in range(12) if ann.decided.get(i) is False] == [11]
+    assert ann.unlabeled_reason[10] == UNDECIDED_UNLOCATED
+    lucky = second / second.sum()  # every problem's luck near 0.5: the same evidence, one mode
+    post = Posterior(ev, Priors(q=lucky))
+    first = int(np.flatnonzero(1.0 - post.p_good >= settings.bad_confidence)[0])
+    assert first < 11
+    ann = Annotation.empty("binary", 12)
+    label(ann, post, settings, "undecided_uninformative", "incorrect")
+    assert ann.decided.get(first) is False

@@ -11,8 +11,9 @@ before) or `localize_max_rollouts` is spent, probing inside the open interval be
 and the first bad label when no other probe is worth its rollouts (`open_interval`). A good label needs p_good >= `confidence`, a bad one
 P(bad) >= `bad_confidence`, or `confidence` right after a good label (`first_bad_step`: the pair pins
 the first error), and rollouts of its own prefix (`unbacked_bad`: the search measures that prefix
-before it labels; a label from the prior alone is wrong at any length). A lone bad label on a
-right answer must also hold under the default luck prior (`lone_bad_holds`), and a good label past
+before it labels; a label from the prior alone is wrong at any length). A lone bad label must
+also hold under a luck prior without the shard's second modes (`lone_bad_stands_from`: on a right answer
+the default luck prior, on a wrong one the pooled prior's main mode), and a good label past
 a tested right answer's test that only its verdict backs needs `bad_confidence` too
 (`verdict_only_steps`). A posterior predictive check (leave one probed prefix out, how surprising is
 its count?) leaves a solution unlabeled with reason `undecided_misfit` when its data contradict the
@@ -537,10 +538,13 @@ def label(
             if lab_labels[i] is True and p_good[i] < settings.bad_confidence:
                 lab_labels[i], reasons[i] = None, UNDECIDED_VERDICT
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
-    if first_bad is not None and right_answer and not lone_bad_holds(post, lab_labels, first_bad, settings.bad_confidence):
-        lab_labels[first_bad:] = [None] * (n - first_bad)
-        reasons[first_bad:] = [UNDECIDED_UNLOCATED] * (n - first_bad)
-        first_bad = None
+    if first_bad is not None:
+        stands = lone_bad_stands_from(post, lab_labels, first_bad, settings.bad_confidence, right_answer)
+        lab_labels[first_bad:stands] = [None] * (stands - first_bad)
+        reasons[first_bad:stands] = [UNDECIDED_UNLOCATED] * (stands - first_bad)
+        first_bad = stands if stands < n else None
+        if first_bad is not None:
+            lab_labels[first_bad], reasons[first_bad] = False, None  # the first that holds both ways
     unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, settings.bad_confidence)
     if first_bad is not None and unbacked is not None:
         # no measurement of the first bad step's own prefix: from it on nothing is labeled
@@ -596,23 +600,58 @@ def right_answer_cap(
     return hidden_error_cap(post, unmodelled_rate, positions) if unmodelled_rate > 0 else None
 
 
-def lone_bad_holds(post: Posterior, labels: Sequence[bool | None], first_bad: int, bad_confidence: float) -> bool:
-    """Whether the first bad label of a solution whose answer is right (or ungradable) stands. Paired
-    with a good label right before it, it does. Alone, the error it names needs luck for the right
-    answer, and the shard's pooled luck may hold a mode that is not luck: a solution that reaches the
-    answer half the time from every prefix before a hard last step reads as an early error and a lucky
-    answer, and a shard of such rows teaches the pooling luck near 0.5 (fidelity `mixed`,
-    `hard_step_luck`: such labels right 0.80 and 0.85 of the time over three seeds). So it must also
-    hold with the default luck prior (little luck, room for a lot), the shard's difficulty and
-    overdispersion kept. Measured against a flat 0.99 for such labels: bad precision as good or better
-    (`mixed` seed 1 0.955 -> 0.968, `hard_step_luck` 0.88 -> 0.91) and first-error accuracy higher
-    (`luck_30` 0.24 -> 0.28 on seed 0)."""
+def lone_bad_stands_from(
+    post: Posterior, labels: Sequence[bool | None], first_bad: int, bad_confidence: float, right_answer: bool = True
+) -> int:
+    """The step from which a solution's bad labels stand (n: none does), its first bad label at
+    `first_bad`. Paired with a good label right before it, the first one does. Alone, it must also hold
+    under a luck prior without the luck a shard's pooling may have learned from rows that are not luck:
+    a solution that reaches the answer about half the time from every prefix before a hard last step
+    reads as an early error and a lucky answer, and a shard with such rows teaches its pooled luck a
+    mode near 0.5 (fidelity `hard_step`, whose luck is 0: 12 % of the pooled prior there).
+    - A right (or ungradable) answer: the default luck prior (little luck, room for a lot), the shard's
+      difficulty and overdispersion kept; none stands unless the first does. Its error needs luck for
+      the right answer, so the mode decides (`mixed`, `hard_step_luck`: such labels right 0.80 and 0.85
+      of the time over three seeds; against a flat 0.99 for them: bad precision as good or better,
+      `mixed` seed 1 0.955 -> 0.968, and first-error accuracy higher, `luck_30` 0.24 -> 0.28 on seed 0).
+    - A wrong answer: the shard's luck prior's main mode alone (`main_luck_mode`); the labels stand from
+      the first step bad under it too (at the latest the last step, which the wrong answer puts the
+      error in or before). Where every problem's luck is high (`high_luck`, one mode at 0.6) nothing
+      changes. The default prior here removed right labels where luck really is 0.6 and left the paired
+      ones, fewer and less often right (`high_luck` seed 2: bad precision 0.973 -> 0.833)."""
+    n = post.evidence.n
     if first_bad > 0 and labels[first_bad - 1] is True:
-        return True
-    if post.priors.q is DEFAULT_PRIORS.q:
-        return True  # labeled under the default priors already
-    alt = Posterior(post.evidence, replace(post.priors, q=DEFAULT_PRIORS.q))
-    return 1.0 - float(alt.p_good[first_bad]) >= bad_confidence
+        return first_bad
+    if right_answer:
+        if post.priors.q is DEFAULT_PRIORS.q:
+            return first_bad  # labeled under the default priors already
+        alt = Posterior(post.evidence, replace(post.priors, q=DEFAULT_PRIORS.q))
+        return first_bad if 1.0 - float(alt.p_good[first_bad]) >= bad_confidence else n
+    main = main_luck_mode(post.priors.q)
+    if main is None:
+        return first_bad  # one mode: the prior it was labeled under
+    p_bad = 1.0 - Posterior(post.evidence, replace(post.priors, q=main)).p_good
+    return next((i for i in range(first_bad, n) if p_bad[i] >= bad_confidence), n)
+
+
+MODE_RISE = 1.5  # a luck weight this many times its neighbour's, walking away from the peak, starts another mode
+
+
+def main_luck_mode(q: np.ndarray) -> np.ndarray | None:
+    """The luck prior with its main mode alone: the grid points reached from its peak while the weights
+    do not rise again (by more than `MODE_RISE` from one point to the next), the rest set to almost
+    nothing; None when that is all of it (one mode: a broad or flat prior included)."""
+    peak = int(np.argmax(q))
+    lo, hi = peak, peak
+    while lo > 0 and q[lo - 1] <= MODE_RISE * q[lo]:
+        lo -= 1
+    while hi < len(q) - 1 and q[hi + 1] <= MODE_RISE * q[hi]:
+        hi += 1
+    if lo == 0 and hi == len(q) - 1:
+        return None
+    main = np.full(len(q), 1e-9)
+    main[lo : hi + 1] = q[lo : hi + 1]
+    return main / main.sum()
 
 
 def _shared_prefixes(a: Sequence[str], b: Sequence[str]) -> int:
