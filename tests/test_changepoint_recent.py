@@ -195,6 +195,16 @@ def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_the_main_mode_of_the
     label(ann, post, settings, "undecided_uninformative", "incorrect")
     assert [i for i in range(12) if ann.decided.get(i) is False] == [11]
     assert ann.unlabeled_reason[10] == UNDECIDED_UNLOCATED
+    # moved on to the last step, the bad label rests on the wrong answer, not on the prefix the lone
+    # label at step 10 would have needed measured (prefix 11: not probed here)
+    unprobed = Evidence.empty(12, "incorrect")
+    for j in (2, 4, 6, 8, 10):
+        unprobed.correct[j], unprobed.graded[j] = 4, 8
+    post = Posterior(unprobed, Priors(q=bimodal))
+    assert 1.0 - post.p_good[10] >= settings.bad_confidence and unprobed.graded[11] == 0
+    ann = Annotation.empty("binary", 12)
+    label(ann, post, settings, "undecided_uninformative", "incorrect")
+    assert [i for i in range(12) if ann.decided.get(i) is False] == [11]
     lucky = second / second.sum()  # every problem's luck near 0.5: the same evidence, one mode
     post = Posterior(ev, Priors(q=lucky))
     first = int(np.flatnonzero(1.0 - post.p_good >= settings.bad_confidence)[0])

@@ -120,8 +120,12 @@ def unbacked_bad(
     label would come from the prior and the steps around it (at hundreds of steps the prior alone
     put an error near step 37 of a solution never probed), not from evidence against the step."""
     first_bad = first_bad_step(p_good, confidence, bad_confidence)
-    if first_bad is None:
-        return None
+    return None if first_bad is None else unmeasured_bad(ev, first_bad)
+
+
+def unmeasured_bad(ev: Evidence, first_bad: int) -> int | None:
+    """The prefix a bad label on step `first_bad` rests on (prefix first_bad + 1, or the verdict of an
+    incorrect answer for the last step) when it was not measured, else None."""
     j = first_bad + 1
     if j == ev.n:
         return None if ev.verdict == "incorrect" or ev.graded[j - 1] > 0 else j - 1
@@ -545,7 +549,8 @@ def label(
         first_bad = stands if stands < n else None
         if first_bad is not None:
             lab_labels[first_bad], reasons[first_bad] = False, None  # the first that holds both ways
-    unbacked = unbacked_bad(p_good, post.evidence, settings.confidence, settings.bad_confidence)
+    # (the first bad label as it now stands: a wrong answer's may have moved on to a measured prefix)
+    unbacked = unmeasured_bad(post.evidence, first_bad) if first_bad is not None else None
     if first_bad is not None and unbacked is not None:
         # no measurement of the first bad step's own prefix: from it on nothing is labeled
         why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE
