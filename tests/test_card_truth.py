@@ -3,8 +3,10 @@ the card states is the one recomputed here from the exported rows and the simula
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import shutil
 import warnings
 
 import pyarrow.parquet as pq
@@ -108,6 +110,18 @@ def test_the_card_states_the_cost_of_a_labeled_step(mc_run, exported):
     rollouts, tokens = summary.rollouts / steps, summary.tokens / steps
     card = (exported / "README.md").read_text(encoding="utf-8")
     assert f"| cost per labeled step | {rollouts:.1f} rollouts, {tokens:.1f} tokens |" in card
+
+
+def test_the_card_names_the_labeler_revision_its_folder_recorded(mc_run, exported, tmp_path):
+    """A folder labeled by a search with a revision (`LABELER_REVISIONS`) says which one in its card;
+    one whose search has none (this per-step MC run) has no such row."""
+    assert "labeler revision" not in (exported / "README.md").read_text()
+    run = tmp_path / "run"
+    shutil.copytree(mc_run, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps(manifest | {"labeler_revision": "changepoint 2026-12-04.2"}))
+    export_to_dir(run, tmp_path / "repo", ["trl"], test_fraction=0.2)
+    assert re.search(r"\| labeler revision \| `changepoint 2026-12-04.2` \|", (tmp_path / "repo" / "README.md").read_text())
 
 
 def test_tokens_in_messages_are_text_not_byte_level_spellings():

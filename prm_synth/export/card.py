@@ -180,7 +180,11 @@ def labeling(config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _made_rows(
-    config: Mapping[str, Any], facts: Mapping[str, Any], source: str, fingerprint: str, labels: Mapping[str, str]
+    config: Mapping[str, Any],
+    facts: Mapping[str, Any],
+    source: str,
+    manifest: Mapping[str, Any],
+    labels: Mapping[str, str],
 ) -> list[tuple[str, str]]:
     """The 'How it was made' table; every value has a fallback, so an older manifest still renders."""
     judge = _get(config, "judge", default=None)
@@ -215,7 +219,9 @@ def _made_rows(
             if (verify := _get(config, "verify", default=None))
             else []
         ),
-        ("config fingerprint", f"`{fingerprint}`"),
+        # which revision of its search labeled the rows (a folder records it when its search has one)
+        *([("labeler revision", f"`{revision}`")] if (revision := manifest.get("labeler_revision")) else []),
+        ("config fingerprint", f"`{manifest.get('config_fingerprint', '')}`"),
     ]
 
 
@@ -502,7 +508,7 @@ def render_card(
         "pretty_name": name,
         "source": source["description"],
         "problems_line": problems_line(summary, config, manifest),
-        "made": _made_rows(config, facts, source["description"], manifest.get("config_fingerprint", ""), how),
+        "made": _made_rows(config, facts, source["description"], manifest, how),
         "method_text": how["text"],
         "source_text": {k: v for k, v in SOURCE_TEXT.items() if any(k in row["label_sources"] for row in views)},
         "summary": summary,
