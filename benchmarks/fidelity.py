@@ -29,6 +29,9 @@ exact grading, one step per line, independent rollouts); the first is the model'
 - repair: the policy repairs an early slip (first half of the chain) on the next step with chance 0.5,
   in its sampled solution and in rollouts alike: a solution can hold a wrong step and still end on the
   gold answer, and prefixes after the repair look clean (step error 0.03-0.2, luck 0.05).
+- two_lucks: one hard step per problem as in hard_step, and two luck populations: half the problems
+  at luck 0, half at 0.6 (`recover_choices`), so the shard's luck has two modes where a pooled prior
+  with one would fit neither.
 - luck_05, luck_15, luck_30: every step wrong with chance 0.1 on every problem, luck 0.05 / 0.15 /
   0.3: the worlds of the measurement from outside the project that issue 29 reports.
 - mixed: one hard step (0.4, 0.03 elsewhere), luck per problem 0-0.5, 10 % ungradable and 10 %
@@ -103,6 +106,7 @@ WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
     "recent_luck": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "recent_recover": 0.4}, (10, 20)),
     "correlated": ({"step_error_range": (0.03, 0.2), "recover": 0.15, "correlation": 0.7}, (10, 20)),
     "repair": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "repair": 0.5}, (10, 20)),
+    "two_lucks": ({"step_error": 0.02, "hard_step_error": 0.5, "recover_choices": (0.0, 0.6)}, (10, 20)),
     # the outside measurement's worlds (issue 29): every step wrong with chance 0.1, luck 0.05 / 0.15 / 0.3
     "luck_05": ({"step_error": 0.1, "recover": 0.05}, (10, 20)),
     "luck_15": ({"step_error": 0.1, "recover": 0.15}, (10, 20)),

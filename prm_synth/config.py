@@ -119,6 +119,9 @@ class SimulatedPolicyConfig(Strict):
     # Worlds that break one assumption of a labeler's model each (benchmarks/fidelity.py); all off by default.
     # Per-problem luck: each problem's `recover` drawn uniformly from [lo, hi] (None: recover).
     recover_range: tuple[float, float] | None = None
+    # Luck populations: each problem's `recover` drawn from these values, each as likely (None: recover
+    # or recover_range). Two values make a shard whose luck has two modes, which no range gives.
+    recover_choices: tuple[float, ...] | None = None
     # One hard step per problem (its position drawn per problem): fresh errors there at this rate.
     hard_step_error: float | None = Field(None, ge=0.0, le=1.0)
     # Share of completions (rollouts and samples) that cannot be graded: half cut off at max_tokens
@@ -145,6 +148,19 @@ class SimulatedPolicyConfig(Strict):
         if v is not None and not 0.0 <= v[0] <= v[1] <= 1.0:
             raise ValueError("a range must be [lo, hi] with 0 <= lo <= hi <= 1")
         return v
+
+    @field_validator("recover_choices")
+    @classmethod
+    def _choices(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if v is not None and (not v or not all(0.0 <= x <= 1.0 for x in v)):
+            raise ValueError("recover_choices must be one or more rates, each between 0 and 1")
+        return v
+
+    @model_validator(mode="after")
+    def _one_luck_rule(self) -> SimulatedPolicyConfig:
+        if self.recover_range is not None and self.recover_choices is not None:
+            raise ValueError("set recover_range or recover_choices, not both: each draws a problem's luck")
+        return self
 
 
 class VLLMConfig(Strict):

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from prm_synth import arithmetic
 from prm_synth.config import SimulatedPolicyConfig
@@ -166,3 +168,15 @@ def test_per_problem_luck_and_hard_step_are_drawn_once_per_problem():
     p = _problem(3, 5, 9)
     assert policy.hard_step(p) == policy.hard_step(p) is not None
     assert _world().hard_step(p) is None and _world().luck(p) == 0.1
+
+
+def test_luck_populations_draw_each_problems_luck_from_the_choices():
+    policy = _world(recover_choices=(0.0, 0.6))
+    lucks = [policy.luck(_problem(s, 5, 9)) for s in range(40)]
+    assert set(lucks) == {0.0, 0.6}  # both populations, nothing between them
+    assert all(policy.luck(_problem(s, 5, 9)) == q for s, q in enumerate(lucks))  # once per problem
+    for bad in ({"recover_choices": ()}, {"recover_choices": (0.2, 1.5)}):
+        with pytest.raises(ValidationError, match="recover_choices"):
+            SimulatedPolicyConfig(**bad)
+    with pytest.raises(ValidationError, match="not both"):
+        SimulatedPolicyConfig(recover_range=(0.0, 0.5), recover_choices=(0.1,))
