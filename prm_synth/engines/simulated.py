@@ -14,9 +14,9 @@ sampled solutions can then be right by luck, and every prefix between the error 
 reaches the answer only at the luck rate.
 
 Worlds that break one assumption of a labeler's model each (all off by default; the fidelity
-benchmark documents them): per-problem luck (`recover_range`, or populations: `recover_choices`), one hard step per problem
-(`hard_step_error`), ungradable completions (`ungradable`: cut off at max_tokens, or no answer),
-continuations that skip or add a step (`step_drift`), luck that depends on how recent the error is
+benchmark documents them): per-problem luck (`recover_range`, or populations: `recover_choices`), one
+hard step per problem (`hard_step_error`), ungradable completions (`ungradable`: cut off at
+max_tokens, or no answer), continuations that skip or add a step (`step_drift`), luck that depends on how recent the error is
 (`recent_recover`), and rollouts of one prefix that share their fortune (`correlation`). Each draws
 its randomness only when it is on, so the default policy writes what it always wrote.
 
@@ -222,13 +222,12 @@ class SimulatedPolicy(_SimulatedEngine):
     def luck(self, problem: arithmetic.ChainProblem) -> float:
         """This problem's luck rate: `recover`, or drawn once per problem from `recover_range` or
         `recover_choices`."""
-        draw = random.Random(digest(self.config.seed, "luck", problem))
         if self.config.recover_choices is not None:
-            return draw.choice(self.config.recover_choices)
+            return random.Random(digest(self.config.seed, "luck", problem)).choice(self.config.recover_choices)
         if self.config.recover_range is None:
             return self.config.recover
         lo, hi = self.config.recover_range
-        return draw.uniform(lo, hi)
+        return random.Random(digest(self.config.seed, "luck", problem)).uniform(lo, hi)
 
     def hard_step(self, problem: arithmetic.ChainProblem) -> int | None:
         """The index of this problem's hard step (None when the world has none)."""
