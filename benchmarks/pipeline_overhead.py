@@ -64,7 +64,6 @@ def warm_up(problems: int = 50) -> None:
         measure(method, problems, seed=WARM_UP_SEED)
 
 
-
 def measure(method: str, problems: int, seed: int = 0) -> dict[str, float]:
     config = validate_config(
         {

@@ -628,15 +628,14 @@ def lone_bad_stands_from(
     if first_bad > 0 and labels[first_bad - 1] is True:
         return first_bad
     if right_answer:
-        if post.priors.q is DEFAULT_PRIORS.q:
-            return first_bad  # labeled under the default priors already
-        alt = Posterior(post.evidence, replace(post.priors, q=DEFAULT_PRIORS.q))
-        return first_bad if 1.0 - float(alt.p_good[first_bad]) >= bad_confidence else n
-    main = main_luck_mode(post.priors.q)
-    if main is None:
-        return first_bad  # one mode: the prior it was labeled under
-    p_bad = 1.0 - Posterior(post.evidence, replace(post.priors, q=main)).p_good
-    return next((i for i in range(first_bad, n) if p_bad[i] >= bad_confidence), n)
+        q = None if post.priors.q is DEFAULT_PRIORS.q else DEFAULT_PRIORS.q  # None: labeled under it already
+    else:
+        q = main_luck_mode(post.priors.q)  # None: one mode, the prior it was labeled under
+    if q is None:
+        return first_bad
+    p_bad = 1.0 - Posterior(post.evidence, replace(post.priors, q=q)).p_good
+    last = first_bad + 1 if right_answer else n  # a right answer's labels stand with its first or not at all
+    return next((i for i in range(first_bad, last) if p_bad[i] >= bad_confidence), n)
 
 
 MODE_RISE = 1.5  # a luck weight this many times its neighbour's, walking away from the peak, starts another mode
