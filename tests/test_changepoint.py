@@ -36,6 +36,7 @@ from prm_synth.annotate.changepoint import (
     process_error_rate,
     relabel,
     repaired_slip,
+    second_phase_priors,
     unbacked_bad,
     unmodelled_error_rate,
 )
@@ -282,6 +283,25 @@ def test_overdispersion_must_pay_for_itself_where_the_rollouts_are_independent()
     shards = [_binomial_shard(seed) for seed in range(12)]
     assert all(pool_priors(evs).k == max(K_CHOICES) for evs in shards)
     assert any(pool_priors(evs, dispersion_price=False).k < max(K_CHOICES) for evs in shards)
+
+
+def test_the_second_phase_pools_the_shards_luck_and_classes_as_the_final_relabeling_does():
+    # its k is chosen with the default at half the shard's weight (the thin first phases barely tell
+    # the k apart); the luck and class weights are pooled under it as `relabel` pools them: at half
+    # weight a clean prefix reading about half could still be an early error with luck near 0.5, and
+    # the search paid rollouts to rule out what the shard had ruled out already
+    settings = ChangepointSettings()
+    for seed in range(4):
+        evs = _binomial_shard(seed)  # luck 0.15
+        second = second_phase_priors(evs, settings)
+        cautious = pool_priors(evs, strength=settings.k_choice_default_weight * len(evs), recents=(), dispersion_price=False)
+        assert second.k == cautious.k and second.recent_share == 0.0  # the search's priors read no fresh-error luck
+        sharp = pool_priors(evs, recents=(), dispersion_price=False)
+        near = np.abs(Q_GRID - 0.15) <= 0.06
+        assert second.q[near].sum() > cautious.q[near].sum()
+        if sharp.k == second.k:
+            np.testing.assert_allclose(second.q, sharp.q)
+            np.testing.assert_allclose(second.p, sharp.p)
 
 
 def _annotation_with(ev: Evidence):
@@ -718,9 +738,7 @@ def test_the_first_phase_pool_is_ready_once_every_member_is_in_whatever_the_orde
             assert not pool.future.done()
             pool.deposit(f"s{i}", evidence[f"s{i}"])
     assert pool.future.done()
-    expected = pool_priors(
-        [evidence["s0"], evidence["s1"], evidence["s2"]], strength=0.5 * 3, recents=(), dispersion_price=False
-    )
+    expected = second_phase_priors([evidence["s0"], evidence["s1"], evidence["s2"]], cfg)
     got = pool.future.result()
     np.testing.assert_array_equal(got.q, expected.q)  # in key order: the same numbers in any order
     np.testing.assert_array_equal(got.p, expected.p)

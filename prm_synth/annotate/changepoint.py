@@ -13,7 +13,7 @@ P(bad) >= `bad_confidence`, or `confidence` right after a good label (`first_bad
 the first error), and rollouts of its own prefix (`unbacked_bad`: the search measures that prefix
 before it labels; a label from the prior alone is wrong at any length). A lone bad label must
 also hold under a luck prior without the shard's second modes (`lone_bad_stands_from`: on a right answer
-the default luck prior, on a wrong one the pooled prior's main mode), and a good label past
+the default luck prior, on a wrong one the pooled prior's main mode and each other large one), and a good label past
 a tested right answer's test that only its verdict backs needs `bad_confidence` too
 (`verdict_only_steps`). A posterior predictive check (leave one probed prefix out, how surprising is
 its count?) leaves a solution unlabeled with reason `undecided_misfit` when its data contradict the
@@ -186,16 +186,21 @@ class ChangepointSettings:
     # with an error); at 0.005 those stop sooner and the same rows are pinned. At 0.006 the searches
     # that end unpinned stop a few probes sooner: 2-4 fewer rollouts a question (fidelity luck_05 ..
     # luck_30, in_model, three seeds), fewer rollouts per located error, first-error accuracy within
-    # 0.00-0.03 (0.007: 0.04 lower at luck 0.05).
+    # 0.00-0.03 (0.007: 0.04 lower at luck 0.05). Under the sharper second-phase priors
+    # (`second_phase_priors`) 0.007 (17 worlds x 9 seeds): 1.7 fewer rollouts a question, mean
+    # first-error accuracy 0.373 -> 0.366, the luck_05 .. luck_30 worlds under 40 rollouts a question
+    # (40.9-41.9 -> 38.9-39.7; 0.0065: 39.8-40.8); but under the default priors alone a clear error at
+    # step 1 of 20 was left unpinned (24 rollouts of 0s read as a hopeless problem, the prefix that
+    # would have shown it clean worth 0.0062 bits a rollout: test_the_search_pins_a_clear_error_...).
     localize_min_gain: float = 0.006
     check_prefixes: int = 8  # at most this many early prefixes tested on a checked solution (any length)
     # rollouts a solution's search spends under the default priors before it goes on under the shard's
     # pooled ones (`FirstPhasePool`): enough for a first look at every solution, a check's early
     # prefixes included
     pool_after: int = 16
-    # the default priors' weight in the second phase's priors, in solutions per solution of the shard
-    # (`second_phase_priors`)
-    second_phase_default_weight: float = 0.5
+    # the default priors' weight while the second phase chooses the rollouts' overdispersion k, in
+    # solutions per solution of the shard (`second_phase_priors`)
+    k_choice_default_weight: float = 0.5
 
     @classmethod
     def of(cls, config: Any) -> ChangepointSettings:
@@ -248,22 +253,28 @@ def changepoint_search(
 
 
 def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSettings) -> Priors:
-    """The priors the searches go on under after their first phase: pooled from first phases, with the
-    default priors weighing half as much as the shard's solutions (`second_phase_default_weight`).
-    Pooled as fully as `relabel` pools (8 solutions' worth of default), the searches trusted the
-    shard's difficulty classes where a hard step breaks the model's smooth clean curve and stopped on
-    wrong bad labels (fidelity hard_step, 300 problems: bad precision 0.977 -> 0.944); at half weight
-    they keep the first-error gains of pooling (eps .1, luck .05: 0.58 -> 0.65) and their precision
-    (hard_step 0.983)."""
+    """The priors the searches go on under after their first phase: the shard's luck and difficulty
+    classes pooled from first phases as `relabel` pools them (8 solutions' worth of the default), the
+    rollouts' overdispersion k chosen with the default weighing half as much as the shard's solutions
+    (`k_choice_default_weight`).
+
+    Luck and classes pooled at that half weight left the second phase's luck prior about as wide as
+    the default's: a clean prefix that finishes about half the time could still be an error behind it
+    with luck near 0.5, and the search paid rollouts to rule out what the shard had ruled out already
+    (fidelity, 17 worlds x 9 seeds: mean first-error accuracy 0.359 -> 0.375, 37.2 -> 37.8 rollouts a
+    question; `luck_05` 0.574 -> 0.655, `hard_step` 0.90 -> 0.96). Pooled with k as fully as well, the
+    searches took the k the thin first phases barely prefer and stopped on wrong bad labels where a hard
+    step breaks the classes' smooth curve (fidelity `hard_step`, 300 problems: bad precision 0.977 ->
+    0.944)."""
     # the search's probe scoring assumes no fresh-error luck (`probe_gains`); `relabel` pools it. The
     # first phases barely tell the k apart (`probe_value_priors`): with overdispersion paying its price
     # the searches took the largest k and stopped on evidence their relabeling read more cautiously
     # (fidelity `hard_step` seed 0: bad precision 0.977 -> 0.944, 7.5 fewer rollouts a question)
     return pool_priors(
         first_phase,
-        strength=settings.second_phase_default_weight * len(first_phase),
         recents=(),
         dispersion_price=False,
+        k_strength=settings.k_choice_default_weight * len(first_phase),
     )
 
 
@@ -619,26 +630,55 @@ def lone_bad_stands_from(
       the right answer, so the mode decides (`mixed`, `hard_step_luck`: such labels right 0.80 and 0.85
       of the time over three seeds; against a flat 0.99 for them: bad precision as good or better,
       `mixed` seed 1 0.955 -> 0.968, and first-error accuracy higher, `luck_30` 0.24 -> 0.28 on seed 0).
-    - A wrong answer: the shard's luck prior's main mode alone (`main_luck_mode`); the labels stand from
-      the first step bad under it too (at the latest the last step, which the wrong answer puts the
-      error in or before). Where every problem's luck is high (`high_luck`, one mode at 0.6) nothing
-      changes. The default prior here removed right labels where luck really is 0.6 and left the paired
-      ones, fewer and less often right (`high_luck` seed 2: bad precision 0.973 -> 0.833)."""
+    - A wrong answer: the shard's luck prior's main mode alone (`main_luck_mode`), and each other mode
+      with `MODE_SHARE` of the prior or more, one by one (`luck_modes`); the labels stand from the
+      first step bad under each of them too (at the latest the last step, which the wrong answer puts
+      the error in or before). Where every problem's luck is high (`high_luck`, one mode at 0.6)
+      nothing changes. The default prior here removed right labels where luck really is 0.6 and left
+      the paired ones, fewer and less often right (`high_luck` seed 2: bad precision 0.973 -> 0.833).
+      Where the shard's problems really come in two luck populations (`two_lucks`: half at luck 0,
+      half at 0.6) the main mode alone was the lucky one on some draws, and a row reaching the answer
+      half the time from every prefix kept its lone bad label where it was an unlucky problem's hard
+      last step (nine seeds: bad precision under 0.95 on three, 0.905 at worst; each mode of a quarter
+      or more: 0.954 at worst, and no other world's rows changed)."""
     n = post.evidence.n
     if first_bad > 0 and labels[first_bad - 1] is True:
         return first_bad
     if right_answer:
-        q = None if post.priors.q is DEFAULT_PRIORS.q else DEFAULT_PRIORS.q  # None: labeled under it already
+        # None: labeled under it already
+        priors = [] if post.priors.q is DEFAULT_PRIORS.q else [DEFAULT_PRIORS.q]
     else:
-        q = main_luck_mode(post.priors.q)  # None: one mode, the prior it was labeled under
-    if q is None:
+        priors = luck_modes(post.priors.q)  # none: one mode, the prior it was labeled under
+    if not priors:
         return first_bad
-    p_bad = 1.0 - Posterior(post.evidence, replace(post.priors, q=q)).p_good
+    p_bad = np.min([1.0 - Posterior(post.evidence, replace(post.priors, q=q)).p_good for q in priors], axis=0)
     last = first_bad + 1 if right_answer else n  # a right answer's labels stand with its first or not at all
     return next((i for i in range(first_bad, last) if p_bad[i] >= bad_confidence), n)
 
 
 MODE_RISE = 1.5  # a luck weight this many times its neighbour's, walking away from the peak, starts another mode
+
+
+MODE_SHARE = 0.25  # a luck mode with this much of the prior is one a lone bad label must hold under
+
+
+def luck_modes(q: np.ndarray) -> list[np.ndarray]:
+    """The luck prior's modes a lone bad label must hold under: its main mode (`main_luck_mode`), and
+    each other mode with at least `MODE_SHARE` of the weight; none when the main mode is all of it."""
+    main = main_luck_mode(q)
+    if main is None:
+        return []
+    modes = [main]
+    rest = np.where(main > 1e-6, 0.0, q)  # (the main mode keeps 1e-9 of weight, rescaled, elsewhere)
+    while rest.sum() >= MODE_SHARE:
+        mode = main_luck_mode(rest)
+        inside = rest if mode is None else np.where(mode > 1e-6, rest, 0.0)
+        if inside.sum() >= MODE_SHARE:
+            modes.append(np.maximum(inside, 1e-9) / np.maximum(inside, 1e-9).sum())
+        rest = np.where(inside > 0, 0.0, rest)
+        if mode is None:
+            break
+    return modes
 
 
 def main_luck_mode(q: np.ndarray) -> np.ndarray | None:

@@ -1072,6 +1072,7 @@ def pool_priors(
     strength: float = 8.0,
     recents: Sequence[float] = RECENT_CHOICES,
     dispersion_price: bool = True,
+    k_strength: float | None = None,
 ) -> Priors:
     """The shard's priors on luck and the difficulty classes, estimated from every solution's evidence
     at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a small shard
@@ -1088,6 +1089,9 @@ def pool_priors(
     precision 0.970 -> 0.979); where the rollouts share their fate the smaller k wins by 8-12 nats
     (`correlated`). The searches' second-phase priors do without it (`second_phase_priors`).
 
+    `k_strength`: the base prior's weight while the k is chosen, where it differs from the weight the
+    chosen k's luck and class weights are pooled with (`second_phase_priors`: a cautious choice of k).
+
     Then, under the chosen k, each r in `recents` (a fresh error's extra luck, `RECENT_CHOICES`): every
     error read both ways, the share read with r pooled by EM too; kept where its fit beats the plain
     one's by ln(solutions) (about BIC's price of its two parameters; at least ln(strength)), else the
@@ -1097,13 +1101,16 @@ def pool_priors(
     if not evidence:
         return base
     fits: list[tuple[float, Priors, np.ndarray]] = []
+    choosing = strength if k_strength is None else k_strength
     for k in K_CHOICES:
         loglik = _class_luck_loglik(evidence, k)  # [solution, d, q]
-        fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, strength)
+        fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, choosing)
         fits.append((fit, priors, loglik))
-    price = 0.5 * math.log(max(len(evidence), strength)) if dispersion_price else 0.0
+    price = 0.5 * math.log(max(len(evidence), choosing)) if dispersion_price else 0.0
     binomial_k = max(K_CHOICES)
     plain_fit, plain, plain_loglik = max(fits, key=lambda f: f[0] + (price if f[1].k == binomial_k else 0.0))
+    if choosing != strength:  # the weights at `strength`, under the k chosen at `k_strength`
+        plain_fit, plain = _em(plain_loglik[:, None], Priors(base.q, base.p, plain.k), base, rounds, strength)
     # a second reading must pay for itself (BIC-like), and a shard smaller than the base prior's weight
     # cannot show one (random shards of 1-3 solutions gained up to 2.0 nats from it, ln 8 = 2.08)
     chosen = (plain_fit + math.log(max(len(evidence), strength)), plain)
