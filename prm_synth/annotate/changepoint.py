@@ -261,8 +261,8 @@ def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSe
     Luck and classes pooled at that half weight left the second phase's luck prior about as wide as
     the default's: a clean prefix that finishes about half the time could still be an error behind it
     with luck near 0.5, and the search paid rollouts to rule out what the shard had ruled out already
-    (fidelity, 17 worlds x 9 seeds: mean first-error accuracy 0.359 -> 0.375, 37.2 -> 37.8 rollouts a
-    question; `luck_05` 0.574 -> 0.655, `hard_step` 0.90 -> 0.96). Pooled with k as fully as well, the
+    (fidelity, 17 worlds x 9 seeds: mean first-error accuracy 0.359 -> 0.373, 37.2 -> 37.8 rollouts a
+    question; `luck_05` 0.574 -> 0.638, `hard_step` 0.904 -> 0.952). Pooled with k as fully as well, the
     searches took the k the thin first phases barely prefer and stopped on wrong bad labels where a hard
     step breaks the classes' smooth curve (fidelity `hard_step`, 300 problems: bad precision 0.977 ->
     0.944)."""
@@ -640,12 +640,12 @@ def lone_bad_stands_from(
       half at 0.6) the main mode alone was the lucky one on some draws, and a row reaching the answer
       half the time from every prefix kept its lone bad label where it was an unlucky problem's hard
       last step (nine seeds: bad precision under 0.95 on three, 0.905 at worst; each mode of a quarter
-      or more: 0.954 at worst, and no other world's rows changed)."""
+      or more: 0.967 at worst, and no other world's rows changed)."""
     n = post.evidence.n
     if first_bad > 0 and labels[first_bad - 1] is True:
         return first_bad
     if right_answer:
-        # None: labeled under it already
+        # none: labeled under it already
         priors = [] if post.priors.q is DEFAULT_PRIORS.q else [DEFAULT_PRIORS.q]
     else:
         priors = luck_modes(post.priors.q)  # none: one mode, the prior it was labeled under
@@ -663,39 +663,50 @@ MODE_SHARE = 0.25  # a luck mode with this much of the prior is one a lone bad l
 
 
 def luck_modes(q: np.ndarray) -> list[np.ndarray]:
-    """The luck prior's modes a lone bad label must hold under: its main mode (`main_luck_mode`), and
-    each other mode with at least `MODE_SHARE` of the weight; none when the main mode is all of it."""
-    main = main_luck_mode(q)
-    if main is None:
+    """The luck prior's modes a lone bad label must hold under, each alone (`_alone`): its main mode
+    (`main_luck_mode`) and each other mode with at least `MODE_SHARE` of the weight, peeled off the
+    prior peak by peak; none when the main mode is all of it."""
+    rest = np.array(q, dtype=float)
+    parts = []
+    while rest.sum() > 0:
+        span = _mode_span(rest)
+        part = np.zeros(len(q))
+        part[span] = rest[span]
+        parts.append(part)
+        rest[span] = 0.0
+    if len(parts) == 1:
         return []
-    modes = [main]
-    rest = np.where(main > 1e-6, 0.0, q)  # (the main mode keeps 1e-9 of weight, rescaled, elsewhere)
-    while rest.sum() >= MODE_SHARE:
-        mode = main_luck_mode(rest)
-        inside = rest if mode is None else np.where(mode > 1e-6, rest, 0.0)
-        if inside.sum() >= MODE_SHARE:
-            modes.append(np.maximum(inside, 1e-9) / np.maximum(inside, 1e-9).sum())
-        rest = np.where(inside > 0, 0.0, rest)
-        if mode is None:
-            break
-    return modes
+    return [_alone(part) for i, part in enumerate(parts) if i == 0 or part.sum() >= MODE_SHARE]
 
 
 def main_luck_mode(q: np.ndarray) -> np.ndarray | None:
     """The luck prior with its main mode alone: the grid points reached from its peak while the weights
     do not rise again (by more than `MODE_RISE` from one point to the next), the rest set to almost
     nothing; None when that is all of it (one mode: a broad or flat prior included)."""
+    span = _mode_span(q)
+    if span == slice(0, len(q)):
+        return None
+    part = np.zeros(len(q))
+    part[span] = q[span]
+    return _alone(part)
+
+
+def _mode_span(q: np.ndarray) -> slice:
+    """The grid points reached from the peak of `q` while the weights do not rise again by more than
+    `MODE_RISE` from one point to the next."""
     peak = int(np.argmax(q))
     lo, hi = peak, peak
     while lo > 0 and q[lo - 1] <= MODE_RISE * q[lo]:
         lo -= 1
     while hi < len(q) - 1 and q[hi + 1] <= MODE_RISE * q[hi]:
         hi += 1
-    if lo == 0 and hi == len(q) - 1:
-        return None
-    main = np.full(len(q), 1e-9)
-    main[lo : hi + 1] = q[lo : hi + 1]
-    return main / main.sum()
+    return slice(lo, hi + 1)
+
+
+def _alone(part: np.ndarray) -> np.ndarray:
+    """A mode's weights as a prior of their own: almost nothing elsewhere (never zero: a log prior)."""
+    alone = np.maximum(part, 1e-9)
+    return alone / alone.sum()
 
 
 def _shared_prefixes(a: Sequence[str], b: Sequence[str]) -> int:
