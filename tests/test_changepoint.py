@@ -46,6 +46,7 @@ from prm_synth.annotate.decision_memo import DecisionMemo, state_key
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.labels import (
     AFTER_ERROR,
+    UNDECIDED_UNINFORMATIVE,
     UNDECIDED_UNLOCATED,
     apply_rule,
     confident_labels,
@@ -701,7 +702,9 @@ class _ReadyPool:
 def test_a_search_that_waits_for_the_same_priors_is_the_search_that_never_waits(seed, n, check):
     rng = random.Random(seed)
     _, verdict, rate = _world(rng, n, rng.uniform(0.03, 0.2), 0.1)
-    answer, cfg = _fixed_answers(rate, seed), ChangepointSettings()
+    # the same settings in both phases too: waiting itself changes nothing
+    same = ChangepointSettings()
+    answer, cfg = _fixed_answers(rate, seed), replace(same, second_phase_localize_min_gain=same.localize_min_gain)
     whole = _finish(changepoint_search(STEPS[:n], verdict, cfg, check=check), answer)
     pool = _ReadyPool()
     waited = _finish(changepoint_search(STEPS[:n], verdict, cfg, check=check, pool=pool, key="s"), answer)
@@ -709,6 +712,34 @@ def test_a_search_that_waits_for_the_same_priors_is_the_search_that_never_waits(
     assert waited.p_good == whole.p_good
     assert (waited.label_source, waited.unlabeled_reason) == (whole.label_source, whole.unlabeled_reason)
     assert (waited.mc_correct, waited.mc_total) == (whole.mc_correct, whole.mc_total)
+
+
+def test_the_second_phase_localizes_only_while_a_probe_is_worth_its_own_threshold():
+    # a solution the search pins when it keeps probing (luck 0.3, the error at step 10 of 16): a
+    # search whose second phase asks more of a localizing probe than any is worth stops right after
+    # its wait, having asked what the search that never waits asked until then
+    _, verdict, rate = _world(random.Random(21), 16, 0.1, 0.3)
+    cfg = ChangepointSettings()
+    asked: dict[str, list[tuple[int, int]]] = {"whole": [], "strict": []}
+
+    def recorded(log: list[tuple[int, int]]):
+        answer = _fixed_answers(rate, 21)
+
+        def record(probes):
+            log.extend((p.step, p.k) for p in probes)
+            return answer(probes)
+
+        return record
+
+    whole = _finish(changepoint_search(STEPS[:16], verdict, cfg), recorded(asked["whole"]))
+    strict = replace(cfg, second_phase_localize_min_gain=1.0)
+    waited = _finish(
+        changepoint_search(STEPS[:16], verdict, strict, pool=_ReadyPool(), key="s"), recorded(asked["strict"])
+    )
+    assert whole.evidence.stop == "decided" and whole.decided.get(10) is False and whole.decided.get(9) is True
+    assert waited.evidence.stop == UNDECIDED_UNINFORMATIVE
+    assert asked["strict"] == asked["whole"][: len(asked["strict"])]
+    assert cfg.pool_after <= _new_rollouts(asked["strict"]) < _new_rollouts(asked["whole"])
 
 
 @settings(max_examples=20, deadline=None)

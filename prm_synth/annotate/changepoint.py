@@ -186,13 +186,17 @@ class ChangepointSettings:
     # with an error); at 0.005 those stop sooner and the same rows are pinned. At 0.006 the searches
     # that end unpinned stop a few probes sooner: 2-4 fewer rollouts a question (fidelity luck_05 ..
     # luck_30, in_model, three seeds), fewer rollouts per located error, first-error accuracy within
-    # 0.00-0.03 (0.007: 0.04 lower at luck 0.05). Under the sharper second-phase priors
-    # (`second_phase_priors`) 0.007 (17 worlds x 9 seeds): 1.7 fewer rollouts a question, mean
-    # first-error accuracy 0.373 -> 0.366, the luck_05 .. luck_30 worlds under 40 rollouts a question
-    # (40.9-41.9 -> 38.9-39.7; 0.0065: 39.8-40.8); but under the default priors alone a clear error at
-    # step 1 of 20 was left unpinned (24 rollouts of 0s read as a hopeless problem, the prefix that
-    # would have shown it clean worth 0.0062 bits a rollout: test_the_search_pins_a_clear_error_...).
+    # 0.00-0.03 (0.007: 0.04 lower at luck 0.05). Under the default priors a probe that would pin a
+    # clear error can look nearly worthless: at 0.007 a clear error at step 1 of 20 was left unpinned
+    # (24 rollouts of 0s read as a hopeless problem, the prefix that would have shown it clean worth
+    # 0.0062 bits a rollout: test_the_search_pins_a_clear_error_to_one_step).
     localize_min_gain: float = 0.006
+    # the same once the search goes on under the shard's pooled priors (`second_phase`), which weigh a
+    # hopeless problem as often as the shard holds one, so a probe's worth is the shard's own reading:
+    # 0.007 there (17 worlds x 9 seeds): 1.7 fewer rollouts a question, mean first-error accuracy
+    # 0.373 -> 0.366, and the luck_05 .. luck_30 worlds, the outside measurement's, under the 40
+    # rollouts a question issue 29 allows (40.9-41.9 -> 38.9-39.7; 0.0065: 39.8-40.8)
+    second_phase_localize_min_gain: float = 0.007
     check_prefixes: int = 8  # at most this many early prefixes tested on a checked solution (any length)
     # rollouts a solution's search spends under the default priors before it goes on under the shard's
     # pooled ones (`FirstPhasePool`): enough for a first look at every solution, a check's early
@@ -209,6 +213,10 @@ class ChangepointSettings:
             bad_confidence=max(config.confidence, cls.bad_confidence),
             max_rollouts=config.changepoint_max_rollouts,
         )
+
+    def second_phase(self) -> ChangepointSettings:
+        """The settings a search goes on under once it has the shard's pooled priors."""
+        return replace(self, localize_min_gain=self.second_phase_localize_min_gain)
 
 
 def changepoint_search(
@@ -228,8 +236,9 @@ def changepoint_search(
     solution drawn for the shard's process-error measurement: its early prefixes are tested first.
     `pool`: the shard's `FirstPhasePool`: once `pool_after` rollouts are spent and the solution is not
     decided, the search hands its evidence (as `key`) to the pool and waits (`Wait`) for the priors
-    pooled from the shard's first phases, then goes on under them. `relabeled`: the caller labels the
-    annotation again (`relabel`, which sets every label, reason and p_good anew), so the search returns
+    pooled from the shard's first phases, then goes on under them and its second phase's settings
+    (`ChangepointSettings.second_phase`). `relabeled`: the caller labels the annotation again
+    (`relabel`, which sets every label, reason and p_good anew), so the search returns
     the counts and the evidence without labeling them first. `memo`: where the search's decisions are
     remembered (`decision_memo.py`; None: every decision computed)."""
     n = len(steps)
@@ -409,6 +418,7 @@ def _search(
             pool.deposit(key, ev)
             del post  # a waiting search holds its evidence only
             priors = yield Wait(pool.future)
+            settings = settings.second_phase()
             first_phase = False
             continue
         j = decision.prefix
