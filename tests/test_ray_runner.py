@@ -62,7 +62,11 @@ if __name__ == "__main__":
     state = flow(config=load_config("pipelines/simulated.yaml"), out_dir=sys.argv[1], limit=60, return_state=True)
     assert state.is_completed(), state
     runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
-    deadline = time.monotonic() + 120  # the workers' logs are sent in batches every few seconds
+    # the workers' task runs and logs reach the server as events, in batches every few seconds, and
+    # one shard's may be there before the other's task run is: wait for both shards (60 problems, 50
+    # a shard), each finished and with its log line, or for the deadline
+    shards = {"shard-0", "shard-1"}
+    deadline = time.monotonic() + 120
     with get_client(sync_client=True) as client:
         while True:
             tasks = [t for t in client.read_task_runs(flow_run_filter=runs) if t.name.startswith("shard-")]
@@ -72,7 +76,8 @@ if __name__ == "__main__":
                 found = [int(m.group(1)) for log in logs if (m := re.search(r"[(]pid (\\d+)[)]", log.message))]
                 if found:
                     pids[t.name] = found[0]
-            if len(pids) == len(tasks) > 0 or time.monotonic() > deadline:
+            finished = {t.name for t in tasks if t.state is not None and t.state.is_completed()}
+            if (finished == set(pids) == shards) or time.monotonic() > deadline:
                 break
             time.sleep(1)
     print(json.dumps({"flow_pid": os.getpid(), "tasks": {t.name: t.state.type.value for t in tasks}, "pids": pids}))
