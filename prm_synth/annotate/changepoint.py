@@ -640,7 +640,7 @@ def lone_bad_stands_from(
       the right answer, so the mode decides (`mixed`, `hard_step_luck`: such labels right 0.80 and 0.85
       of the time over three seeds; against a flat 0.99 for them: bad precision as good or better,
       `mixed` seed 1 0.955 -> 0.968, and first-error accuracy higher, `luck_30` 0.24 -> 0.28 on seed 0).
-    - A wrong answer: the shard's luck prior's main mode alone (`main_luck_mode`), and each other mode
+    - A wrong answer: the shard's luck prior's main mode alone, and each other mode
       with `MODE_SHARE` of the prior or more, one by one (`luck_modes`); the labels stand from the
       first step bad under each of them too (at the latest the last step, which the wrong answer puts
       the error in or before). Where every problem's luck is high (`high_luck`, one mode at 0.6)
@@ -674,8 +674,9 @@ MODE_SHARE = 0.25  # a luck mode with this much of the prior is one a lone bad l
 
 def luck_modes(q: np.ndarray) -> list[np.ndarray]:
     """The luck prior's modes a lone bad label must hold under, each alone (`_alone`): its main mode
-    (`main_luck_mode`) and each other mode with at least `MODE_SHARE` of the weight, peeled off the
-    prior peak by peak; none when the main mode is all of it."""
+    (the grid points reached from its peak while the weights do not rise again, `_mode_span`) and each
+    other mode with at least `MODE_SHARE` of the weight, peeled off the prior peak by peak; none when
+    the main mode is all of it (one mode: a broad or flat prior included)."""
     rest = np.array(q, dtype=float)
     parts = []
     while rest.sum() > 0:
@@ -687,18 +688,6 @@ def luck_modes(q: np.ndarray) -> list[np.ndarray]:
     if len(parts) == 1:
         return []
     return [_alone(part) for i, part in enumerate(parts) if i == 0 or part.sum() >= MODE_SHARE]
-
-
-def main_luck_mode(q: np.ndarray) -> np.ndarray | None:
-    """The luck prior with its main mode alone: the grid points reached from its peak while the weights
-    do not rise again (by more than `MODE_RISE` from one point to the next), the rest set to almost
-    nothing; None when that is all of it (one mode: a broad or flat prior included)."""
-    span = _mode_span(q)
-    if span == slice(0, len(q)):
-        return None
-    part = np.zeros(len(q))
-    part[span] = q[span]
-    return _alone(part)
 
 
 def _mode_span(q: np.ndarray) -> slice:
