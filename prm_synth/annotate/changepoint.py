@@ -175,14 +175,20 @@ class ChangepointSettings:
     misfit_level: float = 0.01  # the predictive check's false-alarm rate for a solution the model fits
     # while the first error is not pinned to one step: graded rollouts one prefix may take
     localize_cap: int = 32
-    localize_max_rollouts: int = 80  # the budget while the first error is not pinned (else max_rollouts)
+    # the budget while the first error is not pinned (else max_rollouts), with the second phase's
+    # threshold below: a larger budget lets a search that is getting somewhere go on, a higher threshold
+    # stops those that are not. 128 with 0.0085 against 80 with 0.007 (17 worlds x 18 seeds): mean
+    # first-error accuracy 0.365 -> 0.375 at 35.6 -> 35.4 rollouts a question, `luck_30` 0.291 ->
+    # 0.316, `luck_05` .. `luck_30` 38.4-39.4 -> 37.0-38.6 rollouts a question, about as many
+    # world-seeds under 0.95 precision (36 -> 37 of 306)
+    localize_max_rollouts: int = 128
     # Share of correct-answer solutions whose early prefixes (`early_prefixes`) are each tested with
     # `batch` rollouts before the search: the shard's rate of process errors among correct-answer
     # solutions is measured on them (`relabel`), and sets how far the others' early steps are trusted.
     check_correct: float = 0.25
     # the bits a rollout must still be expected to remove while the first error is not pinned. At
     # 0.001 a solution whose error sits early, where clean prefixes finish about as rarely as luck
-    # allows, took the whole 80 rollouts and was rarely pinned (fidelity `in_model`: 28 of 60 rows
+    # allows, took the whole budget (80 then) and was rarely pinned (fidelity `in_model`: 28 of 60 rows
     # with an error); at 0.005 those stop sooner and the same rows are pinned. At 0.006 the searches
     # that end unpinned stop a few probes sooner: 2-4 fewer rollouts a question (fidelity luck_05 ..
     # luck_30, in_model, three seeds), fewer rollouts per located error, first-error accuracy within
@@ -192,11 +198,11 @@ class ChangepointSettings:
     # 0.0062 bits a rollout: test_the_search_pins_a_clear_error_to_one_step).
     localize_min_gain: float = 0.006
     # the same once the search goes on under the shard's pooled priors (`second_phase`), which weigh a
-    # hopeless problem as often as the shard holds one, so a probe's worth is the shard's own reading:
-    # 0.007 there (17 worlds x 9 seeds): 1.7 fewer rollouts a question, mean first-error accuracy
-    # 0.373 -> 0.366, and the luck_05 .. luck_30 worlds, the outside measurement's, under the 40
-    # rollouts a question issue 29 allows (40.9-41.9 -> 38.9-39.7; 0.0065: 39.8-40.8)
-    second_phase_localize_min_gain: float = 0.007
+    # hopeless problem as often as the shard holds one, so a probe's worth is the shard's own reading.
+    # At the budget of 80 it was 0.007 (17 worlds x 9 seeds: 1.7 fewer rollouts a question than 0.006,
+    # the luck_05 .. luck_30 worlds, the outside measurement's, under the 40 rollouts a question issue
+    # 29 allows); at 128, 0.0085 (`localize_max_rollouts`)
+    second_phase_localize_min_gain: float = 0.0085
     check_prefixes: int = 8  # at most this many early prefixes tested on a checked solution (any length)
     # rollouts a solution's search spends under the default priors before it goes on under the shard's
     # pooled ones (`FirstPhasePool`): enough for a first look at every solution, a check's early
