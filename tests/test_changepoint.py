@@ -29,6 +29,7 @@ from prm_synth.annotate.changepoint import (
     changepoint_search,
     decide,
     early_prefixes,
+    found_error_spread,
     hidden_error_positions,
     open_interval,
     pool_priors,
@@ -511,6 +512,44 @@ def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correc
     assert min(clean_p) >= 0.9 and set(clean_reasons) == {None}
     assert min(slipped_p) < 0.9 and UNDECIDED_UNLOCATED in slipped_reasons
     assert all(a <= b + 1e-12 for a, b in zip(slipped_p, clean_p, strict=True))
+
+
+def test_slips_found_late_stand_for_slips_earlier_too():
+    # a test of 4 rollouts a prefix finds a slip more easily the later it sits: where the shard's tested
+    # solutions show slips only late in their first half, an untested right answer's early steps are
+    # not trusted as if the slips could only be there (fidelity `repair`: 9 of 49 true slips at step 0
+    # of solutions whose test found them 0.15-0.25 of the way in)
+    def run(slipped: bool):  # the untested solution's annotation
+        rows = []
+        for _ in range(8):  # tested solutions, a dip at prefix 6 (the slip at step 5) or none
+            ev = Evidence.empty(12, "correct")
+            ev.checked = True
+            for j in (1, 2, 3, 4, 5, 6, 9, 11):
+                ev.correct[j], ev.graded[j] = (0 if slipped and j == 6 else 4), 4
+            rows.append(_annotation_with(ev))
+        plain = Evidence.empty(12, "correct")  # an untested one: its last prefix and its verdict only
+        plain.correct[11], plain.graded[11] = 4, 4
+        rows.append(_annotation_with(plain))
+        relabel(rows, ChangepointSettings(), [(f"p{i}", [f"{i}"] * 12) for i in range(len(rows))])
+        return rows[-1]
+
+    trusted, capped = run(slipped=False), run(slipped=True)
+    assert all(apply_rule(trusted, "hard").labels)
+    labels = apply_rule(capped, "hard").labels
+    assert labels[1] is not True and capped.unlabeled_reason[1] == UNDECIDED_UNLOCATED
+    assert capped.p_good[0] < trusted.p_good[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(positions=st.lists(st.floats(0.0, 0.999), max_size=12), n=st.integers(1, 400))
+def test_a_found_error_counts_at_its_step_and_spreads_evenly_before_it(positions, n):
+    spread = found_error_spread(positions, n)
+    at_found = np.array([sum(x <= i / n + 1e-12 for x in positions) for i in range(n)], dtype=float)
+    assert spread.shape == (n,) and np.all(np.diff(spread) >= -1e-12)  # more steps, more of them
+    assert np.all(spread >= at_found - 1e-9)  # never less cautious than counting each where found
+    assert np.all(spread <= len(positions) + 1e-9) and np.isclose(spread[-1], len(positions))
+    if positions:
+        assert spread[0] >= sum(1.0 / (np.floor(x * n + 1e-9) + 1.0) for x in positions) - 1e-9
 
 
 def test_a_tested_correct_solution_is_trusted_no_further_than_the_slips_its_test_may_miss():

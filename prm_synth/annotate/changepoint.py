@@ -458,17 +458,31 @@ def hidden_error_cap(post: Posterior, rate: float, positions: Sequence[float] = 
     """The most p_good of a correct-answer solution whose early steps were not tested may be, when a
     share `rate` of the shard's correct-answer solutions hold a process error: the error, if any, placed where the
     tested ones held theirs (`positions`, each a share of its solution's length: `hidden_error_positions`),
-    with the posterior's own placement counted as one more; never more trusting than the posterior.
-    The posterior's placement alone is a prior: in a world whose policy slips early and repairs
-    (the fidelity suite's `repair`) it put the error late and labeled the slipped steps good."""
+    each spread evenly over the steps up to it (`found_error_spread`), with the posterior's own
+    placement counted as one more; never more trusting than the posterior. The posterior's placement
+    alone is a prior: in a world whose policy slips early and repairs (the fidelity suite's `repair`)
+    it put the error late and labeled the slipped steps good."""
     n = post.evidence.n
     p_error = post.p_error[:n]
     total = p_error.sum()
     shape = np.cumsum(p_error) / total if total > 0 else np.linspace(1.0 / n, 1.0, n)
-    at = np.arange(n) / n  # step i holds an error placed at relative position x when x <= i / n
-    measured = np.array([np.count_nonzero(np.asarray(positions) <= x + 1e-12) for x in at], dtype=float)
-    placed = (measured + shape) / (len(positions) + 1.0)
+    placed = (found_error_spread(positions, n) + shape) / (len(positions) + 1.0)
     return 1.0 - rate * placed
+
+
+def found_error_spread(positions: Sequence[float], n: int) -> np.ndarray:
+    """[step i]: how many of the errors the tested solutions' tests found (`positions`, shares of their
+    length) an n-step solution holds at step i or before, each found at share x standing for one
+    placed evenly over steps 0 .. floor(x n). A test of 4 rollouts a prefix finds a repaired slip the
+    more easily the later it sits (a later clean prefix finishes more often, so its dip is deeper):
+    where the found ones sit, the missed ones sit earlier. Counted where found (fidelity `repair` seed
+    5), the shard's slips read 0.15-0.25 of the way in while 9 of the 49 true ones were at step 0, and
+    the untested right answers' first steps kept good labels at p_good 0.95-0.998. Spread (18 seeds):
+    `repair` good precision 0.873 -> 0.928 at worst, 10 -> 7 seeds under 0.95, for 0.06-0.10 less
+    coverage there and up to 0.04 in the other worlds."""
+    last = np.floor(np.asarray(positions, dtype=float) * n + 1e-9)  # the step each one falls on here
+    steps = np.arange(n, dtype=float)[:, None]
+    return np.minimum(1.0, (steps + 1.0) / (last[None, :] + 1.0)).sum(axis=1)
 
 
 def unmodelled_error_position(post: Posterior, settings: ChangepointSettings) -> float | None:
