@@ -133,8 +133,8 @@ def test_the_default_labeler_writes_a_row_for_each_1000_step_solution(default_la
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 25: at 1000 steps the change-point search's 80 rollouts bring the first bad label near the "
-    "error but not within two steps (error at step 435, first bad label at 438)",
+    reason="issue 25: at 1000 steps the change-point search spends its whole localization budget (128 "
+    "rollouts; 80 before) and labels no step bad (the error at step 435)",
 )
 def test_the_default_labeler_finds_the_first_error_of_a_1000_step_solution(default_labeled):
     for record in default_labeled.records:
