@@ -478,8 +478,8 @@ def found_error_spread(positions: Sequence[float], n: int) -> np.ndarray:
     where the found ones sit, the missed ones sit earlier. Counted where found (fidelity `repair` seed
     5), the shard's slips read 0.15-0.25 of the way in while 9 of the 49 true ones were at step 0, and
     the untested right answers' first steps kept good labels at p_good 0.95-0.998. Spread (18 seeds):
-    `repair` good precision 0.873 -> 0.928 at worst, 10 -> 7 seeds under 0.95, for 0.06-0.10 less
-    coverage there and up to 0.04 in the other worlds."""
+    `repair` good precision 0.873 -> 0.932 at worst, 10 -> 7 seeds under 0.95 (good or bad), for
+    0.06-0.10 less coverage there and up to 0.04 in the other worlds."""
     last = np.floor(np.asarray(positions, dtype=float) * n + 1e-9)  # the step each one falls on here
     steps = np.arange(n, dtype=float)[:, None]
     return np.minimum(1.0, (steps + 1.0) / (last[None, :] + 1.0)).sum(axis=1)
