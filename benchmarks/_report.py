@@ -38,6 +38,7 @@ class _Tee(io.TextIOBase):
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.kept = io.StringIO()
+        self.revision = _revision()  # at the start: the code that ran, not what the tree holds at the end
 
     def write(self, s: str) -> int:
         self.kept.write(s)
@@ -88,7 +89,7 @@ def _revision() -> str:
     return rev.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
-def render(script: str, result: dict[str, Any], printed: str, when: dt.datetime) -> str:
+def render(script: str, result: dict[str, Any], printed: str, when: dt.datetime, revision: str) -> str:
     """The page's Markdown."""
     command = "python benchmarks/" + shlex.join([f"{script}.py", *sys.argv[1:]])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -99,7 +100,7 @@ def render(script: str, result: dict[str, Any], printed: str, when: dt.datetime)
         "",
         "| | |",
         "|---|---|",
-        f"| revision | `{_revision()}` |",
+        f"| revision | `{revision}` |",
         f"| machine | {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.1f} at the end |",
         f"| python | {platform.python_version()} |",
         "",
@@ -122,6 +123,6 @@ def write_report(script: str, result: dict[str, Any]) -> Path | None:
     when = dt.datetime.now(dt.UTC)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{script}-{when:%Y-%m-%d}.md"
-    path.write_text(render(script, result, _capture.kept.getvalue(), when), encoding="utf-8")
+    path.write_text(render(script, result, _capture.kept.getvalue(), when, _capture.revision), encoding="utf-8")
     print(f"report: {path}", file=sys.stderr)
     return path
