@@ -37,7 +37,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q tests/test_layers.py  # the import-layer contract (README: Where things live)
+	$(BIN)/python -m pytest -q tests/test_layers.py  # the import-layer contract (docs/design/architecture.md)
 
 clean-venv:
 	rm -rf $(VENV)

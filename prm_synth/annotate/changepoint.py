@@ -33,7 +33,7 @@ the counts and the rollouts asked alone: the search remembers it (`decision_memo
 every search's first phase passes through under the default priors are decided once.
 
 Measured across a suite of simulated worlds that each break one assumption of the older models
-(benchmarks/fidelity.py): see the README's "Which annotate method" for what holds where.
+(benchmarks/fidelity.py): see docs/design/labeler.md and the suite's dated pages in benchmarks/results/.
 """
 
 from __future__ import annotations
