@@ -170,6 +170,27 @@ def config_reference() -> str:
     return "\n".join(out) + "\n"
 
 
+def fields_without_description() -> list[str]:
+    """`Model.field` for every config field reachable from PipelineConfig that has no docstring."""
+    from prm_synth.config import PipelineConfig
+
+    missing: list[str] = []
+    seen: set[type] = set()
+
+    def walk(model: type) -> None:
+        if model in seen:
+            return
+        seen.add(model)
+        for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+            if not (field.description or "").strip():
+                missing.append(f"{model.__name__}.{name}")
+            for m in _models(field.annotation):
+                walk(m)
+
+    walk(PipelineConfig)
+    return missing
+
+
 def config_keys() -> set[str]:
     """Every dotted key of a pipeline file (`annotate.confidence`, `policy.model`, ...)."""
     from prm_synth.config import PipelineConfig
@@ -273,6 +294,11 @@ GENERATED = {"reference/config.md": config_reference, "reference/cli.md": cli_re
 def on_pre_build(config: Any) -> None:
     from mkdocs.exceptions import PluginError
 
+    if missing := fields_without_description():
+        raise PluginError(
+            "config fields without a docstring (a string literal under the field in prm_synth/config.py): "
+            + ", ".join(missing)
+        )
     for page, make in GENERATED.items():
         path = Path(config["docs_dir"]) / page
         text = make()
@@ -305,7 +331,8 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 # Pages that live outside docs/ link to docs pages by their repository path (`docs/guides/running.md`,
-# right on GitHub); on the site those pages sit at the top, so the `docs/` falls away.
+# right on GitHub); on the site those pages sit at the top, so the `docs/` falls away, and the
+# repository's CHANGELOG.md and CONTRIBUTING.md are the site's changelog.md and contributing.md.
 _REPO_PAGES = {"changelog.md", "contributing.md"}
 _REPO_LINK = re.compile(r"\]\((?:\./)?docs/")
 
@@ -313,4 +340,5 @@ _REPO_LINK = re.compile(r"\]\((?:\./)?docs/")
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if page.file.src_uri in _REPO_PAGES:
         markdown = _REPO_LINK.sub("](", markdown)
+        markdown = markdown.replace("](CHANGELOG.md", "](changelog.md").replace("](CONTRIBUTING.md", "](contributing.md")
     return markdown
