@@ -135,11 +135,13 @@ def config_reference() -> str:
         "A section chosen by a `kind` or `method` key takes only the keys listed under that choice.",
         "",
     ]
-    done: dict[type, str] = {}
+    anchors: set[str] = set()
 
-    def table(model: type, path: str, level: int, title: str) -> None:
+    def table(model: type, path: str, level: int, title: str, parent: str = "") -> None:
         anchor = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-        done[model] = anchor
+        if anchor in anchors:  # `problems.fields` under both `file` and `hf`
+            anchor = f"{parent}-{anchor.removeprefix(path.split('.')[0] + '-')}"
+        anchors.add(anchor)
         out.extend([f"{'#' * level} {title} {{ #{anchor} }}", ""])
         doc = (model.__doc__ or "").strip()
         if doc and not doc.startswith(("Usage docs", "A base class")):
@@ -152,7 +154,7 @@ def config_reference() -> str:
             meaning = _cell(field.description or "")
             if models:
                 nested.append((key, models))
-                meaning += " See below." if all(m not in done for m in models) else ""
+                meaning += " See below."
             out.append(
                 f"| `{key}` | {_type_name(field.annotation)} | {_default(field)} | {_cell(_bounds(field))} | {meaning} |"
             )
@@ -161,17 +163,14 @@ def config_reference() -> str:
             for m in models:
                 tag = _discriminator(m)
                 sub = f"`{key}` ({tag[0]}: `{tag[1]}`)" if tag and len(models) > 1 else f"`{key}`"
-                if m in done:
-                    out.extend([f"{'#' * (level + 1)} {sub}", "", f"The same keys as [{m.__name__}](#{done[m]}).", ""])
-                else:
-                    table(m, key, level + 1, sub)
+                table(m, key, level + 1, sub, anchor)
 
     table(PipelineConfig, "", 2, "Top level")
     return "\n".join(out) + "\n"
 
 
-def fields_without_description() -> list[str]:
-    """`Model.field` for every config field reachable from PipelineConfig that has no docstring."""
+def fields_without_description(root: type | None = None) -> list[str]:
+    """`Model.field` for every config field reachable from `root` (PipelineConfig) that has no docstring."""
     from prm_synth.config import PipelineConfig
 
     missing: list[str] = []
@@ -187,7 +186,7 @@ def fields_without_description() -> list[str]:
             for m in _models(field.annotation):
                 walk(m)
 
-    walk(PipelineConfig)
+    walk(root or PipelineConfig)
     return missing
 
 
