@@ -243,17 +243,33 @@ def test_readme_links_reach_the_pages_a_newcomer_needs():
     for target in (
         "docs/guides/running.md#on-a-gpu",
         "docs/reference/config.md",
-        "docs/reference/output-schema.md",
+        "docs/reference/output-schema.md#columns-of-a-labeled-row",
         "docs/guides/servers-and-failures.md#what-each-failure-costs",
         "docs/guides/running.md#resume",
-        "docs/guides/export-and-training.md",
+        "docs/guides/export-and-training.md#export-trainer-ready-views-and-the-hugging-face-hub",
     ):
         assert target in links, target
     for link in links:
         if "://" in link:
             continue
-        path = link.split("#")[0]
+        path, _, anchor = link.partition("#")
         assert (ROOT / path).exists(), f"README links to {link}, which does not exist"
+        if anchor:
+            assert anchor in _anchors(ROOT / path), f"README links to {link}: no such heading there"
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page's headings, as MkDocs and GitHub make them."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} (.+?)\s*$", text, re.M):
+        explicit = re.search(r"\{ *#([\w-]+) *\}", heading)
+        if explicit:
+            anchors.add(explicit.group(1))
+            continue
+        words = re.sub(r"[^\w\s-]", "", heading.replace("`", "").lower()).strip()
+        anchors.add(re.sub(r"[\s]+", "-", words))
+    return anchors
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
