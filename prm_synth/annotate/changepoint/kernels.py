@@ -1,5 +1,5 @@
-"""Compiled loops of the change-point posterior's candidate sweep (`_row_log_masses` in
-changepoint_posterior.py). There, numpy spent most of a probe decision on many small array operations
+"""Compiled loops of the change-point posterior's passes and candidate sweep (posterior.py, gains.py's
+`_row_log_masses`). There, numpy spent most of a probe decision on many small array operations
 per probed prefix (a likelihood multiplied in, a switch to the bad stretch, a log-sum-exp, a
 renormalisation, the luck summed out before a run), each a few microseconds of call overhead on arrays
 of a few thousand numbers; `absorb` does all of them for a prefix in one pass over the states. The

@@ -1,6 +1,6 @@
 """The change-point search's decisions, remembered: the same state decided once.
 
-A decision of the search (`changepoint.decide`: stop, wait for the pooled priors, or which prefix to
+A decision of the search (search.py's `decide`: stop, wait for the pooled priors, or which prefix to
 probe and with how many rollouts) is a pure function of the priors, the solution's evidence counts, the
 rollouts asked per prefix, and the search's settings. States repeat: every search's first phase runs
 under the one default `Priors` instance (`DEFAULT_PRIORS`), so its first decisions form a small tree per
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prm_synth.annotate.changepoint_posterior import Evidence, Priors
+from prm_synth.annotate.changepoint.model import Evidence, Priors
 
 _VERDICT_CODES = {"correct": 0, "incorrect": 1}  # anything else reads as unknown, as the posterior reads it
 
