@@ -256,6 +256,9 @@ def main() -> None:
     parser.add_argument("--skip-cli", action="store_true", help="leave out the `prm-synth run` ratio")
     parser.add_argument("--step-ms", type=float, default=10.0, help="modelled GPU decode step (ms)")
     parser.add_argument("--capacity", type=int, default=256, help="modelled GPU sequences in flight")
+    from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
+
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
     q = args.quick
     out: dict[str, Any] = {}
@@ -332,6 +335,7 @@ def main() -> None:
             out[f"marginal_ms_per_rollout_mc_{label}"] = round(r["mc ms/rollout"], 3)
     out["load_average"] = round(os.getloadavg()[0], 1)
     print(json.dumps(out))
+    write_report("labeler_cost", out)
 
 
 if __name__ == "__main__":

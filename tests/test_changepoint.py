@@ -130,7 +130,7 @@ def test_ungradable_rollouts_are_counted_apart_and_reported():
 
 
 def test_labels_of_the_mixed_world_are_right_as_often_as_the_readme_says():
-    # the README's claim for the default (precision about 0.93 or more in the suite's worlds), on a small
+    # the docs' claim for the default (precision about 0.93 or more in the suite's worlds), on a small
     # mixed world: a hard step, luck per problem, ungradable rollouts and step drift at once
     rows = _records({"max_in_flight": 64, "max_batch_requests": 256}).records
     good = good_right = bad = bad_right = 0

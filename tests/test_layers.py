@@ -2,7 +2,7 @@
 
 Every module of `prm_synth` and `flows` must be named in LAYERS (a new module is placed on purpose),
 and every import is read from the source with `ast`, function-level imports included, so "what may I
-import from here" is checked, not remembered. README.md's "Where things live" says the same in words.
+import from here" is checked, not remembered. docs/design/architecture.md says the same in words.
 """
 
 from __future__ import annotations
