@@ -34,7 +34,7 @@ from prm_synth.annotate.scheduler import (
     SolutionJob,
     Spend,
 )
-from prm_synth.annotate.search import make_search, sampled_share
+from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading import Verdict, grade
@@ -356,9 +356,8 @@ class BinaryLabeler(SolutionLabeler):
         verify = sampled_share(key, self.annotate.verify_correct)
         # a shard's changepoint searches (those with a pool) are all labeled again once the shard is
         # done (`_pool`): their own labels would be overwritten unread
-        return self.search.annotator(
-            steps, final_status, verify=verify, check=check, pool=pool, key=key, relabeled=pool is not None
-        )
+        run = SolutionRun(verify=verify, check=check, pool=pool, key=key, relabeled=pool is not None)
+        return self.search.annotator(steps, final_status, run)
 
     def _first_phase_pool(self, problem_ids: list[str]) -> FirstPhasePool | None:
         """search_test changepoint: the searches go on under priors pooled from the first phases of the

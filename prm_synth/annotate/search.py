@@ -46,6 +46,22 @@ def sampled_share(key: str, share: float) -> bool:
     return int.from_bytes(digest, "big") / 2**64 < share
 
 
+@dataclass(frozen=True)
+class SolutionRun:
+    """How one solution's search runs under its labeler: `verify` (bisections: check a correct answer by
+    per-step MC), `check` (the change-point search: test its early prefixes first), `pool` (its shard's
+    `FirstPhasePool`, its `key` there) and `relabeled` (the labeler labels it again, so the search does not)."""
+
+    verify: bool = False
+    check: bool = False
+    pool: FirstPhasePool | None = None
+    key: str = ""
+    relabeled: bool = False
+
+
+ALONE = SolutionRun()  # a solution searched on its own (no shard, no check)
+
+
 class _Bisection:
     """fixed and sprt: a bisection with a test per prefix (bisection.py); no shard-wide steps."""
 
@@ -55,19 +71,9 @@ class _Bisection:
         self.recheck = config.recheck if isinstance(config, BinaryConfig) else False
         self.verify_k = config.k
 
-    def annotator(
-        self,
-        steps: list[str],
-        final_status: VerdictStatus,
-        *,
-        verify: bool = False,
-        check: bool = False,
-        pool: FirstPhasePool | None = None,
-        key: str = "",
-        relabeled: bool = False,
-    ) -> Annotator[Annotation]:
-        """The bisection for one solution (`verify`: a correct one is checked by per-step MC)."""
-        verify_k = self.verify_k if verify else None
+    def annotator(self, steps: list[str], final_status: VerdictStatus, run: SolutionRun = ALONE) -> Annotator[Annotation]:
+        """The bisection for one solution (`run.verify`: a correct one is checked by per-step MC)."""
+        verify_k = self.verify_k if run.verify else None
         return bisection_search(steps, final_status, self.test, recheck=self.recheck, verify_k=verify_k)
 
     @property
@@ -158,20 +164,11 @@ class ChangepointSearch:
         self.prefix_batch = max(config.probe_batch, self.settings.prefix_batch_min)
         self.prefix_max_rollouts = config.probe_max_rollouts
 
-    def annotator(
-        self,
-        steps: list[str],
-        final_status: VerdictStatus,
-        *,
-        verify: bool = False,
-        check: bool = False,
-        pool: FirstPhasePool | None = None,
-        key: str = "",
-        relabeled: bool = False,
-    ) -> Annotator[Annotation]:
-        """The change-point search for one solution (`verify` is the bisections' and means nothing here)."""
+    def annotator(self, steps: list[str], final_status: VerdictStatus, run: SolutionRun = ALONE) -> Annotator[Annotation]:
+        """The change-point search for one solution (`run.verify` is the bisections' and means nothing here)."""
+        r = run
         return changepoint_search(
-            steps, final_status, self.settings, check=check, pool=pool, key=key, relabeled=relabeled
+            steps, final_status, self.settings, check=r.check, pool=r.pool, key=r.key, relabeled=r.relabeled
         )
 
     def checks(self, key: str) -> bool:
@@ -247,6 +244,5 @@ def binary_search(
 ) -> Annotator[Annotation]:
     """The binary method's annotator for one solution under `config` (its search built afresh: a
     labeler builds its own once)."""
-    return make_search(config).annotator(
-        steps, final_status, verify=verify, check=check, pool=pool, key=key, relabeled=relabeled
-    )
+    run = SolutionRun(verify, check, pool, key, relabeled)
+    return make_search(config).annotator(steps, final_status, run)

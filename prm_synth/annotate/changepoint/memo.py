@@ -5,9 +5,9 @@ probe and with how many rollouts) is a pure function of the priors, the solution
 rollouts asked per prefix, and the search's settings. States repeat: every search's first phase runs
 under the one default `Priors` instance (`DEFAULT_PRIORS`), so its first decisions form a small tree per
 solution length (no evidence yet: the same first probe for every solution of that length), and the
-searches of one shard go on under one pooled priors object. Measured on 1000 problems of 3-12 steps,
-seven in ten first-phase decisions had been made before (3 in 100 after it; at 40 steps 1 in 4). A
-remembered decision costs a dict look-up instead of a posterior and a probe sweep.
+searches of one shard go on under one pooled priors object (docs/design/changepoint-tuning.md has how
+often a decision comes back). A remembered decision costs a dict look-up instead of a posterior and a
+probe sweep.
 
 Decisions are kept per priors object, in a table that goes when the object does (a shard's pooled
 priors with its shard), so memory does not grow with the shards done; a table keeps its `capacity`

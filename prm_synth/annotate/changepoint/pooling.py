@@ -54,6 +54,7 @@ def pool_priors(
     dispersion_price: bool = True,
     k_strength: float | None = None,
     share_prior: float = DEFAULTS.recent_share_prior,
+    k_choices: Sequence[float] = K_CHOICES,
 ) -> Priors:
     """The shard's priors on luck and the difficulty classes, estimated from every solution's evidence
     at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a small shard
@@ -77,12 +78,12 @@ def pool_priors(
         return base
     fits: list[tuple[float, Priors, np.ndarray]] = []
     choosing = strength if k_strength is None else k_strength
-    for k in K_CHOICES:
+    for k in k_choices:
         loglik = _class_luck_loglik(evidence, k)  # [solution, d, q]
         fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, choosing)
         fits.append((fit, priors, loglik))
     price = 0.5 * math.log(max(len(evidence), choosing)) if dispersion_price else 0.0
-    binomial_k = max(K_CHOICES)
+    binomial_k = max(k_choices)
     plain_fit, plain, plain_loglik = max(fits, key=lambda f: f[0] + (price if f[1].k == binomial_k else 0.0))
     if choosing != strength:  # the weights at `strength`, under the k chosen at `k_strength`
         plain_fit, plain = _em(plain_loglik[:, None], Priors(base.q, base.p, plain.k), base, rounds, strength)
@@ -142,6 +143,7 @@ def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSe
         first_phase,
         rounds=settings.pool_rounds,
         strength=settings.pool_strength,
+        k_choices=settings.k_choices,
         recents=(),
         dispersion_price=False,
         k_strength=settings.k_choice_default_weight * len(first_phase),

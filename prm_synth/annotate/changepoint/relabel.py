@@ -70,7 +70,14 @@ def relabel(
     kept = [(a, key) for a, key in zip(anns, keys, strict=True) if isinstance(a.evidence, Evidence)]
     evidence = [a.evidence for a, _ in kept]
     steps = [key[1] for _, key in kept]
-    priors = pool_priors(evidence, rounds=settings.pool_rounds, strength=settings.pool_strength, share_prior=settings.recent_share_prior)
+    priors = pool_priors(
+        evidence,
+        rounds=settings.pool_rounds,
+        strength=settings.pool_strength,
+        recents=settings.recent_choices,
+        share_prior=settings.recent_share_prior,
+        k_choices=settings.k_choices,
+    )
     by_problem: dict[str, list[int]] = {}
     for i, (_, (problem, _)) in enumerate(kept):
         by_problem.setdefault(problem, []).append(i)

@@ -78,6 +78,10 @@ class ChangepointSettings:
     """Solutions' worth of the default priors in the pooled ones: a small shard's stability against its own reading."""
     recent_share_prior: float = 0.1
     """Share of errors read with a fresh error's extra luck before the shard says otherwise."""
+    k_choices: tuple[float, ...] = (60.0, 12.0, 400.0)
+    """Overdispersion k of a prefix's rollouts a shard's pooling may choose (the searches start at the default's first): fit against caution."""
+    recent_choices: tuple[float, ...] = (0.5,)
+    """A fresh error's extra luck r the shard's relabeling may read errors with (none: never): a noticed error against a hard step."""
 
     # ---- right answers after a wrong step
     check_correct: float = 0.25
@@ -123,10 +127,6 @@ class ChangepointSettings:
     """The hazard from which a step counts as hard."""
     default_luck_tilt: int = 4
     """Exponent of (1 - q) in the default luck prior: leaning to little luck against room for a lot."""
-    k_choices: tuple[float, ...] = (60.0, 12.0, 400.0)
-    """Overdispersion k of a prefix's rollouts the shard may choose (the first: the searches' default)."""
-    recent_choices: tuple[float, ...] = (0.5,)
-    """A fresh error's extra luck r the shard may read errors with (none: never)."""
     recent_steps: int = 4
     """Prefixes past an error that carry a fresh error's extra luck (halving each step)."""
 
@@ -169,8 +169,6 @@ MODEL_FIELDS = (
     "hard_step_chance",
     "hard_step_hazard",
     "default_luck_tilt",
-    "k_choices",
-    "recent_choices",
     "recent_steps",
 )
 DEFAULTS = ChangepointSettings()
