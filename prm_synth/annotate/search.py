@@ -71,7 +71,9 @@ class _Bisection:
         self.recheck = config.recheck if isinstance(config, BinaryConfig) else False
         self.verify_k = config.k
 
-    def annotator(self, steps: list[str], final_status: VerdictStatus, run: SolutionRun = ALONE) -> Annotator[Annotation]:
+    def annotator(
+        self, steps: list[str], final_status: VerdictStatus, run: SolutionRun = ALONE
+    ) -> Annotator[Annotation]:
         """The bisection for one solution (`run.verify`: a correct one is checked by per-step MC)."""
         verify_k = self.verify_k if run.verify else None
         return bisection_search(steps, final_status, self.test, recheck=self.recheck, verify_k=verify_k)
@@ -164,7 +166,9 @@ class ChangepointSearch:
         self.prefix_batch = max(config.probe_batch, self.settings.prefix_batch_min)
         self.prefix_max_rollouts = config.probe_max_rollouts
 
-    def annotator(self, steps: list[str], final_status: VerdictStatus, run: SolutionRun = ALONE) -> Annotator[Annotation]:
+    def annotator(
+        self, steps: list[str], final_status: VerdictStatus, run: SolutionRun = ALONE
+    ) -> Annotator[Annotation]:
         """The change-point search for one solution (`run.verify` is the bisections' and means nothing here)."""
         r = run
         return changepoint_search(

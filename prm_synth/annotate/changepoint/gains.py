@@ -266,4 +266,3 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
         after = (pred * first_error_entropy(p_good).reshape(shape)).sum(axis=1)
         known.update(zip(new, ((post.uncertainty() - after) / b).tolist(), strict=True))
     return np.array([known[int(j)] for j in chosen])
-

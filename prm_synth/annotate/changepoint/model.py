@@ -392,4 +392,3 @@ def _logsumexp(x: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
     top = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(divide="ignore"):
         return np.log(np.exp(x - top).sum(axis=axis)) + np.squeeze(top, axis=axis)
-

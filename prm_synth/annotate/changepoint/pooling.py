@@ -104,6 +104,7 @@ def _em(
 ) -> tuple[float, Priors]:
     """EM on the luck and class weights (and the share of the second reading, where loglik has two:
     [solution, reading, d, q]) from `priors`, `strength` solutions' worth of `base`; (fit, priors)."""
+
     def log_prior(pr: Priors) -> np.ndarray:  # [reading, d, q]
         share = np.array([1.0 - pr.recent_share, pr.recent_share])[: loglik.shape[1]]
         with np.errstate(divide="ignore"):
@@ -130,7 +131,6 @@ def luck_loglik(ev: Evidence, priors: Priors) -> np.ndarray:
     top = joint.max()
     loglik = np.log(np.exp(joint - top).sum(axis=(0, 1))) - np.log(priors.q)
     return loglik - loglik.max()
-
 
 
 def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSettings) -> Priors:
@@ -191,4 +191,3 @@ class FirstPhasePool:
             return
         evidence = [ev for key, ev in sorted(self._in.items()) if key in self._members and ev is not None]
         self.future.set_result(second_phase_priors(evidence, self.settings))
-

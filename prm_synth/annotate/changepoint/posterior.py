@@ -176,7 +176,9 @@ def _mixed_log_joint(
     if share <= 0.0:
         assert plain is not None
         return plain
-    raised = _log_joint(correct, graded, verdict, priors, terms=_Terms.of(correct, graded, verdict, priors.k, priors.recent))
+    raised = _log_joint(
+        correct, graded, verdict, priors, terms=_Terms.of(correct, graded, verdict, priors.k, priors.recent)
+    )
     if share >= 1.0:
         return raised
     with np.errstate(divide="ignore"):
@@ -423,4 +425,3 @@ def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, grad
             beta, beta_scale = betas[int(j)]
             _loops.evidence_rows(msg * beta, acc + prior + beta_scale, weight, lik_top, np.flatnonzero(js == j), after)
     return np.logaddexp(before, after)
-

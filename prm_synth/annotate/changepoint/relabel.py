@@ -107,4 +107,3 @@ def relabel(
     for (ann, _), ev, post in zip(kept, evidence, posts, strict=True):
         label(ann, post, settings, ev.stop, ev.verdict, rate, positions, unmodelled)
     return priors
-

@@ -158,4 +158,3 @@ def unmodelled_error_rate(checked: int, found: int, prior: tuple[float, float] =
 def hidden_error_positions(checked: Sequence[Posterior], settings: ChangepointSettings) -> list[float]:
     """Where the tested correct-answer solutions hold the errors the model does not describe."""
     return [x for p in checked if (x := unmodelled_error_position(p, settings)) is not None]
-

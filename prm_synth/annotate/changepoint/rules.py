@@ -199,4 +199,3 @@ def _alone(part: np.ndarray) -> np.ndarray:
     """A mode's weights as a prior of their own: almost nothing elsewhere (never zero: a log prior)."""
     alone = np.maximum(part, 1e-9)
     return alone / alone.sum()
-

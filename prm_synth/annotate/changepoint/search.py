@@ -257,4 +257,3 @@ def _search(
         # (a labeler that labels the shard again under its pooled priors overwrites all of this)
         label(ann, post if post is not None else Posterior(ev, priors), settings, stop, final_status)
     return ann
-

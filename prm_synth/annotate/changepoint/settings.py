@@ -131,6 +131,8 @@ class ChangepointSettings:
     """Prefixes past an error that carry a fresh error's extra luck (halving each step)."""
 
     def __post_init__(self) -> None:
+        # the decision memo hashes the settings at every decision: hashed once (the object is frozen)
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
         defaults = globals().get("DEFAULTS")  # None while DEFAULTS itself is built
         changed = [name for name in MODEL_FIELDS if defaults and getattr(self, name) != getattr(defaults, name)]
         if changed:
@@ -151,9 +153,17 @@ class ChangepointSettings:
             localize_max_rollouts=bound,
         )
 
+    def __hash__(self) -> int:
+        return self.__dict__["_hash"]
+
     def second_phase(self) -> ChangepointSettings:
-        """The settings a search goes on under once it has the shard's pooled priors."""
-        return replace(self, localize_min_gain=self.second_phase_localize_min_gain)
+        """The settings a search goes on under once it has the shard's pooled priors (one object per
+        settings object, so the searches of a shard share one memo table and compare by identity)."""
+        second = self.__dict__.get("_second")
+        if second is None:
+            second = replace(self, localize_min_gain=self.second_phase_localize_min_gain)
+            object.__setattr__(self, "_second", second)
+        return second
 
     def most_rollouts(self) -> int:
         """The most rollouts one solution's search may ask for (a checked solution's early prefixes included)."""
