@@ -55,8 +55,8 @@ from _timed_engine import TimedEngine  # noqa: E402
 from pipeline_overhead import measure as pipeline_measure  # noqa: E402
 from pipeline_overhead import warm_up as pipeline_warm_up  # noqa: E402
 
-from prm_synth.annotate.changepoint import ChangepointSettings, best_probe, open_interval  # noqa: E402
-from prm_synth.annotate.changepoint_posterior import Evidence, Posterior, Priors  # noqa: E402
+from prm_synth.annotate.changepoint import ChangepointSettings, Evidence, Posterior, Priors  # noqa: E402
+from prm_synth.annotate.changepoint.search import best_probe, open_interval  # noqa: E402
 from prm_synth.annotate.labeler import make_labeler, new_scheduler  # noqa: E402
 from prm_synth.annotate.scheduler import SolutionJob  # noqa: E402
 from prm_synth.config import validate_config  # noqa: E402

@@ -427,7 +427,7 @@ class SequentialTestConfig(Strict):
 
 
 class PosteriorConfig(Strict):
-    """search_test changepoint (annotate/changepoint.py): a change-point posterior over the first
+    """search_test changepoint (annotate/changepoint/): a change-point posterior over the first
     error gives every step its probability of being still correct (p_good); a step is labeled only
     when it says so with at least `confidence` (the steps left stay unlabeled, with the reason). In
     OmegaPRM's bisection the same posterior decides each prefix, `probe_batch` rollouts at a time."""
@@ -508,8 +508,9 @@ class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     # 0.6, ungradable rollouts, step drift), labelling less where the evidence is weak.
     search_test: SearchTestName = "changepoint"
     """How a prefix is decided: `changepoint` (the posterior, default), `fixed` (k rollouts, MC > 0 good) or `sprt`."""
-    changepoint_max_rollouts: int = Field(56, ge=1, le=MAX_ROLLOUTS)
-    """`changepoint`: rollouts a solution may take at most."""
+    changepoint_max_rollouts: int = Field(128, ge=1, le=MAX_ROLLOUTS)
+    """`changepoint`: the most rollouts one solution's search may take, pinning its first error and a checked
+    solution's early prefixes included (the dataset card states it)."""
     recheck: bool = True
     """`fixed`/`sprt`: re-test the boundary more strictly and search again if it does not hold."""
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)
@@ -672,6 +673,7 @@ class PipelineConfig(Strict):
         data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
         if isinstance(self.annotate, SearchKnobs):  # a knob the chosen search ignores changes no row
             data["annotate"] = self.annotate.row_fields()
+            _hash_rollout_bound(data["annotate"])
         if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume
             data["labels"]["rule"] = "soft"
         for section in ("judge", "verify"):  # a simulated judge without an error profile writes what it wrote
@@ -683,6 +685,23 @@ class PipelineConfig(Strict):
         # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# `changepoint_max_rollouts` bounded only the rollouts a search spent outside pinning its first error (default
+# 56; pinning had 128 of its own) until it bounded them all (default 128, the same rows). Its default is
+# hashed as the old default was, so folders made before resume; any other value under a key of its own,
+# so a folder made when the knob meant the smaller budget (other rows) is never resumed as one of today's.
+_OLD_ROLLOUT_KNOB = ("changepoint_max_rollouts", 128, 56)
+
+
+def _hash_rollout_bound(annotate: dict[str, Any]) -> None:
+    key, default, old_default = _OLD_ROLLOUT_KNOB
+    if key in annotate:
+        value = annotate.pop(key)
+        if value == default:
+            annotate[key] = old_default
+        else:
+            annotate["changepoint_rollout_bound"] = value
 
 
 class ConfigError(PrmSynthError, ValueError):

@@ -24,26 +24,30 @@ from prm_synth.annotate.changepoint import (
     FirstPhasePool,
     Posterior,
     Priors,
-    _spread,
-    best_probe,
     changepoint_search,
-    decide,
-    early_prefixes,
-    found_error_spread,
-    hidden_error_positions,
-    open_interval,
     pool_priors,
-    probe_value_priors,
-    process_error_rate,
     relabel,
-    repaired_slip,
     second_phase_priors,
-    unbacked_bad,
-    unmodelled_error_rate,
 )
 from prm_synth.annotate.changepoint import label as label_again
-from prm_synth.annotate.changepoint_posterior import Q_GRID
-from prm_synth.annotate.decision_memo import DecisionMemo, state_key
+from prm_synth.annotate.changepoint.memo import DecisionMemo, state_key
+from prm_synth.annotate.changepoint.model import Q_GRID
+from prm_synth.annotate.changepoint.right_answers import (
+    found_error_spread,
+    hidden_error_positions,
+    process_error_rate,
+    repaired_slip,
+    unmodelled_error_rate,
+)
+from prm_synth.annotate.changepoint.search import (
+    _spread,
+    best_probe,
+    decide,
+    early_prefixes,
+    open_interval,
+    probe_value_priors,
+    unbacked_bad,
+)
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.labels import (
     AFTER_ERROR,
