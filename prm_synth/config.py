@@ -241,6 +241,15 @@ class JudgeConfig(Strict):
     temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
     max_tokens: int = Field(1024, ge=1, le=MAX_TOKENS)
     prompt_version: JudgePromptVersion = "v1"
+    select: Literal["needed", "all"] = "needed"
+    """Which rows the judge is asked about under the `soft` consensus policy. `needed`: only rows where a
+    vote can change a label (right-answer rows, rows whose first error the rollouts left open), votes asked
+    one at a time until the posterior over the first error reaches `consensus.confidence` (at most
+    `samples`); `all`: every row, `samples` votes at once. Other policies (and no consensus) judge every row."""
+    calibrate: float = Field(0.1, ge=0.0, le=1.0)
+    """Under `select: needed`, the share of wrong-answer rows whose first error the rollouts pinned that the
+    judge is still asked about (one vote each, chosen by row id): the rows its accuracy on wrong answers is
+    measured on. 0 asks none (that class then reads `consensus.prior_accuracy`)."""
 
 
 class ConsensusConfig(Strict):
@@ -248,22 +257,28 @@ class ConsensusConfig(Strict):
 
     `agree`: kept where the judge's index falls in the interval the labels leave open (`tolerance` steps
     wider), which it then completes; `judge-only`: labels follow the judge; `mc-only`: labels as measured;
-    `soft`: labels follow the posterior over the first error (p_good and the votes under the judge's
-    accuracy measured in the shard, `prior_accuracy` weighing `prior_votes` votes), kept where its most
-    likely first error has probability >= `confidence`.
+    `soft` (the default): labels follow the posterior over the first error (p_good and the votes under the
+    judge's accuracy measured in the shard per answer class, `prior_accuracy` weighing `prior_votes`
+    votes), kept where its most likely first error has probability >= `confidence`.
     """
 
-    policy: Literal["agree", "judge-only", "mc-only", "soft"] = "agree"
+    # `agree` before: a folder made under that default resumes with it (config_upgrade.with_former_defaults)
+    policy: Literal["agree", "judge-only", "mc-only", "soft"] = "soft"
+    """How the judge's index and the rollouts' labels are combined (see the section's description)."""
     tolerance: int = Field(0, ge=0)  # steps the agreement interval is widened by (-1 never agrees with a step)
     confidence: float = Field(0.9, gt=0.0, le=1.0)
     prior_accuracy: float = Field(0.7, gt=0.0, lt=1.0)
     prior_votes: float = Field(4.0, ge=0.0, le=1e6)
+    class_min_votes: int = Field(20, ge=0, le=1_000_000)
+    """`soft`: the judge's accuracy on one answer class (right-answer or wrong-answer rows) is measured from
+    the readable votes on that class's rows the rollouts pinned; with fewer votes than this, the class reads
+    the stated prior (`prior_accuracy`) instead."""
 
     @model_validator(mode="after")
     def _soft_knobs_only_for_soft(self) -> ConsensusConfig:
         # a stored config holds every field: only a value off its default is a setting
         changed = {name for name, f in type(self).model_fields.items() if getattr(self, name) != f.default}
-        unused = {"confidence", "prior_accuracy", "prior_votes"} & changed
+        unused = {"confidence", "prior_accuracy", "prior_votes", "class_min_votes"} & changed
         if self.policy != "soft" and unused:
             raise ValueError(f"{sorted(unused)} are read by the `soft` policy only, not by `{self.policy}`")
         if self.policy == "soft" and "tolerance" in changed:
@@ -553,9 +568,25 @@ class PipelineConfig(Strict):
                 engine.pop("errors", None)
         if (revision := self.labeler_revision()) is not None:
             data["labeler_revision"] = revision
-        # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
+        # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed;
+        # but what only `soft` reads is hashed only under soft, so folders of the other policies resume)
+        _hash_soft_only(data)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# Fields added with judge selection and per-class accuracy: read by the `soft` policy only. Under any other
+# policy (or none) they change no row, and configs stored before they existed hash as they did.
+_SOFT_ONLY = {"judge": ("select", "calibrate"), "consensus": ("class_min_votes",)}
+
+
+def _hash_soft_only(data: dict[str, Any]) -> None:
+    """Drop, from a config dump about to be hashed, the fields only `soft` reads, unless the policy is soft."""
+    if (data.get("consensus") or {}).get("policy") == "soft":
+        return
+    for section, keys in _SOFT_ONLY.items():
+        for key in keys:
+            (data.get(section) or {}).pop(key, None)
 
 
 class ConfigError(PrmSynthError, ValueError):

@@ -343,8 +343,8 @@ def _numbers_only(obj: Any) -> bool:
 
 
 def test_stats_are_counts_that_shard_totals_sum():
-    _, _, a = apply_consensus(_rows(), ConsensusConfig())
-    _, _, b = apply_consensus(_rows()[:2], ConsensusConfig())
+    _, _, a = apply_consensus(_rows(), ConsensusConfig(policy="agree"))
+    _, _, b = apply_consensus(_rows()[:2], ConsensusConfig(policy="agree"))
     assert _numbers_only(asdict(a))
     stored = [ShardStats(consensus=s).to_dict() for s in (a, b)]  # as the shard markers hold them
     entries = [ShardEntry(i, 1, 1, 0, "d", "r", {}, "fp", stats=ShardStats.from_dict(s)) for i, s in enumerate(stored)]

@@ -118,7 +118,7 @@ def run(
         if not dry_run:
             preflight.check_output_folder(out_dir)
             if not overwrite:
-                preflight.check_same_config(out_dir, config)
+                config = preflight.check_same_config(out_dir, config)
         preflight.check_problem_source(config, limit)
     except preflight.PreflightError as e:
         fail(str(e))
