@@ -212,6 +212,13 @@ class JudgeErrorProfile(Strict):
     max_offset: int = Field(2, ge=1, le=100)
     false_alarm: float = Field(0.0, ge=0.0, le=1.0)
     format_failure: float = Field(0.0, ge=0.0, le=1.0)
+    early_miss: float = Field(0.0, ge=0.0, le=1.0)
+    """Extra chance to miss an error in the first half of the solution: where the simulated policy's
+    `repair` repairs slips, so rollouts from the prefixes after it still reach the answer (their blind
+    spot). The judge's misses then fall where the rollouts' do, as a right answer's do already."""
+    vote_correlation: float = Field(0.0, ge=0.0, le=1.0)
+    """The chance a vote repeats the row's one reading (a draw of this error model shared by every vote
+    of the row: one misreading repeated) instead of reading the row afresh."""
 
 
 class SimulatedJudgeConfig(Strict):
@@ -246,6 +253,9 @@ class JudgeConfig(Strict):
     vote can change a label (right-answer rows, rows whose first error the rollouts left open), votes asked
     one at a time until the posterior over the first error reaches `consensus.confidence` (at most
     `samples`); `all`: every row, `samples` votes at once. Other policies (and no consensus) judge every row."""
+    skip_confidence: float = Field(0.99, gt=0.0, le=1.0)
+    """Under `select: needed`, a wrong-answer row is not sent when the rollouts alone put its first error at
+    this probability or more (never below `consensus.confidence`): they pinned it, and no vote is needed."""
     calibrate: float = Field(0.1, ge=0.0, le=1.0)
     """Under `select: needed`, the share of wrong-answer rows whose first error the rollouts pinned that the
     judge is still asked about (one vote each, chosen by row id): the rows its accuracy on wrong answers is
@@ -566,6 +576,9 @@ class PipelineConfig(Strict):
             engine = (data.get(section) or {}).get("engine") or {}
             if engine.get("kind") == "simulated-judge" and engine.get("errors") is None:
                 engine.pop("errors", None)
+            for key in ("early_miss", "vote_correlation"):  # added later: at 0 a profile errs as it did
+                if engine.get("kind") == "simulated-judge" and (engine.get("errors") or {}).get(key) == 0.0:
+                    engine["errors"].pop(key)
         if (revision := self.labeler_revision()) is not None:
             data["labeler_revision"] = revision
         # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed;
@@ -577,7 +590,7 @@ class PipelineConfig(Strict):
 
 # Fields added with judge selection and per-class accuracy: read by the `soft` policy only. Under any other
 # policy (or none) they change no row, and configs stored before they existed hash as they did.
-_SOFT_ONLY = {"judge": ("select", "calibrate"), "consensus": ("class_min_votes",)}
+_SOFT_ONLY = {"judge": ("select", "skip_confidence", "calibrate"), "consensus": ("class_min_votes",)}
 
 
 def _hash_soft_only(data: dict[str, Any]) -> None:

@@ -327,8 +327,12 @@ def apply_consensus(
     agreement: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
     by_source: dict[str, dict[str, int]] = {}
+    # the judge's accuracy per answer class (judge_accuracy.py, which builds on this module)
+    from prm_synth.judge_accuracy import answer_class, class_accuracy, counts_dict, measure_by_class
+
     counts = measure_judge(records)
-    accuracy = estimated_accuracy(counts, config)
+    class_counts = measure_by_class(records)
+    by_class = {c: class_accuracy(n, config) for c, n in class_counts.items()}
     completed = ties_broken = 0
     for record in records:
         if record.judge_first_error is None and (winner := break_tie(record)) is not None:
@@ -337,7 +341,7 @@ def apply_consensus(
         judge = record.judge_first_error
         record.consensus = None if judge is None else agrees_with_labels(record.labels, judge, config.tolerance)
         agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
-        decision = decide(record, config, min_confidence, accuracy)
+        decision = decide(record, config, min_confidence, by_class[answer_class(record)].accuracy)
         source = by_source.setdefault(record.source, {"rows": 0, "kept": 0, "rejected": 0, "agree": 0})
         source["rows"] += 1
         source["agree"] += bool(record.consensus)
@@ -375,6 +379,7 @@ def apply_consensus(
         pinned_missed=counts.pinned_missed,
         clean_votes=counts.clean_votes,
         clean_said_clean=counts.clean_said_clean,
+        by_answer={c: counts_dict(class_counts[c], by_class[c]) for c in class_counts},
         rejected_by_reason=dict(by_reason),
         agreement=dict(agreement),
         by_source=by_source,

@@ -15,9 +15,10 @@ JUDGE = {"engine": {"kind": "simulated-judge"}, "samples": 3}
 
 def _stored_before_soft_was_the_default(config: dict) -> dict:
     """The full dump an output folder's manifest held before this change: `agree` written out, and none of
-    the fields added with it (judge.select, judge.calibrate, consensus.class_min_votes)."""
+    the fields added with it (judge.select, skip_confidence, calibrate, consensus.class_min_votes)."""
     dump = validate_config(config | {"consensus": {"policy": "agree"}}).model_dump(mode="json")
-    for section, key in (("judge", "select"), ("judge", "calibrate"), ("consensus", "class_min_votes")):
+    added = (("judge", "select"), ("judge", "skip_confidence"), ("judge", "calibrate"), ("consensus", "class_min_votes"))
+    for section, key in added:
         dump[section].pop(key)
     return dump
 
