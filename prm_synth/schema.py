@@ -140,6 +140,12 @@ RECORD_SCHEMA = pa.schema(
         # Per step, rollouts from its prefix that could not be graded (a timeout, a cut-off or answerless
         # completion): left out of mc_total and of the evidence. Added later: older shards lack it.
         pa.field("mc_unknown", pa.list_(pa.int32())),
+        # Per step, the probability its prefix is still correct under the `soft` consensus posterior (the
+        # rollouts' p_good and the judge's votes, consensus.posterior): the confidence of labels consensus
+        # set. P(first error = k) is consensus_p_good[k-1] - consensus_p_good[k]. Null without soft.
+        pa.field("consensus_p_good", pa.list_(pa.float64())),
+        # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
+        pa.field("labels_before_consensus", pa.list_(pa.bool_())),
     ]
 )
 
@@ -193,6 +199,8 @@ class LabeledRecord:
     verify_model: str | None = None
     verify_prompt_version: str | None = None
     mc_unknown: list[int] | None = None  # per step, ungradable rollouts (not in mc_total)
+    consensus_p_good: list[float] | None = None  # per step, P(prefix correct) under soft's posterior
+    labels_before_consensus: list[bool | None] | None = None  # the labels before consensus changed them
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
