@@ -522,6 +522,8 @@ class PipelineConfig(Strict):
     labels: LabelConfig = LabelConfig()
     judge: JudgeConfig | None = None
     consensus: ConsensusConfig | None = None
+    """How the judge and the rollouts are combined. A file with a `judge` section that leaves `consensus` out
+    gets the default (`soft`); `consensus: null` records the judge's verdicts without combining them."""
     verify: VerifyConfig | None = None
     output: OutputConfig = OutputConfig()
     run: RunConfig = RunConfig()
@@ -532,6 +534,16 @@ class PipelineConfig(Strict):
         from prm_synth.config_upgrade import upgrade
 
         return upgrade(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_judge_brings_consensus(cls, data: Any) -> Any:
+        # A judge whose verdicts nothing reads is spent for nothing; a stored config (a full dump) always
+        # names `consensus`, so folders made when leaving it out meant none keep their meaning
+        # (config_upgrade.with_former_defaults resumes them).
+        if isinstance(data, dict) and data.get("judge") is not None and "consensus" not in data:
+            return data | {"consensus": {}}
+        return data
 
     @model_validator(mode="after")
     def _consensus_needs_a_judge(self) -> PipelineConfig:

@@ -23,7 +23,8 @@ with a note, and a new dataset fingerprint (its rows are not the old ones).
 
 Defaults that changed later are not moved on load (a file that leaves a key out gets today's default),
 but a folder made under the former default resumes with it (`with_former_defaults`): `consensus.policy`
-was `agree` before `soft` became the default.
+was `agree` before `soft` became the default, and a `judge` section without `consensus` meant no
+consensus before it brought the default one.
 
 Knobs of another method (e.g. `search_test` under method mc) did nothing in 0.1; they are dropped with a
 note. Anything else unknown still fails validation, naming the key. One case cannot be told apart: 0.1
@@ -193,6 +194,8 @@ def _upgrade_demo(engine: Any, where: str, notes: list[str]) -> Any:
 
 # Defaults that changed: (section, key) -> the value a file that left the key out got before.
 FORMER_DEFAULTS: dict[tuple[str, str], Any] = {("consensus", "policy"): "agree"}
+# Sections whose absence meant something else before: a judge section without `consensus` meant none.
+FORMER_ABSENT_SECTIONS = ("consensus",)
 
 
 def with_former_defaults(config: PipelineConfig, stored: dict[str, Any]) -> tuple[PipelineConfig, list[str]]:
@@ -203,10 +206,18 @@ def with_former_defaults(config: PipelineConfig, stored: dict[str, Any]) -> tupl
 
     data = config.model_dump(mode="json")
     notes: list[str] = []
+    for name in FORMER_ABSENT_SECTIONS:
+        section = getattr(config, name, None)
+        if name in stored and stored[name] is None and section is not None and section == type(section)():
+            data[name] = None
+            notes.append(
+                f"this folder was made when a file without a `{name}` section meant none, and resumes without "
+                f"one; write `{name}: null` to keep that, or `{name}: {{}}` for today's default"
+            )
     for (name, key), former in FORMER_DEFAULTS.items():
         section = getattr(config, name, None)
         old = stored.get(name)
-        if section is None or not isinstance(old, dict) or key in section.model_fields_set:
+        if section is None or data[name] is None or not isinstance(old, dict) or key in section.model_fields_set:
             continue
         value, today = old.get(key, former), data[name][key]
         if value != today:

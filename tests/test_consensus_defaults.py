@@ -63,3 +63,22 @@ def test_a_folder_made_under_the_former_default_resumes_with_it(tmp_path, caplog
         assert "consensus.policy" in str(e)
     else:
         raise AssertionError("a folder of another policy was not refused")
+
+
+def test_a_judge_section_brings_the_default_consensus_and_null_keeps_it_out():
+    config = validate_config(SIM | {"judge": JUDGE})
+    assert config.consensus is not None and config.consensus.policy == "soft"
+    assert validate_config(SIM | {"judge": JUDGE, "consensus": None}).consensus is None
+    assert validate_config(SIM).consensus is None  # no judge, no consensus
+
+
+def test_a_judge_only_folder_made_before_resumes_without_consensus(tmp_path):
+    file = SIM | {"judge": JUDGE}  # no consensus section: none before, the default (soft) now
+    stored = validate_config(file | {"consensus": None}).model_dump(mode="json")
+    for key in ("select", "skip_confidence", "calibrate"):
+        stored["judge"].pop(key)
+    old = validate_config(stored)
+    out = tmp_path / "out"
+    ShardStore(out, old.fingerprint()).prepare(stored, yaml.safe_dump(stored))
+    resumed = check_same_config(out, validate_config(file))
+    assert resumed.consensus is None and resumed.fingerprint() == old.fingerprint()
