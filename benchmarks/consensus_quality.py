@@ -108,7 +108,13 @@ def judge_shards(
 ) -> tuple[list[list[LabeledRecord]], JudgeStats]:
     """Every shard's rows judged: `all` asks every row m votes at once, `needed` asks the rows a vote can
     change, one vote at a time until the soft posterior settles (prm_synth/judge_selection.py)."""
-    judge_cfg = JudgeConfig(engine=judge, samples=args.judge_samples, select=select, calibrate=args.calibrate)
+    judge_cfg = JudgeConfig(
+        engine=judge,
+        samples=args.judge_samples,
+        select=select,
+        calibrate=getattr(args, "calibrate", 0.1),
+        skip_confidence=getattr(args, "skip_confidence", 0.99),
+    )
     engine = SimulatedJudge(judge)
     judged: list[list[LabeledRecord]] = []
     total = JudgeStats()
@@ -194,6 +200,7 @@ def main() -> None:
     parser.add_argument("--profiles", nargs="*", default=list(PROFILES), choices=list(PROFILES))
     parser.add_argument("--confidence", type=float, default=0.9, help="soft's consensus.confidence")
     parser.add_argument("--calibrate", type=float, default=0.1, help="judge.calibrate under select: needed")
+    parser.add_argument("--skip-confidence", type=float, default=0.99, help="judge.skip_confidence (needed)")
     args = parser.parse_args()
 
     shards, seconds = label(args)
