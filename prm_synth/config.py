@@ -261,6 +261,13 @@ class JudgeErrorProfile(Strict):
     """Probability of naming a step in a clean solution."""
     format_failure: float = Field(0.0, ge=0.0, le=1.0)
     """Probability that an answer is unreadable (no box)."""
+    early_miss: float = Field(0.0, ge=0.0, le=1.0)
+    """Extra chance to miss an error in the first half of the solution: where the simulated policy's
+    `repair` repairs slips, so rollouts from the prefixes after it still reach the answer (their blind
+    spot). The judge's misses then fall where the rollouts' do, as a right answer's do already."""
+    vote_correlation: float = Field(0.0, ge=0.0, le=1.0)
+    """The chance a vote repeats the row's one reading (a draw of this error model shared by every vote
+    of the row: one misreading repeated) instead of reading the row afresh."""
 
 
 class SimulatedJudgeConfig(Strict):
@@ -300,6 +307,18 @@ class JudgeConfig(Strict):
     """Tokens a judge answer may take."""
     prompt_version: JudgePromptVersion = "v1"
     """The judge prompt's version (hashed into the fingerprint)."""
+    select: Literal["needed", "all"] = "needed"
+    """Which rows the judge is asked about under the `soft` consensus policy. `needed`: only rows where a
+    vote can change a label (right-answer rows, rows whose first error the rollouts left open), votes asked
+    one at a time until the posterior over the first error reaches `consensus.confidence` (at most
+    `samples`); `all`: every row, `samples` votes at once. Other policies (and no consensus) judge every row."""
+    skip_confidence: float = Field(0.99, gt=0.0, le=1.0)
+    """Under `select: needed`, a wrong-answer row is not sent when the rollouts alone put its first error at
+    this probability or more (never below `consensus.confidence`): they pinned it, and no vote is needed."""
+    calibrate: float = Field(0.1, ge=0.0, le=1.0)
+    """Under `select: needed`, the share of wrong-answer rows whose first error the rollouts pinned that the
+    judge is still asked about (one vote each, chosen by row id): the rows its accuracy on wrong answers is
+    measured on. 0 asks none (that class then reads `consensus.prior_accuracy`)."""
 
 
 class ConsensusConfig(Strict):
@@ -307,12 +326,13 @@ class ConsensusConfig(Strict):
 
     `agree`: kept where the judge's index falls in the interval the labels leave open (`tolerance` steps
     wider), which it then completes; `judge-only`: labels follow the judge; `mc-only`: labels as measured;
-    `soft`: labels follow the posterior over the first error (p_good and the votes under the judge's
-    accuracy measured in the shard, `prior_accuracy` weighing `prior_votes` votes), kept where its most
-    likely first error has probability >= `confidence`.
+    `soft` (the default): labels follow the posterior over the first error (p_good and the votes under the
+    judge's accuracy measured in the shard per answer class, `prior_accuracy` weighing `prior_votes`
+    votes), kept where its most likely first error has probability >= `confidence`.
     """
 
-    policy: Literal["agree", "judge-only", "mc-only", "soft"] = "agree"
+    # `agree` before: a folder made under that default resumes with it (config_upgrade.with_former_defaults)
+    policy: Literal["agree", "judge-only", "mc-only", "soft"] = "soft"
     """How the judge's first-error index and the rollouts' labels are combined (see above)."""
     tolerance: int = Field(0, ge=0)
     """`agree`: steps the agreement interval is widened by (-1, "no error", never agrees with a step)."""
@@ -322,12 +342,16 @@ class ConsensusConfig(Strict):
     """`soft`: the judge's accuracy assumed before the shard's own measurement."""
     prior_votes: float = Field(4.0, ge=0.0, le=1e6)
     """`soft`: how many votes `prior_accuracy` weighs against the shard's measurement."""
+    class_min_votes: int = Field(20, ge=0, le=1_000_000)
+    """`soft`: the judge's accuracy on one answer class (right-answer or wrong-answer rows) is measured from
+    the readable votes on that class's rows the rollouts pinned; with fewer votes than this, the class reads
+    the stated prior (`prior_accuracy`) instead."""
 
     @model_validator(mode="after")
     def _soft_knobs_only_for_soft(self) -> ConsensusConfig:
         # a stored config holds every field: only a value off its default is a setting
         changed = {name for name, f in type(self).model_fields.items() if getattr(self, name) != f.default}
-        unused = {"confidence", "prior_accuracy", "prior_votes"} & changed
+        unused = {"confidence", "prior_accuracy", "prior_votes", "class_min_votes"} & changed
         if self.policy != "soft" and unused:
             raise ValueError(f"{sorted(unused)} are read by the `soft` policy only, not by `{self.policy}`")
         if self.policy == "soft" and "tolerance" in changed:
@@ -621,7 +645,8 @@ class PipelineConfig(Strict):
     judge: JudgeConfig | None = None
     """An LLM judge that names each solution's first error (None: no judge)."""
     consensus: ConsensusConfig | None = None
-    """How the judge and the rollouts' labels are combined (None: no consensus filter)."""
+    """How the judge and the rollouts are combined. A file with a `judge` section that leaves `consensus` out
+    gets the default (`soft`); `consensus: null` records the judge's verdicts without combining them."""
     verify: VerifyConfig | None = None
     """Verification chains for generative verifiers (None: none written)."""
     output: OutputConfig = OutputConfig()
@@ -635,6 +660,16 @@ class PipelineConfig(Strict):
         from prm_synth.config_upgrade import upgrade
 
         return upgrade(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_judge_brings_consensus(cls, data: Any) -> Any:
+        # A judge whose verdicts nothing reads is spent for nothing; a stored config (a full dump) always
+        # names `consensus`, so folders made when leaving it out meant none keep their meaning
+        # (config_upgrade.with_former_defaults resumes them).
+        if isinstance(data, dict) and data.get("judge") is not None and "consensus" not in data:
+            return data | {"consensus": {}}
+        return data
 
     @model_validator(mode="after")
     def _consensus_needs_a_judge(self) -> PipelineConfig:
@@ -680,9 +715,14 @@ class PipelineConfig(Strict):
             engine = (data.get(section) or {}).get("engine") or {}
             if engine.get("kind") == "simulated-judge" and engine.get("errors") is None:
                 engine.pop("errors", None)
+            for key in ("early_miss", "vote_correlation"):  # added later: at 0 a profile errs as it did
+                if engine.get("kind") == "simulated-judge" and (engine.get("errors") or {}).get(key) == 0.0:
+                    engine["errors"].pop(key)
         if (revision := self.labeler_revision()) is not None:
             data["labeler_revision"] = revision
-        # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
+        # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed;
+        # but what only `soft` reads is hashed only under soft, so folders of the other policies resume)
+        _hash_soft_only(data)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -702,6 +742,20 @@ def _hash_rollout_bound(annotate: dict[str, Any]) -> None:
             annotate[key] = old_default
         else:
             annotate["changepoint_rollout_bound"] = value
+
+
+# Fields added with judge selection and per-class accuracy: read by the `soft` policy only. Under any other
+# policy (or none) they change no row, and configs stored before they existed hash as they did.
+_SOFT_ONLY = {"judge": ("select", "skip_confidence", "calibrate"), "consensus": ("class_min_votes",)}
+
+
+def _hash_soft_only(data: dict[str, Any]) -> None:
+    """Drop, from a config dump about to be hashed, the fields only `soft` reads, unless the policy is soft."""
+    if (data.get("consensus") or {}).get("policy") == "soft":
+        return
+    for section, keys in _SOFT_ONLY.items():
+        for key in keys:
+            (data.get(section) or {}).pop(key, None)
 
 
 class ConfigError(PrmSynthError, ValueError):

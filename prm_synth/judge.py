@@ -146,7 +146,7 @@ def judge_solutions(
     """Judge (question, steps) pairs: one request of n=samples each (`ask`; a refused request fails
     alone: its verdict says so)."""
     answers, calls = ask(engine, judge_requests(items, config, prompt), max_batch_requests, "judge")
-    stats = JudgeStats(engine_calls=calls)
+    stats = JudgeStats(engine_calls=calls, requests=len(items))
     verdicts: list[JudgeVerdict] = []
     for (_, steps), answer in zip(items, answers, strict=True):
         if isinstance(answer, RequestRefused):
@@ -180,9 +180,21 @@ def judge_records(
     The judge's tokens are added to the row's `tokens` (what labeling this row cost).
     """
     verdicts, stats = judge_solutions(engine, [(r.question, r.steps) for r in records], config, max_batch_requests)
+    kept, rejected = apply_verdicts(engine, records, verdicts, config)
+    return kept, rejected, stats
+
+
+def apply_verdicts(
+    engine: Engine, records: list[LabeledRecord], verdicts: Sequence[JudgeVerdict | None], config: JudgeConfig
+) -> tuple[list[LabeledRecord], list[RejectedRecord]]:
+    """The rows with their verdicts written in (copies), and those whose request was refused, rejected.
+    A row without a verdict (None: not sent, judge_selection.py) is kept as it is."""
     kept: list[LabeledRecord] = []
     rejected: list[RejectedRecord] = []
     for record, verdict in zip(records, verdicts, strict=True):
+        if verdict is None:
+            kept.append(replace(record))
+            continue
         if verdict.refused is not None:
             row = record.to_row()
             rejected.append(
@@ -199,4 +211,4 @@ def judge_records(
                 tokens=record.tokens + verdict.tokens,
             )
         )
-    return kept, rejected, stats
+    return kept, rejected

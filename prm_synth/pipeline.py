@@ -34,8 +34,9 @@ from prm_synth.config import ConfigError, PipelineConfig
 from prm_synth.consensus import apply_consensus
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.judge import judge_records
+from prm_synth.judge_selection import judge_selected
 from prm_synth.problems import iter_problems
-from prm_synth.schema import Item, LabeledRecord, Problem, RejectedRecord, ShardStats, VerifyStats
+from prm_synth.schema import Item, JudgeStats, LabeledRecord, Problem, RejectedRecord, ShardStats, VerifyStats
 from prm_synth.verify import verify_records
 
 
@@ -83,7 +84,7 @@ def process_shard(
     sampled = labeled.sampled
     clock.lap("sample_and_label")
     judged, judge_rejected, judge_stats = (
-        judge_records(_engine_for("judge", judge_engine), labeled.records, config.judge, config.run.max_batch_requests)
+        _judge(_engine_for("judge", judge_engine), labeled.records, config)
         if config.judge is not None
         else (labeled.records, [], None)
     )
@@ -134,6 +135,17 @@ def process_shard(
         verify=verify_stats,
     )
     return ShardOutput(records, rejected, stats, labeled.trees)
+
+
+def _judge(
+    engine: Engine, records: list[LabeledRecord], config: PipelineConfig
+) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
+    """The judge stage: under `soft`, only the rows a vote can change, votes asked until settled
+    (judge_selection.py); under any other policy (or none), every row with `samples` votes."""
+    assert config.judge is not None
+    if config.consensus is not None and config.consensus.policy == "soft":
+        return judge_selected(engine, records, config.judge, config.consensus, config.run.max_batch_requests)
+    return judge_records(engine, records, config.judge, config.run.max_batch_requests)
 
 
 @dataclass

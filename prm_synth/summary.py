@@ -13,7 +13,7 @@ from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import ConfigError, validate_config
-from prm_synth.schema import ConsensusStats, ShardStats, VerifyStats
+from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
 from prm_synth.shards import dataset_shards, iter_tables, read_manifest
 
 
@@ -94,10 +94,20 @@ class RunSummary:
     labels: dict[str, Any] = field(default_factory=dict)  # label statistics (`_label_statistics`)
     verify: VerifyStats | None = None  # None where no verify stage ran
     run: RunFacts | None = None
+    # What the judge cost (0 without one): votes asked (each one generation of the judge, the figure
+    # `judge.select: needed` saves), its tokens, the rows it was asked about, its tokens a kept row.
+    judge_requests: int = 0
+    judge_tokens: int = 0
+    rows_judged: int = 0
+    rows_not_judged: int = 0  # rows not sent: the rollouts pinned them (`judge.select: needed`)
+    judge_tokens_per_kept_row: float | None = None
+    judge: JudgeStats | None = None  # the judge stage's counters; None without a judge
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat JSON: the counts, consensus and verify counts with fractions ({} without), the run's facts."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("consensus", "verify", "run")}
+        """Flat JSON: the counts, judge, consensus and verify counts ({} without), the run's facts."""
+        nested = ("judge", "consensus", "verify", "run")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested}
+        out["judge"] = self.judge.as_dict() if self.judge else {}
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
         out["verify"] = self.verify.as_dict() if self.verify else {}
         if self.run is not None:
@@ -142,6 +152,33 @@ def summarize(root: str | Path) -> RunSummary:
         tokens_per_labeled_step=_per(stats.tokens, labels["labeled_steps"]),
         config_fingerprint=manifest["config_fingerprint"],
         labels=labels,
+        **judge_cost(stats, totals["rows"]),
+    )
+
+
+def judge_cost(stats: ShardStats, rows: int) -> dict[str, Any]:
+    """The summary's judge cost fields from the summed shard stats and the rows kept."""
+    judge = stats.judge
+    if judge is None:
+        return {}
+    return {
+        "judge": judge,
+        "judge_requests": judge.samples,
+        "judge_tokens": stats.judge_tokens,
+        "rows_judged": judge.solutions + judge.refused,
+        "rows_not_judged": judge.rows_skipped,
+        "judge_tokens_per_kept_row": _per(stats.judge_tokens, rows),
+    }
+
+
+def judge_cost_text(summary: RunSummary) -> str | None:
+    """What the judge cost, in words (run summary, `inspect`, card, flow artifact); None without a judge."""
+    if summary.judge is None:
+        return None
+    skipped = f", {summary.rows_not_judged} not sent (the rollouts pinned them)" if summary.rows_not_judged else ""
+    return (
+        f"{summary.judge_requests} requests (votes asked) on {summary.rows_judged} rows{skipped}; "
+        f"{summary.judge_tokens} tokens, {summary.judge_tokens_per_kept_row} a kept row"
     )
 
 

@@ -63,6 +63,8 @@ def _per_step(value: float | None) -> str:
 
 def summary_table(summary: RunSummary, title: str) -> Table:
     """The run summary as a two-column table (the same figures as `--json`)."""
+    from prm_synth.summary import judge_cost_text
+
     labels = summary.labels
     bad = labels.get("bad_step_fraction")
     rows: list[tuple[str, str]] = [
@@ -88,6 +90,8 @@ def summary_table(summary: RunSummary, title: str) -> Table:
             ", ".join(f"{k}: {v}" for k, v in (labels.get("first_error_histogram") or {}).items()) or "none",
         ),
     ]
+    if (cost := judge_cost_text(summary)) is not None:
+        rows.append(("judge cost", cost))
     if summary.consensus is not None and summary.consensus.rows:
         rows.append(("kept by consensus", summary.consensus.kept_text()))
         rows.append(("judge accuracy", summary.consensus.judge_accuracy_text()))

@@ -10,12 +10,15 @@ from pathlib import Path
 
 from prm_synth.config import FileSource, HFSource, PipelineConfig
 from prm_synth.config_diff import differing_keys, without_sections
+from prm_synth.config_upgrade import with_former_defaults
 from prm_synth.errors import PrmSynthError
 
 # Sections that do not change the rows (left out of the fingerprint): never a reason to refuse.
 RUNTIME_SECTIONS = ("run",)
 OUTPUT_SUBFOLDERS = ("data", "rejected", "shards", "trees")
 MANIFEST = "manifest.json"
+
+log = logging.getLogger(__name__)
 
 
 class PreflightError(PrmSynthError, ValueError):
@@ -60,11 +63,15 @@ def check_output_folder(out: Path) -> None:
         raise PreflightError(f"cannot create --out {out}: {parent} is not writable")
 
 
-def check_same_config(out: Path, config: PipelineConfig) -> None:
-    """Refuse an output folder that holds a dataset of another config, naming the keys that differ."""
+def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
+    """Refuse an output folder that holds a dataset of another config, naming the keys that differ.
+
+    Returns the config to run: `config`, or, where the folder was made under a default that has changed
+    since and the file leaves that key out, `config` with the folder's value (config_upgrade.
+    with_former_defaults; a note says so), so the folder resumes with the rows it holds."""
     path = out / MANIFEST
     if not path.exists():
-        return
+        return config
     try:
         manifest = json.loads(path.read_text())
         old_fingerprint = manifest["config_fingerprint"]
@@ -74,7 +81,12 @@ def check_same_config(out: Path, config: PipelineConfig) -> None:
             f"{path} is unreadable ({type(e).__name__}); use another --out, or --overwrite to replace the folder"
         ) from None
     if old_fingerprint == config.fingerprint():
-        return
+        return config
+    former, notes = with_former_defaults(config, old_config if isinstance(old_config, dict) else {})
+    if notes and former.fingerprint() == old_fingerprint:
+        for note in notes:
+            log.warning("%s: %s", out, note)
+        return former
     keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)
     if keys:
         why = "differs in " + ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")

@@ -45,6 +45,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_summary(summary: RunSummary) -> None:
+    from prm_synth.summary import judge_cost_text
+
     run = summary.run
     assert run is not None  # the flow's summary says what the run did
     lines = [
@@ -65,6 +67,7 @@ def _print_summary(summary: RunSummary) -> None:
             f"{summary.rollouts_per_labeled_step} rollouts, {summary.tokens_per_labeled_step} tokens",
         ),
         ("bad step fraction", summary.labels.get("bad_step_fraction")),
+        *([("judge cost", cost)] if (cost := judge_cost_text(summary)) is not None else []),
         *(
             [("kept by consensus", c.kept_text()), ("judge accuracy", c.judge_accuracy_text())]
             if (c := summary.consensus) and c.rows
@@ -118,7 +121,7 @@ def run(
         if not dry_run:
             preflight.check_output_folder(out_dir)
             if not overwrite:
-                preflight.check_same_config(out_dir, config)
+                config = preflight.check_same_config(out_dir, config)
         preflight.check_problem_source(config, limit)
     except preflight.PreflightError as e:
         fail(str(e))

@@ -282,7 +282,9 @@ class SimulatedJudge(_SimulatedEngine):
       solution with an error it flags one with a recall that depends on whether the final answer is right
       anyway (a miss says -1, so with a low `recall_right_answer` its misses fall where rollouts are blind
       too), names a step 1..`max_offset` off with `off_by`; on a clean solution it raises a false alarm at
-      a uniform step with `false_alarm`; with `format_failure` it answers without a readable box.
+      a uniform step with `false_alarm`; with `format_failure` it answers without a readable box; with
+      `early_miss` it misses errors in the first half more (where the policy repairs slips); with
+      `vote_correlation` a sample repeats the row's one shared reading instead of drawing its own.
     Each sample's randomness comes from (seed, prompt, sample index), so batching and order change
     nothing and re-runs repeat.
 
@@ -316,6 +318,8 @@ class SimulatedJudge(_SimulatedEngine):
         """The index this sample names (-1: no error), or None for an answer it garbles."""
         truth = arithmetic.true_first_error(steps)
         profile = self.config.errors
+        if profile is not None and profile.vote_correlation > 0 and rng.random() < profile.vote_correlation:
+            rng = random.Random(digest(self.config.seed, "one reading", question, *steps))  # every vote shares it
         if profile is None:
             if rng.random() < self.config.accuracy:
                 return truth
@@ -325,6 +329,8 @@ class SimulatedJudge(_SimulatedEngine):
         if truth < 0:
             return rng.randrange(len(steps)) if rng.random() < profile.false_alarm else -1
         recall = profile.recall_right_answer if _right_answer(question, steps) else profile.recall_wrong_answer
+        if 2 * truth < len(steps):  # an early error: the policy's repairs (and so its rollouts) hide it too
+            recall *= 1.0 - profile.early_miss
         if rng.random() >= recall:
             return -1  # a miss: "every step is right"
         if rng.random() < profile.off_by:
@@ -363,7 +369,8 @@ class SimulatedJudge(_SimulatedEngine):
 # Judges the benchmarks measure consensus and verification against (benchmarks/consensus_quality.py,
 # benchmarks/verifier_data.py): always right; the uniform errors of earlier versions; errors like those
 # ProcessBench measures (misses more often when the final answer is right, a step or two off, false
-# alarms, unreadable answers); and one whose misses fall where the rollouts are blind too.
+# alarms, unreadable answers); one whose misses fall where the rollouts are blind too; and one whose
+# misses follow the rollouts' blind spots and whose votes on one row are correlated.
 JUDGE_PROFILES: dict[str, SimulatedJudgeConfig] = {
     "oracle": SimulatedJudgeConfig(accuracy=1.0),
     "uniform-0.8": SimulatedJudgeConfig(accuracy=0.8),
@@ -375,6 +382,19 @@ JUDGE_PROFILES: dict[str, SimulatedJudgeConfig] = {
     "blind-spot": SimulatedJudgeConfig(
         errors=JudgeErrorProfile(
             recall_wrong_answer=0.85, recall_right_answer=0.1, off_by=0.1, false_alarm=0.1, format_failure=0.05
+        )
+    ),
+    # errs like a real judge in two more ways: its misses gather where the rollouts are blind (right
+    # answers, and early slips the policy repairs), and the votes of one row repeat one reading
+    "correlated": SimulatedJudgeConfig(
+        errors=JudgeErrorProfile(
+            recall_wrong_answer=0.85,
+            recall_right_answer=0.4,
+            off_by=0.1,
+            false_alarm=0.1,
+            format_failure=0.05,
+            early_miss=0.3,
+            vote_correlation=0.5,
         )
     ),
 }

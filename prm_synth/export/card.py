@@ -32,7 +32,7 @@ from prm_synth.export.views import (
 )
 from prm_synth.schema import LabelSource
 from prm_synth.shards import iter_records, iter_tables, read_manifest
-from prm_synth.summary import RunSummary, summarize
+from prm_synth.summary import RunSummary, judge_cost_text, summarize
 
 TEMPLATE_NAME = "prm_dataset_card.md.j2"
 BEGIN = "<!-- prm-synth:begin -->"
@@ -531,6 +531,7 @@ def render_card(
         "consensus": summary.consensus.as_dict() | {"judge_accuracy": summary.consensus.judge_accuracy_text()}
         if summary.consensus and config.get("consensus")
         else None,
+        "judge_cost": judge_cost_text(summary),
         "cost": {
             k: "n/a" if cost is None else f"{cost:.1f}"
             for k, cost in (
