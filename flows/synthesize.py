@@ -42,7 +42,7 @@ from flows.reporting import (
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
-from prm_synth.engines.stream import stream_for
+from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
     ShardInput,
@@ -78,6 +78,8 @@ def _worth_retrying(task: Any, task_run: Any, state: Any) -> bool:
     """A shard whose every request the engine refused is not retried at once: the server refuses what
     is asked, and asking again in ten seconds costs the same for the same answer. Nor is one whose judge
     answered unreadable text: it is written already, its unreadable rows left for the next run."""
+    if STOPPING.is_set():  # the run is stopping (a signal): a retry would only wait, then be refused
+        return False
     return not isinstance(state.data, ShardRefusedError | UnreadableJudgeError)
 
 
