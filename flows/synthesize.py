@@ -11,6 +11,7 @@ when they are strings ("SynthesizeModel is not fully defined").
 """
 
 import contextlib
+import errno
 import itertools
 import math
 import os
@@ -74,11 +75,22 @@ class ShardsFailedError(PrmSynthError, RuntimeError):
     """Some shards failed; the others are kept, and the next run redoes only the failed ones."""
 
 
+# The output folder cannot take more (full, over quota, read-only): every later shard would be labeled,
+# then lost at its write. The run stops submitting shards, and ends with the disk's error.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def _disk_error(error: object) -> bool:
+    return isinstance(error, OSError) and error.errno in DISK_ERRNOS
+
+
 def _worth_retrying(task: Any, task_run: Any, state: Any) -> bool:
     """A shard whose every request the engine refused is not retried at once: the server refuses what
     is asked, and asking again in ten seconds costs the same for the same answer. Nor is one whose judge
     answered unreadable text: it is written already, its unreadable rows left for the next run."""
     if STOPPING.is_set():  # the run is stopping (a signal): a retry would only wait, then be refused
+        return False
+    if _disk_error(state.data):  # a full disk is not full for a moment: a retry relabels, then fails again
         return False
     return not isinstance(state.data, ShardRefusedError | UnreadableJudgeError)
 
@@ -218,6 +230,7 @@ class ShardsOutcome:
     failed: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # failed because the engine refused everything
     unreadable: dict[int, str] = field(default_factory=dict)  # written, but its judge could not be read
+    disk: OSError | None = None  # a shard could not be written: the disk is full (no later shard is started)
 
 
 def _open_shards(config: PipelineConfig, limit: int | None, dry_run: bool) -> Iterator[ShardInput]:
@@ -269,10 +282,14 @@ def _label_shards(
                 outcome.refused[index] = str(e)
             if isinstance(e, UnreadableJudgeError):
                 outcome.unreadable[index] = str(e)
+            if _disk_error(e) and outcome.disk is None:
+                outcome.disk = e  # type: ignore[assignment]
             logger.error("shard %d failed: %s", index, outcome.failed[index])
         progress.advance(tokens, shard_index=index)
 
     for shard in shards:
+        if outcome.disk is not None:
+            break
         entry = finished.get(shard.index)
         redo: list[str] | None = None
         reopen: list[str] | None = None
@@ -293,6 +310,9 @@ def _label_shards(
                 logger.info("shard %d: %d row(s) left open last time are judged again", shard.index, len(reopen))
         if len(window) >= config.run.max_parallel_shards:
             drain_one()
+        if outcome.disk is not None:  # the disk is full: a shard labeled now could not be written either
+            logger.error("the output folder cannot take more (%s): no further shard is started", outcome.disk)
+            break
         with _ray_options(config):
             future = label_task.submit(config, target, shard.index, shard.items, redo, reopen)
         window.append((shard.index, future))
@@ -350,6 +370,8 @@ def synthesize(
                     target,
                     e.strerror or e,
                 )
+    if outcome.disk is not None:  # the command says it in one line (the disk's words, how to resume)
+        raise outcome.disk
     if outcome.failed and outcome.unreadable.keys() == outcome.failed.keys():
         # One cause, said once: the judge named, one of its answers shown (the shards are written).
         first = outcome.unreadable[min(outcome.unreadable)]
