@@ -133,7 +133,13 @@ def label_shard(
         )
         source_rows = entry.problems
         items = redo_items(items, set(redo or ()))
-    open_rows = [r for r in previous.rejected if r.get("id") in set(reopen or ())] if previous is not None else []
+    # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
+    reopened_ids, redone = set(reopen or ()), set(redo or ())
+    open_rows = [
+        r
+        for r in (previous.rejected if previous else [])
+        if r.get("id") in reopened_ids and r.get("problem_id") not in redone
+    ]
     limit = config.run.gpu_concurrency_limit
     logger = get_run_logger()
     # Where a shard ran (a Ray worker on some node, or this process), for the flow run's logs.
@@ -305,7 +311,9 @@ def _label_shards(
                 continue
             outcome.redone += len(redo) + len(reopen)
             if redo:
-                logger.info("shard %d: %d problem(s) the engine refused last time are asked again", shard.index, len(redo))
+                logger.info(
+                    "shard %d: %d problem(s) the engine refused last time are asked again", shard.index, len(redo)
+                )
             if reopen:
                 logger.info("shard %d: %d row(s) left open last time are judged again", shard.index, len(reopen))
         if len(window) >= config.run.max_parallel_shards:

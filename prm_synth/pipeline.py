@@ -153,16 +153,18 @@ def judge_onwards(
     verify_only: list[LabeledRecord] | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
-    that passed consensus in an earlier run and only need verifying again (`finish_open_rows`)."""
+    that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
+    those alone, judge and consensus do not run."""
+    judging = bool(records) or verify_only is None
     judged, judge_rejected, judge_stats = (
         judge_records(_engine_for("judge", judge_engine), records, config.judge, config.run.max_batch_requests)
-        if config.judge is not None
+        if config.judge is not None and judging
         else (records, [], None)
     )
     clock.lap("judge")
     kept, consensus_rejected, consensus_stats = (
         apply_consensus(judged, config.consensus, config.labels.min_confidence)
-        if config.consensus
+        if config.consensus and judging
         else (judged, [], None)
     )
     clock.lap("consensus")

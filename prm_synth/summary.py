@@ -174,7 +174,9 @@ def _left_open_warnings(root: str | Path, stats: ShardStats) -> list[str]:
     for reason, who in (("judge_unreadable", "judge"), ("verify_unreadable", "verifier")):
         if not (count := reasons.get(reason)):
             continue
-        said = sample_in(next((r.get("detail") for r in iter_records(root, "rejected") if r.get("reason") == reason), ""))
+        said = sample_in(
+            next((r.get("detail") for r in iter_records(root, "rejected") if r.get("reason") == reason), "")
+        )
         out.append(
             f"{count} row(s) are left open because the {who}'s answers could not be read"
             + (f" (e.g. {said})" if said else "")

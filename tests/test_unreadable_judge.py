@@ -25,7 +25,15 @@ from prm_synth.config import load_config, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, GenerationResult
 from prm_synth.engines.simulated import SimulatedJudge
-from prm_synth.pipeline import ShardInput, process_shard
+from prm_synth.pipeline import (
+    ShardInput,
+    ShardRows,
+    UnreadableJudgeError,
+    check_judges_readable,
+    finish_open_rows,
+    merge_redo,
+    process_shard,
+)
 from prm_synth.problems import iter_problems
 from prm_synth.shards import iter_records
 
@@ -201,3 +209,19 @@ def test_rows_without_a_readable_vote_or_chain_are_left_open_with_their_row_as_p
     left = [r for r in out.rejected if r.reason == "verify_unreadable"]
     assert left and out.stats.verify.unreadable_rows == len(left) and {r.stage for r in left} == {"verify"}
     assert len(out.records) + len(out.rejected) == ROWS  # nothing lost
+    with pytest.raises(UnreadableJudgeError, match=r"the verifier \(simulated-judge[^)]*\) gave \d+ of \d+ chains"):
+        check_judges_readable(out, fine, fine)
+
+    # the next run: the open rows are verified again from their payloads (nothing sampled or judged again)
+    rows = [r.to_row() for r in left]
+    again = finish_open_rows(config, rows, "fp", judge_engine=None, verify_engine=fine)
+    assert sorted(r.id for r in again.records) == sorted(r["id"] for r in rows) and again.rejected == []
+    assert again.stats.judge is None and again.stats.verify.rows == len(rows)
+    assert all(r.verify_model == fine.model_name for r in again.records)
+    merged = merge_redo(
+        ShardRows([r.to_row() for r in out.records], [r.to_row() for r in out.rejected], out.stats),
+        set(),
+        again,
+        frozenset(r["id"] for r in rows),
+    )
+    assert len(merged.records) == ROWS and merged.stats.rejected_by_reason.get("verify_unreadable") is None
