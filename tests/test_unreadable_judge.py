@@ -225,3 +225,36 @@ def test_rows_without_a_readable_vote_or_chain_are_left_open_with_their_row_as_p
         frozenset(r["id"] for r in rows),
     )
     assert len(merged.records) == ROWS and merged.stats.rejected_by_reason.get("verify_unreadable") is None
+
+
+@pytest.mark.slow
+def test_the_real_command_against_an_unreadable_judge_ends_with_one_error_line_then_resumes(tmp_path):
+    """As a user runs it (a worker process, Prefect's temporary server): exit 1, the error line naming the
+    judge is the last line of stderr, no traceback; the same command after the fix judges the open rows."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = str(tmp_path / "out")
+    env = os.environ | {"PYTHONPATH": str(root), "PREFECT_HOME": str(tmp_path / "prefect")}
+    env.pop("PRM_SYNTH_IN_PROCESS", None)
+    with JudgeServer() as judge:
+        cmd = [sys.executable, "-m", "prm_synth.cli", "run", _pipeline(tmp_path, judge.url), "--out", out]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 1, done.stdout + done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert lines[-1].startswith("error: 2 shard(s) written with rows left open: the judge (judge-typo at "), lines[
+            -1
+        ]
+        assert judge.url in lines[-1] and "I have looked at every paragraph" in lines[-1]
+        assert sum(line.startswith("error:") for line in lines) == 1 and "Traceback" not in done.stderr
+        assert len(judge.prompts) == ROWS
+
+        judge.answer = "\\boxed{-1}"
+        done = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["rows"] + summary["rejected"] == ROWS and summary["reconciles"]
+        assert "judge_unreadable" not in summary["rejected_by_reason"] and len(judge.prompts) == 2 * ROWS
