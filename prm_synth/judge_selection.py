@@ -127,6 +127,7 @@ def judge_selected(
         verdicts.append(JudgeVerdict(winner, votes[i], texts[i], tokens[i], tie))
         _count(stats, votes[i], winner, tie, tokens[i])
     kept, rejected = apply_verdicts(engine, records, verdicts, config)
+    stats.unreadable_rows += sum(r.reason == "judge_unreadable" for r in rejected)
     return kept, rejected, stats
 
 

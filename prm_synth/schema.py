@@ -18,7 +18,7 @@ import pyarrow as pa
 LabelSource = Literal["mc", "verdict", "test", "inferred", "consensus", "none"]
 LABEL_SOURCES: tuple[str, ...] = get_args(LabelSource)
 # The stage of the data flow at which an input or a row was rejected.
-Stage = Literal["load", "sample", "split", "annotate", "judge", "consensus", "write"]
+Stage = Literal["load", "sample", "split", "annotate", "judge", "consensus", "verify", "write"]
 STAGES: tuple[str, ...] = get_args(Stage)
 # A grade of a solution or a rollout: unknown is never counted as correct.
 VerdictStatus = Literal["correct", "incorrect", "unknown"]
@@ -38,6 +38,10 @@ RejectReason = Literal[
     "line_too_long",
     # sample / annotate / judge: the engine refused the request
     "engine_refused",
+    # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of
+    # the row, so the row is left open (its payload is the labeled row) and the next run asks again
+    "judge_unreadable",
+    "verify_unreadable",
     # split: the policy wrote nothing to split
     "empty_solution",
     # annotate (OmegaPRM): a question without a row
@@ -52,6 +56,9 @@ RejectReason = Literal[
     "unencodable_text",
 ]
 REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
+# Rows rejected for now because a stage's engine failed on them, not for their content: the next run
+# of the same command finishes them from their payload (the row as that stage got it).
+LEFT_OPEN_REASONS = frozenset({"judge_unreadable", "verify_unreadable"})
 # Why a step has no label (a row's `unlabeled_reason`).
 UnlabeledReason = Literal[
     "after_error",  # its prefix follows the first bad step: it holds that error
@@ -268,6 +275,7 @@ class JudgeStats:
     undecided: int = 0  # no verdict: ties plus solutions without a readable vote
     engine_calls: int = 0
     refused: int = 0  # requests the engine refused (their rows are rejected)
+    unreadable_rows: int = 0  # rows without one readable vote: left open (`judge_unreadable`), asked again
     tokens: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)  # "-1" / "error" / "none" -> count
     # judge selection (judge_selection.py): requests sent (one per row and round, n=1 each; `select: all`
@@ -378,6 +386,8 @@ class VerifyStats:
     tokens: int = 0  # prompt + generated tokens of every verify request
     engine_calls: int = 0
     refused: int = 0  # rows whose request the engine refused (their chains count as `engine_refused`)
+    unreadable_rows: int = 0  # rows without one readable chain: left open (`verify_unreadable`), asked again
+    unreadable_chains: int = 0  # chains not in the verifier's format at all (verify.UNREADABLE_CHAIN)
 
     def fractions(self) -> dict[str, float | None]:
         """Kept / sampled chains, per-step agreement, what a kept chain cost (every verify token, the

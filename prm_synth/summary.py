@@ -13,8 +13,9 @@ from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import ConfigError, validate_config
+from prm_synth.judge import sample_in
 from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
-from prm_synth.shards import dataset_shards, iter_tables, read_manifest
+from prm_synth.shards import dataset_shards, iter_records, iter_tables, read_manifest
 
 
 def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
@@ -145,7 +146,7 @@ def summarize(root: str | Path) -> RunSummary:
         rollouts=stats.rollouts,
         unknown_rollouts=stats.unknown_rollouts,
         unknown_rate=round(stats.unknown_rollouts / stats.rollouts, 4) if stats.rollouts else 0.0,
-        warnings=_warnings(stats),
+        warnings=_warnings(stats) + _left_open_warnings(root, stats),
         requests_refused=stats.requests_refused,
         tokens=stats.tokens,
         rollouts_per_labeled_step=_per(stats.rollouts, labels["labeled_steps"]),
@@ -198,6 +199,25 @@ def _warnings(stats: ShardStats) -> list[str]:
         out.append(
             f"{refused} row(s) were refused by the engine (see their detail in rejected/): they are not done, "
             "the next run of the same command asks for them again"
+        )
+    return out
+
+
+def _left_open_warnings(root: str | Path, stats: ShardStats) -> list[str]:
+    """Rows left open because the judge or verifier could not be read: counted apart from the rejections
+    for content, with one of the engine's answers (the first such row's detail says it)."""
+    reasons = stats.rejected_by_reason or {}
+    out = []
+    for reason, who in (("judge_unreadable", "judge"), ("verify_unreadable", "verifier")):
+        if not (count := reasons.get(reason)):
+            continue
+        said = sample_in(
+            next((r.get("detail") for r in iter_records(root, "rejected") if r.get("reason") == reason), "")
+        )
+        out.append(
+            f"{count} row(s) are left open because the {who}'s answers could not be read"
+            + (f" (e.g. {said})" if said else "")
+            + f": they are not done, the next run of the same command asks the {who} again for them alone"
         )
     return out
 

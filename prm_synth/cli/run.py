@@ -250,11 +250,12 @@ def _stop_prefect_server() -> None:
 
 
 def _stop_interrupted(signal_name: str) -> NoReturn:
-    """After SIGINT/SIGTERM: shut the engines down (bounded), say how to resume, exit 130."""
-    from prm_synth.engines import close_engines
+    """After SIGINT/SIGTERM: shut the engines down (bounded), say how to resume, exit 130. "stopping..."
+    is said when the stop starts (the worker's signal handler); in-process, here."""
+    from prm_synth.engines import close_engines, stop_engines
 
-    reason = "Ctrl-C" if signal_name == signal.SIGINT.name else signal_name
-    typer.echo(f"\nstopping ({reason})... shutting the engine down", err=True)
+    supervise.announce_stop(signal_name)
+    stop_engines(f"the run is stopping ({signal_name})")
     clean = supervise.stop_within(close_engines)
     typer.echo(
         "error: interrupted; finished shards are kept, run the same command again to resume"

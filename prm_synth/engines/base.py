@@ -109,6 +109,10 @@ class RequestAbandoned(EngineError):
     """The caller gave the request up (its shard failed or stopped) before it finished."""
 
 
+class RunStopped(EngineError):
+    """The run is stopping (SIGINT/SIGTERM): this request was cancelled, or never sent (engines.stop_engines)."""
+
+
 # What a streaming engine's step reports per finished request: its result, or why it failed.
 Outcome = GenerationResult | EngineError
 

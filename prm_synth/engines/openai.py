@@ -18,11 +18,15 @@ never trips), and a reply larger than any honest answer to the request (`_max_re
 refused. A reply is read as JSON and checked field by field, never trusted to have the right shape.
 The API key is read from the environment and scrubbed from every message and every completion text
 (a server that echoes it must not put it into the dataset).
+
+A stop (`cancel_all`, on a signal) cancels every request in flight and every retry waiting for its
+turn at once, and no attempt starts after it: the command does not wait out `timeout_s` x retries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import logging
@@ -43,6 +47,7 @@ from prm_synth.engines.base import (
     GenerationRequest,
     GenerationResult,
     RequestRefused,
+    RunStopped,
     sample_seed,
 )
 from prm_synth.engines.chat import count_tokens, render_plain, render_prompt, strip_duplicate_bos
@@ -152,6 +157,8 @@ class OpenAIEngine:
         self._lock = threading.Lock()
         self.attempts = 0  # calls sent, retries included (for tests and stats)
         self.retries = 0
+        self._stopped = False  # `cancel_all` was called: no attempt starts any more
+        self._tasks: set[asyncio.Task[Any]] = set()  # the requests on the loop now (attempts and retry waits)
 
     # ------------------------------------------------------------ protocol
     @property
@@ -206,6 +213,20 @@ class OpenAIEngine:
         if self._sem is None:  # the same engine-wide bound as `agenerate`
             self._sem = asyncio.Semaphore(self.config.max_concurrency)
         return await self._one(0, request, self._sem)
+
+    def cancel_all(self) -> None:
+        """Stop at once (a signal): every request in flight and every retry waiting is cancelled, and no
+        attempt starts after this. Safe from any thread; never waits."""
+        self._stopped = True
+        with self._lock:
+            loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile: nothing runs on it
+                loop.call_soon_threadsafe(self._cancel_tasks)
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
     def close(self) -> None:
         """Close the HTTP client and stop the private loop thread. Idempotent."""
@@ -268,12 +289,18 @@ class OpenAIEngine:
         return text
 
     async def _one(self, index: int, request: GenerationRequest, sem: asyncio.Semaphore) -> GenerationResult:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         prompt = self.render(request)
         attempts = self.config.max_retries + 1
         last = ""
         for attempt in range(attempts):
             try:
                 async with sem:
+                    if self._stopped:  # checked where an attempt would start: none starts after a stop
+                        raise RunStopped(f"{self.config.base_url}: the run is stopping; request {index} not sent")
                     self.attempts += 1
                     response = await self._call(prompt, request)
                 return self._result(prompt, request, response)
