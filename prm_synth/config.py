@@ -104,6 +104,22 @@ ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discrimin
 
 
 # ---------------------------------------------------------------- engines
+class ThinkingConfig(Strict):
+    """A reasoning model that writes a thinking trace before its answer (prm_synth/thinking.py).
+
+    A prefix inside the trace is rendered so the model goes on thinking, one past the close marker so it
+    goes on with the answer; the grader reads only the text after the close marker, and a completion
+    that never closes its trace is unknown ("truncated_thinking")."""
+
+    open: str | None = Field(None, min_length=1)
+    """The marker that opens the trace (None: the one the tokenizer's chat template names, else `<think>`)."""
+    close: str | None = Field(None, min_length=1)
+    """The marker that closes the trace (None: the one the tokenizer's chat template names, else `</think>`)."""
+    forced_open: bool | None = None
+    """Whether the chat template's generation prompt already opens the trace (DeepSeek-R1 distills end it
+    with `<think>\\n`), so the model's text starts inside it; None: found by rendering the template."""
+
+
 class SimulatedPolicyConfig(Strict):
     kind: Literal["simulated"] = "simulated"
     step_error: float = Field(0.1, ge=0.0, le=1.0)
@@ -116,6 +132,9 @@ class SimulatedPolicyConfig(Strict):
     recover_in_sample: bool = False
     step_format: Literal["line", "paragraph"] = "line"
     model_name: str = "simulated-arithmetic"
+    thinking: ThinkingConfig | None = None
+    """Write each solution as a thinking trace (one paragraph a step) closed by the close marker, then
+    the answer; rollouts continue it as a thinking model would (None: plain solutions)."""
     # Worlds that break one assumption of a labeler's model each (benchmarks/fidelity.py); all off by default.
     # Per-problem luck: each problem's `recover` drawn uniformly from [lo, hi] (None: recover).
     recover_range: tuple[float, float] | None = None
@@ -174,6 +193,8 @@ class VLLMConfig(Strict):
     enforce_eager: bool | None = None  # None: True on CPU (no 220 s compile)
     enable_prefix_caching: bool = True
     system_prompt: str | None = None
+    thinking: ThinkingConfig | None = None
+    """A thinking model's trace markers (None: the model writes no thinking trace)."""
 
     @property
     def is_demo(self) -> bool:
@@ -191,6 +212,8 @@ class OpenAIConfig(Strict):
     system_prompt: str | None = None
     # completions endpoint: the prompt is rendered with this tokenizer's chat template (None: model)
     tokenizer: str | None = None
+    thinking: ThinkingConfig | None = None
+    """A thinking model's trace markers (None: the model writes no thinking trace)."""
 
 
 EngineConfig = Annotated[SimulatedPolicyConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
@@ -301,8 +324,15 @@ class SamplingConfig(Strict):
 
 
 class StepsConfig(Strict):
-    strategy: Literal["paragraph", "line", "step-marker", "regex"] = "line"
+    strategy: Literal["paragraph", "line", "step-marker", "regex", "thinking"] = "line"
+    """How a solution is cut into steps; `thinking`: the paragraphs of a thinking trace, then the answer
+    after its close marker as the last step (the policy's `thinking` markers)."""
     pattern: str | None = None  # for strategy: regex
+    min_chars: int = Field(0, ge=0, le=100_000)
+    """strategy thinking: a paragraph shorter than this many characters is merged into the next one."""
+    max_steps: int | None = Field(None, ge=2, le=100_000)
+    """At most this many steps a solution: neighbours are merged evenly (None: no limit). With thinking,
+    the answer section stays the last step of its own."""
 
     @model_validator(mode="after")
     def _pattern(self) -> StepsConfig:
@@ -355,6 +385,9 @@ class MCConfig(Strict):
     method: Literal["mc"] = "mc"
     k: RolloutCount = 8
     stop_at_first_zero: bool = False  # stop probing after the first prefix with MC 0
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one solution may generate at most (None: no limit); the steps left when it
+    is spent are unlabeled with reason `token_budget`."""
 
 
 _SPRT_KNOBS = frozenset({"bad_rate", "good_rate", "sprt_error", "probe_batch", "probe_max_rollouts"})
@@ -368,7 +401,7 @@ class SearchKnobs(Strict):
     knobs that search reads, and the fields every search of the method reads (`ALWAYS`)."""
 
     SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {}
-    ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test"})
+    ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test", "max_rollout_tokens"})
     search_test: SearchTestName  # each subclass sets its default
 
     @model_validator(mode="after")
@@ -418,6 +451,10 @@ class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     changepoint_max_rollouts: int = Field(56, ge=1, le=MAX_ROLLOUTS)
     recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one solution may generate at most, beside the rollout budget (None: no
+    limit). The change-point search then weighs a probe's worth against its expected tokens; steps left
+    undecided when it is spent are unlabeled with reason `token_budget`."""
 
 
 class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
@@ -429,7 +466,19 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
         "changepoint": frozenset({"confidence", "probe_batch", "probe_max_rollouts"}),
     }
     ALWAYS: ClassVar[frozenset[str]] = frozenset(
-        {"method", "search_test", "k", "alpha", "beta", "length", "c_puct", "search_limit", "rollout_budget", "screen"}
+        {
+            "method",
+            "search_test",
+            "k",
+            "alpha",
+            "beta",
+            "length",
+            "c_puct",
+            "search_limit",
+            "rollout_budget",
+            "screen",
+            "max_rollout_tokens",
+        }
     )
 
     method: Literal["omegaprm"]
@@ -444,6 +493,8 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     # `sprt` uses the sequential test (bad_rate / good_rate above); `changepoint` the posterior.
     search_test: SearchTestName = "fixed"
     screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one question may generate at most, beside `rollout_budget` (None: no limit)."""
 
 
 P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
@@ -551,11 +602,33 @@ class PipelineConfig(Strict):
             engine = (data.get(section) or {}).get("engine") or {}
             if engine.get("kind") == "simulated-judge" and engine.get("errors") is None:
                 engine.pop("errors", None)
+        _drop_added_defaults(data)
         if (revision := self.labeler_revision()) is not None:
             data["labeler_revision"] = revision
         # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# Fields added after datasets were written, with the value that means "as before": left out of the hash at
+# that value, so a folder written before the field existed keeps its fingerprint and resumes.
+_ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("policy", "thinking"), None),
+    (("judge", "engine", "thinking"), None),
+    (("verify", "engine", "thinking"), None),
+    (("steps", "min_chars"), 0),
+    (("steps", "max_steps"), None),
+    (("annotate", "max_rollout_tokens"), None),
+)
+
+
+def _drop_added_defaults(data: dict[str, Any]) -> None:
+    for path, default in _ADDED_FIELDS:
+        section: Any = data
+        for part in path[:-1]:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict) and path[-1] in section and section[path[-1]] == default:
+            del section[path[-1]]
 
 
 class ConfigError(PrmSynthError, ValueError):
