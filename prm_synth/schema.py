@@ -62,6 +62,7 @@ UnlabeledReason = Literal[
     # a correct final answer, and the evidence says an error may lie somewhere before it, not where: the
     # shard's correct-answer solutions hold process errors (measured), or this one's rollouts dip and rise
     "undecided_unlocated",
+    "token_budget",  # the solution's rollout tokens (annotate.max_rollout_tokens) ran out before it was decided
 ]
 # How a first-error search decides a prefix (annotate/prefix_decision.py, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's

@@ -94,6 +94,10 @@ class RunSummary:
     labels: dict[str, Any] = field(default_factory=dict)  # label statistics (`_label_statistics`)
     verify: VerifyStats | None = None  # None where no verify stage ran
     run: RunFacts | None = None
+    # the rollouts' tokens (prompt and generated) per labeled step and per row whose first error was
+    # located: what long solutions (thinking traces) cost, where a rollout's length grows with the steps left
+    rollout_tokens_per_labeled_step: float | None = None
+    rollout_tokens_per_located_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON: the counts, consensus and verify counts with fractions ({} without), the run's facts."""
@@ -142,6 +146,8 @@ def summarize(root: str | Path) -> RunSummary:
         tokens_per_labeled_step=_per(stats.tokens, labels["labeled_steps"]),
         config_fingerprint=manifest["config_fingerprint"],
         labels=labels,
+        rollout_tokens_per_labeled_step=_per(stats.rollout_tokens, labels["labeled_steps"]),
+        rollout_tokens_per_located_error=_per(stats.rollout_tokens, labels["rows_with_error"]),
     )
 
 

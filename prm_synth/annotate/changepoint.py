@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.budget_interval import mark_open_interval
 from prm_synth.annotate.changepoint_posterior import (
     DEFAULT_PRIORS,
     K_CHOICES,
@@ -70,6 +71,7 @@ from prm_synth.annotate.labels import (
     labels_from_posterior,
 )
 from prm_synth.annotate.protocol import Annotator, Probe, Wait
+from prm_synth.annotate.token_cost import per_expected_token
 
 UNDECIDED_MISFIT = "undecided_misfit"  # the solution's evidence contradicts the model: no label is trusted
 __all__ = [
@@ -133,7 +135,13 @@ def unmeasured_bad(ev: Evidence, first_bad: int) -> int | None:
 
 
 def best_probe(
-    post: Posterior, priors: Priors, batch: int, room: int, cap: int, extra: Sequence[int] = ()
+    post: Posterior,
+    priors: Priors,
+    batch: int,
+    room: int,
+    cap: int,
+    extra: Sequence[int] = (),
+    token_weighted: bool = False,
 ) -> tuple[int, float]:
     """(prefix j, expected bits of first-error uncertainty removed per rollout) of the best candidate probe
     (`probe_gains` scores them). `extra`: more candidate prefixes (the open interval the search is
@@ -152,7 +160,7 @@ def best_probe(
     chosen = [j for j in sorted(candidates) if 0 <= j < n and ev.graded[j] + b <= cap]
     if not chosen:
         return -1, 0.0
-    gains = probe_gains(post, priors, chosen, b)
+    gains = per_expected_token(probe_gains(post, priors, chosen, b), chosen, n, token_weighted)
     best = int(np.argmax(gains))
     return (chosen[best], float(gains[best])) if gains[best] > 0 else (-1, 0.0)
 
@@ -211,6 +219,8 @@ class ChangepointSettings:
     # the default priors' weight while the second phase chooses the rollouts' overdispersion k, in
     # solutions per solution of the shard (`second_phase_priors`)
     k_choice_default_weight: float = 0.5
+    # a token budget is set (`max_rollout_tokens`): probes are ranked per expected token (`token_cost.py`)
+    token_weighted: bool = False
 
     @classmethod
     def of(cls, config: Any) -> ChangepointSettings:
@@ -218,6 +228,7 @@ class ChangepointSettings:
             confidence=config.confidence,
             bad_confidence=max(config.confidence, cls.bad_confidence),
             max_rollouts=config.changepoint_max_rollouts,
+            token_weighted=getattr(config, "max_rollout_tokens", None) is not None,
         )
 
     def second_phase(self) -> ChangepointSettings:
@@ -373,9 +384,11 @@ def decide(post: Posterior, samples: np.ndarray, spent: int, settings: Changepoi
     j, gain = -1, 0.0
     value = probe_value_priors(priors)
     if spent < settings.max_rollouts:
-        j, gain = best_probe(post, value, settings.batch, room, settings.prefix_cap)
+        j, gain = best_probe(post, value, settings.batch, room, settings.prefix_cap, (), settings.token_weighted)
     if (j < 0 or gain < settings.min_gain) and interval:
-        j, gain = best_probe(post, value, settings.batch, room, settings.localize_cap, _spread(interval))
+        j, gain = best_probe(
+            post, value, settings.batch, room, settings.localize_cap, _spread(interval), settings.token_weighted
+        )
         gain = gain if gain >= settings.localize_min_gain else 0.0
     # the first bad label lacks a measurement of its own prefix: measure it, whatever the
     # posterior expects (a confident prior is what the rule distrusts)
@@ -597,6 +610,7 @@ def label(
         why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE
         lab_labels[first_bad:] = [None] * (n - first_bad)
         reasons[first_bad:] = [why] * (n - first_bad)
+    mark_open_interval(lab_labels, reasons, p_good.tolist(), settings.confidence)  # where the error lies
     ann.p_good = [float(p) for p in belief]
     ann.unlabeled_reason = reasons
     ann.decided.clear()

@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.budget_interval import token_budget_reasons
 from prm_synth.annotate.changepoint import FirstPhasePool, relabel
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
@@ -39,7 +40,7 @@ from prm_synth.annotate.scheduler import (
 from prm_synth.annotate.search import binary_search, first_error_search
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
-from prm_synth.grading import Verdict, grade
+from prm_synth.grading import Verdict, grade_answer
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
 from prm_synth.schema import (
@@ -52,7 +53,8 @@ from prm_synth.schema import (
     VerdictStatus,
     reject,
 )
-from prm_synth.steps import split_steps
+from prm_synth.steps import splitter
+from prm_synth.thinking import engine_markers
 
 Progress = Callable[[str], None]
 
@@ -114,12 +116,15 @@ def new_scheduler(
     engine: Engine, config: PipelineConfig, on_progress: ProgressCallback | None = None
 ) -> ProbeScheduler:
     r = config.rollouts
+    markers = engine_markers(config.policy, engine)
     return ProbeScheduler(
         engine,
         SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p),
         max_batch_requests=config.run.max_batch_requests,
         max_in_flight=config.run.max_in_flight,
+        grader=None if markers is None else (lambda text, gold: grade_answer(text, gold, markers).status),
         on_progress=on_progress,
+        max_rollout_tokens=getattr(config.annotate, "max_rollout_tokens", None),
     )
 
 
@@ -166,9 +171,13 @@ class _Base:
         rollouts: int,
         tokens: int,
         complete: bool = True,
+        out_of_tokens: bool = False,
     ) -> LabeledRecord:
         rule = self.config.labels
         lab = apply_rule(ann, rule.rule, rule.significance)
+        reasons = unlabeled_reasons(lab.labels, lab.first_error, ann.unlabeled_reason)
+        if out_of_tokens:  # the token budget ran out: the steps it left undecided say so
+            reasons = token_budget_reasons(reasons, ann.mc_total, ann.mc_unknown)
         return LabeledRecord(
             id=row_id,
             problem_id=problem.id,
@@ -192,7 +201,7 @@ class _Base:
             rollouts=rollouts,
             tokens=tokens,
             p_good=ann.p_good,
-            unlabeled_reason=unlabeled_reasons(lab.labels, lab.first_error, ann.unlabeled_reason),
+            unlabeled_reason=reasons,
         )
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
@@ -222,8 +231,19 @@ class _Base:
                 rejected.append(refused_row(s.id, s.problem, "annotate", ann.message, {"steps": s.steps}))
                 continue
             spend = scheduler.spend.get(s.id, Spend())
+            out_of_tokens = s.id in scheduler.out_of_tokens
             records.append(
-                self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, spend.rollouts, spend.tokens + s.tokens)
+                self._record(
+                    engine,
+                    s.problem,
+                    s.id,
+                    s.steps,
+                    s.verdict,
+                    ann,
+                    spend.rollouts,
+                    spend.tokens + s.tokens,
+                    out_of_tokens=out_of_tokens,
+                )
             )
         return records, rejected
 
@@ -276,13 +296,14 @@ class SolutionLabeler(_Base):
         """Sample each problem's solutions and label them, sharing one engine stream: a problem's
         annotators start as soon as its own solutions are back (no drain between the two stages)."""
         scheduler = new_scheduler(engine, self.config, on_progress)
+        markers = engine_markers(self.config.policy, engine)
         futures = scheduler.submit([sampling_request(p, self.config) for p in problems])
         samples = self.config.sampling.samples_per_problem
         by_problem: dict[str, Sampled] = {}
         pool = self._first_phase_pool([p.id for p in problems])
 
         def jobs_of(problem: Problem, result: GenerationResult) -> list[SolutionJob[Annotation]]:
-            sampled = by_problem[problem.id] = read_solutions(problem, result, self.config)
+            sampled = by_problem[problem.id] = read_solutions(problem, result, self.config, markers)
             if pool is not None:
                 pool.solutions(problem.id, [s.id for s in sampled.solutions])
             return [self._job(s, pool) for s in sampled.solutions]
@@ -326,7 +347,8 @@ class MCLabeler(SolutionLabeler):
         self.annotate: MCConfig = config.annotate  # type: ignore[assignment]
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
-        return per_step_mc(steps, final_status, self.annotate.k, self.annotate.stop_at_first_zero)
+        a = self.annotate
+        return per_step_mc(steps, final_status, a.k, a.stop_at_first_zero, in_order=a.max_rollout_tokens is not None)
 
     def budget_line(self) -> str:
         stop = ", stopping at the first prefix with MC 0" if self.annotate.stop_at_first_zero else ""
@@ -416,7 +438,8 @@ class OmegaLabeler(_Base):
         on_progress: ProgressCallback | None = None,
     ) -> LabelResult:
         scheduler = new_scheduler(engine, self.config, on_progress)
-        split = partial(split_steps, strategy=self.config.steps.strategy, pattern=self.config.steps.pattern)
+        markers = engine_markers(self.config.policy, engine)
+        split = splitter(self.config.steps, markers)
         jobs = (
             SolutionJob(
                 key=p.id,
@@ -455,13 +478,22 @@ class OmegaLabeler(_Base):
             for i, (path, r_share, t_share) in enumerate(shares):
                 complete = path.final_status is not None
                 verdict = (
-                    grade(path.text, p.gold_answer)
+                    grade_answer(path.text, p.gold_answer, markers)
                     if complete
                     else Verdict(status="unknown", extracted=None, reason="partial_path")
                 )
                 out.records.append(
                     self._record(
-                        engine, p, f"{p.id}-t{i}", path.steps, verdict, path.annotation, r_share, t_share, complete
+                        engine,
+                        p,
+                        f"{p.id}-t{i}",
+                        path.steps,
+                        verdict,
+                        path.annotation,
+                        r_share,
+                        t_share,
+                        complete,
+                        out_of_tokens=p.id in scheduler.out_of_tokens,
                     )
                 )
         return out

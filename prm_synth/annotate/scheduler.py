@@ -15,7 +15,10 @@ still being sampled), so sampling and annotation share the engine. A request the
 (`RequestRefused`: e.g. a prefix longer than the model's context) ends the annotators that wait on
 it: each is yielded with `Refused` instead of its annotation, and the others go on. Any other engine
 error ends the run (the shard fails and is redone), and the requests still out are given up, so the
-engine stops running them. (A scheduler that sends every pending probe as one batch and waits for
+engine stops running them. A per-job token budget (`max_rollout_tokens`) is enforced here, where every
+method's probes pass: once a job's rollouts have generated that many tokens it gets no new rollouts,
+its later probes are answered from what is measured already, and the job is listed in `out_of_tokens`
+(its row's undecided steps say `token_budget`). (A scheduler that sends every pending probe as one batch and waits for
 all of it, the former behaviour, is kept in benchmarks/ as the baseline this one is measured against.)
 """
 
@@ -97,6 +100,7 @@ class Spend:
 
     rollouts: int = 0
     tokens: int = 0
+    generated: int = 0  # of `tokens`, those the rollouts generated (what the token budget counts)
 
 
 @dataclass
@@ -174,6 +178,7 @@ class ProbeScheduler:
         on_progress: ProgressCallback | None = None,
         progress_interval_s: float = 2.0,
         label: str = "annotate",
+        max_rollout_tokens: int | None = None,
     ) -> None:
         self.engine = engine
         self.stream: GenerationStream = stream_for(engine)
@@ -184,6 +189,8 @@ class ProbeScheduler:
         self.on_progress = on_progress
         self.progress_interval_s = progress_interval_s
         self.label = label
+        self.max_rollout_tokens = max_rollout_tokens
+        self.out_of_tokens: set[str] = set()  # keys of jobs whose token budget is spent
         self.stats = SchedulerStats()
         # (problem_key, prefix text) -> accumulated estimate; lives for one run of the scheduler.
         self._estimates: dict[_Key, _Estimate] = {}
@@ -327,6 +334,11 @@ class ProbeScheduler:
     def _register(self, pending: _Pending) -> None:
         """Ask the engine for what no estimate (done or in flight) of each prefix covers."""
         job = pending.job
+        if job.key in self.out_of_tokens:  # no new rollouts: answered from what is measured
+            for probe in pending.probes:
+                self._estimates.setdefault((job.problem_key, probe.prefix), _Estimate())
+            self._resumable.append(pending)
+            return
         for probe in pending.probes:
             key = (job.problem_key, probe.prefix)
             est = self._estimates.get(key)
@@ -438,6 +450,9 @@ class ProbeScheduler:
         spend = self.spend.setdefault(job.key, Spend())
         spend.rollouts += len(result.completions)
         spend.tokens += result.generated_tokens + result.prompt_tokens
+        spend.generated += result.generated_tokens
+        if self.max_rollout_tokens is not None and spend.generated >= self.max_rollout_tokens:
+            self.out_of_tokens.add(job.key)
 
     def _result(self, job: SolutionJob[Any], probe: Probe) -> ProbeResult:
         est = self._estimates[(job.problem_key, probe.prefix)]

@@ -64,6 +64,11 @@ def _print_summary(summary: RunSummary) -> None:
             "per labeled step",
             f"{summary.rollouts_per_labeled_step} rollouts, {summary.tokens_per_labeled_step} tokens",
         ),
+        (
+            "rollout tokens",
+            f"{summary.rollout_tokens_per_labeled_step} a labeled step, "
+            f"{summary.rollout_tokens_per_located_error} a located first error",
+        ),
         ("bad step fraction", summary.labels.get("bad_step_fraction")),
         *(
             [("kept by consensus", c.kept_text()), ("judge accuracy", c.judge_accuracy_text())]
