@@ -60,6 +60,7 @@ class Solution:
     steps: list[str]
     verdict: Verdict
     tokens: int  # its share of the sampling request's tokens (generated + prompt / n)
+    generated_tokens: int = 0  # the tokens the policy generated for it (a rollout's length is judged by it)
 
     @property
     def id(self) -> str:
@@ -119,7 +120,7 @@ def read_solutions(
             continue
         verdict = grade_completion(completion.text, problem.gold_answer, completion.finish_reason, markers)
         share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
-        out.solutions.append(Solution(problem, j, steps, verdict, share))
+        out.solutions.append(Solution(problem, j, steps, verdict, share, completion.generated_tokens))
     return out
 
 

@@ -45,15 +45,14 @@ def test_the_scheduler_gives_a_job_no_rollouts_once_its_tokens_are_spent():
 
     chain = arithmetic.generate(random.Random(0), 8, 8)
     user = policy_user_prompt(chain.question())
-    sched = ProbeScheduler(SimulatedPolicy(), SamplingOptions(), max_rollout_tokens=40)
+    sched = ProbeScheduler(SimulatedPolicy(), SamplingOptions(), max_rollout_tokens=200)
     ((job, seen),) = list(sched.run([SolutionJob("a", "p", user, str(chain.answer), annotator())]))
     assert job.key in sched.out_of_tokens
-    spent = sched.spend["a"].generated
-    assert spent >= 40
     stopped = seen.index(0)
     assert all(t == 2 for t in seen[:stopped]) and all(t == 0 for t in seen[stopped:])
-    # no rollout was asked after the budget was reached: the last probe is what crossed it
-    assert sched.stats.rollouts == 2 * stopped
+    assert sched.stats.rollouts == 2 * stopped  # nothing was asked after it stopped
+    # it stopped where the next probe's rollouts, each expected as long as the longest so far, would not fit
+    assert stopped >= 2 and sched.spend["a"].generated <= 200
 
 
 def test_a_probe_is_worth_its_gain_per_expected_token():

@@ -72,6 +72,7 @@ class LabelResult:
     trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
     stats: SchedulerStats = field(default_factory=SchedulerStats)
     sampled: Sampled = field(default_factory=Sampled)  # the solutions sampled for it (none per question)
+    spend: dict[str, Spend] = field(default_factory=dict)  # per solution (or question) key: what its probes cost
 
 
 class Labeler(Protocol):
@@ -216,7 +217,7 @@ class _Base:
         jobs = (self._job(s, pool) for s in solutions)
         annotations = self._jobs_run(scheduler, jobs, len(solutions), progress, pool)
         records, rejected = self._rows(engine, scheduler, solutions, annotations)
-        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats)
+        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, spend=scheduler.spend)
 
     def _rows(
         self, engine: Engine, scheduler: ProbeScheduler, solutions: list[Solution], annotations: dict[str, Any]
@@ -261,6 +262,7 @@ class _Base:
             user_prompt=policy_user_prompt(s.problem.question),
             gold=s.problem.gold_answer,
             annotator=self._annotator(s, pool),
+            length=(sum(map(len, s.steps)), s.generated_tokens) if s.generated_tokens else None,
         )
 
     def _annotator(self, s: Solution, pool: FirstPhasePool | None) -> Annotator[Annotation]:
@@ -329,7 +331,9 @@ class SolutionLabeler(_Base):
         for problem in problems:  # input order, whatever order the annotators finished in
             sampled += by_problem[problem.id]
         records, rejected = self._rows(engine, scheduler, sampled.solutions, annotations)
-        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled)
+        return LabelResult(
+            records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled, spend=scheduler.spend
+        )
 
     def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
         # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
@@ -451,7 +455,7 @@ class OmegaLabeler(_Base):
             for p in problems
         )
         results: dict[str, OmegaResult | Refused] = self._jobs_run(scheduler, jobs, len(problems), progress)
-        out = LabelResult(stats=scheduler.stats)
+        out = LabelResult(stats=scheduler.stats, spend=scheduler.spend)
         for p in problems:  # input order
             result = results[p.id]
             if isinstance(result, Refused):
