@@ -321,6 +321,8 @@ class SamplingConfig(Strict):
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=1, le=1_000_000)
+    """Sample from the k likeliest tokens only (None: all of them); reasoning models ask for it (Qwen3: 20)."""
 
 
 class StepsConfig(Strict):
@@ -351,6 +353,8 @@ class RolloutConfig(Strict):
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=1, le=1_000_000)
+    """Sample from the k likeliest tokens only (None: all of them)."""
 
 
 class SequentialTestConfig(Strict):
@@ -619,6 +623,8 @@ _ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("steps", "min_chars"), 0),
     (("steps", "max_steps"), None),
     (("annotate", "max_rollout_tokens"), None),
+    (("sampling", "top_k"), None),
+    (("rollouts", "top_k"), None),
 )
 
 

@@ -88,6 +88,7 @@ def sampling_request(problem: Problem, config: PipelineConfig) -> GenerationRequ
         max_tokens=config.sampling.max_tokens,
         temperature=config.sampling.temperature,
         top_p=config.sampling.top_p,
+        top_k=config.sampling.top_k,
     )
     return GenerationRequest(
         user=policy_user_prompt(problem.question), n=config.sampling.samples_per_problem, sampling=sampling

@@ -178,3 +178,28 @@ def test_the_simulated_policy_writes_a_trace_and_continues_it():
     inside = text[: text.index("\n\n", 20) + 2]
     (rest,) = policy.generate([GenerationRequest(user, assistant_prefix=inside)])
     assert inside + rest.completions[0].text == text  # a continuation from inside the trace closes it
+
+
+class _ThinkingJudge:
+    """A judge engine of a thinking model: a box while thinking, another in its answer (or no answer)."""
+
+    model_name = "thinking-judge"
+    thinking = ThinkingMarkers("<think>", "</think>")
+    texts = ("<think>\nParagraph 1 looks off: \\boxed{1}? No.\n</think>\n\n\\boxed{2}", "<think>\nHmm \\boxed{0}")
+
+    def generate(self, requests):
+        from prm_synth.engines.base import Completion, GenerationResult
+
+        return [GenerationResult(tuple(Completion(t, 5) for t in self.texts[: r.n]), 3) for r in requests]
+
+    def close(self):
+        pass
+
+
+def test_a_thinking_judges_vote_is_read_from_its_answer():
+    from prm_synth.config import JudgeConfig, SimulatedJudgeConfig
+    from prm_synth.judge import UNPARSEABLE, judge_solutions
+
+    config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=2)
+    (verdict,), _ = judge_solutions(_ThinkingJudge(), [("q", ["a", "b", "c", "d"])], config, 8)
+    assert verdict.votes == [2, UNPARSEABLE]  # the box in the thinking is no vote; an unclosed trace is none

@@ -120,7 +120,7 @@ def new_scheduler(
     markers = engine_markers(config.policy, engine)
     return ProbeScheduler(
         engine,
-        SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p),
+        SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k),
         max_batch_requests=config.run.max_batch_requests,
         max_in_flight=config.run.max_in_flight,
         grader=None if markers is None else (lambda text, gold: grade_answer(text, gold, markers).status),

@@ -316,6 +316,8 @@ class OpenAIEngine:
                     top_p=s.top_p,
                     stop=list(s.stop) or None,
                     seed=sample_seed(request),  # vLLM seeds sample i with seed + i: see sample_seed
+                    # top_k is no OpenAI parameter: vLLM and SGLang servers read it from the body
+                    extra_body=None if s.top_k is None else {"top_k": s.top_k},
                 ) as response:
                     body = bytearray()
                     async for chunk in response.iter_bytes():

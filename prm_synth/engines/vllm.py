@@ -93,6 +93,7 @@ def sampling_params(request: GenerationRequest, n: int | None = None, seed: int 
         top_p=s.top_p,
         stop=list(s.stop) or None,
         seed=seed,
+        **({} if s.top_k is None else {"top_k": s.top_k}),
     )
 
 
@@ -143,7 +144,8 @@ class VLLMEngine:
             try:
                 llm = LLM(**kwargs)
             except Exception as e:
-                raise EngineError(f"vLLM could not start model {self._model_name!r}: {e}") from e
+                reason = " ".join(str(e).split())  # one line: a library's message may span several
+                raise EngineError(f"vLLM could not start model {self._model_name!r}: {reason}") from e
             self.start_seconds = time.perf_counter() - t0
             log.info("vLLM ready in %.1f s", self.start_seconds)
         self._llm = llm
