@@ -363,6 +363,9 @@ def main() -> None:
     parser.add_argument("--knob-problems", type=int, default=40, help="problems of the knob-independence check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
+    from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
+
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
     if args.worlds == ["long"]:
         long_worlds.main(args.problems, args.seed, Score)
@@ -388,6 +391,7 @@ def main() -> None:
     head = summary(results, "default")
     head["knob_independent"] = knob_independent(args.knob_problems, args.seed)
     print(json.dumps(head))
+    write_report("fidelity", head)
 
 
 if __name__ == "__main__":
