@@ -203,3 +203,25 @@ def test_a_thinking_judges_vote_is_read_from_its_answer():
     config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=2)
     (verdict,), _ = judge_solutions(_ThinkingJudge(), [("q", ["a", "b", "c", "d"])], config, 8)
     assert verdict.votes == [2, UNPARSEABLE]  # the box in the thinking is no vote; an unclosed trace is none
+
+
+def test_the_openai_compatible_engine_sends_the_rendered_continuation_and_top_k(qwen3):
+    """Completions endpoint: the rendered prompt ends with exactly the prefix (a chat request would close the
+    turn and the trace before generating); top_k travels in the body, where vLLM and SGLang read it."""
+    from fault_proxy import FakeCompletionsServer
+
+    from prm_synth.engines.base import SamplingOptions
+
+    with FakeCompletionsServer() as server:
+        engine = OpenAIEngine(OpenAIConfig(model="fake", base_url=server.url + "/v1", thinking=THINK), tokenizer=qwen3)
+        try:
+            request = GenerationRequest(QUESTION, assistant_prefix=TRACE, sampling=SamplingOptions(top_k=20))
+            engine.generate([request, GenerationRequest(QUESTION)])
+        finally:
+            engine.close()
+    sent = {body["prompt"]: body for body in server.bodies}
+    inside = next(p for p in sent if p.endswith(TRACE))
+    assert inside.count("<think>") == 1 and "</think>" not in inside
+    assert sent[inside]["top_k"] == 20
+    (plain,) = [body for p, body in sent.items() if p != inside]
+    assert "top_k" not in plain  # unset: the server's default
