@@ -101,3 +101,29 @@ def test_every_method_honours_the_token_budget(annotate):
         assert all((lab is None) == (why is not None) for lab, why in zip(r.labels, r.unlabeled_reason, strict=True))
     unbounded = _label(annotate | {"max_rollout_tokens": None})
     assert result.stats.generated_tokens < unbounded.stats.generated_tokens
+
+
+def test_a_search_that_stops_early_reports_the_interval_the_error_lies_in():
+    from prm_synth.annotate.budget_interval import interval_of, mark_open_interval
+
+    labels = [True, True, None, None, None, None, None]
+    reasons = [
+        None,
+        None,
+        "undecided_budget",
+        "undecided_budget",
+        "undecided_budget",
+        "undecided_budget",
+        "undecided_budget",
+    ]
+    p_good = [0.99, 0.97, 0.6, 0.3, 0.05, 0.01, 0.01]  # the error at or before step 4 with P 0.95
+    mark_open_interval(labels, reasons, p_good, confidence=0.9)
+    assert reasons[2:] == ["undecided_budget"] * 3 + ["after_error"] * 2
+    assert interval_of(reasons) == range(2, 5)
+    # a row with a bad label, or a posterior that places the error nowhere with confidence, is left as it is
+    flat = [None, None, "undecided_budget", "undecided_budget"]
+    mark_open_interval([True, True, None, None], flat, [0.99, 0.95, 0.5, 0.4], confidence=0.9)
+    assert flat == [None, None, "undecided_budget", "undecided_budget"]
+    pinned = [None, None, None, "after_error"]
+    mark_open_interval([True, True, False, None], pinned, [0.99, 0.95, 0.02, 0.01], confidence=0.9)
+    assert pinned == [None, None, None, "after_error"]
