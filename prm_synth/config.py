@@ -123,6 +123,22 @@ ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discrimin
 
 
 # ---------------------------------------------------------------- engines
+class ThinkingConfig(Strict):
+    """A reasoning model that writes a thinking trace before its answer (prm_synth/thinking.py).
+
+    A prefix inside the trace is rendered so the model goes on thinking, one past the close marker so it
+    goes on with the answer; the grader reads only the text after the close marker, and a completion
+    that never closes its trace is unknown ("truncated_thinking")."""
+
+    open: str | None = Field(None, min_length=1)
+    """The marker that opens the trace (None: the one the tokenizer's chat template names, else `<think>`)."""
+    close: str | None = Field(None, min_length=1)
+    """The marker that closes the trace (None: the one the tokenizer's chat template names, else `</think>`)."""
+    forced_open: bool | None = None
+    """Whether the chat template's generation prompt already opens the trace (DeepSeek-R1 distills end it
+    with `<think>\\n`), so the model's text starts inside it; None: found by rendering the template."""
+
+
 class SimulatedPolicyConfig(Strict):
     kind: Literal["simulated"] = "simulated"
     """A simulated arithmetic policy whose every step's truth is known (no model, no GPU)."""
@@ -141,6 +157,9 @@ class SimulatedPolicyConfig(Strict):
     """How steps are written: one a line, or one a paragraph."""
     model_name: str = "simulated-arithmetic"
     """The model name written to rows and the manifest."""
+    thinking: ThinkingConfig | None = None
+    """Write each solution as a thinking trace (one paragraph a step) closed by the close marker, then
+    the answer; rollouts continue it as a thinking model would (None: plain solutions)."""
     # Worlds that break one assumption of a labeler's model each (benchmarks/fidelity.py); all off by default.
     recover_range: tuple[float, float] | None = None
     """Per-problem luck: each problem's `recover` drawn uniformly from [lo, hi] (None: recover)."""
@@ -209,6 +228,8 @@ class VLLMConfig(Strict):
     """Reuse the KV cache of shared prefixes (rollouts from one prefix share it)."""
     system_prompt: str | None = None
     """A system message put before every prompt (None: none)."""
+    thinking: ThinkingConfig | None = None
+    """A thinking model's trace markers (None: the model writes no thinking trace)."""
 
     @property
     def is_demo(self) -> bool:
@@ -234,6 +255,8 @@ class OpenAIConfig(Strict):
     """A system message put before every prompt (None: none)."""
     tokenizer: str | None = None
     """Completions endpoint: the prompt is rendered with this tokenizer's chat template (None: `model`)."""
+    thinking: ThinkingConfig | None = None
+    """A thinking model's trace markers (None: the model writes no thinking trace)."""
 
 
 EngineConfig = Annotated[SimulatedPolicyConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
@@ -398,13 +421,22 @@ class SamplingConfig(Strict):
     """Sampling temperature of the solutions."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling's probability mass."""
+    top_k: int | None = Field(None, ge=1, le=1_000_000)
+    """Sample from the k likeliest tokens only (None: all of them); reasoning models ask for it (Qwen3: 20)."""
 
 
 class StepsConfig(Strict):
-    strategy: Literal["paragraph", "line", "step-marker", "regex"] = "line"
-    """How a solution is split into steps: one a line, one a paragraph, at "Step N" markers, or at the end of each match of `pattern`."""
+    strategy: Literal["paragraph", "line", "step-marker", "regex", "thinking"] = "line"
+    """How a solution is split into steps: one a line, one a paragraph, at "Step N" markers, at the end of
+    each match of `pattern`, or `thinking`: the paragraphs of a thinking trace, then the answer after its
+    close marker as the last step (the policy's `thinking` markers)."""
     pattern: str | None = None
     """The regular expression steps are split at (required by `strategy: regex`)."""
+    min_chars: int = Field(0, ge=0, le=100_000)
+    """strategy thinking: a paragraph shorter than this many characters is merged into the next one."""
+    max_steps: int | None = Field(None, ge=2, le=100_000)
+    """At most this many steps a solution: neighbours are merged evenly (None: no limit). With thinking,
+    the answer section stays the last step of its own."""
 
     @model_validator(mode="after")
     def _pattern(self) -> StepsConfig:
@@ -426,6 +458,8 @@ class RolloutConfig(Strict):
     """Sampling temperature of the rollouts."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling's probability mass for rollouts."""
+    top_k: int | None = Field(None, ge=1, le=1_000_000)
+    """Sample from the k likeliest tokens only (None: all of them)."""
 
 
 class SequentialTestConfig(Strict):
@@ -469,6 +503,9 @@ class MCConfig(Strict):
     """Rollouts per prefix."""
     stop_at_first_zero: bool = False
     """Stop probing after the first prefix with MC 0."""
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one solution may generate at most (None: no limit); the steps left when it
+    is spent are unlabeled with reason `token_budget`."""
 
 
 _SPRT_KNOBS = frozenset({"bad_rate", "good_rate", "sprt_error", "probe_batch", "probe_max_rollouts"})
@@ -482,7 +519,7 @@ class SearchKnobs(Strict):
     knobs that search reads, and the fields every search of the method reads (`ALWAYS`)."""
 
     SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {}
-    ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test"})
+    ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test", "max_rollout_tokens"})
     search_test: SearchTestName  # each subclass sets its default
     """How a prefix is decided: `changepoint`, `fixed` or `sprt`."""
 
@@ -539,6 +576,10 @@ class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     """`fixed`/`sprt`: re-test the boundary more strictly and search again if it does not hold."""
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)
     """`fixed`/`sprt`: share of correct solutions checked by per-step MC."""
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one solution may generate at most, beside the rollout budget (None: no
+    limit). The change-point search then weighs a probe's worth against its expected tokens; steps left
+    undecided when it is spent are unlabeled with reason `token_budget`."""
 
 
 class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
@@ -550,7 +591,19 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
         "changepoint": frozenset({"confidence", "probe_batch", "probe_max_rollouts"}),
     }
     ALWAYS: ClassVar[frozenset[str]] = frozenset(
-        {"method", "search_test", "k", "alpha", "beta", "length", "c_puct", "search_limit", "rollout_budget", "screen"}
+        {
+            "method",
+            "search_test",
+            "k",
+            "alpha",
+            "beta",
+            "length",
+            "c_puct",
+            "search_limit",
+            "rollout_budget",
+            "screen",
+            "max_rollout_tokens",
+        }
     )
 
     method: Literal["omegaprm"]
@@ -574,6 +627,8 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     sequential test (bad_rate / good_rate), `changepoint` the posterior."""
     screen: bool = False
     """Keep a question only if its first rollouts are neither all right nor all wrong."""
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one question may generate at most, beside `rollout_budget` (None: no limit)."""
 
 
 P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
@@ -581,7 +636,7 @@ P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
 # pooling, thresholds, rules): hashed into the config fingerprint and written to the manifest, so an
 # output folder labeled by another revision is refused, never resumed into one dataset of two
 # labelers' rows. Bump it with every change that changes a row of `benchmarks/fidelity.py`.
-LABELER_REVISIONS = {"changepoint": "2026-12-05.3"}
+LABELER_REVISIONS = {"changepoint": "2026-12-05.4"}
 AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
 
 
@@ -718,6 +773,7 @@ class PipelineConfig(Strict):
             for key in ("early_miss", "vote_correlation"):  # added later: at 0 a profile errs as it did
                 if engine.get("kind") == "simulated-judge" and (engine.get("errors") or {}).get(key) == 0.0:
                     engine["errors"].pop(key)
+        _drop_added_defaults(data)
         if (revision := self.labeler_revision()) is not None:
             data["labeler_revision"] = revision
         # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed;
@@ -725,6 +781,29 @@ class PipelineConfig(Strict):
         _hash_soft_only(data)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# Fields added after datasets were written, with the value that means "as before": left out of the hash at
+# that value, so a folder written before the field existed keeps its fingerprint and resumes.
+_ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("policy", "thinking"), None),
+    (("judge", "engine", "thinking"), None),
+    (("verify", "engine", "thinking"), None),
+    (("steps", "min_chars"), 0),
+    (("steps", "max_steps"), None),
+    (("annotate", "max_rollout_tokens"), None),
+    (("sampling", "top_k"), None),
+    (("rollouts", "top_k"), None),
+)
+
+
+def _drop_added_defaults(data: dict[str, Any]) -> None:
+    for path, default in _ADDED_FIELDS:
+        section: Any = data
+        for part in path[:-1]:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict) and path[-1] in section and section[path[-1]] == default:
+            del section[path[-1]]
 
 
 # `changepoint_max_rollouts` bounded only the rollouts a search spent outside pinning its first error (default

@@ -28,6 +28,7 @@ from prm_synth.engines.stream import stream_for
 from prm_synth.grading import last_boxed
 from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
 from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, RejectReason, Stage, reject
+from prm_synth.thinking import ThinkingMarkers
 
 __all__ = [
     "JUDGE_PROMPT_VERSION",
@@ -181,7 +182,10 @@ def judge_solutions(
             stats.refused += 1
             continue
         texts = [c.text for c in answer.completions]
-        votes = [prompt.parse(t, len(steps)) for t in texts]
+        # a thinking judge's vote is read from its answer alone; one whose trace never closes is unreadable
+        markers: ThinkingMarkers | None = getattr(engine, "thinking", None)
+        answers_only = [t if markers is None else markers.answer_section(t) or "" for t in texts]
+        votes = [prompt.parse(t, len(steps)) for t in answers_only]
         winner, tie = majority_vote(votes)
         tokens = answer.prompt_tokens + answer.generated_tokens
         verdicts.append(JudgeVerdict(winner, votes, texts, tokens, tie))

@@ -103,6 +103,10 @@ class RunSummary:
     rows_not_judged: int = 0  # rows not sent: the rollouts pinned them (`judge.select: needed`)
     judge_tokens_per_kept_row: float | None = None
     judge: JudgeStats | None = None  # the judge stage's counters; None without a judge
+    # the rollouts' tokens (prompt and generated) per labeled step and per row whose first error was
+    # located: what long solutions (thinking traces) cost, where a rollout's length grows with the steps left
+    rollout_tokens_per_labeled_step: float | None = None
+    rollout_tokens_per_located_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON: the counts, judge, consensus and verify counts ({} without), the run's facts."""
@@ -153,6 +157,8 @@ def summarize(root: str | Path) -> RunSummary:
         tokens_per_labeled_step=_per(stats.tokens, labels["labeled_steps"]),
         config_fingerprint=manifest["config_fingerprint"],
         labels=labels,
+        rollout_tokens_per_labeled_step=_per(stats.rollout_tokens, labels["labeled_steps"]),
+        rollout_tokens_per_located_error=_per(stats.rollout_tokens, labels["rows_with_error"]),
         **judge_cost(stats, totals["rows"]),
     )
 

@@ -80,6 +80,11 @@ def summary_table(summary: RunSummary, title: str) -> Table:
             f"{_per_step(summary.rollouts_per_labeled_step)} rollouts, "
             f"{_per_step(summary.tokens_per_labeled_step)} tokens",
         ),
+        (
+            "rollout tokens",
+            f"{_per_step(summary.rollout_tokens_per_labeled_step)} a labeled step, "
+            f"{_per_step(summary.rollout_tokens_per_located_error)} a located first error",
+        ),
         ("steps", f"{labels.get('steps', 0)} ({labels.get('labeled_steps', 0)} labeled)"),
         ("bad steps", f"{labels.get('bad_steps', 0)}" + ("" if bad is None else f" ({bad:.1%} of labeled)")),
         ("label sources", _counts(labels.get("label_sources"))),

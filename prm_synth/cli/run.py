@@ -66,6 +66,11 @@ def _print_summary(summary: RunSummary) -> None:
             "per labeled step",
             f"{summary.rollouts_per_labeled_step} rollouts, {summary.tokens_per_labeled_step} tokens",
         ),
+        (
+            "rollout tokens",
+            f"{summary.rollout_tokens_per_labeled_step} a labeled step, "
+            f"{summary.rollout_tokens_per_located_error} a located first error",
+        ),
         ("bad step fraction", summary.labels.get("bad_step_fraction")),
         *([("judge cost", cost)] if (cost := judge_cost_text(summary)) is not None else []),
         *(

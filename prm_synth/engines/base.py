@@ -22,6 +22,7 @@ class SamplingOptions:
     temperature: float = 0.7
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    top_k: int | None = None  # None: every token is a candidate
 
 
 @dataclass(frozen=True)

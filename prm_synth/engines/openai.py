@@ -6,7 +6,10 @@ Works with `vllm serve`, SGLang, llama.cpp's server or a hosted endpoint. Each r
 
 The prompt is rendered with the chat template of a local tokenizer (`config.tokenizer`, else
 `config.model` when it names a tokenizer we can load) and sent as text, so a continuation prompt is
-exactly the templated question plus the prefix. Without any tokenizer a plain rendering is used.
+exactly the templated question plus the prefix (the chat endpoint cannot continue a partial assistant
+turn: it would close the turn, or a thinking trace, before generating). For a thinking model
+(`thinking`) the template renders its thinking mode, and a prefix from inside the trace continues it
+(prm_synth/thinking.py). Without any tokenizer a plain rendering is used.
 
 Retries are ours, not the client's (`max_retries=0` on the client), so they are tested: 408, 409,
 429, 5xx, timeouts, dropped connections and malformed replies are retried with capped exponential
@@ -51,6 +54,7 @@ from prm_synth.engines.base import (
     sample_seed,
 )
 from prm_synth.engines.chat import count_tokens, render_plain, render_prompt, strip_duplicate_bos
+from prm_synth.thinking import resolve_markers
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +154,7 @@ class OpenAIEngine:
                 )
                 tokenizer = None
         self._tokenizer = tokenizer
+        self.thinking = resolve_markers(config, tokenizer)  # a reasoning model's trace markers
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -172,7 +177,8 @@ class OpenAIEngine:
     def render(self, request: GenerationRequest) -> str:
         if self._tokenizer is None:
             return render_plain(request, self.config.system_prompt)
-        return strip_duplicate_bos(self._tokenizer, render_prompt(self._tokenizer, request, self.config.system_prompt))
+        prompt = render_prompt(self._tokenizer, request, self.config.system_prompt, self.thinking)
+        return strip_duplicate_bos(self._tokenizer, prompt)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Blocking: runs the requests on the engine's private event loop (safe from any thread,
@@ -337,6 +343,8 @@ class OpenAIEngine:
                     top_p=s.top_p,
                     stop=list(s.stop) or None,
                     seed=sample_seed(request),  # vLLM seeds sample i with seed + i: see sample_seed
+                    # top_k is no OpenAI parameter: vLLM and SGLang servers read it from the body
+                    extra_body=None if s.top_k is None else {"top_k": s.top_k},
                 ) as response:
                     body = bytearray()
                     async for chunk in response.iter_bytes():

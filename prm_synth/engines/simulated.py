@@ -117,7 +117,10 @@ _parse_question = functools.lru_cache(maxsize=64)(arithmetic.parse_question)
 class SimulatedPolicy(_SimulatedEngine):
     def __init__(self, config: SimulatedPolicyConfig | None = None) -> None:
         self.config = config or SimulatedPolicyConfig()
-        self.sep = "\n" if self.config.step_format == "line" else "\n\n"
+        thinking = self.config.thinking
+        # A thinking policy writes `<think>`, one equation a paragraph, `</think>`, then a boxed answer.
+        self.markers = None if thinking is None else (thinking.open or "<think>", thinking.close or "</think>")
+        self.sep = "\n" if self.config.step_format == "line" and self.markers is None else "\n\n"
 
     def _seed_parts(self, req: GenerationRequest) -> tuple[object, ...]:
         return (self.config.seed, req.user, req.assistant_prefix)
@@ -128,7 +131,7 @@ class SimulatedPolicy(_SimulatedEngine):
         if problem is None:
             text = "I do not know how to solve this problem."
         elif arithmetic.count_equations(prefix) >= len(problem.ops):
-            text = "" if "The answer is" in prefix else f" The answer is {arithmetic.last_value(prefix)}."
+            text = self._ending(prefix)
         else:
             return partial(self._sample, partial(self._continue, self._read_prefix(req.user, problem, prefix), prefix))
         return partial(self._sample, lambda _rng: text)
@@ -142,8 +145,26 @@ class SimulatedPolicy(_SimulatedEngine):
             return text
         if rng.random() < 0.5:  # cut off by max_tokens: ungradable whatever it says
             return text[: len(text) // 2], "length"
+        if self.markers is not None:  # the trace never closes
+            return text.split(self.markers[1], 1)[0] + "I am not able to finish this one."
         body = text.rsplit(". The answer is", 1)[0]
         return body + self.sep + "I am not able to finish this one."
+
+    def _ending(self, prefix: str) -> str:
+        """What a continuation of a prefix that holds every equation writes: the answer (after closing
+        the trace, for a thinking policy), or nothing when the prefix holds it already."""
+        if "The answer is" in prefix:
+            return ""
+        value = arithmetic.last_value(prefix)
+        if self.markers is None:
+            return f" The answer is {value}."
+        if self.markers[1] in prefix:
+            return f"The answer is \\boxed{{{value}}}."
+        return ("" if prefix.endswith("\n") else "\n") + self._answer_section(value)
+
+    def _answer_section(self, value: int) -> str:
+        assert self.markers is not None
+        return f"{self.markers[1]}\n\nThe answer is \\boxed{{{value}}}."
 
     def _read_prefix(self, user: str, problem: arithmetic.ChainProblem, prefix: str) -> _Prefix:
         """The state a continuation of `prefix` starts from (the prefix leaves steps to write)."""
@@ -192,7 +213,12 @@ class SimulatedPolicy(_SimulatedEngine):
             equations.append(arithmetic.equation_text(value, op, b, c))
             value = truth[j] if repaired else c  # a repaired slip: the chain goes on from the right value
         lines = self._drift(equations, rng) if self.config.step_drift > 0 else equations
-        text = self.sep.join(lines) + ". " + arithmetic.answer_text(value)
+        if self.markers is not None:
+            text = self.sep.join(lines) + "\n" + self._answer_section(value)
+            if not prefix:
+                return self.markers[0] + "\n" + text
+        else:
+            text = self.sep.join(lines) + ". " + arithmetic.answer_text(value)
         if prefix and not prefix.endswith("\n"):
             text = self.sep + text
         return text

@@ -308,6 +308,7 @@ def label_quality(
         return None
     from prm_synth.arithmetic import parse_question, true_first_error
     from prm_synth.evaluate import first_error_quality, step_label_quality
+
     with_error: list[tuple[int, int]] = []
     error_free = error_free_right = 0
     exported: list[tuple[list[bool], int]] = []
@@ -537,6 +538,8 @@ def render_card(
             for k, cost in (
                 ("rollouts", summary.rollouts_per_labeled_step),
                 ("tokens", summary.tokens_per_labeled_step),
+                ("rollout_tokens", summary.rollout_tokens_per_labeled_step),
+                ("rollout_tokens_per_error", summary.rollout_tokens_per_located_error),
             )
         },
         "verification": verification_facts(summary, facts),
