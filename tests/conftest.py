@@ -71,10 +71,11 @@ HEAVY_MODULES = ("vllm",)
 
 @pytest.fixture(scope="session")
 def prefect_harness():
-    """One ephemeral Prefect API for the whole session (entering it costs ~11 s)."""
+    """One ephemeral Prefect API for the whole session (entering it costs ~11 s; on a busy machine far
+    more, and the harness's default 30 s start-up limit failed every test of a worker: wait generously)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=600):
         yield
 
 

@@ -31,7 +31,15 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("shard pipeline", {"prm_synth.pipeline"}),
     (
         "stages",
-        {"prm_synth.annotate", "prm_synth.judge", "prm_synth.consensus", "prm_synth.sample", "prm_synth.verify"},
+        {
+            "prm_synth.annotate",
+            "prm_synth.judge",
+            "prm_synth.judge_accuracy",
+            "prm_synth.judge_selection",
+            "prm_synth.consensus",
+            "prm_synth.sample",
+            "prm_synth.verify",
+        },
     ),
     (
         "parts",
@@ -58,6 +66,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "prm_synth.steps",
             "prm_synth.errors",
             "prm_synth.config_diff",
+            "prm_synth.thinking",
         },
     ),
 ]
@@ -148,7 +157,14 @@ def test_the_checker_sees_an_upward_import(tmp_path):
 # happen and uses only the annotate modules every method shares; the fixed/sprt bisection knows nothing of
 # it; the registry (annotate/search.py) is the one module that knows every search.
 CHANGEPOINT = "prm_synth.annotate.changepoint"
-SHARED_ANNOTATE = {"prm_synth.annotate.annotation", "prm_synth.annotate.labels", "prm_synth.annotate.protocol"}
+# (budget_interval and token_cost: what a token budget means for any search's rows and probe choice)
+SHARED_ANNOTATE = {
+    "prm_synth.annotate.annotation",
+    "prm_synth.annotate.labels",
+    "prm_synth.annotate.protocol",
+    "prm_synth.annotate.budget_interval",
+    "prm_synth.annotate.token_cost",
+}
 SEARCH_TYPES = ("FixedTest", "SequentialTest", "ChangepointSearch", "FixedSearch", "SprtSearch", "PosteriorTest")
 
 
