@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
 from prm_synth.schema import SearchTestName
 
@@ -558,7 +558,7 @@ class PipelineConfig(Strict):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-class ConfigError(PrmSynthError, ValueError):
+class ConfigError(PrmSynthInputError):
     """A pipeline file that cannot be used; the message names the field."""
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from prm_synth import arithmetic
 from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading import last_boxed
 from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
 from prm_synth.shards import storable
@@ -42,7 +42,7 @@ MAX_JSON_FILE_BYTES = 256 << 20
 READ_CHUNK_BYTES = 1 << 20
 
 
-class ProblemSourceError(PrmSynthError, ValueError):
+class ProblemSourceError(PrmSynthInputError):
     """A source that cannot be read at all (as opposed to a bad row, which is rejected)."""
 
 

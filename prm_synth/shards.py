@@ -51,7 +51,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 
 FORMAT = "prm-synth/1"
@@ -73,8 +73,12 @@ class OutputLockedError(OutputFolderError):
     """Another run is writing into the output folder."""
 
 
-class DatasetError(PrmSynthError, ValueError):
+class DatasetError(PrmSynthInputError):
     """An output folder that cannot be read as a dataset: not one, or damaged."""
+
+
+class NotAnOutputFolderError(DatasetError, FileNotFoundError):
+    """The folder holds no manifest: it is not an output folder of `prm-synth run` (exit 2)."""
 
 
 class CorruptShardError(DatasetError):
@@ -443,7 +447,7 @@ def totals(entries: Iterable[ShardEntry]) -> ShardTotals:
 def read_manifest(root: str | Path) -> dict[str, Any]:
     path = Path(root) / MANIFEST
     if not path.exists():
-        raise FileNotFoundError(f"no {MANIFEST} in {root}: not a prm-synth output folder")
+        raise NotAnOutputFolderError(f"no {MANIFEST} in {root}: not a prm-synth output folder")
     try:
         manifest = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as e:

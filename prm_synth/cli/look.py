@@ -22,7 +22,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from prm_synth.cli.common import fail, visible
+from prm_synth.cli.common import fail, guarded, visible
 
 if TYPE_CHECKING:
     from prm_synth.summary import RunSummary
@@ -31,8 +31,8 @@ STEP_CHARS = 160  # a step longer than this is cut in `show` (the shards keep it
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(inspect)
-    app.command()(show)
+    app.command()(guarded(inspect))
+    app.command()(guarded(show))
 
 
 def inspect(
@@ -40,13 +40,9 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
-    from prm_synth.errors import PrmSynthError
     from prm_synth.summary import summarize
 
-    try:
-        summary = summarize(directory)
-    except (FileNotFoundError, PrmSynthError) as e:
-        fail(str(e))
+    summary = summarize(directory)
     if json_out:
         typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
         return
@@ -107,12 +103,7 @@ def show(
     bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
 ) -> None:
     """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""
-    from prm_synth.errors import PrmSynthError
-
-    try:
-        rows = list(islice(pick_rows(directory, bad), n))
-    except (FileNotFoundError, PrmSynthError) as e:
-        fail(str(e))
+    rows = list(islice(pick_rows(directory, bad), n))
     if not rows:
         fail(f"{directory} has no labeled rows" + (" with a bad step" if bad else ""))
     console = Console()

@@ -3,14 +3,13 @@ in one line naming what is wrong, instead of a traceback after a server start.""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 
 from prm_synth.config import FileSource, HFSource, PipelineConfig
 from prm_synth.config_diff import differing_keys, without_sections
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthInputError
 
 # Sections that do not change the rows (left out of the fingerprint): never a reason to refuse.
 RUNTIME_SECTIONS = ("run",)
@@ -18,7 +17,7 @@ OUTPUT_SUBFOLDERS = ("data", "rejected", "shards", "trees")
 MANIFEST = "manifest.json"
 
 
-class PreflightError(PrmSynthError, ValueError):
+class PreflightError(PrmSynthInputError):
     """An input that would fail the run; the message is one line."""
 
 
@@ -65,14 +64,14 @@ def check_same_config(out: Path, config: PipelineConfig) -> None:
     path = out / MANIFEST
     if not path.exists():
         return
+    from prm_synth.shards import DatasetError, read_manifest
+
     try:
-        manifest = json.loads(path.read_text())
-        old_fingerprint = manifest["config_fingerprint"]
-        old_config = manifest.get("config") or {}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PreflightError(
-            f"{path} is unreadable ({type(e).__name__}); use another --out, or --overwrite to replace the folder"
-        ) from None
+        manifest = read_manifest(out)
+    except (DatasetError, OSError):
+        raise PreflightError(f"{path} is unreadable; use another --out, or --overwrite to replace the folder") from None
+    old_fingerprint = manifest["config_fingerprint"]
+    old_config = manifest.get("config") or {}
     if old_fingerprint == config.fingerprint():
         return
     keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import pyarrow.compute as pc
 
+from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.export.card import REDACTED, render_card
 from prm_synth.export.consumers import load_tokenizer, tokenizer_name
 from prm_synth.export.token_check import choose_marker, verify_views
@@ -51,7 +52,7 @@ VIEW_CONFIG = "view.json"  # beside each view's Parquet files: how its consumer 
 _HF_TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{20,}")
 
 
-class HubExportError(RuntimeError):
+class HubExportError(PrmSynthError, RuntimeError):
     """The export to the Hub failed; the message never holds the token."""
 
 
@@ -84,7 +85,7 @@ def resolve_token(token: str | None = None) -> str | None:
 
 
 # ---------------------------------------------------------------- export
-class ExportRequestError(ValueError):
+class ExportRequestError(PrmSynthInputError):
     """The export was asked for something it cannot do; nothing was written."""
 
 
