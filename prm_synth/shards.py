@@ -97,6 +97,9 @@ class ShardEntry:
     config_fingerprint: str
     stats: ShardStats = field(default_factory=ShardStats)
     finished_at: float = 0.0
+    # The server each engine was asked through, by role (policy, judge, verify): an OpenAI-compatible
+    # engine's address without user, password or query (prm_synth.resume.servers); {} for others.
+    servers: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__ | {"stats": self.stats.to_dict()}
@@ -240,10 +243,19 @@ def _sha256(data: bytes) -> str:
 class ShardStore:
     """Reads and writes the shards of one output folder for one config fingerprint."""
 
-    def __init__(self, root: str | Path, fingerprint: str, labeler_revision: str | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        fingerprint: str,
+        labeler_revision: str | None = None,
+        rows_fingerprint: str | None = None,
+    ) -> None:
         self.root = Path(root)
         self.fingerprint = fingerprint
         self.labeler_revision = labeler_revision  # written to the manifest: why a folder is refused
+        # The config's fingerprint under today's rule, where the folder is keyed by an earlier rule's
+        # (prm_synth.resume): written to the manifest, so the next run knows the rows are its own.
+        self.rows_fingerprint = rows_fingerprint
         self._lock: _OutputLock | None = None
 
     # ------------------------------------------------------------ set-up
@@ -312,6 +324,7 @@ class ShardStore:
         problems: int,
         stats: ShardStats | None = None,
         trees: dict[str, Any] | None = None,
+        servers: dict[str, str] | None = None,
     ) -> ShardEntry:
         """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
         JSON) go to trees/shard-NNNNN.json and are part of the shard (hashed in its marker)."""
@@ -352,6 +365,7 @@ class ShardStore:
             config_fingerprint=self.fingerprint,
             stats=stats or ShardStats(),
             finished_at=time.time(),
+            servers=dict(servers or {}),
         )
         # The commit point: once this marker exists, the shard is finished.
         atomic_write_json(self.root / "shards" / f"{name}.json", entry.to_json())
@@ -428,6 +442,9 @@ class ShardStore:
         }
         if (revision := self.labeler_revision or old.get("labeler_revision")) is not None:
             manifest["labeler_revision"] = revision
+        rows = self.rows_fingerprint or old.get("rows_fingerprint")
+        if rows is not None and rows != self.fingerprint:
+            manifest["rows_fingerprint"] = rows
         atomic_write_json(self.root / MANIFEST, manifest)
         return manifest
 

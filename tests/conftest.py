@@ -74,7 +74,7 @@ def prefect_harness():
     """One ephemeral Prefect API for the whole session (entering it costs ~11 s)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=300):
         yield
 
 

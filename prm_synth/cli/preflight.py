@@ -64,6 +64,7 @@ def check_same_config(out: Path, config: PipelineConfig) -> None:
     path = out / MANIFEST
     if not path.exists():
         return
+    from prm_synth.resume import resume_fingerprint
     from prm_synth.shards import DatasetError, read_manifest
 
     try:
@@ -72,9 +73,10 @@ def check_same_config(out: Path, config: PipelineConfig) -> None:
         raise PreflightError(f"{path} is unreadable; use another --out, or --overwrite to replace the folder") from None
     old_fingerprint = manifest["config_fingerprint"]
     old_config = manifest.get("config") or {}
-    if old_fingerprint == config.fingerprint():
+    if resume_fingerprint(config, manifest) is not None:  # the same rows (the server may have moved)
         return
     keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)
+    keys = [k for k in keys if k not in config.transport_keys()]
     if keys:
         why = "differs in " + ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
     elif (old_revision := manifest.get("labeler_revision")) != (revision := config.labeler_revision()):
