@@ -764,6 +764,8 @@ def read_yaml_mapping(path: str | Path, what: str = "pipeline file") -> dict[str
         data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_UniqueKeyLoader) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"{what} {path} is not valid YAML: {e}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"{what} {path} is nested too deeply to be a pipeline file") from None
     except OSError as e:
         raise ConfigError(f"{what} {path} cannot be read: {e.strerror or e}") from None
     if not isinstance(data, dict):

@@ -24,7 +24,10 @@ config redoes that shard). Counts of rows are taken from the checked data, never
 A run holds an advisory lock (`fcntl.flock` on OUT/.lock, taken by `ShardStore.prepare`), so a
 second run into the same folder fails at once with `OutputLockedError`; the kernel releases the lock
 with the file descriptor, so a crashed or killed run never leaves it behind. Within one process the
-lock is shared (a re-run in the same process, e.g. after an error, is not refused).
+lock is shared (a re-run in the same process, e.g. after an error, is not refused). A command that
+reads a finished folder (`export`, `inspect`, `show`, `eval dataset`) takes the same lock shared
+(`reading`): it refuses a folder a run is writing, naming the run, instead of reading shards from
+before and after some of the run's writes; and a run does not start on a folder being read.
 
 Files are created with the usual umask-respecting mode (0644 under umask 022). Text of a labeled row
 that cannot be stored as UTF-8 (a lone surrogate in model output) is stored with U+FFFD in its place
@@ -579,7 +582,13 @@ class _OutputLock:
             except BlockingIOError:
                 file.seek(0)
                 holder = file.read().strip()[:40]
+                read_only = _only_readers(file)
                 file.close()
+                if read_only:
+                    raise OutputLockedError(
+                        f"{root} is being read by another prm-synth command (export, inspect, show); "
+                        "wait for it to finish, or use another --out folder"
+                    ) from None
                 raise OutputLockedError(
                     f"{root} is in use by another prm-synth run"
                     + (f" (pid {holder})" if holder else "")
@@ -598,3 +607,40 @@ class _OutputLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.file.close()  # closing the descriptor releases the flock
+
+
+def _only_readers(file: Any) -> bool:
+    """Whether the folder's lock, which this process could not take alone, is held by readers only."""
+    try:
+        fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    fcntl.flock(file, fcntl.LOCK_UN)
+    return True
+
+
+@contextlib.contextmanager
+def reading(root: str | Path) -> Iterator[None]:
+    """Hold a folder still while a command reads it: its lock taken shared, so no run writes it
+    meanwhile, and OutputLockedError naming the run (its pid) when one is writing it now. A reader
+    never creates the lock file: a folder without one (copied, or read-only) is read as it is."""
+    path = Path(root) / LOCK
+    try:
+        file = open(path)  # noqa: SIM115 - closed below, after the reading
+    except OSError:
+        yield
+        return
+    with file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = file.read().strip()[:40]
+            raise OutputLockedError(
+                f"{root} is being written by a prm-synth run"
+                + (f" (pid {holder})" if holder else "")
+                + ": wait for it to finish (or stop it), then run this again; read now, the folder would "
+                "mix shards from before and after the run's writes"
+            ) from None
+        except OSError:  # a file system without flock: read unlocked, as runs write unlocked there
+            pass
+        yield

@@ -156,8 +156,10 @@ def dataset_cmd(
 ) -> None:
     """Bad-label precision/recall of a simulated-policy dataset against the recomputed truth."""
     from prm_synth.evaluate import evaluate_dataset
+    from prm_synth.shards import reading
 
-    report = evaluate_dataset(directory)
+    with reading(directory):
+        report = evaluate_dataset(directory)
     header = f"{'rows':>7}{'exact':>8}{'fe prec':>9}{'fe rec':>8}{'bad prec':>10}{'bad rec':>9}{'good prec':>11}"
     typer.echo(f"{'':18}{header}")
     for name in ("before_consensus", "after_consensus"):

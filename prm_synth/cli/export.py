@@ -76,6 +76,7 @@ def export(
 ) -> None:
     """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen, verifier) as Parquet with a dataset card."""
     from prm_synth.export.hub import export_to_dir, export_to_hub, plan_export
+    from prm_synth.shards import reading
 
     if (to_dir is None) == (repo_id is None):
         fail("give exactly one of --to-dir OUT and --repo-id ORG/NAME")
@@ -83,22 +84,26 @@ def export(
         fail("--private applies to --repo-id only")
     if soft_from != "auto" and not soft:
         fail("--soft-from applies to --soft only")
-    # Every check (views, tokenizer, marker) before anything is written or a repo is created.
-    plan = plan_export(directory, formats or None, tokenizer, marker, min_confidence, soft_from if soft else None)
-    # The Hub's errors (HubExportError) come scrubbed of the token.
-    if to_dir is not None:
-        result = export_to_dir(directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan)
-    else:
-        assert repo_id is not None
-        result = export_to_hub(
-            directory,
-            repo_id,
-            private=private,
-            test_fraction=test_fraction,
-            seed=seed,
-            license=license,
-            plan=plan,
-        )
+    # One snapshot: no run writes the folder while its views are made (every view the same rows).
+    with reading(directory):
+        # Every check (views, tokenizer, marker) before anything is written or a repo is created.
+        plan = plan_export(directory, formats or None, tokenizer, marker, min_confidence, soft_from if soft else None)
+        # The Hub's errors (HubExportError) come scrubbed of the token.
+        if to_dir is not None:
+            result = export_to_dir(
+                directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan
+            )
+        else:
+            assert repo_id is not None
+            result = export_to_hub(
+                directory,
+                repo_id,
+                private=private,
+                test_fraction=test_fraction,
+                seed=seed,
+                license=license,
+                plan=plan,
+            )
     if json_out:
         typer.echo(json.dumps(result.as_dict(), sort_keys=True, default=str))
         return

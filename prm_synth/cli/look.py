@@ -40,9 +40,11 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
+    from prm_synth.shards import reading
     from prm_synth.summary import summarize
 
-    summary = summarize(directory)
+    with reading(directory):  # never a folder a run is writing: its counts would not add up
+        summary = summarize(directory)
     if json_out:
         typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
         return
@@ -103,7 +105,10 @@ def show(
     bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
 ) -> None:
     """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""
-    rows = list(islice(pick_rows(directory, bad), n))
+    from prm_synth.shards import reading
+
+    with reading(directory):
+        rows = list(islice(pick_rows(directory, bad), n))
     if not rows:
         fail(f"{directory} has no labeled rows" + (" with a bad step" if bad else ""))
     console = Console()

@@ -43,6 +43,7 @@ from prm_synth.export.views import (
     ViewExport,
     export_view,
 )
+from prm_synth.key_scrub import scrub as scrub_key
 from prm_synth.shards import iter_tables, read_manifest
 
 logger = logging.getLogger(__name__)
@@ -67,10 +68,9 @@ class HubApi(Protocol):
 
 # ---------------------------------------------------------------- the token
 def scrub(text: str, token: str | None) -> str:
-    """Remove the token (and anything shaped like a Hub token) from a message."""
-    if token:
-        text = text.replace(token, REDACTED)
-    return _HF_TOKEN_RE.sub(REDACTED, text)
+    """Remove the token (in the forms prm_synth.key_scrub finds) and anything shaped like a Hub token
+    from a message."""
+    return _HF_TOKEN_RE.sub(REDACTED, scrub_key(text, token, REDACTED))
 
 
 def resolve_token(token: str | None = None) -> str | None:
