@@ -55,6 +55,7 @@ from prm_synth.pipeline import (
     redo_items,
 )
 from prm_synth.problems import count_hint
+from prm_synth.refusals import count_refusals, make_permanent, reasons_of
 from prm_synth.resume import run_fingerprint, servers
 from prm_synth.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
@@ -99,6 +100,7 @@ def label_shard(
     fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
     previous: ShardRows | None = None
+    previous_refusals: dict[str, int] = {}
     source_rows = len(items)
     if redo:
         entry = store.finished_shard(shard_index)
@@ -111,6 +113,7 @@ def label_shard(
             store.read_trees(entry),
         )
         source_rows = entry.problems
+        previous_refusals = entry.refusals
         items = redo_items(items, set(redo))
     limit = config.run.gpu_concurrency_limit
     logger = get_run_logger()
@@ -143,14 +146,20 @@ def label_shard(
     rows = merge_redo(previous, set(redo or ()), out) if previous is not None else ShardRows.of(out)
     # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
     check_not_all_refused(rows.records, rows.rejected)
+    # Refused again and again: after run.refused_runs runs in a row, rejected for good.
+    refusals = count_refusals(rows.rejected, set(redo) if redo else None, previous_refusals)
+    rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
+    if rejected != rows.rejected:
+        rows.stats.rejected_by_reason = reasons_of(rejected)
     entry = store.write_shard(
         shard_index,
         rows.records,
-        rows.rejected,
+        rejected,
         problems=source_rows,
         stats=rows.stats,
         trees=rows.trees,
         servers=servers(config),
+        refusals=refusals,
     )
     return entry
 
@@ -195,6 +204,7 @@ class ShardsOutcome:
     done: int = 0
     skipped: int = 0
     redone: int = 0  # problems refused by the engine in an earlier run, asked again
+    refused_for_good: int = 0  # problems this run found refused on run.refused_runs runs in a row
     failed: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # failed because the engine refused everything
 
@@ -223,24 +233,32 @@ def _output_folder(out_dir: str, dry_run: bool) -> Iterator[str]:
 
 
 def _label_shards(
-    config: PipelineConfig, target: str, shards: Iterator[ShardInput], store: ShardStore, progress: ShardProgress
+    config: PipelineConfig,
+    target: str,
+    shards: Iterator[ShardInput],
+    store: ShardStore,
+    progress: ShardProgress,
+    retry_refused: bool = False,
 ) -> ShardsOutcome:
-    """Submit every unfinished shard through a window of `run.max_parallel_shards` tasks."""
+    """Submit every unfinished shard through a window of `run.max_parallel_shards` tasks; `retry_refused`:
+    ask again the problems refused for good too (`engine_refused_permanent`)."""
     logger = get_run_logger()
     finished = store.finished()
     if finished:
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
-    window: deque[tuple[int, PrefectFuture[ShardEntry]]] = deque()
+    window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None]] = deque()
     outcome = ShardsOutcome()
     label_task = label_shard.with_options(retry_delay_seconds=list(config.run.shard_retry_delays_s))
 
     def drain_one() -> None:
-        index, future = window.popleft()
+        index, future, redo = window.popleft()
         tokens = 0
         try:
             entry = future.result()
             outcome.done += 1
             tokens = entry.stats.tokens
+            asked = entry.refusals if redo is None else {p: entry.refusals[p] for p in redo if p in entry.refusals}
+            outcome.refused_for_good += sum(1 for n in asked.values() if n == config.run.refused_runs)
             logger.info("shard %d finished: %d rows, %d rejected", index, entry.rows, entry.rejected)
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             outcome.failed[index] = f"{type(e).__name__}: {e}"
@@ -255,7 +273,7 @@ def _label_shards(
         # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
         if entry is not None and entry.problems == len(shard.items):
             # Problems the engine refused are not done: only they are asked again, the rest is kept.
-            redo = sorted(store.refused_problems(entry))
+            redo = sorted(store.refused_problems(entry, permanent=retry_refused))
             if not redo:
                 outcome.skipped += 1
                 progress.advance(entry.stats.tokens, resumed=True)
@@ -266,7 +284,7 @@ def _label_shards(
             drain_one()
         with _ray_options(config):
             future = label_task.submit(config, target, shard.index, shard.items, redo, store.fingerprint)
-        window.append((shard.index, future))
+        window.append((shard.index, future, redo))
     while window:
         drain_one()
     return outcome
@@ -280,10 +298,12 @@ def synthesize(
     overwrite: bool = False,
     dry_run: bool = False,
     show_progress: bool = False,
+    retry_refused: bool = False,
 ) -> RunSummary:
     """Label every problem of `config` into `out_dir`, resuming whatever a previous run finished.
 
     dry_run: label one small shard end to end in a temporary folder; nothing final is written.
+    retry_refused: ask again the problems the engine refused on run.refused_runs runs in a row.
     """
     started = time.time()
     shards = _open_shards(config, limit, dry_run)
@@ -297,13 +317,19 @@ def synthesize(
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())
         progress.activate()
-        outcome = _label_shards(config, target, shards, store, progress)
+        outcome = _label_shards(config, target, shards, store, progress, retry_refused)
         progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
         store.write_manifest(config_dump)
 
         summary = summarize(target)
         if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
             summary.warnings.append(EMPTY_SOURCE)
+        if outcome.refused_for_good:
+            summary.warnings.append(
+                f"{outcome.refused_for_good} problem(s) the engine refused on {config.run.refused_runs} runs in a "
+                "row are now rejected for good (engine_refused_permanent) and will not be asked again; "
+                "`prm-synth run --retry-refused` asks them once more"
+            )
         summary.run = RunFacts(
             started_at=started,
             wall_seconds=round(time.time() - started, 3),

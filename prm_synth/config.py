@@ -567,6 +567,11 @@ class RunConfig(Strict):
     # The waits (seconds) before a failed shard's two retries; a shard whose every request was refused
     # is not retried at once.
     shard_retry_delays_s: list[Annotated[float, Field(ge=0)]] = Field([2.0, 10.0], min_length=2, max_length=2)
+    refused_runs: int = Field(3, ge=1, le=1000)
+    """A problem the engine refused on this many consecutive runs of the same folder is rejected for good
+    (reason `engine_refused_permanent`) and not asked again; `prm-synth run --retry-refused` asks such
+    problems once more. A refusal says nothing about the problem until it repeats: a server down to a
+    short context refuses long prompts today and takes them tomorrow."""
 
 
 class PipelineConfig(Strict):

@@ -38,6 +38,8 @@ RejectReason = Literal[
     "line_too_long",
     # sample / annotate / judge: the engine refused the request
     "engine_refused",
+    # ... on `run.refused_runs` consecutive runs: rejected for good, not asked again (run --retry-refused)
+    "engine_refused_permanent",
     # split: the policy wrote nothing to split
     "empty_solution",
     # annotate (OmegaPRM): a question without a row

@@ -103,6 +103,8 @@ class ShardEntry:
     # The server each engine was asked through, by role (policy, judge, verify): an OpenAI-compatible
     # engine's address without user, password or query (prm_synth.resume.servers); {} for others.
     servers: dict[str, str] = field(default_factory=dict)
+    # Problems the engine refused, by id: on how many consecutive runs (prm_synth.refusals).
+    refusals: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__ | {"stats": self.stats.to_dict()}
@@ -328,6 +330,7 @@ class ShardStore:
         stats: ShardStats | None = None,
         trees: dict[str, Any] | None = None,
         servers: dict[str, str] | None = None,
+        refusals: dict[str, int] | None = None,
     ) -> ShardEntry:
         """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
         JSON) go to trees/shard-NNNNN.json and are part of the shard (hashed in its marker)."""
@@ -369,6 +372,7 @@ class ShardStore:
             stats=stats or ShardStats(),
             finished_at=time.time(),
             servers=dict(servers or {}),
+            refusals=dict(refusals or {}),
         )
         # The commit point: once this marker exists, the shard is finished.
         atomic_write_json(self.root / "shards" / f"{name}.json", entry.to_json())
@@ -418,17 +422,20 @@ class ShardStore:
             return {}
         return json.loads(_verified_buffer(self.root, entry, rel).to_pybytes())
 
-    def refused_problems(self, entry: ShardEntry) -> set[str]:
+    def refused_problems(self, entry: ShardEntry, permanent: bool = False) -> set[str]:
         """Problems of a finished shard that the engine refused (rejected `engine_refused`): not done.
 
         Rows rejected for their own content stay rejected; a refusal says nothing about the problem
-        (a server down to a short context, a bad parameter), so the next run asks again."""
-        if not entry.stats.rejected_by_reason.get("engine_refused"):
+        (a server down to a short context, a bad parameter), so the next run asks again, until it has
+        been refused on `run.refused_runs` runs in a row (`engine_refused_permanent`): those only
+        with `permanent` (`prm-synth run --retry-refused`)."""
+        reasons = {"engine_refused", "engine_refused_permanent"} if permanent else {"engine_refused"}
+        if not any(entry.stats.rejected_by_reason.get(reason) for reason in reasons):
             return set()  # the marker says none: the rejected file need not be read
         return {
             str(r["problem_id"])
             for r in self.read_rows(entry, "rejected")
-            if r.get("reason") == "engine_refused" and r.get("problem_id") is not None
+            if r.get("reason") in reasons and r.get("problem_id") is not None
         }
 
     def write_manifest(self, config_dump: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -96,6 +96,14 @@ def run(
     runner: Annotated[Runner, typer.Option(help="Task runner.")] = Runner.threads,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    retry_refused: Annotated[
+        bool,
+        typer.Option(
+            "--retry-refused",
+            help="Ask again the problems the engine refused on run.refused_runs runs in a row "
+            "(rejected for good as engine_refused_permanent).",
+        ),
+    ] = False,
     verbose: Annotated[
         bool,
         typer.Option(
@@ -125,7 +133,7 @@ def run(
         supervise.become_worker()
     try:
         summary = _run_flow(
-            config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out, verbose
+            config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out, verbose, retry_refused
         )
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
@@ -162,6 +170,7 @@ def _run_flow(
     ray_address: str | None,
     show_progress: bool,
     verbose: bool = False,
+    retry_refused: bool = False,
 ) -> RunSummary:
     from prm_synth.errors import PrmSynthError
 
@@ -179,6 +188,7 @@ def _run_flow(
             overwrite=overwrite,
             dry_run=dry_run,
             show_progress=show_progress,
+            retry_refused=retry_refused,
         )
     except PrmSynthError as e:  # ours, with a message meant for the user: bad input (2) or a failed run (1)
         error = (str(e), e.exit_code)
