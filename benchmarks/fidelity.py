@@ -355,6 +355,9 @@ def main() -> None:
     parser.add_argument("--knob-problems", type=int, default=40, help="problems of the knob-independence check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
+    from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
+
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
     worlds = list(WORLDS) if args.worlds in (["all"], []) else args.worlds
     for name in worlds:
@@ -377,6 +380,7 @@ def main() -> None:
     head = summary(results, "default")
     head["knob_independent"] = knob_independent(args.knob_problems, args.seed)
     print(json.dumps(head))
+    write_report("fidelity", head)
 
 
 if __name__ == "__main__":
