@@ -102,7 +102,7 @@ def _current_form(old: dict) -> dict:
     logging.disable(logging.WARNING)  # the upgrade's notes are for loading a file, not for this
     try:
         return validate_config(upgrade(old)).model_dump(mode="json")
-    except Exception:  # noqa: BLE001 - any old config that does not validate is compared as stored
+    except PrmSynthInputError:  # an old config that does not validate (ConfigError, upgrade's refusals): as stored
         return old
     finally:
         logging.disable(logging.NOTSET)
