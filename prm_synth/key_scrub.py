@@ -26,7 +26,9 @@ PIECE_CHARS = 12  # shorter pieces of a key are too common in ordinary text to s
 MASK = "***"
 # What is not a key's character as written: a percent-encoding (once or twice), or a line break a wrap
 # put between two characters, with the indentation around it (also as a JSON escape).
-_SPECIAL = re.compile(r"%(?:25)?[0-9a-fA-F]{2}|[ \t]*(?:\r\n|\r|\n|\\r\\n|\\n|\\r)[ \t]*")
+# (Each branch starts with a character of its own, so that the scan skips ordinary text fast.)
+_BREAK = r"(?:\r\n|\r|\n|\\r\\n|\\n|\\r)[ \t]*"
+_SPECIAL = re.compile(rf"%(?:25)?[0-9a-fA-F]{{2}}|[ \t]+{_BREAK}|{_BREAK}")
 
 
 class _View:
@@ -73,28 +75,41 @@ def _decoded(text: str) -> tuple[str, list[int], list[int], dict[int, int]]:
 
 
 @functools.lru_cache(maxsize=8)
-def _grams(key: str) -> tuple[re.Pattern[str], dict[str, list[int]], int]:
-    size = min(len(key), PIECE_CHARS)
+def _grams(key: str) -> tuple[re.Pattern[str], dict[str, list[int]]]:
+    """A pattern of the key's blocks, and where each block lies in the key. A key of PIECE_CHARS or
+    more: its aligned blocks of PIECE_CHARS // 2 characters, one of which lies whole inside any piece
+    of PIECE_CHARS or more (so few blocks are searched, not every piece); a shorter key: itself."""
+    size = PIECE_CHARS // 2 if len(key) >= PIECE_CHARS else len(key)
     starts: dict[str, list[int]] = {}
-    for j in range(len(key) - size + 1):
+    for j in range(0, len(key) - size + 1, size):
         starts.setdefault(key[j : j + size], []).append(j)
-    return re.compile("|".join(map(re.escape, starts))), starts, size
+    return re.compile("|".join(map(re.escape, starts))), starts
 
 
 def _matches(view: str, key: str) -> list[tuple[int, int]]:
-    """(start, end) in `view` of the key and of its pieces of at least PIECE_CHARS characters."""
-    pattern, starts, size = _grams(key)
+    """(start, end) in `view` of the key and of its pieces of at least PIECE_CHARS characters: each
+    block found is grown both ways as far as the view goes on spelling the key."""
+    pattern, starts = _grams(key)
+    need = min(len(key), PIECE_CHARS)
     found: list[tuple[int, int]] = []
-    pos = 0
+    pos = floor = 0  # where to search on; how far left a match may grow (the last match's end)
     while (m := pattern.search(view, pos)) is not None:
-        i, best = m.start(), 0
+        i, size = m.start(), len(m.group())
+        best = (i, i)
         for j in starts[m.group()]:
-            k = size
-            while i + k < len(view) and j + k < len(key) and view[i + k] == key[j + k]:
-                k += 1
-            best = max(best, k)
-        found.append((i, i + best))
-        pos = i + best
+            a = 0
+            while i - a > floor and j - a > 0 and view[i - a - 1] == key[j - a - 1]:
+                a += 1
+            b = size
+            while i + b < len(view) and j + b < len(key) and view[i + b] == key[j + b]:
+                b += 1
+            if a + b > best[1] - best[0]:
+                best = (i - a, i + b)
+        if best[1] - best[0] >= need:
+            found.append(best)
+            pos = floor = best[1]
+        else:
+            pos = i + 1
     return found
 
 
