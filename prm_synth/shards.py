@@ -630,8 +630,14 @@ def _only_readers(file: Any) -> bool:
 def reading(root: str | Path) -> Iterator[None]:
     """Hold a folder still while a command reads it: its lock taken shared, so no run writes it
     meanwhile, and OutputLockedError naming the run (its pid) when one is writing it now. A reader
-    never creates the lock file: a folder without one (copied, or read-only) is read as it is."""
+    never creates the lock file: a folder without one (copied, or read-only) is read as it is. As for
+    runs, the lock is shared within one process: the run that holds it reads its own folder."""
     path = Path(root) / LOCK
+    with _OutputLock._guard:
+        ours = path.exists() and _OutputLock._held.get(str(path.resolve())) is not None
+    if ours:  # this process writes the folder: it reads as the writer
+        yield
+        return
     try:
         file = open(path)  # noqa: SIM115 - closed below, after the reading
     except OSError:
