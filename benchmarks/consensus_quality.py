@@ -37,12 +37,13 @@ from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig,
 from prm_synth.consensus import apply_consensus, record_from_payload
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
 from prm_synth.evaluate import step_label_quality
-from prm_synth.judge import judge_records
+from prm_synth.judge_selection import judge_selected
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
-from prm_synth.schema import LabeledRecord
+from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, ShardStats
 
 PROFILES = JUDGE_PROFILES
-POLICIES = ("agree", "soft", "judge-only", "mc-only")
+POLICIES = ("agree", "soft", "judge-only", "mc-only")  # every row judged with m votes (`select: all`)
+ROWS = (*POLICIES, "soft-needed")  # soft-needed: soft with `select: needed` (the default)
 
 
 def label(args: argparse.Namespace) -> tuple[list[list[LabeledRecord]], float]:
@@ -102,36 +103,81 @@ def quality(rows: list[LabeledRecord]) -> dict[str, Any]:
     }
 
 
-def run_profile(shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, args: argparse.Namespace) -> dict:
-    judge_cfg = JudgeConfig(engine=judge, samples=args.judge_samples)
+def judge_shards(
+    shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, args: argparse.Namespace, select: str
+) -> tuple[list[list[LabeledRecord]], JudgeStats]:
+    """Every shard's rows judged: `all` asks every row m votes at once, `needed` asks the rows a vote can
+    change, one vote at a time until the soft posterior settles (prm_synth/judge_selection.py)."""
+    judge_cfg = JudgeConfig(
+        engine=judge,
+        samples=args.judge_samples,
+        select=select,
+        calibrate=getattr(args, "calibrate", 0.1),
+        skip_confidence=getattr(args, "skip_confidence", 0.99),
+    )
     engine = SimulatedJudge(judge)
     judged: list[list[LabeledRecord]] = []
+    total = JudgeStats()
     for rows in shards:
-        kept, refused, _ = judge_records(engine, copy.deepcopy(rows), judge_cfg, max_batch_requests=256)
+        kept, refused, stats = judge_selected(engine, copy.deepcopy(rows), judge_cfg, soft_config(args), 256)
         assert not refused
         judged.append(kept)
-    everything = [r for rows in judged for r in rows]
-    out: dict[str, Any] = {"all": quality(everything)}
+        total = _add(total, stats)
+    return judged, total
+
+
+def soft_config(args: argparse.Namespace) -> ConsensusConfig:
+    return ConsensusConfig(policy="soft", confidence=args.confidence)
+
+
+def filter_rows(judged: list[list[LabeledRecord]], config: ConsensusConfig, rows: int) -> tuple[dict, ConsensusStats]:
+    """One policy over every shard: the kept rows' quality, and the stage's counters summed."""
+    kept_rows: list[LabeledRecord] = []
+    rejected_right = 0
+    total = ConsensusStats()
+    for shard in judged:
+        kept, rejected, stats = apply_consensus(copy.deepcopy(shard), config)
+        kept_rows += kept
+        total = _add(total, stats)
+        rejected_right += sum(all_right(record_from_payload(r.payload)) for r in rejected if r.payload)
+    return quality(kept_rows) | {
+        "kept_fraction": _r(len(kept_rows) / rows),
+        "completed": total.completed,
+        "rejected_all_right": rejected_right,
+    }, total
+
+
+def run_profile(shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, args: argparse.Namespace) -> dict:
+    rows = sum(len(s) for s in shards)
+    judged, every = judge_shards(shards, judge, args, "all")
+    out: dict[str, Any] = {"all": quality([r for s in judged for r in s])}
     for policy in POLICIES:
-        kept_rows: list[LabeledRecord] = []
-        rejected_right = completed = 0
-        accuracy = [0, 0, 0, 0]  # pinned votes, named, clean votes, said clean
-        config = ConsensusConfig(policy=policy)
-        for rows in judged:
-            kept, rejected, stats = apply_consensus(copy.deepcopy(rows), config)
-            kept_rows += kept
-            completed += stats.completed
-            rejected_right += sum(all_right(record_from_payload(r.payload)) for r in rejected if r.payload)
-            for i, n in enumerate((stats.pinned_votes, stats.pinned_named, stats.clean_votes, stats.clean_said_clean)):
-                accuracy[i] += n
-        out[policy] = quality(kept_rows) | {
-            "kept_fraction": _r(len(kept_rows) / len(everything)),
-            "completed": completed,
-            "rejected_all_right": rejected_right,
-        }
-    out["judge_recall_pinned"] = _r(accuracy[1] / accuracy[0] if accuracy[0] else None)
-    out["judge_clean_rate"] = _r(accuracy[3] / accuracy[2] if accuracy[2] else None)
+        config = soft_config(args) if policy == "soft" else ConsensusConfig(policy=policy)
+        out[policy], stats = filter_rows(judged, config, rows)
+        out[policy] |= cost(every, rows)
+    out["judge_recall_pinned"] = _r(stats.pinned_named / stats.pinned_votes if stats.pinned_votes else None)
+    out["judge_clean_rate"] = _r(stats.clean_said_clean / stats.clean_votes if stats.clean_votes else None)
+    out["judge_by_answer"] = stats.by_answer_text()
+    needed, spent = judge_shards(shards, judge, args, "needed")
+    out["soft-needed"], _ = filter_rows(needed, soft_config(args), rows)
+    out["soft-needed"] |= cost(spent, rows)
     return out
+
+
+def cost(stats: JudgeStats, rows: int) -> dict[str, Any]:
+    """What the judge cost: votes asked (each one generation of the judge: a judge request) and tokens,
+    per row, and the rows it was asked about."""
+    return {
+        "judge_requests_per_row": _r(stats.samples / rows if rows else None),
+        "judge_tokens_per_row": _r(stats.tokens / rows if rows else None),
+        "rows_judged": stats.solutions,
+    }
+
+
+def _add(a: Any, b: Any) -> Any:
+    return (ShardStats(judge=a) + ShardStats(judge=b)).judge if isinstance(a, JudgeStats) else (
+        ShardStats(consensus=a) + ShardStats(consensus=b)
+    ).consensus
 
 
 def _r(x: float | None) -> float | None:
@@ -151,6 +197,10 @@ def main() -> None:
     parser.add_argument("--judge-samples", type=int, default=3, help="m votes per row")
     parser.add_argument("--shard-size", type=int, default=100, help="problems per shard")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profiles", nargs="*", default=list(PROFILES), choices=list(PROFILES))
+    parser.add_argument("--confidence", type=float, default=0.9, help="soft's consensus.confidence")
+    parser.add_argument("--calibrate", type=float, default=0.1, help="judge.calibrate under select: needed")
+    parser.add_argument("--skip-confidence", type=float, default=0.99, help="judge.skip_confidence (needed)")
     from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
 
     parser.add_argument("--report", action=ReportFlag)
@@ -164,30 +214,32 @@ def main() -> None:
         f"default labeler; labeled in {seconds:.1f} s; judge votes m={args.judge_samples}"
     )
     header = (
-        f"{'profile':<12}{'policy':<11}{'kept':>7}{'step prec':>10}{'bad prec':>9}{'good prec':>10}"
-        f"{'fe acc':>8}{'completed':>10}{'rej. right':>11}"
+        f"{'profile':<12}{'policy':<12}{'kept':>7}{'step prec':>10}{'bad prec':>9}{'good prec':>10}"
+        f"{'fe acc':>8}{'completed':>10}{'rej. right':>11}{'req/row':>8}{'tok/row':>8}"
     )
     print(header)
     print("-" * len(header))
     summary: dict[str, Any] = {}
-    for name, judge in PROFILES.items():
+    for name in args.profiles:
+        judge = PROFILES[name]
         result = run_profile(shards, judge, args)
         summary[name] = result
         a = result["all"]
         print(
-            f"{name:<12}{'(all rows)':<11}{1.0:>7.3f}{_f(a['step_precision'], 10)}{_f(a['bad_precision'], 9)}"
+            f"{name:<12}{'(all rows)':<12}{1.0:>7.3f}{_f(a['step_precision'], 10)}{_f(a['bad_precision'], 9)}"
             f"{_f(a['good_precision'], 10)}{_f(a['first_error_acc'], 8)}"
         )
-        for policy in POLICIES:
+        for policy in ROWS:
             r = result[policy]
             print(
-                f"{'':<12}{policy:<11}{_f(r['kept_fraction'], 7)}{_f(r['step_precision'], 10)}"
+                f"{'':<12}{policy:<12}{_f(r['kept_fraction'], 7)}{_f(r['step_precision'], 10)}"
                 f"{_f(r['bad_precision'], 9)}{_f(r['good_precision'], 10)}{_f(r['first_error_acc'], 8)}"
-                f"{r['completed']:>10}{r['rejected_all_right']:>11}"
+                f"{r['completed']:>10}{r['rejected_all_right']:>11}{_f(r['judge_requests_per_row'], 8)}"
+                f"{r['judge_tokens_per_row']:>8.0f}"
             )
         print(
             f"{'':<12}judge measured in the run: names pinned errors {_f(result['judge_recall_pinned'], 0)}, "
-            f"says -1 on clean rows {_f(result['judge_clean_rate'], 0)}"
+            f"says -1 on clean rows {_f(result['judge_clean_rate'], 0)}; {result['judge_by_answer']}"
         )
     print(json.dumps(summary))
     write_report("consensus_quality", summary)

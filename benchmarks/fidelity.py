@@ -66,6 +66,9 @@ Last line, one JSON object for the default method:
 (with --methods, one more JSON line per extra method precedes it, in the same shape).
 
     python benchmarks/fidelity.py --worlds all [--problems 150] [--methods default mc8 sprt]
+
+`--worlds long`: thinking traces of 100, 300 and 1000 paragraph steps under a token budget, not part of
+`all` (benchmarks/long_worlds.py says what they are and what is reported).
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ from prm_synth.config import PipelineConfig  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.problems import iter_problems  # noqa: E402
 from prm_synth.schema import LabeledRecord, Problem  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import long_worlds  # noqa: E402  (benchmarks/long_worlds.py: the thinking-trace worlds, `--worlds long`)
 
 # name -> (policy overrides, (min_ops, max_ops))
 WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
@@ -343,7 +349,9 @@ def summary(results: dict[str, dict[str, Score]], method: str) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worlds", nargs="*", default=["all"], help=f"'all' or names from {list(WORLDS)}")
+    parser.add_argument(
+        "--worlds", nargs="*", default=["all"], help=f"'all', 'long' (long_worlds.py) or names from {list(WORLDS)}"
+    )
     parser.add_argument("--methods", nargs="*", default=["default"], help=f"names from {list(METHODS)}")
     parser.add_argument("--problems", type=int, default=150, help="problems (one solution each) per world")
     parser.add_argument(
@@ -359,6 +367,9 @@ def main() -> None:
 
     parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
+    if args.worlds == ["long"]:
+        long_worlds.main(args.problems, args.seed, Score)
+        return
     worlds = list(WORLDS) if args.worlds in (["all"], []) else args.worlds
     for name in worlds:
         if name not in WORLDS:

@@ -3,9 +3,10 @@
 The simulated policy writes arithmetic chains whose true first error is recomputable from the text, some
 of them right answers after a wrong step (the rollouts' blind spot); the default labeler labels them
 (pipelines/simulated-verifier.yaml's world). Then, per judge profile (engines.simulated.JUDGE_PROFILES:
-oracle, uniform-0.8, realistic, blind-spot), the simulated judge writes `votes` verification chains a row,
-and the verify stage keeps those whose step verdicts agree with the labels; once on every row, once after
-the same judge (3 votes) and `consensus: agree` filtered and completed the rows. Every chain the engine
+oracle, uniform-0.8, realistic, blind-spot, correlated), the simulated judge writes `votes` verification
+chains a row, and the verify stage keeps those whose step verdicts agree with the labels; once on every row,
+once after the same judge (at most 3 votes) and the default consensus (`soft`, `judge.select: needed`)
+filtered and completed the rows. Every chain the engine
 returned is recorded on the way (a recording engine in front of the judge), so all chains and kept chains
 are scored against the same truth:
 
@@ -16,7 +17,7 @@ are scored against the same truth:
 - kept fraction: kept chains / chains sampled; rows the judge completed (with consensus); tokens per kept
   chain: every verify token (prompts and all chains, the dropped included) / kept chains.
 
-Last line: one JSON object, per profile (and profile+agree) the figures.
+Last line: one JSON object, per profile (and profile+soft) the figures.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from prm_synth.consensus import apply_consensus
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge
-from prm_synth.judge import judge_records
+from prm_synth.judge_selection import judge_selected
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.prompts import parse_verify_prompt
 from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats, VerifyStats
@@ -139,8 +140,9 @@ def measure(
         rows_in += len(rows)
         if consensus:
             judge_config = JudgeConfig(engine=judge, samples=3)
-            rows, _, _ = judge_records(SimulatedJudge(judge), rows, judge_config, config.run.max_batch_requests)
-            rows, _, shard_consensus = apply_consensus(rows, ConsensusConfig(policy="agree"))
+            soft = ConsensusConfig()
+            rows, _, _ = judge_selected(SimulatedJudge(judge), rows, judge_config, soft, config.run.max_batch_requests)
+            rows, _, shard_consensus = apply_consensus(rows, soft)
             consensus_stats = ShardStats(consensus=consensus_stats) + ShardStats(consensus=shard_consensus)
             consensus_stats = consensus_stats.consensus or ConsensusStats()
         recorder.chains.clear()
@@ -196,9 +198,9 @@ def main() -> None:
     for name, judge in JUDGE_PROFILES.items():
         for consensus in (False, True):
             r = measure(config, shards, judge, consensus)
-            summary[f"{name}{'+agree' if consensus else ''}"] = {k: v for k, v in r.items() if k != "dropped"}
+            summary[f"{name}{'+soft' if consensus else ''}"] = {k: v for k, v in r.items() if k != "dropped"}
             print(
-                f"{name:<12}{'agree' if consensus else '-':<10}{r['rows']:>6}{r['rows_completed']:>5}{r['chains']:>7}"
+                f"{name:<12}{'soft' if consensus else '-':<10}{r['rows']:>6}{r['rows_completed']:>5}{r['chains']:>7}"
                 f"{_f(r['kept_fraction'], 8, '.1%')}{_f(r['all_step_precision'], 14)}{_f(r['kept_step_precision'], 7)}"
                 f"{_f(r['all_bad_precision'], 13)}{_f(r['kept_bad_precision'], 7)}"
                 f"{_f(r['all_first_error_acc'], 11)}{_f(r['kept_first_error_acc'], 7)}"

@@ -25,7 +25,7 @@ from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import PipelineConfig
 from prm_synth.engines import model_name
 from prm_synth.engines.stream import streams_now
-from prm_synth.summary import RunSummary
+from prm_synth.summary import RunSummary, judge_cost_text
 from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, compact, summary_markdown
 
 # The Prefect progress artifact is a server call: at most one update this often (seconds).
@@ -260,6 +260,16 @@ def publish_run_artifacts(summary: RunSummary, config: PipelineConfig) -> None:
         {"count": "rejected", "value": summary.rejected},
         *({"count": f"rejected: {k}", "value": v} for k, v in sorted(summary.rejected_by_reason.items())),
         {"count": "kept by consensus", "value": consensus.get("kept", "n/a")},
+        *(
+            [
+                {"count": "judge requests (votes asked)", "value": summary.judge_requests},
+                {"count": "judge tokens", "value": summary.judge_tokens},
+                {"count": "rows judged", "value": summary.rows_judged},
+                {"count": "judge tokens per kept row", "value": summary.judge_tokens_per_kept_row},
+            ]
+            if summary.judge is not None
+            else []
+        ),
         {"count": "rollouts", "value": summary.rollouts},
         {"count": "tokens", "value": summary.tokens},
         {"count": "shards", "value": summary.shards},
@@ -282,6 +292,12 @@ def publish_run_artifacts(summary: RunSummary, config: PipelineConfig) -> None:
             "|---|---|",
             *(f"| {k} | {json.dumps(v) if isinstance(v, dict) else v} |" for k, v in labels.items()),
             *_consensus_section(consensus),
+            *([] if (cost := judge_cost_text(summary)) is None else ["", f"- judge cost: {cost}"]),
+            *(
+                [f"- judge accuracy by answer class (what soft reads): {summary.consensus.by_answer_text()}"]
+                if summary.consensus and summary.consensus.by_answer
+                else []
+            ),
         ]
     )
     create_markdown_artifact(markdown, key=f"{key}-summary", description="prm-synth label statistics")

@@ -11,6 +11,7 @@ when they are strings ("SynthesizeModel is not fully defined").
 """
 
 import contextlib
+import errno
 import itertools
 import math
 import os
@@ -42,13 +43,18 @@ from flows.reporting import (
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
-from prm_synth.engines.stream import stream_for
+from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
     ShardInput,
+    ShardOutput,
     ShardRefusedError,
     ShardRows,
+    UnreadableJudgeError,
+    check_judges_readable,
     check_not_all_refused,
+    combine,
+    finish_open_rows,
     iter_shards,
     merge_redo,
     process_shard,
@@ -71,10 +77,24 @@ class ShardsFailedError(PrmSynthError, RuntimeError):
     """Some shards failed; the others are kept, and the next run redoes only the failed ones."""
 
 
+# The output folder cannot take more (full, over quota, read-only): every later shard would be labeled,
+# then lost at its write. The run stops submitting shards, and ends with the disk's error.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def _disk_error(error: object) -> bool:
+    return isinstance(error, OSError) and error.errno in DISK_ERRNOS
+
+
 def _worth_retrying(task: Any, task_run: Any, state: Any) -> bool:
     """A shard whose every request the engine refused is not retried at once: the server refuses what
-    is asked, and asking again in ten seconds costs the same for the same answer."""
-    return not isinstance(state.data, ShardRefusedError)
+    is asked, and asking again in ten seconds costs the same for the same answer. Nor is one whose judge
+    answered unreadable text: it is written already, its unreadable rows left for the next run."""
+    if STOPPING.is_set():  # the run is stopping (a signal): a retry would only wait, then be refused
+        return False
+    if _disk_error(state.data):  # a full disk is not full for a moment: a retry relabels, then fails again
+        return False
+    return not isinstance(state.data, ShardRefusedError | UnreadableJudgeError)
 
 
 @task(
@@ -92,17 +112,21 @@ def label_shard(
     shard_index: int,
     items: list[Item],
     redo: list[str] | None = None,
+    reopen: list[str] | None = None,
     fingerprint: str | None = None,
 ) -> ShardEntry:
     """Label one shard and write it. `redo`: the shard is written already, and only these problems (the
-    ones the engine refused last time) are asked again; the rest of the shard is kept as it was.
-    `fingerprint`: the folder's key (prm_synth.resume), the config's fingerprint when not given."""
+    ones the engine refused last time) are asked again; `reopen`: the ids of its rows left open because
+    the judge or verifier could not be read, finished from their payloads; the rest of the shard is kept
+    as it was. A shard where most judge votes are unreadable is written, then fails the run
+    (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.resume), the
+    config's fingerprint when not given."""
     fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
     previous: ShardRows | None = None
     previous_refusals: dict[str, int] = {}
     source_rows = len(items)
-    if redo:
+    if redo or reopen:
         entry = store.finished_shard(shard_index)
         if entry is None:  # changed since the run looked: nothing to merge into, so the shard is redone whole
             raise ShardsFailedError(f"shard {shard_index} changed on disk during the run; the next run redoes it")
@@ -114,12 +138,21 @@ def label_shard(
         )
         source_rows = entry.problems
         previous_refusals = entry.refusals
-        items = redo_items(items, set(redo))
+        items = redo_items(items, set(redo or ()))
+    # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
+    reopened_ids, redone = set(reopen or ()), set(redo or ())
+    open_rows = [
+        r
+        for r in (previous.rejected if previous else [])
+        if r.get("id") in reopened_ids and r.get("problem_id") not in redone
+    ]
     limit = config.run.gpu_concurrency_limit
     logger = get_run_logger()
     # Where a shard ran (a Ray worker on some node, or this process), for the flow run's logs.
     where = (shard_index, len(items), socket.gethostname(), os.getpid())
     what = "problems refused last time, asked again" if redo else "problems"
+    if open_rows:
+        what += f" and {len(open_rows)} row(s) left open last time (judge or verifier unreadable)"
     logger.info("shard %d: %d %s on %s (pid %d)", where[0], where[1], what, *where[2:], extra=progress_line_extra())
 
     def log_progress(message: str) -> None:
@@ -133,21 +166,29 @@ def label_shard(
         for used in (engine, judge_engine, verify_engine):
             if used is not None:  # a run that stops making progress says so, and what it waits on
                 stream_for(used).watchdog.after_s = config.run.stall_warning_s
-        out = process_shard(
-            engine,
-            config,
-            ShardInput(shard_index, items),
-            fingerprint,
-            judge_engine,
-            progress=throttled(log_progress),
-            on_progress=active_shard_callback(shard_index),
-            verify_engine=verify_engine,
+        out = (
+            process_shard(
+                engine,
+                config,
+                ShardInput(shard_index, items),
+                fingerprint,
+                judge_engine,
+                progress=throttled(log_progress),
+                on_progress=active_shard_callback(shard_index),
+                verify_engine=verify_engine,
+            )
+            if items or previous is None
+            else ShardOutput()
         )
-    rows = merge_redo(previous, set(redo or ()), out) if previous is not None else ShardRows.of(out)
+        if open_rows:
+            out = combine(out, finish_open_rows(config, open_rows, fingerprint, judge_engine, verify_engine))
+    reopened = frozenset(r["id"] for r in open_rows)
+    rows = merge_redo(previous, set(redo or ()), out, reopened) if previous is not None else ShardRows.of(out)
     # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
     check_not_all_refused(rows.records, rows.rejected)
     # Refused again and again: after run.refused_runs runs in a row, rejected for good.
-    refusals = count_refusals(rows.rejected, set(redo) if redo else None, previous_refusals)
+    asked = set(redo or ()) if previous is not None else None  # None: the whole shard was asked
+    refusals = count_refusals(rows.rejected, asked, previous_refusals)
     rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
     if rejected != rows.rejected:
         rows.stats.rejected_by_reason = reasons_of(rejected)
@@ -161,6 +202,8 @@ def label_shard(
         servers=servers(config),
         refusals=refusals,
     )
+    # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
+    check_judges_readable(out, judge_engine, verify_engine)
     return entry
 
 
@@ -207,6 +250,8 @@ class ShardsOutcome:
     refused_for_good: int = 0  # problems this run found refused on run.refused_runs runs in a row
     failed: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # failed because the engine refused everything
+    unreadable: dict[int, str] = field(default_factory=dict)  # written, but its judge could not be read
+    disk: OSError | None = None  # a shard could not be written: the disk is full (no later shard is started)
 
 
 def _open_shards(config: PipelineConfig, limit: int | None, dry_run: bool) -> Iterator[ShardInput]:
@@ -264,26 +309,43 @@ def _label_shards(
             outcome.failed[index] = f"{type(e).__name__}: {e}"
             if isinstance(e, ShardRefusedError):
                 outcome.refused[index] = str(e)
+            if isinstance(e, UnreadableJudgeError):
+                outcome.unreadable[index] = str(e)
+            if _disk_error(e) and outcome.disk is None:
+                outcome.disk = e  # type: ignore[assignment]
             logger.error("shard %d failed: %s", index, outcome.failed[index])
         progress.advance(tokens, shard_index=index)
 
     for shard in shards:
+        if outcome.disk is not None:
+            break
         entry = finished.get(shard.index)
         redo: list[str] | None = None
+        reopen: list[str] | None = None
         # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
         if entry is not None and entry.problems == len(shard.items):
-            # Problems the engine refused are not done: only they are asked again, the rest is kept.
+            # Problems the engine refused are not done: only they are asked again, the rest is kept; so
+            # are rows whose judge (or verifier) could not be read: only they are judged again.
             redo = sorted(store.refused_problems(entry, permanent=retry_refused))
-            if not redo:
+            reopen = sorted(store.open_rows(entry))
+            if not redo and not reopen:
                 outcome.skipped += 1
                 progress.advance(entry.stats.tokens, resumed=True)
                 continue
-            outcome.redone += len(redo)
-            logger.info("shard %d: %d problem(s) the engine refused last time are asked again", shard.index, len(redo))
+            outcome.redone += len(redo) + len(reopen)
+            if redo:
+                logger.info(
+                    "shard %d: %d problem(s) the engine refused last time are asked again", shard.index, len(redo)
+                )
+            if reopen:
+                logger.info("shard %d: %d row(s) left open last time are judged again", shard.index, len(reopen))
         if len(window) >= config.run.max_parallel_shards:
             drain_one()
+        if outcome.disk is not None:  # the disk is full: a shard labeled now could not be written either
+            logger.error("the output folder cannot take more (%s): no further shard is started", outcome.disk)
+            break
         with _ray_options(config):
-            future = label_task.submit(config, target, shard.index, shard.items, redo, store.fingerprint)
+            future = label_task.submit(config, target, shard.index, shard.items, redo, reopen, store.fingerprint)
         window.append((shard.index, future, redo))
     while window:
         drain_one()
@@ -349,6 +411,12 @@ def synthesize(
                     target,
                     e.strerror or e,
                 )
+    if outcome.disk is not None:  # the command says it in one line (the disk's words, how to resume)
+        raise outcome.disk
+    if outcome.failed and outcome.unreadable.keys() == outcome.failed.keys():
+        # One cause, said once: the judge named, one of its answers shown (the shards are written).
+        first = outcome.unreadable[min(outcome.unreadable)]
+        raise ShardsFailedError(f"{len(outcome.unreadable)} shard(s) written with rows left open: {first}")
     if outcome.failed and outcome.refused.keys() == outcome.failed.keys():
         # One cause, said once: the server's words, not one copy per shard.
         first = outcome.refused[min(outcome.refused)]

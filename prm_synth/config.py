@@ -123,6 +123,22 @@ ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discrimin
 
 
 # ---------------------------------------------------------------- engines
+class ThinkingConfig(Strict):
+    """A reasoning model that writes a thinking trace before its answer (prm_synth/thinking.py).
+
+    A prefix inside the trace is rendered so the model goes on thinking, one past the close marker so it
+    goes on with the answer; the grader reads only the text after the close marker, and a completion
+    that never closes its trace is unknown ("truncated_thinking")."""
+
+    open: str | None = Field(None, min_length=1)
+    """The marker that opens the trace (None: the one the tokenizer's chat template names, else `<think>`)."""
+    close: str | None = Field(None, min_length=1)
+    """The marker that closes the trace (None: the one the tokenizer's chat template names, else `</think>`)."""
+    forced_open: bool | None = None
+    """Whether the chat template's generation prompt already opens the trace (DeepSeek-R1 distills end it
+    with `<think>\\n`), so the model's text starts inside it; None: found by rendering the template."""
+
+
 class EngineFields(Strict):
     """An engine's settings, each marked as changing the rows or not (as vLLM's `compute_hash` hashes
     only the factors that change outputs): `ROW_FIELDS` are hashed into the config fingerprint,
@@ -172,6 +188,7 @@ class SimulatedPolicyConfig(EngineFields):
             "recover_in_sample",
             "step_format",
             "model_name",
+            "thinking",
             "recover_range",
             "recover_choices",
             "hard_step_error",
@@ -200,6 +217,9 @@ class SimulatedPolicyConfig(EngineFields):
     """How steps are written: one a line, or one a paragraph."""
     model_name: str = "simulated-arithmetic"
     """The model name written to rows and the manifest."""
+    thinking: ThinkingConfig | None = None
+    """Write each solution as a thinking trace (one paragraph a step) closed by the close marker, then
+    the answer; rollouts continue it as a thinking model would (None: plain solutions)."""
     # Worlds that break one assumption of a labeler's model each (benchmarks/fidelity.py); all off by default.
     recover_range: tuple[float, float] | None = None
     """Per-problem luck: each problem's `recover` drawn uniformly from [lo, hi] (None: recover)."""
@@ -262,6 +282,7 @@ class VLLMConfig(EngineFields):
             "enforce_eager",
             "enable_prefix_caching",
             "system_prompt",
+            "thinking",
         }
     )
 
@@ -285,6 +306,8 @@ class VLLMConfig(EngineFields):
     """Reuse the KV cache of shared prefixes (rollouts from one prefix share it)."""
     system_prompt: str | None = None
     """A system message put before every prompt (None: none)."""
+    thinking: ThinkingConfig | None = None
+    """A thinking model's trace markers (None: the model writes no thinking trace)."""
 
     @property
     def is_demo(self) -> bool:
@@ -292,7 +315,7 @@ class VLLMConfig(EngineFields):
 
 
 class OpenAIConfig(EngineFields):
-    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset({"kind", "model", "system_prompt", "tokenizer"})
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset({"kind", "model", "system_prompt", "tokenizer", "thinking"})
     # The same model behind another address, or asked with other patience, writes the same rows.
     TRANSPORT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"base_url", "api_key_env", "max_concurrency", "max_retries", "timeout_s"}
@@ -316,6 +339,8 @@ class OpenAIConfig(EngineFields):
     """A system message put before every prompt (None: none)."""
     tokenizer: str | None = None
     """Completions endpoint: the prompt is rendered with this tokenizer's chat template (None: `model`)."""
+    thinking: ThinkingConfig | None = None
+    """A thinking model's trace markers (None: the model writes no thinking trace)."""
 
 
 EngineConfig = Annotated[SimulatedPolicyConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
@@ -343,6 +368,13 @@ class JudgeErrorProfile(Strict):
     """Probability of naming a step in a clean solution."""
     format_failure: float = Field(0.0, ge=0.0, le=1.0)
     """Probability that an answer is unreadable (no box)."""
+    early_miss: float = Field(0.0, ge=0.0, le=1.0)
+    """Extra chance to miss an error in the first half of the solution: where the simulated policy's
+    `repair` repairs slips, so rollouts from the prefixes after it still reach the answer (their blind
+    spot). The judge's misses then fall where the rollouts' do, as a right answer's do already."""
+    vote_correlation: float = Field(0.0, ge=0.0, le=1.0)
+    """The chance a vote repeats the row's one reading (a draw of this error model shared by every vote
+    of the row: one misreading repeated) instead of reading the row afresh."""
 
 
 class SimulatedJudgeConfig(EngineFields):
@@ -384,6 +416,18 @@ class JudgeConfig(Strict):
     """Tokens a judge answer may take."""
     prompt_version: JudgePromptVersion = "v1"
     """The judge prompt's version (hashed into the fingerprint)."""
+    select: Literal["needed", "all"] = "needed"
+    """Which rows the judge is asked about under the `soft` consensus policy. `needed`: only rows where a
+    vote can change a label (right-answer rows, rows whose first error the rollouts left open), votes asked
+    one at a time until the posterior over the first error reaches `consensus.confidence` (at most
+    `samples`); `all`: every row, `samples` votes at once. Other policies (and no consensus) judge every row."""
+    skip_confidence: float = Field(0.99, gt=0.0, le=1.0)
+    """Under `select: needed`, a wrong-answer row is not sent when the rollouts alone put its first error at
+    this probability or more (never below `consensus.confidence`): they pinned it, and no vote is needed."""
+    calibrate: float = Field(0.1, ge=0.0, le=1.0)
+    """Under `select: needed`, the share of wrong-answer rows whose first error the rollouts pinned that the
+    judge is still asked about (one vote each, chosen by row id): the rows its accuracy on wrong answers is
+    measured on. 0 asks none (that class then reads `consensus.prior_accuracy`)."""
 
 
 class ConsensusConfig(Strict):
@@ -391,12 +435,13 @@ class ConsensusConfig(Strict):
 
     `agree`: kept where the judge's index falls in the interval the labels leave open (`tolerance` steps
     wider), which it then completes; `judge-only`: labels follow the judge; `mc-only`: labels as measured;
-    `soft`: labels follow the posterior over the first error (p_good and the votes under the judge's
-    accuracy measured in the shard, `prior_accuracy` weighing `prior_votes` votes), kept where its most
-    likely first error has probability >= `confidence`.
+    `soft` (the default): labels follow the posterior over the first error (p_good and the votes under the
+    judge's accuracy measured in the shard per answer class, `prior_accuracy` weighing `prior_votes`
+    votes), kept where its most likely first error has probability >= `confidence`.
     """
 
-    policy: Literal["agree", "judge-only", "mc-only", "soft"] = "agree"
+    # `agree` before: a folder made under that default resumes with it (config_upgrade.with_former_defaults)
+    policy: Literal["agree", "judge-only", "mc-only", "soft"] = "soft"
     """How the judge's first-error index and the rollouts' labels are combined (see above)."""
     tolerance: int = Field(0, ge=0)
     """`agree`: steps the agreement interval is widened by (-1, "no error", never agrees with a step)."""
@@ -406,12 +451,16 @@ class ConsensusConfig(Strict):
     """`soft`: the judge's accuracy assumed before the shard's own measurement."""
     prior_votes: float = Field(4.0, ge=0.0, le=1e6)
     """`soft`: how many votes `prior_accuracy` weighs against the shard's measurement."""
+    class_min_votes: int = Field(20, ge=0, le=1_000_000)
+    """`soft`: the judge's accuracy on one answer class (right-answer or wrong-answer rows) is measured from
+    the readable votes on that class's rows the rollouts pinned; with fewer votes than this, the class reads
+    the stated prior (`prior_accuracy`) instead."""
 
     @model_validator(mode="after")
     def _soft_knobs_only_for_soft(self) -> ConsensusConfig:
         # a stored config holds every field: only a value off its default is a setting
         changed = {name for name, f in type(self).model_fields.items() if getattr(self, name) != f.default}
-        unused = {"confidence", "prior_accuracy", "prior_votes"} & changed
+        unused = {"confidence", "prior_accuracy", "prior_votes", "class_min_votes"} & changed
         if self.policy != "soft" and unused:
             raise ValueError(f"{sorted(unused)} are read by the `soft` policy only, not by `{self.policy}`")
         if self.policy == "soft" and "tolerance" in changed:
@@ -458,13 +507,22 @@ class SamplingConfig(Strict):
     """Sampling temperature of the solutions."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling's probability mass."""
+    top_k: int | None = Field(None, ge=1, le=1_000_000)
+    """Sample from the k likeliest tokens only (None: all of them); reasoning models ask for it (Qwen3: 20)."""
 
 
 class StepsConfig(Strict):
-    strategy: Literal["paragraph", "line", "step-marker", "regex"] = "line"
-    """How a solution is split into steps: one a line, one a paragraph, at "Step N" markers, or at the end of each match of `pattern`."""
+    strategy: Literal["paragraph", "line", "step-marker", "regex", "thinking"] = "line"
+    """How a solution is split into steps: one a line, one a paragraph, at "Step N" markers, at the end of
+    each match of `pattern`, or `thinking`: the paragraphs of a thinking trace, then the answer after its
+    close marker as the last step (the policy's `thinking` markers)."""
     pattern: str | None = None
     """The regular expression steps are split at (required by `strategy: regex`)."""
+    min_chars: int = Field(0, ge=0, le=100_000)
+    """strategy thinking: a paragraph shorter than this many characters is merged into the next one."""
+    max_steps: int | None = Field(None, ge=2, le=100_000)
+    """At most this many steps a solution: neighbours are merged evenly (None: no limit). With thinking,
+    the answer section stays the last step of its own."""
 
     @model_validator(mode="after")
     def _pattern(self) -> StepsConfig:
@@ -486,6 +544,8 @@ class RolloutConfig(Strict):
     """Sampling temperature of the rollouts."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling's probability mass for rollouts."""
+    top_k: int | None = Field(None, ge=1, le=1_000_000)
+    """Sample from the k likeliest tokens only (None: all of them)."""
 
 
 class SequentialTestConfig(Strict):
@@ -529,6 +589,9 @@ class MCConfig(Strict):
     """Rollouts per prefix."""
     stop_at_first_zero: bool = False
     """Stop probing after the first prefix with MC 0."""
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one solution may generate at most (None: no limit); the steps left when it
+    is spent are unlabeled with reason `token_budget`."""
 
 
 _SPRT_KNOBS = frozenset({"bad_rate", "good_rate", "sprt_error", "probe_batch", "probe_max_rollouts"})
@@ -542,7 +605,7 @@ class SearchKnobs(Strict):
     knobs that search reads, and the fields every search of the method reads (`ALWAYS`)."""
 
     SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {}
-    ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test"})
+    ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test", "max_rollout_tokens"})
     search_test: SearchTestName  # each subclass sets its default
     """How a prefix is decided: `changepoint`, `fixed` or `sprt`."""
 
@@ -599,6 +662,10 @@ class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     """`fixed`/`sprt`: re-test the boundary more strictly and search again if it does not hold."""
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)
     """`fixed`/`sprt`: share of correct solutions checked by per-step MC."""
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one solution may generate at most, beside the rollout budget (None: no
+    limit). The change-point search then weighs a probe's worth against its expected tokens; steps left
+    undecided when it is spent are unlabeled with reason `token_budget`."""
 
 
 class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
@@ -610,7 +677,19 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
         "changepoint": frozenset({"confidence", "probe_batch", "probe_max_rollouts"}),
     }
     ALWAYS: ClassVar[frozenset[str]] = frozenset(
-        {"method", "search_test", "k", "alpha", "beta", "length", "c_puct", "search_limit", "rollout_budget", "screen"}
+        {
+            "method",
+            "search_test",
+            "k",
+            "alpha",
+            "beta",
+            "length",
+            "c_puct",
+            "search_limit",
+            "rollout_budget",
+            "screen",
+            "max_rollout_tokens",
+        }
     )
 
     method: Literal["omegaprm"]
@@ -634,6 +713,8 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     sequential test (bad_rate / good_rate), `changepoint` the posterior."""
     screen: bool = False
     """Keep a question only if its first rollouts are neither all right nor all wrong."""
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one question may generate at most, beside `rollout_budget` (None: no limit)."""
 
 
 P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
@@ -641,7 +722,7 @@ P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
 # pooling, thresholds, rules): hashed into the config fingerprint and written to the manifest, so an
 # output folder labeled by another revision is refused, never resumed into one dataset of two
 # labelers' rows. Bump it with every change that changes a row of `benchmarks/fidelity.py`.
-LABELER_REVISIONS = {"changepoint": "2026-12-05.3"}
+LABELER_REVISIONS = {"changepoint": "2026-12-05.4"}
 AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
 
 
@@ -710,7 +791,8 @@ class PipelineConfig(Strict):
     judge: JudgeConfig | None = None
     """An LLM judge that names each solution's first error (None: no judge)."""
     consensus: ConsensusConfig | None = None
-    """How the judge and the rollouts' labels are combined (None: no consensus filter)."""
+    """How the judge and the rollouts are combined. A file with a `judge` section that leaves `consensus` out
+    gets the default (`soft`); `consensus: null` records the judge's verdicts without combining them."""
     verify: VerifyConfig | None = None
     """Verification chains for generative verifiers (None: none written)."""
     output: OutputConfig = OutputConfig()
@@ -724,6 +806,16 @@ class PipelineConfig(Strict):
         from prm_synth.config_upgrade import upgrade
 
         return upgrade(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_judge_brings_consensus(cls, data: Any) -> Any:
+        # A judge whose verdicts nothing reads is spent for nothing; a stored config (a full dump) always
+        # names `consensus`, so folders made when leaving it out meant none keep their meaning
+        # (config_upgrade.with_former_defaults resumes them).
+        if isinstance(data, dict) and data.get("judge") is not None and "consensus" not in data:
+            return data | {"consensus": {}}
+        return data
 
     @model_validator(mode="after")
     def _consensus_needs_a_judge(self) -> PipelineConfig:
@@ -798,11 +890,40 @@ class PipelineConfig(Strict):
             engine = (data.get(section) or {}).get("engine") or {}
             if engine.get("kind") == "simulated-judge" and engine.get("errors") is None:
                 engine.pop("errors", None)
+            for key in ("early_miss", "vote_correlation"):  # added later: at 0 a profile errs as it did
+                if engine.get("kind") == "simulated-judge" and (engine.get("errors") or {}).get(key) == 0.0:
+                    engine["errors"].pop(key)
+        _drop_added_defaults(data)
         if (revision := self.labeler_revision()) is not None:
             data["labeler_revision"] = revision
-        # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
+        # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed;
+        # but what only `soft` reads is hashed only under soft, so folders of the other policies resume)
+        _hash_soft_only(data)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# Fields added after datasets were written, with the value that means "as before": left out of the hash at
+# that value, so a folder written before the field existed keeps its fingerprint and resumes.
+_ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("policy", "thinking"), None),
+    (("judge", "engine", "thinking"), None),
+    (("verify", "engine", "thinking"), None),
+    (("steps", "min_chars"), 0),
+    (("steps", "max_steps"), None),
+    (("annotate", "max_rollout_tokens"), None),
+    (("sampling", "top_k"), None),
+    (("rollouts", "top_k"), None),
+)
+
+
+def _drop_added_defaults(data: dict[str, Any]) -> None:
+    for path, default in _ADDED_FIELDS:
+        section: Any = data
+        for part in path[:-1]:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict) and path[-1] in section and section[path[-1]] == default:
+            del section[path[-1]]
 
 
 # `changepoint_max_rollouts` bounded only the rollouts a search spent outside pinning its first error (default
@@ -820,6 +941,20 @@ def _hash_rollout_bound(annotate: dict[str, Any]) -> None:
             annotate[key] = old_default
         else:
             annotate["changepoint_rollout_bound"] = value
+
+
+# Fields added with judge selection and per-class accuracy: read by the `soft` policy only. Under any other
+# policy (or none) they change no row, and configs stored before they existed hash as they did.
+_SOFT_ONLY = {"judge": ("select", "skip_confidence", "calibrate"), "consensus": ("class_min_votes",)}
+
+
+def _hash_soft_only(data: dict[str, Any]) -> None:
+    """Drop, from a config dump about to be hashed, the fields only `soft` reads, unless the policy is soft."""
+    if (data.get("consensus") or {}).get("policy") == "soft":
+        return
+    for section, keys in _SOFT_ONLY.items():
+        for key in keys:
+            (data.get(section) or {}).pop(key, None)
 
 
 class ConfigError(PrmSynthInputError):

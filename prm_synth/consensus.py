@@ -254,6 +254,7 @@ class Decision:
     reason: RejectReason | None = None
     detail: str | None = None
     first_error: int | None = None  # the labels follow this first error (-1: none); None: as measured
+    prefix_confidence: list[float] | None = None  # soft: per step, P(prefix correct) (`consensus_p_good`)
 
 
 def decide(
@@ -264,19 +265,13 @@ def decide(
 ) -> Decision:
     """The filter's decision for one row (its judge verdict already final, ties broken)."""
     judge = record.judge_first_error
+    if config.policy == "soft":
+        return _decide_soft(record, config, min_confidence, accuracy or estimated_accuracy(JudgeCounts(), config))
     doubtful = _doubtful_steps(record, min_confidence)
     if doubtful:
         return Decision(False, "low_confidence", f"steps {doubtful[:5]} are labeled below confidence {min_confidence}")
     if config.policy == "mc-only":
         return Decision(True)
-    if config.policy == "soft":
-        post = posterior(record, accuracy or estimated_accuracy(JudgeCounts(), config))
-        best = max(range(len(post)), key=post.__getitem__)
-        first_error = -1 if best == len(record.labels) else best
-        if post[best] >= config.confidence:
-            return Decision(True, first_error=first_error)
-        detail = f"the most likely first error {first_error} has posterior {post[best]:.3f} < {config.confidence}"
-        return Decision(False, "low_confidence", detail)
     if judge is None:
         if not record.judge_votes:
             return Decision(False, "judge_missing", "no judge ran on this row, so the judge and MC cannot be compared")
@@ -298,6 +293,37 @@ def decide(
         # put an error in the row; a judge that misses it must not fill the row good
         return Decision(True)
     return Decision(True, first_error=judge if inside else None)
+
+
+def prefix_confidence(post: Sequence[float]) -> list[float]:
+    """Per step, P(its prefix is still correct) = P(first error after it), from a posterior over the first
+    error (index n: no error): what `consensus_p_good` stores."""
+    out, later = [], post[-1]
+    for k in range(len(post) - 2, -1, -1):
+        out.append(later)
+        later += post[k]
+    return [min(1.0, max(0.0, p)) for p in reversed(out)]
+
+
+def _decide_soft(
+    record: LabeledRecord, config: ConsensusConfig, min_confidence: float, accuracy: JudgeAccuracy
+) -> Decision:
+    """Soft: the posterior's most likely first error, kept at `confidence`. Its labels' confidence is the
+    posterior's (stored in `consensus_p_good`), so `min_confidence` is checked against it: the least sure
+    label up to the first error is its bad step (P(first error <= it)) or the step before (P(after it))."""
+    post = posterior(record, accuracy)
+    confidence = prefix_confidence(post)
+    n = len(record.labels)
+    best = max(range(len(post)), key=post.__getitem__)
+    first_error = -1 if best == n else best
+    if post[best] < config.confidence:
+        detail = f"the most likely first error {first_error} has posterior {post[best]:.3f} < {config.confidence}"
+        return Decision(False, "low_confidence", detail, prefix_confidence=confidence)
+    least = post[n] if best == n else min(sum(post[best:]), sum(post[: best + 1]))
+    if least < min_confidence:
+        detail = f"the posterior's labels up to step {first_error} are {least:.3f} sure, below {min_confidence}"
+        return Decision(False, "low_confidence", detail, prefix_confidence=confidence)
+    return Decision(True, first_error=first_error, prefix_confidence=confidence)
 
 
 def _doubtful_steps(record: LabeledRecord, min_confidence: float) -> list[int]:
@@ -327,8 +353,12 @@ def apply_consensus(
     agreement: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
     by_source: dict[str, dict[str, int]] = {}
+    # the judge's accuracy per answer class (judge_accuracy.py, which builds on this module)
+    from prm_synth.judge_accuracy import answer_class, class_accuracy, counts_dict, measure_by_class
+
     counts = measure_judge(records)
-    accuracy = estimated_accuracy(counts, config)
+    class_counts = measure_by_class(records)
+    by_class = {c: class_accuracy(n, config) for c, n in class_counts.items()}
     completed = ties_broken = 0
     for record in records:
         if record.judge_first_error is None and (winner := break_tie(record)) is not None:
@@ -337,13 +367,18 @@ def apply_consensus(
         judge = record.judge_first_error
         record.consensus = None if judge is None else agrees_with_labels(record.labels, judge, config.tolerance)
         agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
-        decision = decide(record, config, min_confidence, accuracy)
+        decision = decide(record, config, min_confidence, by_class[answer_class(record)].accuracy)
+        if decision.prefix_confidence is not None:
+            record.consensus_p_good = decision.prefix_confidence
         source = by_source.setdefault(record.source, {"rows": 0, "kept": 0, "rejected": 0, "agree": 0})
         source["rows"] += 1
         source["agree"] += bool(record.consensus)
         if decision.keep:
             if decision.first_error is not None:
-                completed += follow(record, decision.first_error) > 0
+                before = list(record.labels)
+                if follow(record, decision.first_error) > 0:
+                    record.labels_before_consensus = before
+                    completed += 1
             kept.append(record)
             source["kept"] += 1
             continue
@@ -375,6 +410,7 @@ def apply_consensus(
         pinned_missed=counts.pinned_missed,
         clean_votes=counts.clean_votes,
         clean_said_clean=counts.clean_said_clean,
+        by_answer={c: counts_dict(class_counts[c], by_class[c]) for c in class_counts},
         rejected_by_reason=dict(by_reason),
         agreement=dict(agreement),
         by_source=by_source,

@@ -351,11 +351,22 @@ class NotSimulatedError(PrmSynthInputError):
     """The dataset's truth cannot be recomputed (it was not made with the simulated policy)."""
 
 
+def as_labeled(row: dict[str, Any]) -> dict[str, Any]:
+    """A kept row as the labeler left it, before consensus completed or changed its labels
+    (`labels_before_consensus`; rows written before that column existed are taken as they are)."""
+    before = row.get("labels_before_consensus")
+    if before is None:
+        return row
+    first = next((i for i, label in enumerate(before) if label is False), -1)
+    return {**row, "labels": before, "first_error_mc": first}
+
+
 def evaluate_dataset(root: str | Path) -> dict[str, Any]:
     """Bad-label precision/recall of a simulated-policy dataset, before and after consensus.
 
-    Before: every labeled row, the kept ones plus those the consensus filter rejected (their
-    payload is the full record). After: the kept rows only.
+    Before: every labeled row as the labeler left it, the kept ones (their labels before consensus
+    completed them, `as_labeled`) plus those the consensus filter rejected (their payload is the full
+    record). After: the kept rows only.
     """
     manifest = read_manifest(root)
     policy = manifest.get("config", {}).get("policy", {})
@@ -368,7 +379,7 @@ def evaluate_dataset(root: str | Path) -> dict[str, Any]:
     dropped = [
         record_from_payload(r["payload"]).to_row() for r in iter_records(root, "rejected") if r["stage"] == "consensus"
     ]
-    before, after = _quality(kept + dropped), _quality(kept)
+    before, after = _quality([as_labeled(r) for r in kept] + dropped), _quality(kept)
     return {
         "before_consensus": before,
         "after_consensus": after,

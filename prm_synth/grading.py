@@ -11,7 +11,10 @@ Extraction is ours; earlier rules win over later ones:
    sentence, an earlier step of off-topic text) is never an answer, so such text is unknown, not correct.
 
 A completion that stopped because it hit `max_tokens` (finish reason "length") is unknown ("truncated")
-whatever it says: use `grade_completion` wherever an engine's completion is graded.
+whatever it says: use `grade_completion` wherever an engine's completion is graded. A thinking model's
+text (`thinking` markers, prm_synth/thinking.py) is graded on its answer after the close marker alone:
+a `\\boxed{}` written while thinking is never the answer, and a trace that never closes is unknown
+("truncated_thinking").
 
 Equivalence is exact Fraction arithmetic when both sides are plain numbers (in-process, microseconds),
 else math-verify (sympy). Model text is never evaluated as code: the only parser that sees it is
@@ -36,11 +39,27 @@ from typing import Any
 
 from prm_synth import grading_pool
 from prm_synth.schema import VerdictStatus
+from prm_synth.thinking import TRUNCATED_THINKING, ThinkingMarkers
 
 MAX_ANSWER_CHARS = 1000  # longer extracted (or gold) answers are unknown ("too_long"): bounds parser cost
 FALLBACK_LINE_CHARS = 200  # a longer final line is not an answer sentence
 CACHE_SIZE = 100_000
 TRUNCATED_FINISH_REASONS = frozenset({"length"})  # vLLM and the OpenAI API: the max_tokens limit was hit
+# Why a verdict is unknown: this module's reasons, then math-verify's (grading_pool.py; "error:<name>" too).
+UNKNOWN_REASONS = (
+    "no_answer",
+    "truncated",
+    TRUNCATED_THINKING,
+    "too_long",
+    "gold_too_long",
+    "too_complex",
+    "partial_path",
+    "timeout",
+    "unparseable",
+    "unparseable_gold",
+    "worker_died",
+    "worker_garbage",
+)
 
 
 @dataclass(frozen=True)
@@ -292,8 +311,24 @@ def is_truncated(finish_reason: str | None) -> bool:
     return finish_reason in TRUNCATED_FINISH_REASONS
 
 
-def grade_completion(text: str, gold: str, finish_reason: str | None, **kwargs: Any) -> Verdict:
-    """Grade an engine's completion: one cut off by `max_tokens` is unknown ("truncated"), never correct."""
+def grade_completion(
+    text: str, gold: str, finish_reason: str | None, thinking: ThinkingMarkers | None = None, **kwargs: Any
+) -> Verdict:
+    """Grade an engine's completion: one cut off by `max_tokens` is unknown ("truncated"), never correct;
+    with `thinking` markers only the answer after the trace is read (`grade_answer`)."""
+    if thinking is not None and thinking.answer_section(text) is None:
+        return Verdict("unknown", None, TRUNCATED_THINKING)
     if is_truncated(finish_reason):
         return Verdict("unknown", None, "truncated")
+    return grade_answer(text, gold, thinking, **kwargs)
+
+
+def grade_answer(text: str, gold: str, thinking: ThinkingMarkers | None = None, **kwargs: Any) -> Verdict:
+    """`grade` of a solution's answer: with `thinking` markers the text after the close marker alone, and
+    unknown ("truncated_thinking") when the trace never closes."""
+    if thinking is not None:
+        answer = thinking.answer_section(text)
+        if answer is None:
+            return Verdict("unknown", None, TRUNCATED_THINKING)
+        text = answer
     return grade(text, gold, **kwargs)

@@ -5,7 +5,11 @@ The prompt is ProcessBench's critique prompt: the problem, then the steps as num
 drawn in one request (n=m) and combined by majority vote; a tie or a solution without a single
 readable vote gets no verdict (None), which is recorded and never guessed. A request the engine
 refuses (`RequestRefused`, e.g. a solution too long for the judge's context) rejects that row
-("engine_refused", the server's words in the detail); the other rows are judged as usual.
+("engine_refused", the server's words in the detail); the other rows are judged as usual. A row none
+of whose samples could be read was not judged: the judge failed, not the row, so it is left open
+("judge_unreadable", one of the judge's answers in the detail, the labeled row as its payload) and the
+next run asks the judge again for it alone (flows/synthesize.py); a shard where most votes are unreadable
+fails the run once it is written (pipeline.check_judges_readable).
 
 The prompt and its parser live in prompts.py; the simulated judge in engines/simulated.py.
 """
@@ -13,6 +17,7 @@ The prompt and its parser live in prompts.py; the simulated judge in engines/sim
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -22,7 +27,8 @@ from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, 
 from prm_synth.engines.stream import stream_for
 from prm_synth.grading import last_boxed
 from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
-from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, reject
+from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, RejectReason, Stage, reject
+from prm_synth.thinking import ThinkingMarkers
 
 __all__ = [
     "JUDGE_PROMPT_VERSION",
@@ -41,6 +47,28 @@ UNPARSEABLE = -2
 MAX_ANSWER_CHARS = 20_000
 
 _INDEX = re.compile(r"-?\d+")
+# How much of an unreadable answer a rejection's detail (and the run's error line) shows.
+SAMPLE_CHARS = 160
+
+
+def answer_sample(texts: Sequence[str], limit: int = SAMPLE_CHARS) -> str:
+    """One of a model's answers as a user may be shown it: the first non-empty one (else ''), on one
+    line, cut to `limit`, control characters as escapes (model output must not drive a terminal; an
+    engine already scrubbed its key out of it)."""
+    text = next((t for t in texts if t.strip()), "")
+    text = " ".join(text[: limit * 4].split())
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode() for ch in text)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def sample_in(detail: str | None) -> str:
+    """The answer a left-open row's detail quotes (`answer_sample`'s form), or '' where it quotes none."""
+    return (detail or "").partition("e.g. ")[2].partition(": the ")[0]
+
+
+def all_unreadable(votes: Sequence[int]) -> bool:
+    """Votes were asked and not one could be read: the judge failed on this row (no verdict either way)."""
+    return bool(votes) and all(v == UNPARSEABLE for v in votes)
 
 
 # ------------------------------------------------------------------ answers
@@ -146,7 +174,7 @@ def judge_solutions(
     """Judge (question, steps) pairs: one request of n=samples each (`ask`; a refused request fails
     alone: its verdict says so)."""
     answers, calls = ask(engine, judge_requests(items, config, prompt), max_batch_requests, "judge")
-    stats = JudgeStats(engine_calls=calls)
+    stats = JudgeStats(engine_calls=calls, requests=len(items))
     verdicts: list[JudgeVerdict] = []
     for (_, steps), answer in zip(items, answers, strict=True):
         if isinstance(answer, RequestRefused):
@@ -154,7 +182,10 @@ def judge_solutions(
             stats.refused += 1
             continue
         texts = [c.text for c in answer.completions]
-        votes = [prompt.parse(t, len(steps)) for t in texts]
+        # a thinking judge's vote is read from its answer alone; one whose trace never closes is unreadable
+        markers: ThinkingMarkers | None = getattr(engine, "thinking", None)
+        answers_only = [t if markers is None else markers.answer_section(t) or "" for t in texts]
+        votes = [prompt.parse(t, len(steps)) for t in answers_only]
         winner, tie = majority_vote(votes)
         tokens = answer.prompt_tokens + answer.generated_tokens
         verdicts.append(JudgeVerdict(winner, votes, texts, tokens, tie))
@@ -176,18 +207,40 @@ def judge_records(
     verify (verify.verify_records): the input rows are not changed; the rows returned are copies with the
     stage's fields filled.
 
-    A record whose judge request the engine refused is rejected (stage "judge", "engine_refused").
-    The judge's tokens are added to the row's `tokens` (what labeling this row cost).
+    A record whose judge request the engine refused is rejected (stage "judge", "engine_refused"); one
+    whose every vote is unreadable is left open ("judge_unreadable", the labeled row as its payload, so
+    the next run judges it alone). The judge's tokens are added to the row's `tokens` (what labeling
+    this row cost).
     """
     verdicts, stats = judge_solutions(engine, [(r.question, r.steps) for r in records], config, max_batch_requests)
+    kept, rejected = apply_verdicts(engine, records, verdicts, config)
+    stats.unreadable_rows += sum(r.reason == "judge_unreadable" for r in rejected)
+    return kept, rejected, stats
+
+
+def apply_verdicts(
+    engine: Engine, records: list[LabeledRecord], verdicts: Sequence[JudgeVerdict | None], config: JudgeConfig
+) -> tuple[list[LabeledRecord], list[RejectedRecord]]:
+    """The rows with their verdicts written in (copies), and those whose request was refused, rejected.
+    A row without a verdict (None: not sent, judge_selection.py) is kept as it is."""
     kept: list[LabeledRecord] = []
     rejected: list[RejectedRecord] = []
     for record, verdict in zip(records, verdicts, strict=True):
+        if verdict is None:
+            kept.append(replace(record))
+            continue
         if verdict.refused is not None:
             row = record.to_row()
             rejected.append(
                 reject(record.id, record.problem_id, record.source, "judge", "engine_refused", verdict.refused, row)
             )
+            continue
+        if all_unreadable(verdict.votes):
+            detail = (
+                f"none of the judge's {len(verdict.votes)} answers could be read as a step index, "
+                f"e.g. {answer_sample(verdict.texts)}: the judge failed, not the row; asked again next run"
+            )
+            rejected.append(leave_open(record, "judge", "judge_unreadable", detail))
             continue
         kept.append(
             replace(
@@ -199,4 +252,11 @@ def judge_records(
                 tokens=record.tokens + verdict.tokens,
             )
         )
-    return kept, rejected, stats
+    return kept, rejected
+
+
+def leave_open(record: LabeledRecord, stage: Stage, reason: RejectReason, detail: str) -> RejectedRecord:
+    """A row a stage could not finish for a failure of its engine: rejected for now, its payload the
+    whole row as it came in (never cut), which the next run finishes from."""
+    row = record.to_row()
+    return reject(record.id, record.problem_id, record.source, stage, reason, detail, row, payload_chars=sys.maxsize)

@@ -10,10 +10,13 @@ load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ verify ─�
 4 judge      an LLM judge names each row's first error (judge.py; only with a `judge` section)
 5 consensus  keep the rows the rollouts and the judge support, completing their labels (consensus.py)
 6 verify     verification chains for the kept rows, kept where they agree with the labels (verify.py;
-             only with a `verify` section; it adds columns to rows, never drops one)
+             only with a `verify` section; it adds columns to rows, never drops one for its content)
 7 check      every problem ends as rows or a rejection with a reason, or the shard is not written
 
-Each stage returns what it kept, what it rejected and its counters; `ShardStats` gathers them. Judge and
+Each stage returns what it kept, what it rejected and its counters; `ShardStats` gathers them. A row the
+judge or the verifier could not read at all is left open (LEFT_OPEN_REASONS): the shard is written, and
+the next run finishes that row alone from its payload (`finish_open_rows`); a shard where most of them
+are unreadable fails the run after it is written (`check_judges_readable`). Judge and
 verify share one contract (their input rows unchanged, copies returned; a section without its engine is a
 config error) and one request loop (judge.ask).
 Plain Python: the Prefect flow (flows/synthesize.py) only schedules shards and writes them.
@@ -31,11 +34,23 @@ from typing import Any
 from prm_synth.annotate.labeler import Progress, make_labeler, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
 from prm_synth.config import ConfigError, PipelineConfig
-from prm_synth.consensus import apply_consensus
+from prm_synth.consensus import apply_consensus, record_from_payload
 from prm_synth.engines.base import Engine, EngineError
-from prm_synth.judge import judge_records
+from prm_synth.engines.stream import describe_engine
+from prm_synth.errors import PrmSynthError
+from prm_synth.judge import judge_records, sample_in
+from prm_synth.judge_selection import judge_selected
 from prm_synth.problems import iter_problems
-from prm_synth.schema import Item, LabeledRecord, Problem, RejectedRecord, ShardStats, VerifyStats
+from prm_synth.schema import (
+    ConsensusStats,
+    Item,
+    JudgeStats,
+    LabeledRecord,
+    Problem,
+    RejectedRecord,
+    ShardStats,
+    VerifyStats,
+)
 from prm_synth.verify import verify_records
 
 
@@ -82,27 +97,10 @@ def process_shard(
     labeled = make_labeler(config, fingerprint).label(engine, problems, progress, on_progress)
     sampled = labeled.sampled
     clock.lap("sample_and_label")
-    judged, judge_rejected, judge_stats = (
-        judge_records(_engine_for("judge", judge_engine), labeled.records, config.judge, config.run.max_batch_requests)
-        if config.judge is not None
-        else (labeled.records, [], None)
-    )
-    clock.lap("judge")
-    records, consensus_rejected, consensus_stats = (
-        apply_consensus(judged, config.consensus, config.labels.min_confidence)
-        if config.consensus
-        else (judged, [], None)
-    )
-    clock.lap("consensus")
-    verify_stats: VerifyStats | None = None
-    if config.verify is not None:
-        engine_for_verify = _engine_for("verify", verify_engine)
-        records, _, verify_stats = verify_records(
-            engine_for_verify, records, config.verify, config.run.max_batch_requests
-        )
-        clock.lap("verify")
+    tail = judge_onwards(config, labeled.records, judge_engine, verify_engine, clock)
+    records, judge_stats, consensus_stats, verify_stats = tail.records, tail.judge, tail.consensus, tail.verify
 
-    rejected = load_rejected + sampled.rejected + labeled.rejected + judge_rejected + consensus_rejected
+    rejected = load_rejected + sampled.rejected + labeled.rejected + tail.rejected
     for r in rejected:
         r.config_fingerprint = fingerprint
     with_rows = check_nothing_lost(problems, records, rejected)
@@ -136,6 +134,148 @@ def process_shard(
     return ShardOutput(records, rejected, stats, labeled.trees)
 
 
+def _judge(
+    engine: Engine, records: list[LabeledRecord], config: PipelineConfig
+) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
+    """The judge stage: under `soft`, only the rows a vote can change, votes asked until settled
+    (judge_selection.py); under any other policy (or none), every row with `samples` votes."""
+    assert config.judge is not None
+    if config.consensus is not None and config.consensus.policy == "soft":
+        return judge_selected(engine, records, config.judge, config.consensus, config.run.max_batch_requests)
+    return judge_records(engine, records, config.judge, config.run.max_batch_requests)
+
+
+@dataclass
+class Tail:
+    """What the stages after labeling made of some rows: kept rows, rejections, each stage's counters."""
+
+    records: list[LabeledRecord]
+    rejected: list[RejectedRecord]
+    judge: JudgeStats | None = None
+    consensus: ConsensusStats | None = None
+    verify: VerifyStats | None = None
+
+
+def judge_onwards(
+    config: PipelineConfig,
+    records: list[LabeledRecord],
+    judge_engine: Engine | None,
+    verify_engine: Engine | None,
+    clock: _Clock,
+    verify_only: list[LabeledRecord] | None = None,
+) -> Tail:
+    """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
+    that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
+    those alone, judge and consensus do not run."""
+    judging = bool(records) or verify_only is None
+    judged, judge_rejected, judge_stats = (
+        _judge(_engine_for("judge", judge_engine), records, config)
+        if config.judge is not None and judging
+        else (records, [], None)
+    )
+    clock.lap("judge")
+    kept, consensus_rejected, consensus_stats = (
+        apply_consensus(judged, config.consensus, config.labels.min_confidence)
+        if config.consensus and judging
+        else (judged, [], None)
+    )
+    clock.lap("consensus")
+    kept = kept + list(verify_only or [])
+    verify_rejected: list[RejectedRecord] = []
+    verify_stats: VerifyStats | None = None
+    if config.verify is not None:
+        engine_for_verify = _engine_for("verify", verify_engine)
+        kept, verify_rejected, verify_stats = verify_records(
+            engine_for_verify, kept, config.verify, config.run.max_batch_requests
+        )
+        clock.lap("verify")
+    return Tail(kept, judge_rejected + consensus_rejected + verify_rejected, judge_stats, consensus_stats, verify_stats)
+
+
+def finish_open_rows(
+    config: PipelineConfig,
+    rows: list[dict[str, Any]],
+    fingerprint: str,
+    judge_engine: Engine | None = None,
+    verify_engine: Engine | None = None,
+) -> ShardOutput:
+    """Rows an earlier run left open because its judge or verifier could not be read (rejected rows with
+    a reason in LEFT_OPEN_REASONS): a `judge_unreadable` row goes through judge, consensus and verify
+    again from its labeled payload, a `verify_unreadable` one through verify. Nothing is sampled or
+    rolled out again: the rollouts' labels were kept in the payload."""
+    clock = _Clock()
+    to_judge = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "judge_unreadable"]
+    to_verify = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "verify_unreadable"]
+    tail = judge_onwards(config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify)
+    for r in tail.rejected:
+        r.config_fingerprint = fingerprint
+    ended = {r.id for r in tail.records} | {r.id for r in tail.rejected}
+    lost = [r["id"] for r in rows if r["id"] not in ended]
+    if lost:  # a bug, never a data problem (see check_nothing_lost)
+        raise RuntimeError(f"{len(lost)} row(s) left open ended with neither a row nor a rejection: {lost[:5]}")
+    stats = ShardStats(
+        rows=len(tail.records),
+        rejected=len(tail.rejected),
+        rejected_by_reason=dict(Counter(r.reason for r in tail.rejected)),
+        requests_refused=(tail.judge.refused if tail.judge else 0) + (tail.verify.refused if tail.verify else 0),
+        judge_tokens=tail.judge.tokens if tail.judge else 0,
+        seconds=clock.laps,
+        judge=tail.judge,
+        consensus=tail.consensus,
+        verify=tail.verify,
+    )
+    return ShardOutput(tail.records, tail.rejected, stats)
+
+
+def combine(first: ShardOutput, second: ShardOutput) -> ShardOutput:
+    """Two outputs of one shard's attempt (its refused problems redone, its open rows finished) as one."""
+    return ShardOutput(
+        first.records + second.records,
+        first.rejected + second.rejected,
+        first.stats + second.stats,
+        first.trees | second.trees,
+    )
+
+
+class UnreadableJudgeError(PrmSynthError, RuntimeError):
+    """Most of a shard's judge votes (or verification chains) could not be read: the judge is broken (a
+    wrong model, a chat template it does not follow, another answer format), not the rows. The shard is
+    written first, its unreadable rows left open, so the rollouts' labels are kept and the next run of
+    the same command asks the judge again for exactly those rows."""
+
+
+# More than this share of a shard's votes (or chains) unreadable: the judge is broken, and the run fails.
+UNREADABLE_FAILS = 0.5
+
+
+def check_judges_readable(out: ShardOutput, judge_engine: Engine | None, verify_engine: Engine | None) -> None:
+    """Raise `UnreadableJudgeError` when more than half of this attempt's judge votes, or verification
+    chains, could not be read, naming the engine (its model and server) and one of its answers."""
+    j, v = out.stats.judge, out.stats.verify
+    checks = [
+        ("judge", judge_engine, j.unparseable if j else 0, j.samples if j else 0, "votes", "judge_unreadable"),
+        (
+            "verifier",
+            verify_engine,
+            v.unreadable_chains if v else 0,
+            v.chains if v else 0,
+            "chains",
+            "verify_unreadable",
+        ),
+    ]
+    for name, engine, unreadable, asked, what, reason in checks:
+        if not asked or unreadable <= asked * UNREADABLE_FAILS:
+            continue
+        open_rows = [r for r in out.rejected if r.reason == reason]
+        said = sample_in(open_rows[0].detail) if open_rows else ""
+        raise UnreadableJudgeError(
+            f"the {name} ({describe_engine(engine)}) gave {unreadable} of {asked} {what} that cannot be read"
+            + (f", e.g. {said}" if said else "")
+            + f"; {len(open_rows)} row(s) are left open and the rest is kept: fix the {name} (its model name, "
+            "chat template or answer format) and run the same command again: only the open rows are asked again"
+        )
+
+
 @dataclass
 class ShardRows:
     """A shard as it is written: row dicts, rejected row dicts, stats, trees."""
@@ -155,14 +295,17 @@ def redo_items(items: list[Item], redo: set[str]) -> list[Item]:
     return [it for it in items if isinstance(it, Problem) and it.id in redo]
 
 
-def merge_redo(previous: ShardRows, redo: set[str], out: ShardOutput) -> ShardRows:
-    """The shard already written, its refused problems replaced by what a new attempt made of them.
+def merge_redo(
+    previous: ShardRows, redo: set[str], out: ShardOutput, reopened: frozenset[str] = frozenset()
+) -> ShardRows:
+    """The shard already written, its refused problems replaced by what a new attempt made of them, and
+    its rows left open (`reopened`: their ids) replaced by what `finish_open_rows` made of them.
 
     Rows and rejections of the other problems are kept as they were. Counts (rows, rejections by reason,
     problems labeled, final answers) are those of the merged rows; what was spent (rollouts, tokens,
     requests, seconds) is the sum of both attempts: the first attempt's requests were paid for too."""
     kept = [r for r in previous.records if r.get("problem_id") not in redo]
-    kept_rejected = [r for r in previous.rejected if r.get("problem_id") not in redo]
+    kept_rejected = [r for r in previous.rejected if r.get("problem_id") not in redo and r.get("id") not in reopened]
     new = ShardRows.of(out)
     records, rejected = kept + new.records, kept_rejected + new.rejected
     stats = previous.stats + out.stats

@@ -18,7 +18,8 @@ from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading import Verdict, grade_completion
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.schema import Problem, RejectedRecord, reject
-from prm_synth.steps import split_steps
+from prm_synth.steps import splitter
+from prm_synth.thinking import ThinkingMarkers, resolve_markers
 
 
 class PolicyCannotSolveError(PrmSynthInputError):
@@ -59,6 +60,7 @@ class Solution:
     steps: list[str]
     verdict: Verdict
     tokens: int  # its share of the sampling request's tokens (generated + prompt / n)
+    generated_tokens: int = 0  # the tokens the policy generated for it (a rollout's length is judged by it)
 
     @property
     def id(self) -> str:
@@ -86,17 +88,23 @@ def sampling_request(problem: Problem, config: PipelineConfig) -> GenerationRequ
         max_tokens=config.sampling.max_tokens,
         temperature=config.sampling.temperature,
         top_p=config.sampling.top_p,
+        top_k=config.sampling.top_k,
     )
     return GenerationRequest(
         user=policy_user_prompt(problem.question), n=config.sampling.samples_per_problem, sampling=sampling
     )
 
 
-def read_solutions(problem: Problem, result: GenerationResult, config: PipelineConfig) -> Sampled:
-    """A problem's sampling result, split into steps and graded; an empty completion is rejected."""
+def read_solutions(
+    problem: Problem, result: GenerationResult, config: PipelineConfig, markers: ThinkingMarkers | None = None
+) -> Sampled:
+    """A problem's sampling result, split into steps and graded; an empty completion is rejected.
+    `markers`: a thinking policy's, as its engine resolved them (None: from the config alone)."""
+    markers = markers or resolve_markers(config.policy)
+    split = splitter(config.steps, markers)
     out = Sampled(tokens=result.prompt_tokens + result.generated_tokens, completions=len(result.completions))
     for j, completion in enumerate(result.completions):
-        steps = split_steps(completion.text, config.steps.strategy, config.steps.pattern)
+        steps = split(completion.text)
         if not steps:
             detail = "the policy produced no text to split into steps"
             out.rejected.append(
@@ -111,9 +119,9 @@ def read_solutions(problem: Problem, result: GenerationResult, config: PipelineC
                 )
             )
             continue
-        verdict = grade_completion(completion.text, problem.gold_answer, completion.finish_reason)
+        verdict = grade_completion(completion.text, problem.gold_answer, completion.finish_reason, markers)
         share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
-        out.solutions.append(Solution(problem, j, steps, verdict, share))
+        out.solutions.append(Solution(problem, j, steps, verdict, share, completion.generated_tokens))
     return out
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 LabelSource = Literal["mc", "verdict", "test", "inferred", "consensus", "none"]
 LABEL_SOURCES: tuple[str, ...] = get_args(LabelSource)
 # The stage of the data flow at which an input or a row was rejected.
-Stage = Literal["load", "sample", "split", "annotate", "judge", "consensus", "write"]
+Stage = Literal["load", "sample", "split", "annotate", "judge", "consensus", "verify", "write"]
 STAGES: tuple[str, ...] = get_args(Stage)
 # A grade of a solution or a rollout: unknown is never counted as correct.
 VerdictStatus = Literal["correct", "incorrect", "unknown"]
@@ -40,6 +40,10 @@ RejectReason = Literal[
     "engine_refused",
     # ... on `run.refused_runs` consecutive runs: rejected for good, not asked again (run --retry-refused)
     "engine_refused_permanent",
+    # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of
+    # the row, so the row is left open (its payload is the labeled row) and the next run asks again
+    "judge_unreadable",
+    "verify_unreadable",
     # split: the policy wrote nothing to split
     "empty_solution",
     # annotate (OmegaPRM): a question without a row
@@ -54,6 +58,9 @@ RejectReason = Literal[
     "unencodable_text",
 ]
 REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
+# Rows rejected for now because a stage's engine failed on them, not for their content: the next run
+# of the same command finishes them from their payload (the row as that stage got it).
+LEFT_OPEN_REASONS = frozenset({"judge_unreadable", "verify_unreadable"})
 # Why a step has no label (a row's `unlabeled_reason`).
 UnlabeledReason = Literal[
     "after_error",  # its prefix follows the first bad step: it holds that error
@@ -64,6 +71,7 @@ UnlabeledReason = Literal[
     # a correct final answer, and the evidence says an error may lie somewhere before it, not where: the
     # shard's correct-answer solutions hold process errors (measured), or this one's rollouts dip and rise
     "undecided_unlocated",
+    "token_budget",  # the solution's rollout tokens (annotate.max_rollout_tokens) ran out before it was decided
 ]
 # The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's
@@ -142,6 +150,12 @@ RECORD_SCHEMA = pa.schema(
         # Per step, rollouts from its prefix that could not be graded (a timeout, a cut-off or answerless
         # completion): left out of mc_total and of the evidence. Added later: older shards lack it.
         pa.field("mc_unknown", pa.list_(pa.int32())),
+        # Per step, the probability its prefix is still correct under the `soft` consensus posterior (the
+        # rollouts' p_good and the judge's votes, consensus.posterior): the confidence of labels consensus
+        # set. P(first error = k) is consensus_p_good[k-1] - consensus_p_good[k]. Null without soft.
+        pa.field("consensus_p_good", pa.list_(pa.float64())),
+        # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
+        pa.field("labels_before_consensus", pa.list_(pa.bool_())),
     ]
 )
 
@@ -195,6 +209,8 @@ class LabeledRecord:
     verify_model: str | None = None
     verify_prompt_version: str | None = None
     mc_unknown: list[int] | None = None  # per step, ungradable rollouts (not in mc_total)
+    consensus_p_good: list[float] | None = None  # per step, P(prefix correct) under soft's posterior
+    labels_before_consensus: list[bool | None] | None = None  # the labels before consensus changed them
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -262,8 +278,13 @@ class JudgeStats:
     undecided: int = 0  # no verdict: ties plus solutions without a readable vote
     engine_calls: int = 0
     refused: int = 0  # requests the engine refused (their rows are rejected)
+    unreadable_rows: int = 0  # rows without one readable vote: left open (`judge_unreadable`), asked again
     tokens: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)  # "-1" / "error" / "none" -> count
+    # judge selection (judge_selection.py): requests sent (one per row and round, n=1 each; `select: all`
+    # sends one per row with n=samples), and rows not sent because the rollouts pinned them
+    requests: int = 0
+    rows_skipped: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -287,6 +308,9 @@ class ConsensusStats:
     pinned_missed: int = 0  # of those, votes saying -1
     clean_votes: int = 0
     clean_said_clean: int = 0  # of those, votes saying -1
+    # The same counts per answer class ("right" / "wrong": judge_accuracy.py), and in how many shards each
+    # class read the prior for lack of pinned rows; the soft posterior reads a row's class's figure.
+    by_answer: dict[str, dict[str, int]] = field(default_factory=dict)
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     agreement: dict[str, int] = field(default_factory=dict)  # "mc=i,judge=j" -> rows (judge=none: no verdict)
     by_source: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> rows, kept, rejected, agree
@@ -315,7 +339,27 @@ class ConsensusStats:
             parts.append(
                 f"says -1 in {self.clean_said_clean / self.clean_votes:.1%} of {self.clean_votes} votes on clean rows"
             )
-        return ", ".join(parts) or "not measured (no row's first error pinned by the rollouts)"
+        text = ", ".join(parts) or "not measured (no row's first error pinned by the rollouts)"
+        return f"{text}; by answer class (what soft reads): {self.by_answer_text()}" if self.by_answer else text
+
+    def by_answer_text(self) -> str:
+        """Each answer class's measured accuracy in words, and in how many shards the prior stood in for
+        it (too few pinned rows of the class there: judge_accuracy.py)."""
+        parts = []
+        for name in ("right", "wrong"):
+            c = self.by_answer.get(name) or {}
+            pinned, clean, shards = c.get("pinned_votes", 0), c.get("clean_votes", 0), c.get("shards", 0)
+            bits = []
+            if pinned:
+                bits.append(f"names the pinned error in {c.get('pinned_named', 0) / pinned:.1%} of {pinned} votes")
+            if clean:
+                bits.append(f"says -1 in {c.get('clean_said_clean', 0) / clean:.1%} of {clean} votes on clean rows")
+            if c.get("errors_on_prior"):
+                bits.append(f"errors read the prior in {c['errors_on_prior']} of {shards} shards")
+            if name == "right" and c.get("clean_on_prior"):
+                bits.append(f"clean rows read the prior in {c['clean_on_prior']} of {shards} shards")
+            parts.append(f"{name}-answer rows: {', '.join(bits) or 'not measured'}")
+        return "; ".join(parts)
 
     def kept_text(self) -> str:
         """What consensus kept and did, in words."""
@@ -345,6 +389,8 @@ class VerifyStats:
     tokens: int = 0  # prompt + generated tokens of every verify request
     engine_calls: int = 0
     refused: int = 0  # rows whose request the engine refused (their chains count as `engine_refused`)
+    unreadable_rows: int = 0  # rows without one readable chain: left open (`verify_unreadable`), asked again
+    unreadable_chains: int = 0  # chains not in the verifier's format at all (verify.UNREADABLE_CHAIN)
 
     def fractions(self) -> dict[str, float | None]:
         """Kept / sampled chains, per-step agreement, what a kept chain cost (every verify token, the

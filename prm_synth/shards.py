@@ -55,7 +55,7 @@ from typing import Any
 import pyarrow as pa
 
 from prm_synth.errors import PrmSynthError, PrmSynthInputError
-from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
+from prm_synth.schema import LEFT_OPEN_REASONS, RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 
 FORMAT = "prm-synth/1"
 MANIFEST = "manifest.json"
@@ -437,6 +437,13 @@ class ShardStore:
             for r in self.read_rows(entry, "rejected")
             if r.get("reason") in reasons and r.get("problem_id") is not None
         }
+
+    def open_rows(self, entry: ShardEntry) -> set[str]:
+        """Rows of a finished shard left open because its judge or verifier could not be read (a reason in
+        LEFT_OPEN_REASONS): not done; the next run finishes them from their payload."""
+        if not LEFT_OPEN_REASONS & set(entry.stats.rejected_by_reason):
+            return set()  # the marker says none: the rejected file need not be read
+        return {str(r["id"]) for r in self.read_rows(entry, "rejected") if r.get("reason") in LEFT_OPEN_REASONS}
 
     def write_manifest(self, config_dump: dict[str, Any] | None = None) -> dict[str, Any]:
         """Rebuild manifest.json from the shard markers."""

@@ -13,8 +13,9 @@ from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import ConfigError, validate_config
-from prm_synth.schema import ConsensusStats, ShardStats, VerifyStats
-from prm_synth.shards import dataset_shards, iter_tables, read_manifest
+from prm_synth.judge import sample_in
+from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
+from prm_synth.shards import dataset_shards, iter_records, iter_tables, read_manifest
 
 
 def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
@@ -94,10 +95,24 @@ class RunSummary:
     labels: dict[str, Any] = field(default_factory=dict)  # label statistics (`_label_statistics`)
     verify: VerifyStats | None = None  # None where no verify stage ran
     run: RunFacts | None = None
+    # What the judge cost (0 without one): votes asked (each one generation of the judge, the figure
+    # `judge.select: needed` saves), its tokens, the rows it was asked about, its tokens a kept row.
+    judge_requests: int = 0
+    judge_tokens: int = 0
+    rows_judged: int = 0
+    rows_not_judged: int = 0  # rows not sent: the rollouts pinned them (`judge.select: needed`)
+    judge_tokens_per_kept_row: float | None = None
+    judge: JudgeStats | None = None  # the judge stage's counters; None without a judge
+    # the rollouts' tokens (prompt and generated) per labeled step and per row whose first error was
+    # located: what long solutions (thinking traces) cost, where a rollout's length grows with the steps left
+    rollout_tokens_per_labeled_step: float | None = None
+    rollout_tokens_per_located_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat JSON: the counts, consensus and verify counts with fractions ({} without), the run's facts."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("consensus", "verify", "run")}
+        """Flat JSON: the counts, judge, consensus and verify counts ({} without), the run's facts."""
+        nested = ("judge", "consensus", "verify", "run")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested}
+        out["judge"] = self.judge.as_dict() if self.judge else {}
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
         out["verify"] = self.verify.as_dict() if self.verify else {}
         if self.run is not None:
@@ -135,13 +150,42 @@ def summarize(root: str | Path) -> RunSummary:
         rollouts=stats.rollouts,
         unknown_rollouts=stats.unknown_rollouts,
         unknown_rate=round(stats.unknown_rollouts / stats.rollouts, 4) if stats.rollouts else 0.0,
-        warnings=_warnings(stats),
+        warnings=_warnings(stats) + _left_open_warnings(root, stats),
         requests_refused=stats.requests_refused,
         tokens=stats.tokens,
         rollouts_per_labeled_step=_per(stats.rollouts, labels["labeled_steps"]),
         tokens_per_labeled_step=_per(stats.tokens, labels["labeled_steps"]),
         config_fingerprint=manifest["config_fingerprint"],
         labels=labels,
+        rollout_tokens_per_labeled_step=_per(stats.rollout_tokens, labels["labeled_steps"]),
+        rollout_tokens_per_located_error=_per(stats.rollout_tokens, labels["rows_with_error"]),
+        **judge_cost(stats, totals["rows"]),
+    )
+
+
+def judge_cost(stats: ShardStats, rows: int) -> dict[str, Any]:
+    """The summary's judge cost fields from the summed shard stats and the rows kept."""
+    judge = stats.judge
+    if judge is None:
+        return {}
+    return {
+        "judge": judge,
+        "judge_requests": judge.samples,
+        "judge_tokens": stats.judge_tokens,
+        "rows_judged": judge.solutions + judge.refused,
+        "rows_not_judged": judge.rows_skipped,
+        "judge_tokens_per_kept_row": _per(stats.judge_tokens, rows),
+    }
+
+
+def judge_cost_text(summary: RunSummary) -> str | None:
+    """What the judge cost, in words (run summary, `inspect`, card, flow artifact); None without a judge."""
+    if summary.judge is None:
+        return None
+    skipped = f", {summary.rows_not_judged} not sent (the rollouts pinned them)" if summary.rows_not_judged else ""
+    return (
+        f"{summary.judge_requests} requests (votes asked) on {summary.rows_judged} rows{skipped}; "
+        f"{summary.judge_tokens} tokens, {summary.judge_tokens_per_kept_row} a kept row"
     )
 
 
@@ -161,6 +205,25 @@ def _warnings(stats: ShardStats) -> list[str]:
         out.append(
             f"{refused} row(s) were refused by the engine (see their detail in rejected/): they are not done, "
             "the next run of the same command asks for them again"
+        )
+    return out
+
+
+def _left_open_warnings(root: str | Path, stats: ShardStats) -> list[str]:
+    """Rows left open because the judge or verifier could not be read: counted apart from the rejections
+    for content, with one of the engine's answers (the first such row's detail says it)."""
+    reasons = stats.rejected_by_reason or {}
+    out = []
+    for reason, who in (("judge_unreadable", "judge"), ("verify_unreadable", "verifier")):
+        if not (count := reasons.get(reason)):
+            continue
+        said = sample_in(
+            next((r.get("detail") for r in iter_records(root, "rejected") if r.get("reason") == reason), "")
+        )
+        out.append(
+            f"{count} row(s) are left open because the {who}'s answers could not be read"
+            + (f" (e.g. {said})" if said else "")
+            + f": they are not done, the next run of the same command asks the {who} again for them alone"
         )
     return out
 

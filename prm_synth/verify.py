@@ -24,8 +24,11 @@ readable chain is kept only when its verdicts agree with the row's labels (`comp
   never teaches an error nobody measured); at most `tolerance` disagreements are allowed (0: none);
 - rule `first-error`: the chain's first incorrect step (-1: none) and the compared labels' first bad
   step (-1: none) agree within `tolerance` steps, -1 agreeing only with -1 (consensus.agrees).
-A row with no compared step keeps no chain (`no_labels`). Rows are never dropped by this stage: a
-row keeps its kept chains in `verify_chains` and, per dropped chain, the reason in `verify_dropped`.
+A row with no compared step keeps no chain (`no_labels`). Rows are never dropped by this stage for their
+content: a row keeps its kept chains in `verify_chains` and, per dropped chain, the reason in
+`verify_dropped`. A row none of whose chains is in the verifier's format at all (UNREADABLE_CHAIN) is left
+open (`verify_unreadable`): the verifier failed, and the next run verifies that row again (like the
+judge's `judge_unreadable`).
 
 Model output is untrusted: a chain longer than MAX_CHAIN_CHARS is dropped unread, and the parser
 makes a bounded number of linear passes over the rest.
@@ -43,7 +46,7 @@ from prm_synth.config import VerifyConfig
 from prm_synth.consensus import agrees
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, RequestRefused, SamplingOptions
 from prm_synth.grading import last_boxed
-from prm_synth.judge import UNPARSEABLE, JudgePrompt, ask
+from prm_synth.judge import UNPARSEABLE, JudgePrompt, answer_sample, ask, leave_open
 from prm_synth.prompts import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_SYSTEM, render_verify_prompt
 from prm_synth.schema import ChainDropReason, LabeledRecord, RejectedRecord, VerifyStats
 
@@ -153,6 +156,11 @@ def compare(verdicts: Sequence[bool], labels: dict[int, bool], rule: str, tolera
     return Agreement(False, "disagree", detail, len(labels), agreed)
 
 
+# Chains that are not in the verifier format at all: a verifier answering so fails, not the row. A chain cut
+# by max_tokens, or one that breaks off or goes on wrongly, reads as a chain and is the row's drop reason.
+UNREADABLE_CHAIN: frozenset[str | None] = frozenset({"no_steps", "missing_verdict", "step_order"})
+
+
 def verify_requests(records: Sequence[LabeledRecord], config: VerifyConfig) -> list[GenerationRequest]:
     sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
     return [
@@ -178,7 +186,9 @@ def verify_records(
     """The verify stage: sample `votes` chains per row, keep those that agree with its labels. Returns
     (the rows with their verify fields filled, the rejected, its counters) under the stage contract of
     judge.judge_records: the input rows are not changed, the rows returned are copies. This stage never
-    rejects a row (the list is empty): a row whose chains all went keeps why in `verify_dropped`.
+    rejects a row for its content: a row whose chains all went keeps why in `verify_dropped`. Only a row
+    none of whose chains could be read at all is left open ("verify_unreadable", the row as it came in as
+    its payload): the verifier failed, not the row, and the next run verifies it again.
 
     Requests go through judge.ask, the judge's request loop: a request the engine refuses costs its row
     its chains (each dropped as `engine_refused`), never the row or the shard. The verifier's tokens are
@@ -187,6 +197,7 @@ def verify_records(
     stats = VerifyStats(engine_calls=calls)
     dropped: Counter[str] = Counter()
     out: list[LabeledRecord] = []
+    left_open: list[RejectedRecord] = []
     for record, answer in zip(records, answers, strict=True):
         stats.rows += 1
         stats.chains += config.votes
@@ -198,8 +209,20 @@ def verify_records(
             dropped["engine_refused"] += config.votes
             stats.refused += 1
         else:
-            for completion in answer.completions:
-                _, agreement = judge_chain(completion, record, config)
+            parsed_chains = [judge_chain(completion, record, config) for completion in answer.completions]
+            if parsed_chains and all(parsed.reason in UNREADABLE_CHAIN for parsed, _ in parsed_chains):
+                detail = (
+                    f"none of the verifier's {len(parsed_chains)} chains could be read "
+                    f"({parsed_chains[0][0].reason}), e.g. {answer_sample([c.text for c in answer.completions])}: "
+                    "the verifier failed, not the row; verified again next run"
+                )
+                left_open.append(leave_open(record, "verify", "verify_unreadable", detail))
+                stats.unreadable_rows += 1
+                stats.unreadable_chains += len(parsed_chains)
+                stats.tokens += answer.prompt_tokens + answer.generated_tokens
+                continue
+            for completion, (parsed, agreement) in zip(answer.completions, parsed_chains, strict=True):
+                stats.unreadable_chains += parsed.reason in UNREADABLE_CHAIN
                 stats.steps_compared += agreement.compared
                 stats.steps_agreed += agreement.agreed
                 if agreement.keep:
@@ -224,4 +247,4 @@ def verify_records(
             )
         )
     stats.dropped_by_reason = dict(dropped)
-    return out, [], stats
+    return out, left_open, stats

@@ -248,6 +248,7 @@ class FakeCompletionsServer:
         self.calls = 0
         self.max_in_flight = 0
         self.asked: list[tuple[str, int, int | None]] = []  # (prompt, n, seed) of every request
+        self.bodies: list[dict[str, Any]] = []  # every request's JSON body
         self._in_flight = 0
         self._lt: _LoopThread | None = None
         self._runner: web.AppRunner | None = None
@@ -288,6 +289,7 @@ class FakeCompletionsServer:
             body = await request.json()
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
+            self.bodies.append(body)
             prompt, n = body["prompt"], body.get("n", 1)
             self.asked.append((prompt, n, body.get("seed")))
             texts = [f"{prompt[-40:]}|{i}" for i in range(n)]

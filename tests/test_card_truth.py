@@ -17,7 +17,8 @@ from _tokenizers import ascii_only_bpe, qwen_like_bpe
 from prm_synth.arithmetic import true_first_error
 from prm_synth.export.consumers import _pieces
 from prm_synth.export.hub import export_to_dir
-from prm_synth.shards import iter_records
+from prm_synth.schema import ShardStats
+from prm_synth.shards import dataset_shards, iter_records
 from prm_synth.summary import summarize
 
 LIMIT = 60
@@ -110,6 +111,11 @@ def test_the_card_states_the_cost_of_a_labeled_step(mc_run, exported):
     rollouts, tokens = summary.rollouts / steps, summary.tokens / steps
     card = (exported / "README.md").read_text(encoding="utf-8")
     assert f"| cost per labeled step | {rollouts:.1f} rollouts, {tokens:.1f} tokens |" in card
+    stats = sum((e.stats for e in dataset_shards(mc_run)), start=ShardStats())
+    per_step = stats.rollout_tokens / steps
+    per_error = stats.rollout_tokens / summary.labels["rows_with_error"]
+    assert summary.rollout_tokens_per_located_error == round(per_error, 2)
+    assert f"| rollout tokens | {per_step:.1f} a labeled step, {per_error:.1f} a located first error |" in card
 
 
 def test_the_card_names_the_labeler_revision_its_folder_recorded(mc_run, exported, tmp_path):
@@ -121,7 +127,9 @@ def test_the_card_names_the_labeler_revision_its_folder_recorded(mc_run, exporte
     manifest = json.loads((run / "manifest.json").read_text())
     (run / "manifest.json").write_text(json.dumps(manifest | {"labeler_revision": "changepoint 2026-12-04.2"}))
     export_to_dir(run, tmp_path / "repo", ["trl"], test_fraction=0.2)
-    assert re.search(r"\| labeler revision \| `changepoint 2026-12-04.2` \|", (tmp_path / "repo" / "README.md").read_text())
+    assert re.search(
+        r"\| labeler revision \| `changepoint 2026-12-04.2` \|", (tmp_path / "repo" / "README.md").read_text()
+    )
 
 
 def test_tokens_in_messages_are_text_not_byte_level_spellings():

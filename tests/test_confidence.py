@@ -55,11 +55,11 @@ def test_a_threshold_only_removes_labels_never_flips_them(steps, threshold):
 def test_consensus_rejects_rows_labeled_below_the_minimum_confidence():
     sure = dataclasses.replace(record("a-s0", 2, 2, [2]), p_good=[0.99, 0.97, 0.01, 0.01])
     doubtful = dataclasses.replace(record("b-s0", 2, 2, [2]), p_good=[0.99, 0.6, 0.01, 0.01])
-    kept, rejected, stats = apply_consensus([sure, doubtful], ConsensusConfig(), min_confidence=0.9)
+    kept, rejected, stats = apply_consensus([sure, doubtful], ConsensusConfig(policy="agree"), min_confidence=0.9)
     assert [r.id for r in kept] == ["a-s0"]
     assert [(r.id, r.reason) for r in rejected] == [("b-s0", "low_confidence")]
     assert stats.rejected_by_reason == {"low_confidence": 1}
-    kept, _, _ = apply_consensus([sure, doubtful], ConsensusConfig())  # no threshold: both agree, both kept
+    kept, _, _ = apply_consensus([sure, doubtful], ConsensusConfig(policy="agree"))  # no threshold: both agree, both kept
     assert len(kept) == 2
 
 

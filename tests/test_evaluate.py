@@ -205,8 +205,7 @@ def make_dataset(root: Path, consensus: str | None = "agree") -> None:
         "judge": {"engine": {"kind": "simulated-judge", "accuracy": 0.8}},
         "output": {"shard_size": 10},
     }
-    if consensus:
-        data["consensus"] = {"policy": consensus}
+    data["consensus"] = {"policy": consensus} if consensus else None  # None: the judge's verdicts only recorded
     write_run(root, data)
 
 

@@ -477,3 +477,35 @@ def test_real_server_unreachable_fails_cleanly(vllm_server, monkeypatch):
             engine.close()
     assert FAKE_KEY not in str(info.value) and "3 attempt" in str(info.value)
     assert proxy.forwarded == 0
+
+
+def test_cancel_all_ends_requests_in_flight_and_retries_at_once_and_sends_nothing_after(fake):
+    """A stop against a server that never answers, with the default timeout and retries (minutes of
+    waiting): the requests in flight and those waiting for a retry end at once, and no attempt is made
+    after it."""
+    from concurrent.futures import CancelledError
+
+    from prm_synth.engines.base import RunStopped
+
+    with FaultProxy(fake.url, ["delay", "500", "delay"], delay_s=600) as proxy:
+        engine = _engine(proxy.url, max_concurrency=2)  # timeout_s 120, max_retries 6: the defaults
+        engine.backoff_base = engine.backoff_max = 300.0  # a retry would wait minutes
+        assert engine.config.timeout_s == OpenAIConfig.model_fields["timeout_s"].default
+        try:
+            futures = [engine.submit(r) for r in _requests(3)]
+            deadline = time.monotonic() + 60
+            while engine.attempts < 3 and time.monotonic() < deadline:  # two held, one refused and waiting
+                time.sleep(0.02)
+            assert engine.attempts == 3 and engine.retries == 1
+            started = time.monotonic()
+            engine.cancel_all()
+            for f in futures:
+                with pytest.raises((CancelledError, RunStopped)):  # cancelled in flight, or at its retry's turn
+                    f.result(timeout=30)
+            assert time.monotonic() - started < 10
+            late = engine.submit(_requests(1)[0])
+            with pytest.raises(RunStopped):
+                late.result(timeout=30)
+            assert engine.attempts == 3  # nothing sent after the stop
+        finally:
+            engine.close()

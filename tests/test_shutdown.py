@@ -181,3 +181,101 @@ def test_a_run_on_the_real_demo_engine_stopped_by_a_signal_leaves_no_vllm_proces
         "the run never started vLLM's processes, so the test showed nothing"
     )
     assert 1 <= markers(out) < PROBLEMS
+
+
+class SilentThenSimulated:
+    """An OpenAI-compatible server that accepts every request and never answers while `silent`, counting
+    the requests it gets (`asked`); once not silent, it answers as the simulated policy."""
+
+    def __init__(self) -> None:
+        from fault_proxy import SimulatedCompletionsServer
+
+        from prm_synth.config import SimulatedPolicyConfig
+
+        self.silent = True
+        self.asked = 0
+        self._server = SimulatedCompletionsServer(config=SimulatedPolicyConfig(step_error=0.2, seed=0))
+        self._answer = self._server._completions
+        self._server._completions = self._completions  # type: ignore[method-assign]
+
+    async def _completions(self, request):
+        import asyncio
+
+        if self.silent:
+            self.asked += 1
+            while self.silent:  # no answer while silent (a held request ends only when silence does)
+                await asyncio.sleep(0.05)
+            from aiohttp import web
+
+            raise web.HTTPServiceUnavailable()  # to a client long gone
+        return await self._answer(request)
+
+    def __enter__(self) -> SilentThenSimulated:
+        self._server.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.silent = False
+        self._server.__exit__(*exc)
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+
+@pytest.mark.slow
+def test_sigterm_against_a_server_that_never_answers_stops_within_seconds_and_sends_nothing_after(tmp_path):
+    """With the default timeout (120 s) and retries (6), a stop used to wait for every attempt (minutes):
+    now SIGTERM cancels the requests in flight and the retries, the command exits 130 within 10 s, says
+    "stopping..." as it starts, and no request reaches the server after the signal. The same command
+    against the server once it answers makes every row."""
+    out = tmp_path / "out"
+    with SilentThenSimulated() as server:
+        data = {
+            "name": "silent-server",
+            "problems": {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_ops": 3},
+            "policy": {
+                "kind": "openai",
+                "model": "simulated",
+                "base_url": f"{server.url}/v1",
+            },  # default timeout, retries
+            "sampling": {"samples_per_problem": 2},
+            "steps": {"strategy": "line"},
+            "annotate": {"method": "mc", "k": 2},
+            "output": {"shard_size": 2},
+        }
+        pipeline = tmp_path / "silent.yaml"
+        pipeline.write_text(yaml.safe_dump(data))
+        cmd, env = run_command(pipeline, out, tmp_path)
+        log = tmp_path / "stop.log"
+        with log.open("w") as sink:
+            proc = subprocess.Popen(
+                cmd, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        try:
+            # every sampling request of the first shard (one per problem) is held by the server
+            wait_for(lambda: server.asked >= 2 or proc.poll() is not None, 600, "the requests reach the server")
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(1.0)  # lets requests already on the wire arrive: only those after the signal count
+            asked_at_signal = server.asked
+            signalled = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            wait_for(lambda: proc.poll() is not None, 60, "the command ends after SIGTERM", poll_s=0.05)
+            took = time.monotonic() - signalled
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+        said = log.read_text()
+        assert proc.returncode == 130, said[-3000:]
+        assert took < 10, f"{took:.1f} s after SIGTERM:\n{said[-3000:]}"
+        assert server.asked == asked_at_signal, "a request was sent after the signal"
+        assert "stopping (SIGTERM)..." in said and "interrupted; finished shards are kept" in said
+        assert said.index("stopping (SIGTERM)...") < said.index("interrupted; finished shards are kept")
+
+        server.silent = False  # the same command against a server that answers: every row is made
+        done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["rows"] == 8 and summary["reconciles"]

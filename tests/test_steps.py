@@ -3,7 +3,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.config import StepsConfig
-from prm_synth.steps import STRATEGIES, split_steps
+from prm_synth.steps import STRATEGIES, split_steps, split_thinking, splitter
+from prm_synth.thinking import ThinkingMarkers
 
 # Texts built from the pieces that matter to a splitter, plus arbitrary unicode.
 _PIECES = st.sampled_from(
@@ -121,3 +122,66 @@ def test_linear_on_large_input() -> None:
     text = ("\n" + " " * 50) * 20_000 + "x" + "\n \t" * 100_000
     for strategy in ("line", "paragraph", "step-marker"):
         _check(text, split_steps(text, strategy))
+
+
+# ------------------------------------------------------------------ thinking traces, max_steps
+_THINK_PIECES = st.one_of(_PIECES, st.sampled_from(["<think>", "</think>", "<think>\n", "\n</think>\n\n", "ok"]))
+THINKING_TEXTS = st.lists(st.one_of(_THINK_PIECES, st.text(max_size=8)), max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=THINKING_TEXTS,
+    min_chars=st.integers(0, 30),
+    max_steps=st.one_of(st.none(), st.integers(2, 6)),
+    forced=st.booleans(),
+)
+def test_thinking_steps_are_lossless_capped_and_end_with_the_answer(text, min_chars, max_steps, forced) -> None:
+    markers = ThinkingMarkers("<think>", "</think>", forced)
+    steps = split_thinking(text, markers, min_chars, max_steps)
+    _check(text, steps)
+    if max_steps is not None:
+        assert len(steps) <= max_steps
+    close = markers.close_at(text)
+    if close is not None and text[:close].strip():
+        assert steps[-1] == text[close:]  # the answer, from the close marker on, is the last step
+
+
+def test_thinking_steps_of_a_trace() -> None:
+    trace = "<think>\nFirst, read the question.\n\nOk.\n\n2 + 3 = 5, so far so good.\n\nCheck: 5 - 3 = 2.\n"
+    text = trace + "</think>\n\nThe answer is \\boxed{5}."
+    markers = ThinkingMarkers("<think>", "</think>")
+    steps = split_thinking(text, markers)
+    assert steps == [
+        "<think>\nFirst, read the question.\n\n",
+        "Ok.\n\n",
+        "2 + 3 = 5, so far so good.\n\n",
+        "Check: 5 - 3 = 2.\n",
+        "</think>\n\nThe answer is \\boxed{5}.",
+    ]
+    merged = split_thinking(text, markers, min_chars=10)
+    assert merged[1] == "Ok.\n\n2 + 3 = 5, so far so good.\n\n"  # the short paragraph joins the next
+    assert split_thinking(text, markers, max_steps=3) == [
+        "<think>\nFirst, read the question.\n\nOk.\n\n",
+        "2 + 3 = 5, so far so good.\n\nCheck: 5 - 3 = 2.\n",
+        "</think>\n\nThe answer is \\boxed{5}.",
+    ]
+    # a trace that never closes is all trace; a forced trace starts without its marker
+    assert split_thinking(trace, markers) == steps[:-1]
+    forced = split_thinking("Okay.\n\nSo 5.\n</think>\n\n\\boxed{5}", ThinkingMarkers("<think>", "</think>", True))
+    assert forced == ["Okay.\n\n", "So 5.\n", "</think>\n\n\\boxed{5}"]
+
+
+def test_max_steps_merges_neighbours_evenly_for_every_strategy() -> None:
+    text = "".join(f"{i} + 1 = {i + 1}\n" for i in range(1000))
+    split = splitter(StepsConfig(strategy="line", max_steps=64))
+    steps = split(text)
+    assert len(steps) == 64 and "".join(steps) == text
+    sizes = {s.count("\n") for s in steps}
+    assert sizes <= {15, 16}  # 1000 lines in 64 steps: as even as they divide
+    thinking = splitter(StepsConfig(strategy="thinking", max_steps=64, min_chars=5))
+    trace = "<think>\n" + text.replace("\n", "\n\n") + "</think>\n\nThe answer is 1000."
+    steps = thinking(trace)
+    assert len(steps) == 64 and steps[-1] == "</think>\n\nThe answer is 1000." and "".join(steps) == trace
+    with pytest.raises(ValueError):
+        StepsConfig(max_steps=1)

@@ -404,3 +404,64 @@ def test_a_stream_whose_engine_never_answers_says_what_it_waits_on(caplog):
     engine.futures[0].set_result(GenerationResult((Completion("x", 1),), 1))
     assert stream.wait(futures, timeout=deadline)  # an answer is progress: the stream goes on
     assert futures[0].result().completions[0].text == "x"
+
+
+class BlocksInGenerate:
+    """A batch-only engine whose `generate` blocks until released (in-process vLLM's batch call stuck)."""
+
+    model_name = "blocking"
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.entered.set()
+        self.release.wait(120)
+        return [GenerationResult((Completion("x", 1),) * r.n, 1) for r in requests]
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def test_a_stall_inside_a_blocking_generate_is_reported_by_the_monitor_thread(caplog):
+    """The only thread there is drives the engine and is stuck in `generate`: nobody else waits, so the
+    waiters' own checks cannot fire; the stream's monitor thread reports the stall all the same."""
+    engine = BlocksInGenerate()
+    stream = stream_for(engine)
+    stream.watchdog.after_s = 0.2
+    worker = ThreadPoolExecutor(1)
+    with caplog.at_level("WARNING", logger="prm_synth.engines.stream"):
+        done = worker.submit(stream.generate, [GenerationRequest("a"), GenerationRequest("b", n=2)])
+        assert engine.entered.wait(60)
+        deadline = time.monotonic() + 60  # generous: the condition, not the time, ends the wait
+        while not stream.watchdog.warnings and time.monotonic() < deadline:
+            time.sleep(0.02)
+    engine.release.set()
+    assert stream.watchdog.warnings >= 1
+    lines = [r.getMessage() for r in caplog.records if "no progress" in r.getMessage()]
+    assert lines and "2 request(s) in the engine (blocking)" in lines[0]
+    assert [len(r.completions) for r in done.result(timeout=60)] == [1, 2]  # released, it goes on
+    worker.shutdown()
+
+
+def test_a_stop_fails_every_request_at_once_and_every_later_one_without_reaching_the_engine():
+    from prm_synth.engines.base import RunStopped
+
+    engine = NeverAnswers()
+    stream = GenerationStream(FutureAdapter(engine, engine.capacity, poll_s=0.05))
+    futures = stream.submit_all([GenerationRequest("a"), GenerationRequest("b")])
+    assert not stream.wait(futures, timeout=0.2)  # both in the engine, unanswered
+    assert len(engine.futures) == 2
+    waiter = ThreadPoolExecutor(1)
+    waiting = waiter.submit(stream.wait, futures, None, True)  # a shard's thread, waiting without a timeout
+    stream.stop(RunStopped("the run is stopping (SIGTERM)"))
+    assert waiting.result(timeout=60) is True  # released at once, not after the engine
+    assert all(isinstance(f.exception(), RunStopped) for f in futures)
+    stream.wait([Future()], timeout=0.1)  # whoever drives next aborts them in the engine
+    assert all(f.cancelled() for f in engine.futures)
+    later = stream.submit(GenerationRequest("c"))
+    assert isinstance(later.exception(timeout=0), RunStopped)
+    stream.wait([Future()], timeout=0.1)
+    assert len(engine.futures) == 2  # the later request never reached the engine
+    waiter.shutdown()

@@ -46,5 +46,6 @@ def test_the_searches_unlabeled_reasons_are_the_schemas():
         labels.UNDECIDED_VERDICT,
         labels.UNDECIDED_UNLOCATED,
         changepoint.UNDECIDED_MISFIT,
-    ]  # the verdict's and the change-point search's own
+        labels.TOKEN_BUDGET,
+    ]  # the verdict's, the change-point search's own, and the scheduler's token budget
     assert set(names) == set(get_args(UnlabeledReason))

@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.budget_interval import token_budget_reasons
 from prm_synth.annotate.changepoint import FirstPhasePool
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
@@ -37,7 +38,7 @@ from prm_synth.annotate.scheduler import (
 from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
-from prm_synth.grading import Verdict, grade
+from prm_synth.grading import Verdict, grade_answer
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
 from prm_synth.schema import (
@@ -50,7 +51,8 @@ from prm_synth.schema import (
     VerdictStatus,
     reject,
 )
-from prm_synth.steps import split_steps
+from prm_synth.steps import splitter
+from prm_synth.thinking import engine_markers
 
 Progress = Callable[[str], None]
 
@@ -68,6 +70,7 @@ class LabelResult:
     trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
     stats: SchedulerStats = field(default_factory=SchedulerStats)
     sampled: Sampled = field(default_factory=Sampled)  # the solutions sampled for it (none per question)
+    spend: dict[str, Spend] = field(default_factory=dict)  # per solution (or question) key: what its probes cost
 
 
 class Labeler(Protocol):
@@ -112,12 +115,15 @@ def new_scheduler(
     engine: Engine, config: PipelineConfig, on_progress: ProgressCallback | None = None
 ) -> ProbeScheduler:
     r = config.rollouts
+    markers = engine_markers(config.policy, engine)
     return ProbeScheduler(
         engine,
-        SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p),
+        SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k),
         max_batch_requests=config.run.max_batch_requests,
         max_in_flight=config.run.max_in_flight,
+        grader=None if markers is None else (lambda text, gold: grade_answer(text, gold, markers).status),
         on_progress=on_progress,
+        max_rollout_tokens=getattr(config.annotate, "max_rollout_tokens", None),
     )
 
 
@@ -158,9 +164,13 @@ class _Base:
         rollouts: int,
         tokens: int,
         complete: bool = True,
+        out_of_tokens: bool = False,
     ) -> LabeledRecord:
         rule = self.config.labels
         lab = apply_rule(ann, rule.rule, rule.significance)
+        reasons = unlabeled_reasons(lab.labels, lab.first_error, ann.unlabeled_reason)
+        if out_of_tokens:  # the token budget ran out: the steps it left undecided say so
+            reasons = token_budget_reasons(reasons, ann.mc_total, ann.mc_unknown)
         return LabeledRecord(
             id=row_id,
             problem_id=problem.id,
@@ -184,7 +194,7 @@ class _Base:
             rollouts=rollouts,
             tokens=tokens,
             p_good=ann.p_good,
-            unlabeled_reason=unlabeled_reasons(lab.labels, lab.first_error, ann.unlabeled_reason),
+            unlabeled_reason=reasons,
         )
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
@@ -199,7 +209,7 @@ class _Base:
         jobs = (self._job(s, pool) for s in solutions)
         annotations = self._jobs_run(scheduler, jobs, len(solutions), progress, pool)
         records, rejected = self._rows(engine, scheduler, solutions, annotations)
-        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats)
+        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, spend=scheduler.spend)
 
     def _rows(
         self, engine: Engine, scheduler: ProbeScheduler, solutions: list[Solution], annotations: dict[str, Any]
@@ -214,8 +224,19 @@ class _Base:
                 rejected.append(refused_row(s.id, s.problem, "annotate", ann.message, {"steps": s.steps}))
                 continue
             spend = scheduler.spend.get(s.id, Spend())
+            out_of_tokens = s.id in scheduler.out_of_tokens
             records.append(
-                self._record(engine, s.problem, s.id, s.steps, s.verdict, ann, spend.rollouts, spend.tokens + s.tokens)
+                self._record(
+                    engine,
+                    s.problem,
+                    s.id,
+                    s.steps,
+                    s.verdict,
+                    ann,
+                    spend.rollouts,
+                    spend.tokens + s.tokens,
+                    out_of_tokens=out_of_tokens,
+                )
             )
         return records, rejected
 
@@ -233,6 +254,7 @@ class _Base:
             user_prompt=policy_user_prompt(s.problem.question),
             gold=s.problem.gold_answer,
             annotator=self._annotator(s, pool),
+            length=(sum(map(len, s.steps)), s.generated_tokens) if s.generated_tokens else None,
         )
 
     def _annotator(self, s: Solution, pool: FirstPhasePool | None) -> Annotator[Annotation]:
@@ -268,13 +290,14 @@ class SolutionLabeler(_Base):
         """Sample each problem's solutions and label them, sharing one engine stream: a problem's
         annotators start as soon as its own solutions are back (no drain between the two stages)."""
         scheduler = new_scheduler(engine, self.config, on_progress)
+        markers = engine_markers(self.config.policy, engine)
         futures = scheduler.submit([sampling_request(p, self.config) for p in problems])
         samples = self.config.sampling.samples_per_problem
         by_problem: dict[str, Sampled] = {}
         pool = self._first_phase_pool([p.id for p in problems])
 
         def jobs_of(problem: Problem, result: GenerationResult) -> list[SolutionJob[Annotation]]:
-            sampled = by_problem[problem.id] = read_solutions(problem, result, self.config)
+            sampled = by_problem[problem.id] = read_solutions(problem, result, self.config, markers)
             if pool is not None:
                 pool.solutions(problem.id, [s.id for s in sampled.solutions])
             return [self._job(s, pool) for s in sampled.solutions]
@@ -300,7 +323,9 @@ class SolutionLabeler(_Base):
         for problem in problems:  # input order, whatever order the annotators finished in
             sampled += by_problem[problem.id]
         records, rejected = self._rows(engine, scheduler, sampled.solutions, annotations)
-        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled)
+        return LabelResult(
+            records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled, spend=scheduler.spend
+        )
 
     def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
         # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
@@ -318,7 +343,8 @@ class MCLabeler(SolutionLabeler):
         self.annotate: MCConfig = config.annotate  # type: ignore[assignment]
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
-        return per_step_mc(steps, final_status, self.annotate.k, self.annotate.stop_at_first_zero)
+        a = self.annotate
+        return per_step_mc(steps, final_status, a.k, a.stop_at_first_zero, in_order=a.max_rollout_tokens is not None)
 
     def budget_line(self) -> str:
         stop = ", stopping at the first prefix with MC 0" if self.annotate.stop_at_first_zero else ""
@@ -400,7 +426,8 @@ class OmegaLabeler(_Base):
         on_progress: ProgressCallback | None = None,
     ) -> LabelResult:
         scheduler = new_scheduler(engine, self.config, on_progress)
-        split = partial(split_steps, strategy=self.config.steps.strategy, pattern=self.config.steps.pattern)
+        markers = engine_markers(self.config.policy, engine)
+        split = splitter(self.config.steps, markers)
         jobs = (
             SolutionJob(
                 key=p.id,
@@ -412,7 +439,7 @@ class OmegaLabeler(_Base):
             for p in problems
         )
         results: dict[str, OmegaResult | Refused] = self._jobs_run(scheduler, jobs, len(problems), progress)
-        out = LabelResult(stats=scheduler.stats)
+        out = LabelResult(stats=scheduler.stats, spend=scheduler.spend)
         for p in problems:  # input order
             result = results[p.id]
             if isinstance(result, Refused):
@@ -439,13 +466,22 @@ class OmegaLabeler(_Base):
             for i, (path, r_share, t_share) in enumerate(shares):
                 complete = path.final_status is not None
                 verdict = (
-                    grade(path.text, p.gold_answer)
+                    grade_answer(path.text, p.gold_answer, markers)
                     if complete
                     else Verdict(status="unknown", extracted=None, reason="partial_path")
                 )
                 out.records.append(
                     self._record(
-                        engine, p, f"{p.id}-t{i}", path.steps, verdict, path.annotation, r_share, t_share, complete
+                        engine,
+                        p,
+                        f"{p.id}-t{i}",
+                        path.steps,
+                        verdict,
+                        path.annotation,
+                        r_share,
+                        t_share,
+                        complete,
+                        out_of_tokens=p.id in scheduler.out_of_tokens,
                     )
                 )
         return out

@@ -31,6 +31,7 @@ UNDECIDED_BUDGET: UnlabeledReason = "undecided_budget"
 UNDECIDED_UNINFORMATIVE: UnlabeledReason = "undecided_uninformative"
 UNDECIDED_VERDICT: UnlabeledReason = "undecided_verdict"
 UNDECIDED_UNLOCATED: UnlabeledReason = "undecided_unlocated"
+TOKEN_BUDGET: UnlabeledReason = "token_budget"
 
 
 @dataclass(frozen=True)

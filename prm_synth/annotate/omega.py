@@ -219,6 +219,9 @@ class OmegaSearch:
             return None
         # The scheduler reads k as "the first k samples": asking have_total + new draws `new` at most.
         (result,) = yield [Probe(prefix, have_total + new, step)]
+        if result.total <= have_total:  # nothing new came back: the scheduler's token budget is spent
+            self.spent = self.config.rollout_budget
+            return None
         self.spent += new
         self._known[prefix] = result
         return result

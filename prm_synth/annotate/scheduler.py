@@ -15,7 +15,12 @@ still being sampled), so sampling and annotation share the engine. A request the
 (`RequestRefused`: e.g. a prefix longer than the model's context) ends the annotators that wait on
 it: each is yielded with `Refused` instead of its annotation, and the others go on. Any other engine
 error ends the run (the shard fails and is redone), and the requests still out are given up, so the
-engine stops running them. (A scheduler that sends every pending probe as one batch and waits for
+engine stops running them. A per-job token budget (`max_rollout_tokens`) is enforced here, where every
+method's probes pass: a job gets no new rollouts once its rollouts have generated that many tokens, or
+once the rollouts a probe asks for would take it past the budget (each expected as long as the rest of
+the solution after the probe's prefix, and as the longest of this job's rollouts from a prefix no
+longer than the probe's: a rollout from a longer prefix writes less); its later probes are answered from what is measured already, and the job is listed in
+`out_of_tokens` (its row's undecided steps say `token_budget`). (A scheduler that sends every pending probe as one batch and waits for
 all of it, the former behaviour, is kept in benchmarks/ as the baseline this one is measured against.)
 """
 
@@ -47,6 +52,9 @@ class SolutionJob(Generic[T]):
     gold: str
     annotator: Annotator[T]
     system_prompt: str | None = None
+    # (characters, generated tokens) of the solution: a rollout from a prefix is expected to write about
+    # the rest of it (the token budget's estimate before any of the job's rollouts is back)
+    length: tuple[int, int] | None = None
 
 
 @dataclass
@@ -97,6 +105,7 @@ class Spend:
 
     rollouts: int = 0
     tokens: int = 0
+    generated: int = 0  # of `tokens`, those the rollouts generated (what the token budget counts)
 
 
 @dataclass
@@ -174,6 +183,7 @@ class ProbeScheduler:
         on_progress: ProgressCallback | None = None,
         progress_interval_s: float = 2.0,
         label: str = "annotate",
+        max_rollout_tokens: int | None = None,
     ) -> None:
         self.engine = engine
         self.stream: GenerationStream = stream_for(engine)
@@ -184,6 +194,9 @@ class ProbeScheduler:
         self.on_progress = on_progress
         self.progress_interval_s = progress_interval_s
         self.label = label
+        self.max_rollout_tokens = max_rollout_tokens
+        self.out_of_tokens: set[str] = set()  # keys of jobs whose token budget is spent
+        self._rollout_lengths: dict[str, list[tuple[int, float]]] = {}  # job -> (prefix chars, tokens a rollout)
         self.stats = SchedulerStats()
         # (problem_key, prefix text) -> accumulated estimate; lives for one run of the scheduler.
         self._estimates: dict[_Key, _Estimate] = {}
@@ -327,6 +340,13 @@ class ProbeScheduler:
     def _register(self, pending: _Pending) -> None:
         """Ask the engine for what no estimate (done or in flight) of each prefix covers."""
         job = pending.job
+        if self.max_rollout_tokens is not None and not self._affordable(job, pending.probes):
+            self.out_of_tokens.add(job.key)
+        if job.key in self.out_of_tokens:  # no new rollouts: answered from what is measured
+            for probe in pending.probes:
+                self._estimates.setdefault((job.problem_key, probe.prefix), _Estimate())
+            self._resumable.append(pending)
+            return
         for probe in pending.probes:
             key = (job.problem_key, probe.prefix)
             est = self._estimates.get(key)
@@ -347,6 +367,29 @@ class ProbeScheduler:
                 pending.need[key] = probe.k
         if not pending.need:
             self._resumable.append(pending)
+
+    def _affordable(self, job: SolutionJob[Any], probes: list[Probe]) -> bool:
+        """Whether the new rollouts these probes need fit in what is left of the job's token budget."""
+        assert self.max_rollout_tokens is not None
+        spent = self.spend.setdefault(job.key, Spend()).generated
+        if spent >= self.max_rollout_tokens:
+            return False
+        seen = self._rollout_lengths.get(job.key, [])
+        expected = 0.0
+        for probe in probes:
+            key = (job.problem_key, probe.prefix)
+            est = self._estimates.get(key)
+            new = probe.k - (est.total if est else 0) - self._inflight.get(key, 0)
+            if new <= 0:
+                continue
+            longer = [tokens for chars, tokens in seen if chars <= len(probe.prefix)]
+            rest = 0.0
+            if job.length is not None and job.length[0] > 0:
+                rest = job.length[1] * max(0.0, 1.0 - len(probe.prefix) / job.length[0])
+            # nothing to judge by but longer prefixes: the longest rollout seen (one from here may write more)
+            fallback = max((tokens for _, tokens in seen), default=0.0)
+            expected += new * (max([rest, *longer]) if longer or rest else fallback)
+        return spent + expected <= self.max_rollout_tokens
 
     def _send(self) -> None:
         """Hand queued requests to the stream, up to max_batch_requests of ours in the engine."""
@@ -438,6 +481,12 @@ class ProbeScheduler:
         spend = self.spend.setdefault(job.key, Spend())
         spend.rollouts += len(result.completions)
         spend.tokens += result.generated_tokens + result.prompt_tokens
+        spend.generated += result.generated_tokens
+        if result.completions:  # how long this job's rollouts from a prefix this long are (`_affordable`)
+            per_rollout = result.generated_tokens / len(result.completions)
+            self._rollout_lengths.setdefault(job.key, []).append((len(key[1]), per_rollout))
+        if self.max_rollout_tokens is not None and spend.generated >= self.max_rollout_tokens:
+            self.out_of_tokens.add(job.key)
 
     def _result(self, job: SolutionJob[Any], probe: Probe) -> ProbeResult:
         est = self._estimates[(job.problem_key, probe.prefix)]

@@ -61,6 +61,8 @@ def _per_step(value: float | None) -> str:
 
 def summary_table(summary: RunSummary, title: str) -> Table:
     """The run summary as a two-column table (the same figures as `--json`)."""
+    from prm_synth.summary import judge_cost_text
+
     labels = summary.labels
     bad = labels.get("bad_step_fraction")
     rows: list[tuple[str, str]] = [
@@ -76,6 +78,11 @@ def summary_table(summary: RunSummary, title: str) -> Table:
             f"{_per_step(summary.rollouts_per_labeled_step)} rollouts, "
             f"{_per_step(summary.tokens_per_labeled_step)} tokens",
         ),
+        (
+            "rollout tokens",
+            f"{_per_step(summary.rollout_tokens_per_labeled_step)} a labeled step, "
+            f"{_per_step(summary.rollout_tokens_per_located_error)} a located first error",
+        ),
         ("steps", f"{labels.get('steps', 0)} ({labels.get('labeled_steps', 0)} labeled)"),
         ("bad steps", f"{labels.get('bad_steps', 0)}" + ("" if bad is None else f" ({bad:.1%} of labeled)")),
         ("label sources", _counts(labels.get("label_sources"))),
@@ -86,6 +93,8 @@ def summary_table(summary: RunSummary, title: str) -> Table:
             ", ".join(f"{k}: {v}" for k, v in (labels.get("first_error_histogram") or {}).items()) or "none",
         ),
     ]
+    if (cost := judge_cost_text(summary)) is not None:
+        rows.append(("judge cost", cost))
     if summary.consensus is not None and summary.consensus.rows:
         rows.append(("kept by consensus", summary.consensus.kept_text()))
         rows.append(("judge accuracy", summary.consensus.judge_accuracy_text()))

@@ -9,12 +9,15 @@ from pathlib import Path
 
 from prm_synth.config import FileSource, HFSource, PipelineConfig
 from prm_synth.config_diff import differing_keys, without_sections
+from prm_synth.config_upgrade import with_former_defaults
 from prm_synth.errors import PrmSynthInputError
 
 # Sections that do not change the rows (left out of the fingerprint): never a reason to refuse.
 RUNTIME_SECTIONS = ("run",)
 OUTPUT_SUBFOLDERS = ("data", "rejected", "shards", "trees")
 MANIFEST = "manifest.json"
+
+log = logging.getLogger(__name__)
 
 
 class PreflightError(PrmSynthInputError):
@@ -59,11 +62,15 @@ def check_output_folder(out: Path) -> None:
         raise PreflightError(f"cannot create --out {out}: {parent} is not writable")
 
 
-def check_same_config(out: Path, config: PipelineConfig) -> None:
-    """Refuse an output folder that holds a dataset of another config, naming the keys that differ."""
+def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
+    """Refuse an output folder that holds a dataset of another config, naming the keys that differ.
+
+    Returns the config to run: `config`, or, where the folder was made under a default that has changed
+    since and the file leaves that key out, `config` with the folder's value (config_upgrade.
+    with_former_defaults; a note says so), so the folder resumes with the rows it holds."""
     path = out / MANIFEST
     if not path.exists():
-        return
+        return config
     from prm_synth.resume import resume_fingerprint
     from prm_synth.shards import DatasetError, read_manifest
 
@@ -74,7 +81,12 @@ def check_same_config(out: Path, config: PipelineConfig) -> None:
     old_fingerprint = manifest["config_fingerprint"]
     old_config = manifest.get("config") or {}
     if resume_fingerprint(config, manifest) is not None:  # the same rows (the server may have moved)
-        return
+        return config
+    former, notes = with_former_defaults(config, old_config if isinstance(old_config, dict) else {})
+    if notes and resume_fingerprint(former, manifest) is not None:
+        for note in notes:
+            log.warning("%s: %s", out, note)
+        return former
     keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)
     keys = [k for k in keys if k not in config.transport_keys()]
     if keys:

@@ -45,6 +45,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_summary(summary: RunSummary) -> None:
+    from prm_synth.summary import judge_cost_text
+
     run = summary.run
     assert run is not None  # the flow's summary says what the run did
     lines = [
@@ -64,7 +66,13 @@ def _print_summary(summary: RunSummary) -> None:
             "per labeled step",
             f"{summary.rollouts_per_labeled_step} rollouts, {summary.tokens_per_labeled_step} tokens",
         ),
+        (
+            "rollout tokens",
+            f"{summary.rollout_tokens_per_labeled_step} a labeled step, "
+            f"{summary.rollout_tokens_per_located_error} a located first error",
+        ),
         ("bad step fraction", summary.labels.get("bad_step_fraction")),
+        *([("judge cost", cost)] if (cost := judge_cost_text(summary)) is not None else []),
         *(
             [("kept by consensus", c.kept_text()), ("judge accuracy", c.judge_accuracy_text())]
             if (c := summary.consensus) and c.rows
@@ -125,7 +133,7 @@ def run(
     if not dry_run:
         preflight.check_output_folder(out_dir)
         if not overwrite:
-            preflight.check_same_config(out_dir, config)
+            config = preflight.check_same_config(out_dir, config)
     preflight.check_problem_source(config, limit)
     if supervise.should_supervise():
         raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))
@@ -250,11 +258,12 @@ def _stop_prefect_server() -> None:
 
 
 def _stop_interrupted(signal_name: str) -> NoReturn:
-    """After SIGINT/SIGTERM: shut the engines down (bounded), say how to resume, exit 130."""
-    from prm_synth.engines import close_engines
+    """After SIGINT/SIGTERM: shut the engines down (bounded), say how to resume, exit 130. "stopping..."
+    is said when the stop starts (the worker's signal handler); in-process, here."""
+    from prm_synth.engines import close_engines, stop_engines
 
-    reason = "Ctrl-C" if signal_name == signal.SIGINT.name else signal_name
-    typer.echo(f"\nstopping ({reason})... shutting the engine down", err=True)
+    supervise.announce_stop(signal_name)
+    stop_engines(f"the run is stopping ({signal_name})")
     clean = supervise.stop_within(close_engines)
     typer.echo(
         "error: interrupted; finished shards are kept, run the same command again to resume"

@@ -7,8 +7,10 @@ in); the parent asks the worker to stop once, a second signal kills the group at
 worker has exited, whatever is left of its group (Prefect's temporary server, vLLM's processes) is
 terminated, so the command leaves no process behind.
 
-The worker, on SIGINT/SIGTERM, stops the flow (KeyboardInterrupt in its main thread), shuts the
-engines down within a deadline and exits; finished shards are kept and the next run resumes.
+The worker, on SIGINT/SIGTERM, says "stopping..." at once, releases every thread waiting on an engine
+and cancels the engines' requests in flight and pending retries (engines.stop_engines, in a thread of
+its own: the handler never waits on an engine), stops the flow (KeyboardInterrupt in its main thread),
+shuts the engines down within a deadline and exits; finished shards are kept and the next run resumes.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ STARTED_AT_ENV = "PRM_SYNTH_STARTED_AT"
 # How long a stopping worker may spend shutting its engines down before it exits regardless.
 ENGINE_SHUTDOWN_S = 30.0
 EXIT_INTERRUPTED = 130
+# How the parent passes a SIGTERM (or SIGHUP) on to the worker. Not SIGTERM itself: while a flow runs,
+# Prefect owns the worker's SIGTERM handler (`capture_sigterm`), which ends the flow only after every
+# shard thread has returned, and calls ours only then (an engine that never answers: minutes).
+STOP_SIGNAL = signal.SIGUSR1
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, STOP_SIGNAL)
 # The command line of this process when started as `prm-synth` (set by `main`); None under a test
 # runner that calls the app in-process, which then runs the work in-process too.
 ENTRY_ARGV: list[str] | None = None
@@ -60,9 +67,9 @@ def run_in_worker(argv: list[str], started_at: float) -> int:
     def forward(signum: int, _frame: FrameType | None) -> None:
         nonlocal signals_seen
         signals_seen += 1
-        if signals_seen == 1:  # passed on as it came (the worker says "Ctrl-C" for SIGINT); SIGHUP as SIGTERM
+        if signals_seen == 1:  # SIGINT as it came (the worker says "Ctrl-C"); SIGTERM and SIGHUP as STOP_SIGNAL
             with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+                os.kill(worker.pid, signal.SIGINT if signum == signal.SIGINT else STOP_SIGNAL)
         else:  # a second Ctrl-C: the user does not want to wait for a clean stop
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.pid, signal.SIGKILL)
@@ -92,16 +99,38 @@ def become_worker() -> None:
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(EXIT_INTERRUPTED)
     lifeline.start_watchdog(parent)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGHUP, _interrupt)
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:
     # Stop only once: a second signal while the engine shuts down must not interrupt the shutdown.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in _STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    name = signal.SIGTERM.name if signum == STOP_SIGNAL else signal.Signals(signum).name
+    announce_stop(name)
+    threading.Thread(target=_stop_engines, args=(name,), name="prm-synth-stop", daemon=True).start()
+    raise KeyboardInterrupt(name)
+
+
+_announced: list[str] = []
+
+
+def announce_stop(signal_name: str) -> None:
+    """Say "stopping (Ctrl-C)..." once, when the stop starts (not when it ends)."""
+    if _announced:
+        return
+    _announced.append(signal_name)
+    reason = "Ctrl-C" if signal_name == signal.SIGINT.name else signal_name
+    with contextlib.suppress(Exception):  # a closed stream must not turn a stop into a crash
+        sys.stderr.write(f"\nstopping ({reason})... cancelling the engine's requests and shutting it down\n")
+        sys.stderr.flush()
+
+
+def _stop_engines(signal_name: str) -> None:
+    from prm_synth.engines import stop_engines
+
+    stop_engines(f"the run is stopping ({signal_name})")
 
 
 def started_at() -> float | None:

@@ -55,6 +55,22 @@ def get_engine(config: Any) -> Engine:
         return engine
 
 
+def stop_engines(reason: str) -> None:
+    """A stop (SIGINT/SIGTERM): every waiter on an engine is released at once (its requests fail with
+    `RunStopped`), nothing new is sent to any engine, and the engines that can cancel their requests in
+    flight and their pending retries do (`cancel_all`). Never waits for an engine; `close_engines` then
+    shuts them down."""
+    from prm_synth.engines.stream import stop_streams
+
+    stop_streams(reason)
+    with _lock:
+        engines = list(_engines.values())
+    for engine in engines:
+        cancel = getattr(engine, "cancel_all", None)
+        if callable(cancel):
+            cancel()
+
+
 def close_engines() -> None:
     with _lock:
         engines = list(_engines.values())

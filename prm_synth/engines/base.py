@@ -22,6 +22,7 @@ class SamplingOptions:
     temperature: float = 0.7
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    top_k: int | None = None  # None: every token is a candidate
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,10 @@ class RequestRefused(EngineError):
 
 class RequestAbandoned(EngineError):
     """The caller gave the request up (its shard failed or stopped) before it finished."""
+
+
+class RunStopped(EngineError):
+    """The run is stopping (SIGINT/SIGTERM): this request was cancelled, or never sent (engines.stop_engines)."""
 
 
 # What a streaming engine's step reports per finished request: its result, or why it failed.

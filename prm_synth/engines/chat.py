@@ -3,7 +3,9 @@
 A continuation prompt is the templated conversation (optional system turn, the user turn, the
 assistant turn opened by the generation prompt) followed by exactly `assistant_prefix`, so the
 model continues a partial assistant answer rather than starting a new one. The prefix is appended
-as text, after the template, so it is never re-formatted or closed by the template.
+as text, after the template, so it is never re-formatted or closed by the template. For a thinking
+model (`thinking` markers) the template renders its thinking mode and the head's markers are adjusted
+around a prefix that opens a trace itself (prm_synth/thinking.py, `join_prompt`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 from typing import Any
 
 from prm_synth.engines.base import GenerationRequest
+from prm_synth.thinking import ThinkingMarkers, apply_template, join_prompt
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +30,15 @@ def messages_for(request: GenerationRequest, default_system: str | None = None) 
     return messages
 
 
-def render_prompt(tokenizer: Any, request: GenerationRequest, default_system: str | None = None) -> str:
+def render_prompt(
+    tokenizer: Any,
+    request: GenerationRequest,
+    default_system: str | None = None,
+    thinking: ThinkingMarkers | None = None,
+) -> str:
     """The prompt text: chat template with the assistant generation prompt, then exactly the prefix."""
-    head = tokenizer.apply_chat_template(
-        messages_for(request, default_system), tokenize=False, add_generation_prompt=True
-    )
-    return head + request.assistant_prefix
+    head = apply_template(tokenizer, messages_for(request, default_system), thinking)
+    return join_prompt(head, request.assistant_prefix, thinking)
 
 
 def render_plain(request: GenerationRequest, default_system: str | None = None) -> str:

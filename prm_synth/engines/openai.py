@@ -6,7 +6,10 @@ Works with `vllm serve`, SGLang, llama.cpp's server or a hosted endpoint. Each r
 
 The prompt is rendered with the chat template of a local tokenizer (`config.tokenizer`, else
 `config.model` when it names a tokenizer we can load) and sent as text, so a continuation prompt is
-exactly the templated question plus the prefix. Without any tokenizer a plain rendering is used.
+exactly the templated question plus the prefix (the chat endpoint cannot continue a partial assistant
+turn: it would close the turn, or a thinking trace, before generating). For a thinking model
+(`thinking`) the template renders its thinking mode, and a prefix from inside the trace continues it
+(prm_synth/thinking.py). Without any tokenizer a plain rendering is used.
 
 Retries are ours, not the client's (`max_retries=0` on the client), so they are tested: 408, 409,
 429, 5xx, timeouts, dropped connections and malformed replies are retried with capped exponential
@@ -18,11 +21,15 @@ never trips), and a reply larger than any honest answer to the request (`_max_re
 refused. A reply is read as JSON and checked field by field, never trusted to have the right shape.
 The API key is read from the environment and scrubbed from every message and every completion text
 (a server that echoes it must not put it into the dataset).
+
+A stop (`cancel_all`, on a signal) cancels every request in flight and every retry waiting for its
+turn at once, and no attempt starts after it: the command does not wait out `timeout_s` x retries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import logging
@@ -42,10 +49,12 @@ from prm_synth.engines.base import (
     GenerationRequest,
     GenerationResult,
     RequestRefused,
+    RunStopped,
     sample_seed,
 )
 from prm_synth.engines.chat import count_tokens, render_plain, render_prompt, strip_duplicate_bos
 from prm_synth.key_scrub import scrub
+from prm_synth.thinking import resolve_markers
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +140,7 @@ class OpenAIEngine:
                 )
                 tokenizer = None
         self._tokenizer = tokenizer
+        self.thinking = resolve_markers(config, tokenizer)  # a reasoning model's trace markers
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -138,6 +148,8 @@ class OpenAIEngine:
         self._lock = threading.Lock()
         self.attempts = 0  # calls sent, retries included (for tests and stats)
         self.retries = 0
+        self._stopped = False  # `cancel_all` was called: no attempt starts any more
+        self._tasks: set[asyncio.Task[Any]] = set()  # the requests on the loop now (attempts and retry waits)
 
     # ------------------------------------------------------------ protocol
     @property
@@ -151,7 +163,8 @@ class OpenAIEngine:
     def render(self, request: GenerationRequest) -> str:
         if self._tokenizer is None:
             return render_plain(request, self.config.system_prompt)
-        return strip_duplicate_bos(self._tokenizer, render_prompt(self._tokenizer, request, self.config.system_prompt))
+        prompt = render_prompt(self._tokenizer, request, self.config.system_prompt, self.thinking)
+        return strip_duplicate_bos(self._tokenizer, prompt)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Blocking: runs the requests on the engine's private event loop (safe from any thread,
@@ -192,6 +205,20 @@ class OpenAIEngine:
         if self._sem is None:  # the same engine-wide bound as `agenerate`
             self._sem = asyncio.Semaphore(self.config.max_concurrency)
         return await self._one(0, request, self._sem)
+
+    def cancel_all(self) -> None:
+        """Stop at once (a signal): every request in flight and every retry waiting is cancelled, and no
+        attempt starts after this. Safe from any thread; never waits."""
+        self._stopped = True
+        with self._lock:
+            loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile: nothing runs on it
+                loop.call_soon_threadsafe(self._cancel_tasks)
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
     def close(self) -> None:
         """Close the HTTP client and stop the private loop thread. Idempotent."""
@@ -252,12 +279,18 @@ class OpenAIEngine:
         return scrub(text, self._secret)
 
     async def _one(self, index: int, request: GenerationRequest, sem: asyncio.Semaphore) -> GenerationResult:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         prompt = self.render(request)
         attempts = self.config.max_retries + 1
         last = ""
         for attempt in range(attempts):
             try:
                 async with sem:
+                    if self._stopped:  # checked where an attempt would start: none starts after a stop
+                        raise RunStopped(f"{self.config.base_url}: the run is stopping; request {index} not sent")
                     self.attempts += 1
                     response = await self._call(prompt, request)
                 return self._result(prompt, request, response)
@@ -294,6 +327,8 @@ class OpenAIEngine:
                     top_p=s.top_p,
                     stop=list(s.stop) or None,
                     seed=sample_seed(request),  # vLLM seeds sample i with seed + i: see sample_seed
+                    # top_k is no OpenAI parameter: vLLM and SGLang servers read it from the body
+                    extra_body=None if s.top_k is None else {"top_k": s.top_k},
                 ) as response:
                     body = bytearray()
                     async for chunk in response.iter_bytes():

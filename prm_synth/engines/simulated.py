@@ -117,7 +117,10 @@ _parse_question = functools.lru_cache(maxsize=64)(arithmetic.parse_question)
 class SimulatedPolicy(_SimulatedEngine):
     def __init__(self, config: SimulatedPolicyConfig | None = None) -> None:
         self.config = config or SimulatedPolicyConfig()
-        self.sep = "\n" if self.config.step_format == "line" else "\n\n"
+        thinking = self.config.thinking
+        # A thinking policy writes `<think>`, one equation a paragraph, `</think>`, then a boxed answer.
+        self.markers = None if thinking is None else (thinking.open or "<think>", thinking.close or "</think>")
+        self.sep = "\n" if self.config.step_format == "line" and self.markers is None else "\n\n"
 
     def _seed_parts(self, req: GenerationRequest) -> tuple[object, ...]:
         return (self.config.seed, req.user, req.assistant_prefix)
@@ -128,7 +131,7 @@ class SimulatedPolicy(_SimulatedEngine):
         if problem is None:
             text = "I do not know how to solve this problem."
         elif arithmetic.count_equations(prefix) >= len(problem.ops):
-            text = "" if "The answer is" in prefix else f" The answer is {arithmetic.last_value(prefix)}."
+            text = self._ending(prefix)
         else:
             return partial(self._sample, partial(self._continue, self._read_prefix(req.user, problem, prefix), prefix))
         return partial(self._sample, lambda _rng: text)
@@ -142,8 +145,26 @@ class SimulatedPolicy(_SimulatedEngine):
             return text
         if rng.random() < 0.5:  # cut off by max_tokens: ungradable whatever it says
             return text[: len(text) // 2], "length"
+        if self.markers is not None:  # the trace never closes
+            return text.split(self.markers[1], 1)[0] + "I am not able to finish this one."
         body = text.rsplit(". The answer is", 1)[0]
         return body + self.sep + "I am not able to finish this one."
+
+    def _ending(self, prefix: str) -> str:
+        """What a continuation of a prefix that holds every equation writes: the answer (after closing
+        the trace, for a thinking policy), or nothing when the prefix holds it already."""
+        if "The answer is" in prefix:
+            return ""
+        value = arithmetic.last_value(prefix)
+        if self.markers is None:
+            return f" The answer is {value}."
+        if self.markers[1] in prefix:
+            return f"The answer is \\boxed{{{value}}}."
+        return ("" if prefix.endswith("\n") else "\n") + self._answer_section(value)
+
+    def _answer_section(self, value: int) -> str:
+        assert self.markers is not None
+        return f"{self.markers[1]}\n\nThe answer is \\boxed{{{value}}}."
 
     def _read_prefix(self, user: str, problem: arithmetic.ChainProblem, prefix: str) -> _Prefix:
         """The state a continuation of `prefix` starts from (the prefix leaves steps to write)."""
@@ -192,7 +213,12 @@ class SimulatedPolicy(_SimulatedEngine):
             equations.append(arithmetic.equation_text(value, op, b, c))
             value = truth[j] if repaired else c  # a repaired slip: the chain goes on from the right value
         lines = self._drift(equations, rng) if self.config.step_drift > 0 else equations
-        text = self.sep.join(lines) + ". " + arithmetic.answer_text(value)
+        if self.markers is not None:
+            text = self.sep.join(lines) + "\n" + self._answer_section(value)
+            if not prefix:
+                return self.markers[0] + "\n" + text
+        else:
+            text = self.sep.join(lines) + ". " + arithmetic.answer_text(value)
         if prefix and not prefix.endswith("\n"):
             text = self.sep + text
         return text
@@ -282,7 +308,9 @@ class SimulatedJudge(_SimulatedEngine):
       solution with an error it flags one with a recall that depends on whether the final answer is right
       anyway (a miss says -1, so with a low `recall_right_answer` its misses fall where rollouts are blind
       too), names a step 1..`max_offset` off with `off_by`; on a clean solution it raises a false alarm at
-      a uniform step with `false_alarm`; with `format_failure` it answers without a readable box.
+      a uniform step with `false_alarm`; with `format_failure` it answers without a readable box; with
+      `early_miss` it misses errors in the first half more (where the policy repairs slips); with
+      `vote_correlation` a sample repeats the row's one shared reading instead of drawing its own.
     Each sample's randomness comes from (seed, prompt, sample index), so batching and order change
     nothing and re-runs repeat.
 
@@ -316,6 +344,8 @@ class SimulatedJudge(_SimulatedEngine):
         """The index this sample names (-1: no error), or None for an answer it garbles."""
         truth = arithmetic.true_first_error(steps)
         profile = self.config.errors
+        if profile is not None and profile.vote_correlation > 0 and rng.random() < profile.vote_correlation:
+            rng = random.Random(digest(self.config.seed, "one reading", question, *steps))  # every vote shares it
         if profile is None:
             if rng.random() < self.config.accuracy:
                 return truth
@@ -325,6 +355,8 @@ class SimulatedJudge(_SimulatedEngine):
         if truth < 0:
             return rng.randrange(len(steps)) if rng.random() < profile.false_alarm else -1
         recall = profile.recall_right_answer if _right_answer(question, steps) else profile.recall_wrong_answer
+        if 2 * truth < len(steps):  # an early error: the policy's repairs (and so its rollouts) hide it too
+            recall *= 1.0 - profile.early_miss
         if rng.random() >= recall:
             return -1  # a miss: "every step is right"
         if rng.random() < profile.off_by:
@@ -363,7 +395,8 @@ class SimulatedJudge(_SimulatedEngine):
 # Judges the benchmarks measure consensus and verification against (benchmarks/consensus_quality.py,
 # benchmarks/verifier_data.py): always right; the uniform errors of earlier versions; errors like those
 # ProcessBench measures (misses more often when the final answer is right, a step or two off, false
-# alarms, unreadable answers); and one whose misses fall where the rollouts are blind too.
+# alarms, unreadable answers); one whose misses fall where the rollouts are blind too; and one whose
+# misses follow the rollouts' blind spots and whose votes on one row are correlated.
 JUDGE_PROFILES: dict[str, SimulatedJudgeConfig] = {
     "oracle": SimulatedJudgeConfig(accuracy=1.0),
     "uniform-0.8": SimulatedJudgeConfig(accuracy=0.8),
@@ -375,6 +408,19 @@ JUDGE_PROFILES: dict[str, SimulatedJudgeConfig] = {
     "blind-spot": SimulatedJudgeConfig(
         errors=JudgeErrorProfile(
             recall_wrong_answer=0.85, recall_right_answer=0.1, off_by=0.1, false_alarm=0.1, format_failure=0.05
+        )
+    ),
+    # errs like a real judge in two more ways: its misses gather where the rollouts are blind (right
+    # answers, and early slips the policy repairs), and the votes of one row repeat one reading
+    "correlated": SimulatedJudgeConfig(
+        errors=JudgeErrorProfile(
+            recall_wrong_answer=0.85,
+            recall_right_answer=0.4,
+            off_by=0.1,
+            false_alarm=0.1,
+            format_failure=0.05,
+            early_miss=0.3,
+            vote_correlation=0.5,
         )
     ),
 }

@@ -20,7 +20,13 @@ Engines come in three shapes, each made a `StreamingEngine`:
 
 A watchdog (`ProgressWatchdog`) says, in one warning line repeated at most every `stall_warning_s`
 seconds, when requests are in the engine and for that long none has finished and none has entered
-it: what it waits on (how many requests, the engine, its server) instead of a silent hang.
+it: what it waits on (how many requests, the engine, its server) instead of a silent hang. It is
+checked by the waiting threads and by a monitor thread of its own (`_StallMonitor`), so a stall inside
+a step that never returns (a blocking `generate`, in-process vLLM's batch call) is reported too.
+
+A stop (a signal: `stop_streams`) fails every request of every stream at once with `RunStopped`, and
+every request submitted later fails as it comes: no waiter waits on an engine after a stop, and nothing
+new reaches an engine (the engines cancel what they hold themselves: engines.stop_engines).
 
 Failure is per request: a request the engine refuses or fails alone fails its own future, and the
 stream goes on serving the others. Only a `step` that raises (the engine itself failed) fails every
@@ -48,6 +54,7 @@ from prm_synth.engines.base import (
     Outcome,
     RequestAbandoned,
     RequestRefused,
+    RunStopped,
     StreamingEngine,
 )
 from prm_synth.telemetry import EngineTelemetry
@@ -58,6 +65,9 @@ log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.05
 # No request finished or entered the engine for this long while some are in it: say so (run.stall_warning_s).
 STALL_WARNING_S = 300.0
+# Set by `stop_streams` (a signal): every stream refuses new requests from then on, those made later too.
+STOPPING = threading.Event()
+_stop_reason = ["the run is stopping"]
 
 
 class ProgressWatchdog:
@@ -244,6 +254,7 @@ class GenerationStream:
         self._inflight: dict[int, tuple[GenerationRequest, Future[GenerationResult]]] = {}
         self._running = 0  # sequences in the engine during the last interval (for telemetry)
         self.watchdog = ProgressWatchdog()
+        self._stopped: RunStopped | None = None  # `stop` was called: every request fails with this
 
     @property
     def capacity(self) -> int:
@@ -253,12 +264,38 @@ class GenerationStream:
         return self._running
 
     def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
-        """Queue one request; it enters the engine at the next step of whoever drives it."""
+        """Queue one request; it enters the engine at the next step of whoever drives it. After a stop
+        (`stop_streams`) it fails at once with `RunStopped`: nothing new is sent."""
         future: Future[GenerationResult] = Future()
         future.set_running_or_notify_cancel()
         with self._submit_lock:
-            self._submitted.append((next(self._ids), request, future))
+            stopped = self._stopped or (RunStopped(_stop_reason[0]) if STOPPING.is_set() else None)
+            if stopped is None:
+                self._submitted.append((next(self._ids), request, future))
+                return future
+        future.set_exception(stopped)
         return future
+
+    def stop(self, error: RunStopped) -> None:
+        """Fail every request of this stream at once with `error`: queued ones never enter the engine,
+        those in it are given up (aborted now if nobody drives, else by whoever drives next), and every
+        later request fails as it comes. Never waits for the engine: safe from a signal's thread while a
+        driver is blocked in a step."""
+        with self._submit_lock:
+            self._stopped = error
+            queued, self._submitted = self._submitted, []
+            for _, future in list(self._inflight.values()):
+                if _settle(future, error=error):
+                    self._given_up.add(future)
+        for _, _, future in queued:
+            _settle(future, error=error)
+        if self._drive_lock.acquire(blocking=False):
+            try:
+                self._abort_given_up()
+            finally:
+                self._drive_lock.release()
+        with self._stepped:
+            self._stepped.notify_all()
 
     def submit_all(self, requests: Iterable[GenerationRequest]) -> list[Future[GenerationResult]]:
         return [self.submit(r) for r in requests]
@@ -444,7 +481,49 @@ def stream_for(engine: Any) -> GenerationStream:
         stream = _streams.get(engine)
         if stream is None:
             stream = _streams[engine] = GenerationStream(as_streaming(engine))
+            _StallMonitor.ensure()
         return stream
+
+
+def stop_streams(reason: str) -> None:
+    """A stop (SIGINT/SIGTERM): every request of every stream fails now with `RunStopped(reason)`, and so
+    does every request submitted from now on, in any stream. Never waits for an engine."""
+    _stop_reason[0] = reason
+    STOPPING.set()
+    error = RunStopped(reason)
+    for _, stream in streams_now():
+        stream.stop(error)
+
+
+class _StallMonitor:
+    """One daemon thread that checks every stream's watchdog while requests are in its engine, whatever
+    its threads do: a driver blocked in a step that never returns cannot check it, and may be the only
+    thread there is. A stream with nothing in the engine is idle, not stalled."""
+
+    _thread: threading.Thread | None = None
+    _lock = threading.Lock()
+    MAX_POLL_S = 1.0
+
+    @classmethod
+    def ensure(cls) -> None:
+        with cls._lock:
+            if cls._thread is None or not cls._thread.is_alive():
+                cls._thread = threading.Thread(target=cls._run, name="prm-synth-stall-monitor", daemon=True)
+                cls._thread.start()
+
+    @classmethod
+    def _run(cls) -> None:
+        while True:
+            time.sleep(cls._poll_s())
+            for _, stream in streams_now():
+                if stream._inflight:  # requests in the engine: its last progress is when one entered or ended
+                    stream.watchdog.check(stream._waiting_on)
+
+    @classmethod
+    def _poll_s(cls) -> float:
+        """A quarter of the shortest warning delay in use (so a warning is at most that late), at most 1 s."""
+        delays = [s.watchdog.after_s for _, s in streams_now() if s.watchdog.after_s > 0]
+        return min(cls.MAX_POLL_S, max(0.02, min(delays) / 4)) if delays else cls.MAX_POLL_S
 
 
 def streams_now() -> list[tuple[Any, GenerationStream]]:

@@ -42,6 +42,7 @@ from prm_synth.engines.base import (
 )
 from prm_synth.engines.chat import TOKENIZATION_KWARGS, render_prompt
 from prm_synth.engines.stream import stream_for
+from prm_synth.thinking import resolve_markers
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def sampling_params(request: GenerationRequest, n: int | None = None, seed: int 
         top_p=s.top_p,
         stop=list(s.stop) or None,
         seed=seed,
+        **({} if s.top_k is None else {"top_k": s.top_k}),
     )
 
 
@@ -142,11 +144,13 @@ class VLLMEngine:
             try:
                 llm = LLM(**kwargs)
             except Exception as e:
-                raise EngineError(f"vLLM could not start model {self._model_name!r}: {e}") from e
+                reason = " ".join(str(e).split())  # one line: a library's message may span several
+                raise EngineError(f"vLLM could not start model {self._model_name!r}: {reason}") from e
             self.start_seconds = time.perf_counter() - t0
             log.info("vLLM ready in %.1f s", self.start_seconds)
         self._llm = llm
         self._tokenizer = llm.get_tokenizer()
+        self.thinking = resolve_markers(config, self._tokenizer)  # a reasoning model's trace markers
         self._max_model_len = int(llm.llm_engine.model_config.max_model_len)
         self._capacity = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
         # Streaming state, touched only by the thread that drives the stream (one at a time).
@@ -162,7 +166,7 @@ class VLLMEngine:
         return self._tokenizer
 
     def render(self, request: GenerationRequest) -> str:
-        return render_prompt(self._tokenizer, request, self.config.system_prompt)
+        return render_prompt(self._tokenizer, request, self.config.system_prompt, self.thinking)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """One result per request, in order; the requests join whatever else the engine is running."""

@@ -32,7 +32,7 @@ from prm_synth.export.views import (
 )
 from prm_synth.schema import LabelSource
 from prm_synth.shards import iter_records, iter_tables, read_manifest
-from prm_synth.summary import RunSummary, summarize
+from prm_synth.summary import RunSummary, judge_cost_text, summarize
 
 TEMPLATE_NAME = "prm_dataset_card.md.j2"
 BEGIN = "<!-- prm-synth:begin -->"
@@ -308,6 +308,7 @@ def label_quality(
         return None
     from prm_synth.arithmetic import parse_question, true_first_error
     from prm_synth.evaluate import first_error_quality, step_label_quality
+
     with_error: list[tuple[int, int]] = []
     error_free = error_free_right = 0
     exported: list[tuple[list[bool], int]] = []
@@ -531,11 +532,14 @@ def render_card(
         "consensus": summary.consensus.as_dict() | {"judge_accuracy": summary.consensus.judge_accuracy_text()}
         if summary.consensus and config.get("consensus")
         else None,
+        "judge_cost": judge_cost_text(summary),
         "cost": {
             k: "n/a" if cost is None else f"{cost:.1f}"
             for k, cost in (
                 ("rollouts", summary.rollouts_per_labeled_step),
                 ("tokens", summary.tokens_per_labeled_step),
+                ("rollout_tokens", summary.rollout_tokens_per_labeled_step),
+                ("rollout_tokens_per_error", summary.rollout_tokens_per_located_error),
             )
         },
         "verification": verification_facts(summary, facts),

@@ -101,10 +101,17 @@ def with_min_confidence(row: Row, min_confidence: float) -> Row:
     """The row with its labels below `min_confidence` set to None (the same row when it is 0).
 
     A view stops before its first unlabeled step, so a row keeps the confident labels up to its first
-    doubtful one. Rows of methods without `p_good` keep no label at a threshold above 0."""
+    doubtful one. Rows of methods without `p_good` keep no label at a threshold above 0; labels the soft
+    consensus set carry its posterior's confidence (`label_confidence`)."""
     if min_confidence <= 0.0:
         return row
-    return {**row, "labels": confident_labels(row["labels"], row.get("p_good"), min_confidence)}
+    return {**row, "labels": confident_labels(row["labels"], label_confidence(row), min_confidence)}
+
+
+def label_confidence(row: Row) -> list[float | None] | None:
+    """Per step, how sure the row's labels are that its prefix is correct: the soft consensus posterior's
+    (`consensus_p_good`), which the labels follow, where it ran; else the labeler's `p_good`."""
+    return row.get("consensus_p_good") or row.get("p_good")
 
 
 # Soft targets: the float a step is trained toward instead of its good/bad label. `p_good` is the

@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.budget_interval import mark_open_interval
 from prm_synth.annotate.changepoint.model import DEFAULT_PRIORS, Evidence
 from prm_synth.annotate.changepoint.posterior import Posterior
 from prm_synth.annotate.changepoint.right_answers import repaired_slip_of, right_answer_cap
@@ -107,6 +108,7 @@ def label(
         why = UNDECIDED_BUDGET if stop == UNDECIDED_BUDGET else UNDECIDED_UNINFORMATIVE
         lab_labels[first_bad:] = [None] * (n - first_bad)
         reasons[first_bad:] = [why] * (n - first_bad)
+    mark_open_interval(lab_labels, reasons, p_good.tolist(), settings.confidence)  # where the error lies
     ann.p_good = [float(p) for p in belief]
     ann.unlabeled_reason = reasons
     ann.decided.clear()

@@ -30,6 +30,7 @@ from prm_synth.annotate.changepoint.rules import label, unmeasured_bad
 from prm_synth.annotate.changepoint.settings import DEFAULTS, ChangepointSettings
 from prm_synth.annotate.labels import UNDECIDED_BUDGET, UNDECIDED_UNINFORMATIVE, first_bad_step
 from prm_synth.annotate.protocol import Annotator, Probe, Wait
+from prm_synth.annotate.token_cost import per_expected_token
 
 
 def open_interval(p_good: np.ndarray, confidence: float, bad_confidence: float | None = None) -> range:
@@ -79,6 +80,7 @@ def best_probe(
     extra: Sequence[int] = (),
     levels: Sequence[float] = DEFAULTS.probe_levels,
     ambiguous: tuple[float, float] = DEFAULTS.ambiguous_clean,
+    token_weighted: bool = False,
 ) -> tuple[int, float]:
     """(prefix j, expected bits of first-error uncertainty removed per rollout) of the best candidate probe
     (`probe_gains` scores them): the question alone, the last prefix, the prefixes around each of the
@@ -99,7 +101,7 @@ def best_probe(
     chosen = [j for j in sorted(candidates) if 0 <= j < n and ev.graded[j] + b <= cap]
     if not chosen:
         return -1, 0.0
-    gains = probe_gains(post, priors, chosen, b)
+    gains = per_expected_token(probe_gains(post, priors, chosen, b), chosen, n, token_weighted)
     best = int(np.argmax(gains))
     return (chosen[best], float(gains[best])) if gains[best] > 0 else (-1, 0.0)
 
@@ -182,10 +184,14 @@ def decide(post: Posterior, samples: np.ndarray, spent: int, settings: Changepoi
     value = probe_value_priors(priors)
     candidates = (settings.probe_levels, settings.ambiguous_clean)
     if spent < settings.max_rollouts:
-        j, gain = best_probe(post, value, settings.batch, room, settings.prefix_cap, (), *candidates)
+        j, gain = best_probe(
+            post, value, settings.batch, room, settings.prefix_cap, (), *candidates, settings.token_weighted
+        )
     if (j < 0 or gain < settings.min_gain) and interval:
         extra = _spread(interval, settings.interval_probes)
-        j, gain = best_probe(post, value, settings.batch, room, settings.localize_cap, extra, *candidates)
+        j, gain = best_probe(
+            post, value, settings.batch, room, settings.localize_cap, extra, *candidates, settings.token_weighted
+        )
         gain = gain if gain >= settings.localize_min_gain else 0.0
     # the first bad label lacks a measurement of its own prefix: measure it, whatever the
     # posterior expects (a confident prior is what the rule distrusts)

@@ -129,6 +129,9 @@ class ChangepointSettings:
     """Exponent of (1 - q) in the default luck prior: leaning to little luck against room for a lot."""
     recent_steps: int = 4
     """Prefixes past an error that carry a fresh error's extra luck (halving each step)."""
+    # ---- tokens
+    token_weighted: bool = False
+    """A token budget is set (`max_rollout_tokens`): probes are ranked per expected token (annotate/token_cost.py)."""
 
     def __post_init__(self) -> None:
         # the decision memo hashes the settings at every decision: hashed once (the object is frozen)
@@ -151,6 +154,7 @@ class ChangepointSettings:
             bad_confidence=max(config.confidence, cls.bad_confidence),
             max_rollouts=min(cls.max_rollouts, bound),
             localize_max_rollouts=bound,
+            token_weighted=getattr(config, "max_rollout_tokens", None) is not None,
         )
 
     def __hash__(self) -> int:

@@ -1,0 +1,29 @@
+"""What a probe is expected to cost in tokens, and its worth per expected token.
+
+A rollout from prefix j writes the steps left, j..n-1, and then the answer: at hundreds of steps a
+probe near the start of a trace costs many times one near its end. With a token budget
+(`annotate.max_rollout_tokens`) the change-point search ranks its candidate probes by expected bits
+per expected token instead of per rollout. The cost is read as the steps left to write, which is
+what a rollout's length grows with; scaled so that a probe from the middle of the solution keeps its
+gain per rollout, the search's thresholds (bits a rollout must be worth) keep their meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def expected_cost(prefixes: Sequence[int], n: int) -> np.ndarray:
+    """A rollout's expected length from each prefix, in steps left to write (the answer counts as one)."""
+    return np.maximum(1.0, n - np.asarray(prefixes, dtype=float) + 1.0)
+
+
+def per_expected_token(gains: np.ndarray, prefixes: Sequence[int], n: int, weighted: bool) -> np.ndarray:
+    """`gains` (bits per rollout of each candidate prefix) as bits per expected token, in units of a
+    rollout from the middle of an n-step solution; unchanged when not `weighted` (no token budget)."""
+    if not weighted:
+        return gains
+    middle = (n + 3) / 2.0  # the mean of expected_cost over the prefixes a search probes, 0..n-1
+    return np.asarray(gains, dtype=float) * middle / expected_cost(prefixes, n)
