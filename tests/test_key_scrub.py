@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 from prm_synth.key_scrub import PIECE_CHARS, _View, scrub
 
 KEY_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
-# Prose around the key: no key character, so the only key text is the planted one.
-PROSE = st.text(alphabet=" !?*,;:()[]{}<>\"'\n\t\\%", max_size=40)
+# Prose around the key: no key character, so the only key text is the planted one; and no `%` or `\`,
+# which with the key's first characters would spell an encoding or an escaped break (`\` + `n...`).
+PROSE = st.text(alphabet=" !?*,;:()[]{}<>\"'\n\t", max_size=40)
+# Text between the halves of a split key may hold anything.
+MIDDLE = st.text(alphabet=" !?*,;:()[]{}<>\"'\n\t\\%", max_size=40)
 BREAKS = ["\n", "\r\n", "\r", "\n    ", " \n\t", "\\n", "\\r\\n"]
 
 keys = st.text(alphabet=KEY_CHARS, min_size=1, max_size=80)
@@ -50,7 +53,7 @@ def test_a_key_of_any_length_in_any_encoding_and_wrap_is_scrubbed(data, key, bef
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), key=st.text(alphabet=KEY_CHARS, min_size=PIECE_CHARS, max_size=80), middle=PROSE)
+@given(data=st.data(), key=st.text(alphabet=KEY_CHARS, min_size=PIECE_CHARS, max_size=80), middle=MIDDLE)
 def test_a_key_split_at_any_point_loses_every_piece_of_piece_chars_or_more(data, key, middle):
     at = data.draw(st.integers(1, len(key) - 1))
     head, tail = data.draw(echoes(key[:at])), data.draw(echoes(key[at:]))
