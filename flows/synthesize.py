@@ -61,6 +61,8 @@ from prm_synth.pipeline import (
     redo_items,
 )
 from prm_synth.problems import count_hint
+from prm_synth.refusals import count_refusals, make_permanent, reasons_of
+from prm_synth.resume import run_fingerprint, servers
 from prm_synth.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
 from prm_synth.shards import ShardEntry, ShardStore
@@ -111,15 +113,18 @@ def label_shard(
     items: list[Item],
     redo: list[str] | None = None,
     reopen: list[str] | None = None,
+    fingerprint: str | None = None,
 ) -> ShardEntry:
     """Label one shard and write it. `redo`: the shard is written already, and only these problems (the
     ones the engine refused last time) are asked again; `reopen`: the ids of its rows left open because
     the judge or verifier could not be read, finished from their payloads; the rest of the shard is kept
     as it was. A shard where most judge votes are unreadable is written, then fails the run
-    (`UnreadableJudgeError`, not retried)."""
-    fingerprint = config.fingerprint()
+    (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.resume), the
+    config's fingerprint when not given."""
+    fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
     previous: ShardRows | None = None
+    previous_refusals: dict[str, int] = {}
     source_rows = len(items)
     if redo or reopen:
         entry = store.finished_shard(shard_index)
@@ -132,6 +137,7 @@ def label_shard(
             store.read_trees(entry),
         )
         source_rows = entry.problems
+        previous_refusals = entry.refusals
         items = redo_items(items, set(redo or ()))
     # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
     reopened_ids, redone = set(reopen or ()), set(redo or ())
@@ -180,13 +186,21 @@ def label_shard(
     rows = merge_redo(previous, set(redo or ()), out, reopened) if previous is not None else ShardRows.of(out)
     # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
     check_not_all_refused(rows.records, rows.rejected)
+    # Refused again and again: after run.refused_runs runs in a row, rejected for good.
+    asked = set(redo or ()) if previous is not None else None  # None: the whole shard was asked
+    refusals = count_refusals(rows.rejected, asked, previous_refusals)
+    rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
+    if rejected != rows.rejected:
+        rows.stats.rejected_by_reason = reasons_of(rejected)
     entry = store.write_shard(
         shard_index,
         rows.records,
-        rows.rejected,
+        rejected,
         problems=source_rows,
         stats=rows.stats,
         trees=rows.trees,
+        servers=servers(config),
+        refusals=refusals,
     )
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
     check_judges_readable(out, judge_engine, verify_engine)
@@ -233,6 +247,7 @@ class ShardsOutcome:
     done: int = 0
     skipped: int = 0
     redone: int = 0  # problems refused by the engine in an earlier run, asked again
+    refused_for_good: int = 0  # problems this run found refused on run.refused_runs runs in a row
     failed: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # failed because the engine refused everything
     unreadable: dict[int, str] = field(default_factory=dict)  # written, but its judge could not be read
@@ -263,24 +278,32 @@ def _output_folder(out_dir: str, dry_run: bool) -> Iterator[str]:
 
 
 def _label_shards(
-    config: PipelineConfig, target: str, shards: Iterator[ShardInput], store: ShardStore, progress: ShardProgress
+    config: PipelineConfig,
+    target: str,
+    shards: Iterator[ShardInput],
+    store: ShardStore,
+    progress: ShardProgress,
+    retry_refused: bool = False,
 ) -> ShardsOutcome:
-    """Submit every unfinished shard through a window of `run.max_parallel_shards` tasks."""
+    """Submit every unfinished shard through a window of `run.max_parallel_shards` tasks; `retry_refused`:
+    ask again the problems refused for good too (`engine_refused_permanent`)."""
     logger = get_run_logger()
     finished = store.finished()
     if finished:
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
-    window: deque[tuple[int, PrefectFuture[ShardEntry]]] = deque()
+    window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None]] = deque()
     outcome = ShardsOutcome()
     label_task = label_shard.with_options(retry_delay_seconds=list(config.run.shard_retry_delays_s))
 
     def drain_one() -> None:
-        index, future = window.popleft()
+        index, future, redo = window.popleft()
         tokens = 0
         try:
             entry = future.result()
             outcome.done += 1
             tokens = entry.stats.tokens
+            asked = entry.refusals if redo is None else {p: entry.refusals[p] for p in redo if p in entry.refusals}
+            outcome.refused_for_good += sum(1 for n in asked.values() if n == config.run.refused_runs)
             logger.info("shard %d finished: %d rows, %d rejected", index, entry.rows, entry.rejected)
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             outcome.failed[index] = f"{type(e).__name__}: {e}"
@@ -303,7 +326,7 @@ def _label_shards(
         if entry is not None and entry.problems == len(shard.items):
             # Problems the engine refused are not done: only they are asked again, the rest is kept; so
             # are rows whose judge (or verifier) could not be read: only they are judged again.
-            redo = sorted(store.refused_problems(entry))
+            redo = sorted(store.refused_problems(entry, permanent=retry_refused))
             reopen = sorted(store.open_rows(entry))
             if not redo and not reopen:
                 outcome.skipped += 1
@@ -322,8 +345,8 @@ def _label_shards(
             logger.error("the output folder cannot take more (%s): no further shard is started", outcome.disk)
             break
         with _ray_options(config):
-            future = label_task.submit(config, target, shard.index, shard.items, redo, reopen)
-        window.append((shard.index, future))
+            future = label_task.submit(config, target, shard.index, shard.items, redo, reopen, store.fingerprint)
+        window.append((shard.index, future, redo))
     while window:
         drain_one()
     return outcome
@@ -337,28 +360,38 @@ def synthesize(
     overwrite: bool = False,
     dry_run: bool = False,
     show_progress: bool = False,
+    retry_refused: bool = False,
 ) -> RunSummary:
     """Label every problem of `config` into `out_dir`, resuming whatever a previous run finished.
 
     dry_run: label one small shard end to end in a temporary folder; nothing final is written.
+    retry_refused: ask again the problems the engine refused on run.refused_runs runs in a row.
     """
     started = time.time()
     shards = _open_shards(config, limit, dry_run)
     engines_before, retries_before = engine_totals(), engine_retries()  # this run's share of the engines
     config_dump = config.model_dump(mode="json")
     with _output_folder(out_dir, dry_run) as target:
-        store = ShardStore(target, config.fingerprint(), config.labeler_revision())
+        # The folder's key: the config's fingerprint, or the one an earlier rule gave the same rows.
+        fingerprint = run_fingerprint(config, target)
+        store = ShardStore(target, fingerprint, config.labeler_revision(), rows_fingerprint=config.fingerprint())
         store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())
         progress.activate()
-        outcome = _label_shards(config, target, shards, store, progress)
+        outcome = _label_shards(config, target, shards, store, progress, retry_refused)
         progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
         store.write_manifest(config_dump)
 
         summary = summarize(target)
         if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
             summary.warnings.append(EMPTY_SOURCE)
+        if outcome.refused_for_good:
+            summary.warnings.append(
+                f"{outcome.refused_for_good} problem(s) the engine refused on {config.run.refused_runs} runs in a "
+                "row are now rejected for good (engine_refused_permanent) and will not be asked again; "
+                "`prm-synth run --retry-refused` asks them once more"
+            )
         summary.run = RunFacts(
             started_at=started,
             wall_seconds=round(time.time() - started, 3),

@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
 from prm_synth.schema import SearchTestName
 
@@ -139,7 +139,67 @@ class ThinkingConfig(Strict):
     with `<think>\\n`), so the model's text starts inside it; None: found by rendering the template."""
 
 
-class SimulatedPolicyConfig(Strict):
+class EngineFields(Strict):
+    """An engine's settings, each marked as changing the rows or not (as vLLM's `compute_hash` hashes
+    only the factors that change outputs): `ROW_FIELDS` are hashed into the config fingerprint,
+    `TRANSPORT_FIELDS` (where the server is, how long to wait, how often to retry, how many requests
+    at once, which variable holds the key) are not, so a server that moved resumes its folder.
+
+    Every field is in exactly one of the two sets: a subclass with a field in neither, or both, fails at
+    import, so a new field cannot slip into (or out of) the fingerprint unmarked."""
+
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    TRANSPORT_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        fields = set(cls.model_fields)
+        unmarked = fields - cls.ROW_FIELDS - cls.TRANSPORT_FIELDS
+        both = cls.ROW_FIELDS & cls.TRANSPORT_FIELDS
+        stale = (cls.ROW_FIELDS | cls.TRANSPORT_FIELDS) - fields
+        if unmarked or both or stale:
+            raise TypeError(
+                f"{cls.__name__}: every field is marked once in ROW_FIELDS or TRANSPORT_FIELDS "
+                f"(unmarked {sorted(unmarked)}, in both {sorted(both)}, not fields {sorted(stale)})"
+            )
+
+    def row_dump(self) -> dict[str, Any]:
+        """The settings as hashed: transport fields at their defaults, so that they change no
+        fingerprint, and a folder made with the default transport keeps the fingerprint it had."""
+        data = self.model_dump(mode="json")
+        for name in self.TRANSPORT_FIELDS:
+            data[name] = type(self).model_fields[name].default
+        return data
+
+    def transport_dump(self) -> dict[str, Any]:
+        """The transport settings alone (no key: only the name of the variable that holds it)."""
+        return {name: getattr(self, name) for name in sorted(self.TRANSPORT_FIELDS)}
+
+
+class SimulatedPolicyConfig(EngineFields):
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "kind",
+            "step_error",
+            "recover",
+            "seed",
+            "step_error_range",
+            "recover_in_sample",
+            "step_format",
+            "model_name",
+            "thinking",
+            "recover_range",
+            "recover_choices",
+            "hard_step_error",
+            "ungradable",
+            "step_drift",
+            "recent_recover",
+            "repair",
+            "correlation",
+        }
+    )
+
     kind: Literal["simulated"] = "simulated"
     """A simulated arithmetic policy whose every step's truth is known (no model, no GPU)."""
     step_error: float = Field(0.1, ge=0.0, le=1.0)
@@ -207,7 +267,25 @@ class SimulatedPolicyConfig(Strict):
         return self
 
 
-class VLLMConfig(Strict):
+class VLLMConfig(EngineFields):
+    # All of them change the rows, or may: the model and its numerics (dtype, tensor parallelism, CUDA
+    # graphs, the KV cache's size and prefix cache change how batches are computed), its context.
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "kind",
+            "model",
+            "dtype",
+            "max_model_len",
+            "gpu_memory_utilization",
+            "seed",
+            "tensor_parallel_size",
+            "enforce_eager",
+            "enable_prefix_caching",
+            "system_prompt",
+            "thinking",
+        }
+    )
+
     kind: Literal["vllm"] = "vllm"
     """A model run in-process by vLLM's offline engine."""
     model: str
@@ -236,7 +314,13 @@ class VLLMConfig(Strict):
         return self.model == DEMO_MODEL
 
 
-class OpenAIConfig(Strict):
+class OpenAIConfig(EngineFields):
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset({"kind", "model", "system_prompt", "tokenizer", "thinking"})
+    # The same model behind another address, or asked with other patience, writes the same rows.
+    TRANSPORT_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"base_url", "api_key_env", "max_concurrency", "max_retries", "timeout_s"}
+    )
+
     kind: Literal["openai"] = "openai"
     """A model behind an OpenAI-compatible server (vLLM, SGLang, TGI, a hosted API)."""
     model: str
@@ -293,9 +377,11 @@ class JudgeErrorProfile(Strict):
     of the row: one misreading repeated) instead of reading the row afresh."""
 
 
-class SimulatedJudgeConfig(Strict):
+class SimulatedJudgeConfig(EngineFields):
     """A judge that knows the truth recomputed from the step text: it names it with `accuracy` (another
     index uniformly otherwise), or errs as `errors` describes (then `accuracy` is not read, and refused)."""
+
+    ROW_FIELDS: ClassVar[frozenset[str]] = frozenset({"kind", "accuracy", "errors", "seed", "model_name"})
 
     kind: Literal["simulated-judge"] = "simulated-judge"
     """A simulated judge that reads the truth from the step text and errs at set rates."""
@@ -678,6 +764,11 @@ class RunConfig(Strict):
     shard_retry_delays_s: list[Annotated[float, Field(ge=0)]] = Field([2.0, 10.0], min_length=2, max_length=2)
     """The waits (seconds) before a failed shard's two retries; a shard whose every request was refused
     is not retried at once."""
+    refused_runs: int = Field(3, ge=1, le=1000)
+    """A problem the engine refused on this many consecutive runs of the same folder is rejected for good
+    (reason `engine_refused_permanent`) and not asked again; `prm-synth run --retry-refused` asks such
+    problems once more. A refusal says nothing about the problem until it repeats: a server down to a
+    short context refuses long prompts today and takes them tomorrow."""
 
 
 class PipelineConfig(Strict):
@@ -748,12 +839,36 @@ class PipelineConfig(Strict):
         search = getattr(self.annotate, "search_test", None)
         return f"{search} {LABELER_REVISIONS[search]}" if search in LABELER_REVISIONS else None
 
+    def engines(self) -> dict[str, EngineFields]:
+        """The engines of the run by role: policy, and judge and verify where the config has them."""
+        out: dict[str, EngineFields] = {"policy": self.policy}
+        if self.judge is not None:
+            out["judge"] = self.judge.engine
+        if self.verify is not None:
+            out["verify"] = self.verify.engine
+        return out
+
+    def transport_keys(self) -> set[str]:
+        """Dotted keys of the engines' transport settings (`policy.base_url`, ...): never a reason to
+        refuse a folder."""
+        where = {"policy": "policy", "judge": "judge.engine", "verify": "verify.engine"}
+        return {f"{where[role]}.{name}" for role, e in self.engines().items() for name in e.TRANSPORT_FIELDS}
+
     def fingerprint(self) -> str:
-        """Hash of everything that changes the rows: the config but `run`, the prompts' versions and
-        the labeling search's revision (`labeler_revision`).
+        """Hash of everything that changes the rows: the config but `run` and the engines' transport
+        settings (`EngineFields.TRANSPORT_FIELDS`), the prompts' versions and the labeling search's
+        revision (`labeler_revision`).
 
         Without a `verify` section neither it nor the verifier prompt's version is hashed: configs
         written before the stage existed keep their fingerprint (and their output folders resume)."""
+        return self._hash(transport=False)
+
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint as it was before transport settings left it (each hashed as set): folders
+        made then hold it, and resume under it (prm_synth.resume)."""
+        return self._hash(transport=True)
+
+    def _hash(self, transport: bool) -> str:
         versions = dict(PROMPT_VERSIONS)
         exclude = {"run"}
         if self.verify is None:
@@ -761,6 +876,11 @@ class PipelineConfig(Strict):
         else:
             versions["verify"] = self.verify.prompt_version
         data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
+        if not transport:
+            data["policy"] = self.policy.row_dump()
+            for section in ("judge", "verify"):
+                if (part := getattr(self, section)) is not None:
+                    data[section]["engine"] = part.engine.row_dump()
         if isinstance(self.annotate, SearchKnobs):  # a knob the chosen search ignores changes no row
             data["annotate"] = self.annotate.row_fields()
             _hash_rollout_bound(data["annotate"])
@@ -837,7 +957,7 @@ def _hash_soft_only(data: dict[str, Any]) -> None:
             (data.get(section) or {}).pop(key, None)
 
 
-class ConfigError(PrmSynthError, ValueError):
+class ConfigError(PrmSynthInputError):
     """A pipeline file that cannot be used; the message names the field."""
 
 
@@ -930,6 +1050,8 @@ def read_yaml_mapping(path: str | Path, what: str = "pipeline file") -> dict[str
         data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_UniqueKeyLoader) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"{what} {path} is not valid YAML: {e}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"{what} {path} is nested too deeply to be a pipeline file") from None
     except OSError as e:
         raise ConfigError(f"{what} {path} cannot be read: {e.strerror or e}") from None
     if not isinstance(data, dict):

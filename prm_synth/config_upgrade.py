@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from prm_synth.config import PipelineConfig
 
+from prm_synth.errors import PrmSynthInputError
+
 log = logging.getLogger(__name__)
 
 # Every field 0.1's flat AnnotateConfig had, and which methods still use it under the same name.
@@ -106,9 +108,9 @@ def _upgrade_annotate(data: dict[str, Any], notes: list[str]) -> None:
     if "method" not in annotate:
         typo = difflib.get_close_matches("method", [str(k) for k in annotate], n=1, cutoff=0.6)
         if typo:  # `methd: mc` is a typo, not a 0.1 file
-            raise ValueError(f"annotate.{typo[0]}: unknown key (did you mean `method`?)")
+            raise PrmSynthInputError(f"annotate.{typo[0]}: unknown key (did you mean `method`?)")
         # 0.1's default was mc and today's is binary: guessing would change what an old file means.
-        raise ValueError(
+        raise PrmSynthInputError(
             "annotate needs a `method`: add `method: mc` to keep what a 0.1 file meant, or `method: binary` "
             "(the changepoint search, today's default)"
         )

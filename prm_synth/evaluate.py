@@ -26,7 +26,7 @@ from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import JudgeConfig, PipelineConfig
 from prm_synth.consensus import record_from_payload
 from prm_synth.engines.base import Engine
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading import grade
 from prm_synth.judge import CRITIQUE, judge_solutions
 from prm_synth.problems import gold_from_field
@@ -47,31 +47,43 @@ class BenchSample:
     label: int  # earliest wrong step, -1 if none
 
 
+class BenchFileError(PrmSynthInputError):
+    """A benchmark or gold-answer file that cannot be read as one (exit 2); the message names the row."""
+
+
+def _json_rows(path: Path, lines: bool) -> list[Any]:
+    """The rows of a JSON list file, or of a JSON-lines file; BenchFileError naming what is not JSON."""
+    try:
+        text = path.read_text()
+        if lines:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BenchFileError(f"{path}: not JSON{' lines' if lines else ''} ({type(e).__name__}: {e})") from None
+    if not isinstance(rows, list):
+        raise BenchFileError(f"{path}: expected a JSON list of samples")
+    return rows
+
+
 def load_processbench(path: str | Path, limit: int | None = None) -> list[BenchSample]:
     """A ProcessBench-format file: a JSON list, or JSON lines; fields problem, steps, label (id optional).
 
     A malformed row is an error naming the row: an evaluation set is not silently thinned.
     """
     path = Path(path)
-    text = path.read_text()
-    if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        rows = json.loads(text)
-        if not isinstance(rows, list):
-            raise ValueError(f"{path}: expected a JSON list of samples")
+    rows = _json_rows(path, lines=path.suffix == ".jsonl")
     samples = []
     for i, row in enumerate(rows[:limit] if limit is not None else rows):
         where = f"{path} row {i}"
         if not isinstance(row, dict):
-            raise ValueError(f"{where}: not an object")
+            raise BenchFileError(f"{where}: not an object")
         steps, label, problem = row.get("steps"), row.get("label"), row.get("problem")
         if not isinstance(problem, str):
-            raise ValueError(f"{where}: 'problem' must be a string")
+            raise BenchFileError(f"{where}: 'problem' must be a string")
         if not isinstance(steps, list) or not steps or not all(isinstance(s, str) for s in steps):
-            raise ValueError(f"{where}: 'steps' must be a non-empty list of strings")
+            raise BenchFileError(f"{where}: 'steps' must be a non-empty list of strings")
         if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label < len(steps):
-            raise ValueError(f"{where}: 'label' must be an int in [-1, {len(steps) - 1}], got {label!r}")
+            raise BenchFileError(f"{where}: 'label' must be an int in [-1, {len(steps) - 1}], got {label!r}")
         samples.append(BenchSample(str(row.get("id", f"row-{i}")), problem, steps, label))
     return samples
 
@@ -166,10 +178,10 @@ def load_gold_answers(path: str | Path) -> dict[str, str]:
     """Normalized problem text -> gold answer, from JSON lines (or a JSON list) with a question field
     (`question` or `problem`) and an answer field (`answer`, GSM8K's '#### N' understood)."""
     path = Path(path)
-    text = path.read_text()
-    rows = json.loads(text) if path.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
     gold: dict[str, str] = {}
-    for row in rows:
+    for i, row in enumerate(_json_rows(path, lines=path.suffix != ".json")):
+        if not isinstance(row, dict):
+            raise BenchFileError(f"{path} row {i}: not an object")
         question = row.get("question", row.get("problem"))
         answer = row.get("answer")
         if isinstance(question, str) and answer is not None:
@@ -335,7 +347,7 @@ def _quality(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-class NotSimulatedError(PrmSynthError, ValueError):
+class NotSimulatedError(PrmSynthInputError):
     """The dataset's truth cannot be recomputed (it was not made with the simulated policy)."""
 
 

@@ -38,6 +38,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from prm_synth.errors import PrmSynthError
 from prm_synth.lifeline import set_parent_death_signal
 
 GRADER_PROCESSES = max(1, min(4, os.cpu_count() or 1))
@@ -53,7 +54,7 @@ _REPLY_CHARS = 1000  # a reply is two short words; a longer line is garbage
 _BRACE = re.compile(r"\\[{}]|[{}]")
 
 
-class GraderUnavailableError(RuntimeError):
+class GraderUnavailableError(PrmSynthError, RuntimeError):
     """No grading worker process could be started (a broken environment, not a verdict)."""
 
 

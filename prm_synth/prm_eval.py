@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.evaluate import BenchSample, load_processbench, processbench_metric
 from prm_synth.telemetry import Countdown
 from prm_synth.train import PRM_CONFIG, STEP_SEPARATOR, encode
@@ -35,7 +36,7 @@ SUBSETS = ("gsm8k", "math", "olympiadbench", "omnimath")
 THRESHOLD_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
 
-class PRMEvalError(ValueError):
+class PRMEvalError(PrmSynthInputError):
     """Bad input to the evaluation (no such subset, a model without two labels, ...)."""
 
 
@@ -95,7 +96,10 @@ def load_prm(model: str | Path) -> tuple[Any, Any, str]:
     """(model, tokenizer, step separator) of a token-classification PRM with two labels (1: good)."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    prm = AutoModelForTokenClassification.from_pretrained(str(model))
+    try:
+        prm = AutoModelForTokenClassification.from_pretrained(str(model))
+    except ValueError as e:  # transformers' word for a folder that holds no model of a known kind
+        raise PRMEvalError(f"cannot load {model} as a token-classification model: {e}") from None
     if prm.config.num_labels != 2:
         raise PRMEvalError(f"{model}: a PRM head has 2 labels (bad, good), this one has {prm.config.num_labels}")
     tokenizer = AutoTokenizer.from_pretrained(str(model))

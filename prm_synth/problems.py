@@ -26,7 +26,7 @@ from typing import Any
 
 from prm_synth import arithmetic
 from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading import last_boxed
 from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
 from prm_synth.shards import storable
@@ -42,7 +42,7 @@ MAX_JSON_FILE_BYTES = 256 << 20
 READ_CHUNK_BYTES = 1 << 20
 
 
-class ProblemSourceError(PrmSynthError, ValueError):
+class ProblemSourceError(PrmSynthInputError):
     """A source that cannot be read at all (as opposed to a bad row, which is rejected)."""
 
 
@@ -318,22 +318,86 @@ def _parquet_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
 
 
 # ---------------------------------------------------------------- Hugging Face
-def _from_hf(src: HFSource) -> Iterator[Item]:
-    import datasets
+# The builders whose local files prm-synth reads itself, with the bounds of a local problem file.
+_OWN_BUILDERS = ("json", "parquet")
 
+
+def _from_hf(src: HFSource) -> Iterator[Item]:
+    """A Hugging Face source. Local files (a folder, or the `json` / `parquet` builder over local
+    data_files) are read by the readers of local problem files, with their bounds (a line over
+    MAX_LINE_BYTES rejected unread, a .json list over MAX_JSON_FILE_BYTES refused, Parquet by batches);
+    the rows and their ids are those `datasets` gives. Other sources stream through `datasets`, and a
+    row over MAX_LINE_BYTES of text is rejected ("line_too_long") as a local line would be."""
     name = src.path + (f"/{src.name}" if src.name else "")
     where = f"Hugging Face dataset {name!r} (split {src.split!r})"
+    reader = _RowReader(name, f"{name}-{src.split}", src.mapping())
+    local = _local_files(src)
+    if local is not None:
+        builder, files = local
+        return reader.read_all(_local_hf_rows(builder, files, name))
+    import datasets
+
     try:
         ds = datasets.load_dataset(
             src.path, src.name, data_files=src.data_files, split=src.split, streaming=src.streaming
         )
     except Exception as e:
         raise ProblemSourceError(f"cannot load {where}: {type(e).__name__}: {e}") from e
-    reader = _RowReader(name, f"{name}-{src.split}", src.mapping())
-    return reader.read_all(_hf_rows(ds, where))
+    return reader.read_all(_hf_rows(ds, where, name))
 
 
-def _hf_rows(ds: Iterable[Any], where: str) -> Iterator[tuple[int, Any]]:
+def _is_local(data_files: str | list[str] | dict[str, str | list[str]] | None) -> bool:
+    values = data_files.values() if isinstance(data_files, dict) else [data_files]
+    flat = [f for v in values for f in ([v] if isinstance(v, str) else (v or []))]
+    return bool(flat) and not any("://" in f for f in flat)
+
+
+def _local_files(src: HFSource) -> tuple[str, list[Path]] | None:
+    """The builder and the files of the split when the source is local files prm-synth can read
+    (as `datasets` resolves them: a folder's split files, globs, relative paths); else None."""
+    if not (Path(src.path).is_dir() or (src.path in _OWN_BUILDERS and _is_local(src.data_files))):
+        return None
+    import datasets
+
+    try:
+        builder = datasets.load_dataset_builder(src.path, src.name, data_files=src.data_files)
+        files = [Path(f) for f in builder.config.data_files[src.split]]
+    except Exception:  # noqa: BLE001 - `datasets.load_dataset` then says what is wrong, as before
+        return None
+    if builder.name not in _OWN_BUILDERS or not files or not all(f.is_file() for f in files):
+        return None
+    return builder.name, files
+
+
+def _local_hf_rows(builder: str, files: list[Path], source: str) -> Iterator[tuple[int, Any]]:
+    """The rows of local files in order, numbered as `datasets` numbers them (blank lines hold none)."""
+    index = 0
+    for path in files:
+        for _, row in _local_file_rows(builder, path, source):
+            yield index, row
+            index += 1
+
+
+def _local_file_rows(builder: str, path: Path, source: str) -> Iterator[tuple[int, Any]]:
+    if builder == "parquet":
+        return _parquet_rows(path, source)
+    # `json` reads JSON lines, or a file holding one JSON list; which one, the first character says.
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return _jsonl_rows(path, source)
+    with _open_problem_file(path) as f:
+        head = f.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+    return _json_rows(path, source) if head.startswith(b"[") else _jsonl_rows(path, source)
+
+
+def _row_bytes(row: Any) -> int:
+    """About the bytes of a row's text (its values as text), to hold a streamed row to MAX_LINE_BYTES."""
+    if not isinstance(row, dict):
+        return 0
+    return sum(len(v) if isinstance(v, str | bytes) else len(str(v)) for v in row.values())
+
+
+def _hf_rows(ds: Iterable[Any], where: str, source: str) -> Iterator[tuple[int, Any]]:
     # A streaming dataset fetches as it goes, so a network or format error can surface mid-way.
     rows = iter(ds)
     index = 0
@@ -344,5 +408,9 @@ def _hf_rows(ds: Iterable[Any], where: str) -> Iterator[tuple[int, Any]]:
             return
         except Exception as e:
             raise ProblemSourceError(f"error reading row {index} of {where}: {type(e).__name__}: {e}") from e
-        yield index, row
+        if (size := _row_bytes(row)) > MAX_LINE_BYTES:
+            detail = f"row {index} of {where}: {size} bytes of text, over the bound of {MAX_LINE_BYTES} bytes"
+            yield index, _reject(source, index, "line_too_long", detail, "")
+        else:
+            yield index, row
         index += 1

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from prm_synth import arithmetic
 from prm_synth.config import EngineConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading import Verdict, grade_completion
 from prm_synth.prompts import policy_user_prompt
 from prm_synth.schema import Problem, RejectedRecord, reject
@@ -22,7 +22,7 @@ from prm_synth.steps import splitter
 from prm_synth.thinking import ThinkingMarkers, resolve_markers
 
 
-class PolicyCannotSolveError(PrmSynthError, ValueError):
+class PolicyCannotSolveError(PrmSynthInputError):
     """Problems the policy cannot write solutions for; raised before any work."""
 
 

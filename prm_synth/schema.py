@@ -38,6 +38,8 @@ RejectReason = Literal[
     "line_too_long",
     # sample / annotate / judge: the engine refused the request
     "engine_refused",
+    # ... on `run.refused_runs` consecutive runs: rejected for good, not asked again (run --retry-refused)
+    "engine_refused_permanent",
     # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of
     # the row, so the row is left open (its payload is the labeled row) and the next run asks again
     "judge_unreadable",

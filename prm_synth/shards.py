@@ -24,7 +24,10 @@ config redoes that shard). Counts of rows are taken from the checked data, never
 A run holds an advisory lock (`fcntl.flock` on OUT/.lock, taken by `ShardStore.prepare`), so a
 second run into the same folder fails at once with `OutputLockedError`; the kernel releases the lock
 with the file descriptor, so a crashed or killed run never leaves it behind. Within one process the
-lock is shared (a re-run in the same process, e.g. after an error, is not refused).
+lock is shared (a re-run in the same process, e.g. after an error, is not refused). A command that
+reads a finished folder (`export`, `inspect`, `show`, `eval dataset`) takes the same lock shared
+(`reading`): it refuses a folder a run is writing, naming the run, instead of reading shards from
+before and after some of the run's writes; and a run does not start on a folder being read.
 
 Files are created with the usual umask-respecting mode (0644 under umask 022). Text of a labeled row
 that cannot be stored as UTF-8 (a lone surrogate in model output) is stored with U+FFFD in its place
@@ -51,7 +54,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.schema import LEFT_OPEN_REASONS, RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 
 FORMAT = "prm-synth/1"
@@ -73,8 +76,12 @@ class OutputLockedError(OutputFolderError):
     """Another run is writing into the output folder."""
 
 
-class DatasetError(PrmSynthError, ValueError):
+class DatasetError(PrmSynthInputError):
     """An output folder that cannot be read as a dataset: not one, or damaged."""
+
+
+class NotAnOutputFolderError(DatasetError, FileNotFoundError):
+    """The folder holds no manifest: it is not an output folder of `prm-synth run` (exit 2)."""
 
 
 class CorruptShardError(DatasetError):
@@ -93,6 +100,11 @@ class ShardEntry:
     config_fingerprint: str
     stats: ShardStats = field(default_factory=ShardStats)
     finished_at: float = 0.0
+    # The server each engine was asked through, by role (policy, judge, verify): an OpenAI-compatible
+    # engine's address without user, password or query (prm_synth.resume.servers); {} for others.
+    servers: dict[str, str] = field(default_factory=dict)
+    # Problems the engine refused, by id: on how many consecutive runs (prm_synth.refusals).
+    refusals: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__ | {"stats": self.stats.to_dict()}
@@ -236,10 +248,19 @@ def _sha256(data: bytes) -> str:
 class ShardStore:
     """Reads and writes the shards of one output folder for one config fingerprint."""
 
-    def __init__(self, root: str | Path, fingerprint: str, labeler_revision: str | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        fingerprint: str,
+        labeler_revision: str | None = None,
+        rows_fingerprint: str | None = None,
+    ) -> None:
         self.root = Path(root)
         self.fingerprint = fingerprint
         self.labeler_revision = labeler_revision  # written to the manifest: why a folder is refused
+        # The config's fingerprint under today's rule, where the folder is keyed by an earlier rule's
+        # (prm_synth.resume): written to the manifest, so the next run knows the rows are its own.
+        self.rows_fingerprint = rows_fingerprint
         self._lock: _OutputLock | None = None
 
     # ------------------------------------------------------------ set-up
@@ -308,6 +329,8 @@ class ShardStore:
         problems: int,
         stats: ShardStats | None = None,
         trees: dict[str, Any] | None = None,
+        servers: dict[str, str] | None = None,
+        refusals: dict[str, int] | None = None,
     ) -> ShardEntry:
         """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
         JSON) go to trees/shard-NNNNN.json and are part of the shard (hashed in its marker)."""
@@ -348,6 +371,8 @@ class ShardStore:
             config_fingerprint=self.fingerprint,
             stats=stats or ShardStats(),
             finished_at=time.time(),
+            servers=dict(servers or {}),
+            refusals=dict(refusals or {}),
         )
         # The commit point: once this marker exists, the shard is finished.
         atomic_write_json(self.root / "shards" / f"{name}.json", entry.to_json())
@@ -397,17 +422,20 @@ class ShardStore:
             return {}
         return json.loads(_verified_buffer(self.root, entry, rel).to_pybytes())
 
-    def refused_problems(self, entry: ShardEntry) -> set[str]:
+    def refused_problems(self, entry: ShardEntry, permanent: bool = False) -> set[str]:
         """Problems of a finished shard that the engine refused (rejected `engine_refused`): not done.
 
         Rows rejected for their own content stay rejected; a refusal says nothing about the problem
-        (a server down to a short context, a bad parameter), so the next run asks again."""
-        if not entry.stats.rejected_by_reason.get("engine_refused"):
+        (a server down to a short context, a bad parameter), so the next run asks again, until it has
+        been refused on `run.refused_runs` runs in a row (`engine_refused_permanent`): those only
+        with `permanent` (`prm-synth run --retry-refused`)."""
+        reasons = {"engine_refused", "engine_refused_permanent"} if permanent else {"engine_refused"}
+        if not any(entry.stats.rejected_by_reason.get(reason) for reason in reasons):
             return set()  # the marker says none: the rejected file need not be read
         return {
             str(r["problem_id"])
             for r in self.read_rows(entry, "rejected")
-            if r.get("reason") == "engine_refused" and r.get("problem_id") is not None
+            if r.get("reason") in reasons and r.get("problem_id") is not None
         }
 
     def open_rows(self, entry: ShardEntry) -> set[str]:
@@ -431,6 +459,9 @@ class ShardStore:
         }
         if (revision := self.labeler_revision or old.get("labeler_revision")) is not None:
             manifest["labeler_revision"] = revision
+        rows = self.rows_fingerprint or old.get("rows_fingerprint")
+        if rows is not None and rows != self.fingerprint:
+            manifest["rows_fingerprint"] = rows
         atomic_write_json(self.root / MANIFEST, manifest)
         return manifest
 
@@ -450,7 +481,7 @@ def totals(entries: Iterable[ShardEntry]) -> ShardTotals:
 def read_manifest(root: str | Path) -> dict[str, Any]:
     path = Path(root) / MANIFEST
     if not path.exists():
-        raise FileNotFoundError(f"no {MANIFEST} in {root}: not a prm-synth output folder")
+        raise NotAnOutputFolderError(f"no {MANIFEST} in {root}: not a prm-synth output folder")
     try:
         manifest = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as e:
@@ -565,7 +596,13 @@ class _OutputLock:
             except BlockingIOError:
                 file.seek(0)
                 holder = file.read().strip()[:40]
+                read_only = _only_readers(file)
                 file.close()
+                if read_only:
+                    raise OutputLockedError(
+                        f"{root} is being read by another prm-synth command (export, inspect, show); "
+                        "wait for it to finish, or use another --out folder"
+                    ) from None
                 raise OutputLockedError(
                     f"{root} is in use by another prm-synth run"
                     + (f" (pid {holder})" if holder else "")
@@ -584,3 +621,46 @@ class _OutputLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.file.close()  # closing the descriptor releases the flock
+
+
+def _only_readers(file: Any) -> bool:
+    """Whether the folder's lock, which this process could not take alone, is held by readers only."""
+    try:
+        fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    fcntl.flock(file, fcntl.LOCK_UN)
+    return True
+
+
+@contextlib.contextmanager
+def reading(root: str | Path) -> Iterator[None]:
+    """Hold a folder still while a command reads it: its lock taken shared, so no run writes it
+    meanwhile, and OutputLockedError naming the run (its pid) when one is writing it now. A reader
+    never creates the lock file: a folder without one (copied, or read-only) is read as it is. As for
+    runs, the lock is shared within one process: the run that holds it reads its own folder."""
+    path = Path(root) / LOCK
+    with _OutputLock._guard:
+        ours = path.exists() and _OutputLock._held.get(str(path.resolve())) is not None
+    if ours:  # this process writes the folder: it reads as the writer
+        yield
+        return
+    try:
+        file = open(path)  # noqa: SIM115 - closed below, after the reading
+    except OSError:
+        yield
+        return
+    with file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = file.read().strip()[:40]
+            raise OutputLockedError(
+                f"{root} is being written by a prm-synth run"
+                + (f" (pid {holder})" if holder else "")
+                + ": wait for it to finish (or stop it), then run this again; read now, the folder would "
+                "mix shards from before and after the run's writes"
+            ) from None
+        except OSError:  # a file system without flock: read unlocked, as runs write unlocked there
+            pass
+        yield

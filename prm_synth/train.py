@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.export.views import SkipRow, iter_record_rows, split_of, supervised_steps
 from prm_synth.telemetry import Countdown
 
@@ -41,7 +42,7 @@ LABELS = {0: "bad", 1: "good"}
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-class TrainError(ValueError):
+class TrainError(PrmSynthInputError):
     """Bad input to training (no rows, unknown folder layout, missing optional dependency)."""
 
 

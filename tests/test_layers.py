@@ -53,6 +53,9 @@ LAYERS: list[tuple[str, set[str]]] = [
             "prm_synth.demo_model",
             "prm_synth.telemetry",
             "prm_synth.lifeline",
+            "prm_synth.key_scrub",
+            "prm_synth.refusals",
+            "prm_synth.resume",
         },
     ),
     (

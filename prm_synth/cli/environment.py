@@ -76,22 +76,12 @@ CALM_INTERRUPT = _CalmInterrupt()  # one instance: adding it twice to a logger i
 
 def quiet_expected_failures() -> None:
     """Drop Prefect's tracebacks of the failures `prm-synth run` reports in one line itself."""
-    from flows.synthesize import ShardsFailedError
-    from prm_synth.engines.base import EngineError
-    from prm_synth.problems import ProblemSourceError
-    from prm_synth.shards import OutputFolderError
+    from prm_synth.errors import PrmSynthError
 
-    # EngineError: a server that does not answer, a model that does not load; its message says so.
-    # OSError: a full or failing disk; the command names the file. MemoryError: said in one line too.
-    expected = (
-        ShardsFailedError,
-        EngineError,
-        ProblemSourceError,
-        OutputFolderError,
-        KeyboardInterrupt,
-        OSError,
-        MemoryError,
-    )
+    # PrmSynthError: ours on purpose (a server that does not answer, failed shards, a bad source); its
+    # message says so. OSError: a full or failing disk; the command names the file. MemoryError: said in
+    # one line too. Anything else is a bug, and keeps its traceback.
+    expected = (PrmSynthError, KeyboardInterrupt, OSError, MemoryError)
     quiet = _NoTracebackFor(expected)
     for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.flow_engine", "prefect.task_engine"):
         logging.getLogger(name).addFilter(quiet)

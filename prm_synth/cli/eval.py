@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from prm_synth.cli.common import fail
+from prm_synth.cli.common import fail, guarded
 
 eval_app = typer.Typer(no_args_is_help=True, help="Measure label quality (ProcessBench metric, simulated truth).")
 
@@ -42,24 +42,21 @@ def _report(
 
 
 def _judge_config(judge: Path | None, model: str | None, max_model_len: int, overrides: dict[str, Any]) -> Any:
-    from prm_synth.config import ConfigError, JudgeConfig, VLLMConfig, load_judge_config
+    from prm_synth.config import JudgeConfig, VLLMConfig, load_judge_config
 
     if (judge is None) == (model is None):
         fail("give exactly one of --judge FILE.yaml or --model (a local model folder, or 'demo')")
-    try:
-        if judge is not None:
-            config = load_judge_config(judge)
-        else:
-            assert model is not None
-            engine = VLLMConfig(model=model, max_model_len=max_model_len)
-            config = JudgeConfig(engine=engine)
-    except ConfigError as e:
-        fail(str(e))
+    if judge is not None:
+        config = load_judge_config(judge)
+    else:
+        assert model is not None
+        config = JudgeConfig(engine=VLLMConfig(model=model, max_model_len=max_model_len))
     update = {k: v for k, v in overrides.items() if v is not None}
     return JudgeConfig.model_validate(config.model_dump() | update) if update else config
 
 
 @eval_app.command("judge")
+@guarded
 def judge_cmd(
     file: Annotated[
         Path, typer.Argument(help="ProcessBench-format file (.json list or .jsonl): problem, steps, label.")
@@ -94,10 +91,7 @@ def judge_cmd(
     from prm_synth.engines import build_engine
     from prm_synth.evaluate import evaluate_judge, load_processbench
 
-    try:
-        bench = load_processbench(file, limit)
-    except (OSError, ValueError) as e:
-        fail(str(e))
+    bench = load_processbench(file, limit)
     config = _judge_config(
         judge, model, max_model_len, {"samples": samples, "max_tokens": max_tokens, "temperature": temperature}
     )
@@ -115,6 +109,7 @@ def judge_cmd(
 
 
 @eval_app.command("labels")
+@guarded
 def labels_cmd(
     file: Annotated[Path, typer.Argument(help="ProcessBench-format file: problem, steps, label.")],
     gold_answers: Annotated[
@@ -127,18 +122,15 @@ def labels_cmd(
     ] = None,
 ) -> None:
     """Our labeler (policy + annotator + labeling rule) on a ProcessBench-format file."""
-    from prm_synth.config import ConfigError, load_config
+    from prm_synth.config import load_config
     from prm_synth.engines import build_engine
     from prm_synth.evaluate import evaluate_labels, load_gold_answers, load_processbench
     from prm_synth.sample import check_policy_can_solve
 
-    try:
-        config = load_config(pipeline)
-        bench = load_processbench(file, limit)
-        gold = load_gold_answers(gold_answers)
-        check_policy_can_solve(config.policy, ((s.id, s.problem) for s in bench))  # before an engine starts
-    except (ConfigError, OSError, ValueError) as e:
-        fail(str(e))
+    config = load_config(pipeline)
+    bench = load_processbench(file, limit)
+    gold = load_gold_answers(gold_answers)
+    check_policy_can_solve(config.policy, ((s.id, s.problem) for s in bench))  # before an engine starts
     engine = build_engine(config.policy)
     try:
         metric, predictions = evaluate_labels(engine, bench, gold, config)
@@ -158,17 +150,16 @@ def _fmt(x: float | None) -> str:
 
 
 @eval_app.command("dataset")
+@guarded
 def dataset_cmd(
     directory: Annotated[Path, typer.Argument(help="An output folder made with the simulated policy.")],
 ) -> None:
     """Bad-label precision/recall of a simulated-policy dataset against the recomputed truth."""
-    from prm_synth.evaluate import NotSimulatedError, evaluate_dataset
-    from prm_synth.shards import DatasetError
+    from prm_synth.evaluate import evaluate_dataset
+    from prm_synth.shards import reading
 
-    try:
+    with reading(directory):
         report = evaluate_dataset(directory)
-    except (FileNotFoundError, NotSimulatedError, DatasetError) as e:
-        fail(str(e))
     header = f"{'rows':>7}{'exact':>8}{'fe prec':>9}{'fe rec':>8}{'bad prec':>10}{'bad rec':>9}{'good prec':>11}"
     typer.echo(f"{'':18}{header}")
     for name in ("before_consensus", "after_consensus"):

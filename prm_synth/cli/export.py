@@ -12,12 +12,12 @@ from typing import Annotated
 
 import typer
 
-from prm_synth.cli.common import fail
+from prm_synth.cli.common import fail, guarded
 from prm_synth.export.views import VIEWS
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export")(export)
+    app.command("export")(guarded(export))
 
 
 def export(
@@ -75,8 +75,8 @@ def export(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen, verifier) as Parquet with a dataset card."""
-    from prm_synth.export.consumers import TokenizationError
-    from prm_synth.export.hub import ExportRequestError, HubExportError, export_to_dir, export_to_hub, plan_export
+    from prm_synth.export.hub import export_to_dir, export_to_hub, plan_export
+    from prm_synth.shards import reading
 
     if (to_dir is None) == (repo_id is None):
         fail("give exactly one of --to-dir OUT and --repo-id ORG/NAME")
@@ -84,12 +84,11 @@ def export(
         fail("--private applies to --repo-id only")
     if soft_from != "auto" and not soft:
         fail("--soft-from applies to --soft only")
-    try:
+    # One snapshot: no run writes the folder while its views are made (every view the same rows).
+    with reading(directory):
         # Every check (views, tokenizer, marker) before anything is written or a repo is created.
         plan = plan_export(directory, formats or None, tokenizer, marker, min_confidence, soft_from if soft else None)
-    except (FileNotFoundError, ExportRequestError, TokenizationError) as e:
-        fail(str(e))
-    try:
+        # The Hub's errors (HubExportError) come scrubbed of the token.
         if to_dir is not None:
             result = export_to_dir(
                 directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan
@@ -105,10 +104,6 @@ def export(
                 license=license,
                 plan=plan,
             )
-    except FileNotFoundError as e:
-        fail(str(e))
-    except (HubExportError, ValueError) as e:  # messages from hub are already scrubbed of the token
-        fail(str(e), code=1)
     if json_out:
         typer.echo(json.dumps(result.as_dict(), sort_keys=True, default=str))
         return

@@ -22,7 +22,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from prm_synth.cli.common import fail, visible
+from prm_synth.cli.common import fail, guarded, visible
 
 if TYPE_CHECKING:
     from prm_synth.summary import RunSummary
@@ -31,8 +31,8 @@ STEP_CHARS = 160  # a step longer than this is cut in `show` (the shards keep it
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(inspect)
-    app.command()(show)
+    app.command()(guarded(inspect))
+    app.command()(guarded(show))
 
 
 def inspect(
@@ -40,13 +40,11 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
-    from prm_synth.errors import PrmSynthError
+    from prm_synth.shards import reading
     from prm_synth.summary import summarize
 
-    try:
+    with reading(directory):  # never a folder a run is writing: its counts would not add up
         summary = summarize(directory)
-    except (FileNotFoundError, PrmSynthError) as e:
-        fail(str(e))
     if json_out:
         typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
         return
@@ -116,12 +114,10 @@ def show(
     bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
 ) -> None:
     """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""
-    from prm_synth.errors import PrmSynthError
+    from prm_synth.shards import reading
 
-    try:
+    with reading(directory):
         rows = list(islice(pick_rows(directory, bad), n))
-    except (FileNotFoundError, PrmSynthError) as e:
-        fail(str(e))
     if not rows:
         fail(f"{directory} has no labeled rows" + (" with a bad step" if bad else ""))
     console = Console()

@@ -3,7 +3,6 @@ in one line naming what is wrong, instead of a traceback after a server start.""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 from prm_synth.config import FileSource, HFSource, PipelineConfig
 from prm_synth.config_diff import differing_keys, without_sections
 from prm_synth.config_upgrade import with_former_defaults
-from prm_synth.errors import PrmSynthError
+from prm_synth.errors import PrmSynthInputError
 
 # Sections that do not change the rows (left out of the fingerprint): never a reason to refuse.
 RUNTIME_SECTIONS = ("run",)
@@ -21,7 +20,7 @@ MANIFEST = "manifest.json"
 log = logging.getLogger(__name__)
 
 
-class PreflightError(PrmSynthError, ValueError):
+class PreflightError(PrmSynthInputError):
     """An input that would fail the run; the message is one line."""
 
 
@@ -72,22 +71,24 @@ def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
     path = out / MANIFEST
     if not path.exists():
         return config
+    from prm_synth.resume import resume_fingerprint
+    from prm_synth.shards import DatasetError, read_manifest
+
     try:
-        manifest = json.loads(path.read_text())
-        old_fingerprint = manifest["config_fingerprint"]
-        old_config = manifest.get("config") or {}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PreflightError(
-            f"{path} is unreadable ({type(e).__name__}); use another --out, or --overwrite to replace the folder"
-        ) from None
-    if old_fingerprint == config.fingerprint():
+        manifest = read_manifest(out)
+    except (DatasetError, OSError):
+        raise PreflightError(f"{path} is unreadable; use another --out, or --overwrite to replace the folder") from None
+    old_fingerprint = manifest["config_fingerprint"]
+    old_config = manifest.get("config") or {}
+    if resume_fingerprint(config, manifest) is not None:  # the same rows (the server may have moved)
         return config
     former, notes = with_former_defaults(config, old_config if isinstance(old_config, dict) else {})
-    if notes and former.fingerprint() == old_fingerprint:
+    if notes and resume_fingerprint(former, manifest) is not None:
         for note in notes:
             log.warning("%s: %s", out, note)
         return former
     keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)
+    keys = [k for k in keys if k not in config.transport_keys()]
     if keys:
         why = "differs in " + ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
     elif (old_revision := manifest.get("labeler_revision")) != (revision := config.labeler_revision()):
@@ -113,7 +114,7 @@ def _current_form(old: dict) -> dict:
     logging.disable(logging.WARNING)  # the upgrade's notes are for loading a file, not for this
     try:
         return validate_config(upgrade(old)).model_dump(mode="json")
-    except Exception:  # noqa: BLE001 - any old config that does not validate is compared as stored
+    except PrmSynthInputError:  # an old config that does not validate (ConfigError, upgrade's refusals): as stored
         return old
     finally:
         logging.disable(logging.NOTSET)

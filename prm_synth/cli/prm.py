@@ -14,14 +14,14 @@ from typing import Annotated
 
 import typer
 
-from prm_synth.cli.common import fail
+from prm_synth.cli.common import guarded
 
 
 def register(app: typer.Typer) -> None:
     from prm_synth.cli.eval import eval_app
 
-    app.command("train")(train)
-    eval_app.command("prm")(eval_prm)
+    app.command("train")(guarded(train))
+    eval_app.command("prm")(guarded(eval_prm))
 
 
 @contextlib.contextmanager
@@ -61,7 +61,7 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed of the split and the trainer.")] = 0,
 ) -> None:
     """Train a token-classification PRM (labels on the step separators) with transformers' Trainer."""
-    from prm_synth.train import TrainError, TrainSettings, train_prm
+    from prm_synth.train import TrainSettings, train_prm
 
     settings = TrainSettings(
         max_steps=max_steps,
@@ -75,11 +75,8 @@ def train(
         test_fraction=test_fraction,
         seed=seed,
     )
-    try:
-        with _progress_to_stderr("prm_synth.train"):
-            result = train_prm(source, model, out, settings)
-    except (TrainError, FileNotFoundError, OSError) as e:
-        fail(str(e))
+    with _progress_to_stderr("prm_synth.train"):
+        result = train_prm(source, model, out, settings)
     typer.echo(f"trained {result.steps} steps in {result.seconds:.0f} s on {result.train_rows} rows; saved to {out}")
     typer.echo(f"{'step':>6}{'seconds':>10}{'loss':>10}")
     for step, seconds, loss in result.curve:
@@ -118,13 +115,10 @@ def eval_prm(
     batch_size: Annotated[int, typer.Option(min=1, help="Samples a forward pass.")] = 4,
 ) -> None:
     """A PRM on ProcessBench: first step below the threshold = predicted error; ProcessBench's F1 per subset."""
-    from prm_synth.prm_eval import PRMEvalError, evaluate_prm
+    from prm_synth.prm_eval import evaluate_prm
 
-    try:
-        with _progress_to_stderr("prm_synth.prm_eval"):
-            report = evaluate_prm(model, processbench, subset, limit, threshold, tune_on, max_length, batch_size)
-    except (PRMEvalError, OSError, ValueError) as e:
-        fail(str(e))
+    with _progress_to_stderr("prm_synth.prm_eval"):
+        report = evaluate_prm(model, processbench, subset, limit, threshold, tune_on, max_length, batch_size)
 
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from prm_synth.cli import preflight, supervise
-from prm_synth.cli.common import fail
+from prm_synth.cli.common import fail, guarded, os_error_text
 from prm_synth.cli.environment import (
     COMMAND_STARTED_AT,
     EPHEMERAL_TIMEOUT,
@@ -39,8 +39,8 @@ models_app = typer.Typer(no_args_is_help=True, help="Models that ship with prm-s
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(run)
-    app.command()(serve)
+    app.command()(guarded(run))
+    app.command()(guarded(serve))
     app.add_typer(models_app, name="models")
 
 
@@ -104,6 +104,14 @@ def run(
     runner: Annotated[Runner, typer.Option(help="Task runner.")] = Runner.threads,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    retry_refused: Annotated[
+        bool,
+        typer.Option(
+            "--retry-refused",
+            help="Ask again the problems the engine refused on run.refused_runs runs in a row "
+            "(rejected for good as engine_refused_permanent).",
+        ),
+    ] = False,
     verbose: Annotated[
         bool,
         typer.Option(
@@ -121,22 +129,19 @@ def run(
     if verbose:
         verbose_engines()
     config = _load(pipeline)
-    try:
-        out_dir = out if out is not None else preflight.default_out_dir(config)
-        if not dry_run:
-            preflight.check_output_folder(out_dir)
-            if not overwrite:
-                config = preflight.check_same_config(out_dir, config)
-        preflight.check_problem_source(config, limit)
-    except preflight.PreflightError as e:
-        fail(str(e))
+    out_dir = out if out is not None else preflight.default_out_dir(config)
+    if not dry_run:
+        preflight.check_output_folder(out_dir)
+        if not overwrite:
+            config = preflight.check_same_config(out_dir, config)
+    preflight.check_problem_source(config, limit)
     if supervise.should_supervise():
         raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))
     if supervise.is_worker():
         supervise.become_worker()
     try:
         summary = _run_flow(
-            config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out, verbose
+            config, out_dir, limit, overwrite, dry_run, runner.value, ray_address, not json_out, verbose, retry_refused
         )
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
@@ -154,13 +159,11 @@ def run(
 
 
 def _load(pipeline: Path) -> PipelineConfig:
-    from prm_synth.config import ConfigError, load_config
+    from prm_synth.config import load_config
 
+    preflight.check_pipeline_path(pipeline)
     try:
-        preflight.check_pipeline_path(pipeline)
         return load_config(pipeline)
-    except (ConfigError, preflight.PreflightError) as e:
-        fail(str(e))
     except OSError as e:
         fail(f"cannot read pipeline file {pipeline}: {e.strerror or e}")
 
@@ -175,6 +178,7 @@ def _run_flow(
     ray_address: str | None,
     show_progress: bool,
     verbose: bool = False,
+    retry_refused: bool = False,
 ) -> RunSummary:
     from prm_synth.errors import PrmSynthError
 
@@ -192,23 +196,23 @@ def _run_flow(
             overwrite=overwrite,
             dry_run=dry_run,
             show_progress=show_progress,
+            retry_refused=retry_refused,
         )
     except PrmSynthError as e:  # ours, with a message meant for the user: bad input (2) or a failed run (1)
-        error = (str(e), 2 if isinstance(e, ValueError) else 1)
+        error = (str(e), e.exit_code)
     except OSError as e:  # the disk (full, gone, read-only): what is written is kept, atomically
         error = (_disk_message(e, out_dir), 1)
     except MemoryError:
         error = ("out of memory; finished shards are kept: lower run.max_parallel_shards or the batch sizes", 1)
-    except RuntimeError as e:  # Prefect's own
-        if EPHEMERAL_TIMEOUT in str(e):
-            error = (
-                "Prefect's temporary API server did not start within "
-                f"{os.environ.get(STARTUP_TIMEOUT_ENV)} s (a busy machine?): raise {STARTUP_TIMEOUT_ENV}, "
-                "or point PREFECT_API_URL at a running server (prefect server start)",
-                1,
-            )
-        else:
-            error = (str(e), 1)
+    except RuntimeError as e:  # Prefect's own, when its temporary server does not start; any other is a bug
+        if EPHEMERAL_TIMEOUT not in str(e):
+            raise
+        error = (
+            "Prefect's temporary API server did not start within "
+            f"{os.environ.get(STARTUP_TIMEOUT_ENV)} s (a busy machine?): raise {STARTUP_TIMEOUT_ENV}, "
+            "or point PREFECT_API_URL at a running server (prefect server start)",
+            1,
+        )
     finally:
         from flows.reporting import close_active_progress
         from prm_synth.engines import close_engines
@@ -220,9 +224,8 @@ def _run_flow(
 
 
 def _disk_message(e: OSError, out_dir: Path) -> str:
-    where = f" ({e.filename})" if e.filename else ""
     return (
-        f"{e.strerror or e}{where}; finished shards in {out_dir} are kept (each is written whole or not at all): "
+        f"{os_error_text(e)}; finished shards in {out_dir} are kept (each is written whole or not at all): "
         "fix that (e.g. make room on the disk) and run the same command again to resume"
     )
 
@@ -283,14 +286,11 @@ def serve(
 
     One run at a time: every scheduled run resumes into the same folder, so a run that outlasts the
     cron's interval makes the next one wait, as `concurrency_limit: 1` does in prefect.yaml."""
-    from prm_synth.config import ConfigError, load_config
+    from prm_synth.config import load_config
 
     if verbose:
         verbose_engines()
-    try:
-        config = load_config(pipeline)
-    except ConfigError as e:
-        fail(str(e))
+    config = load_config(pipeline)
     from flows.synthesize import synthesize
 
     out_dir = str((out or Path("runs") / config.name).resolve())
@@ -304,6 +304,7 @@ def serve(
 
 
 @models_app.command("prepare-demo")
+@guarded
 def prepare_demo(
     cache_dir: Annotated[Path | None, typer.Option(help="Where to put the model folder.")] = None,
 ) -> None:

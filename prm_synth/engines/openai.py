@@ -41,7 +41,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, quote_plus
 
 from prm_synth.config import OpenAIConfig
 from prm_synth.engines.base import (
@@ -54,6 +53,7 @@ from prm_synth.engines.base import (
     sample_seed,
 )
 from prm_synth.engines.chat import count_tokens, render_plain, render_prompt, strip_duplicate_bos
+from prm_synth.key_scrub import scrub
 from prm_synth.thinking import resolve_markers
 
 log = logging.getLogger(__name__)
@@ -78,21 +78,6 @@ def transport_errors() -> tuple[type[BaseException], ...]:
 
 
 TRANSPORT_ERRORS = transport_errors()
-# Where a key is split by a server's echo (a line break, a wrapped log line), the halves are scrubbed
-# too, down to pieces this long: shorter pieces are too common in ordinary text to stand for a key.
-KEY_PIECE_CHARS = 12
-
-
-def secret_forms(key: str) -> list[str]:
-    """The forms in which a server may echo a key back: as sent, URL-encoded, and its halves (a key
-    split across a line break), longest first so a longer form is scrubbed before a piece of it."""
-    if not key or key == "EMPTY":
-        return []
-    forms = {key, quote(key, safe=""), quote_plus(key), f"Bearer {key}", quote(f"Bearer {key}", safe="")}
-    if len(key) >= 2 * KEY_PIECE_CHARS:
-        half = len(key) // 2
-        forms |= {key[:half], key[half:]}
-    return sorted(forms, key=len, reverse=True)
 
 
 class _Retryable(Exception):
@@ -142,7 +127,8 @@ class OpenAIEngine:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._api_key = os.environ.get(config.api_key_env) or "EMPTY"
-        self._secrets = secret_forms(self._api_key)
+        # vLLM's placeholder key ("EMPTY") is no secret, and scrubbing it would change model text.
+        self._secret = "" if self._api_key == "EMPTY" else self._api_key
         if tokenizer is None:
             name = config.tokenizer or config.model
             tokenizer = load_local_tokenizer(name)
@@ -289,10 +275,8 @@ class OpenAIEngine:
         return self._client
 
     def _scrub(self, text: str) -> str:
-        """`text` without the API key in any form a server may echo it in (see `secret_forms`)."""
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        """`text` without the API key in any form a server may echo it in (see prm_synth.key_scrub)."""
+        return scrub(text, self._secret)
 
     async def _one(self, index: int, request: GenerationRequest, sem: asyncio.Semaphore) -> GenerationResult:
         task = asyncio.current_task()

@@ -34,13 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prm_synth.errors import PrmSynthInputError
+
 QWEN_STEP_TOKEN = "<extra_0>"  # Qwen2.5-Math-PRM scores the hidden state at this token after each step
 REWARD_TOKENS = ("+", "-")  # OpenRLHF's --reward_tokens for the good and bad label
 TRL_STEP_SEPARATOR = "\n"
 IGNORE = -100  # the label of a position no loss is computed on (PyTorch's cross-entropy default)
 
 
-class TokenizationError(ValueError):
+class TokenizationError(PrmSynthInputError):
     """A view cannot be read correctly by its consumer with this tokenizer (nothing was written)."""
 
 

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import pyarrow.compute as pc
 
+from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.export.card import REDACTED, render_card
 from prm_synth.export.consumers import load_tokenizer, tokenizer_name
 from prm_synth.export.token_check import choose_marker, verify_views
@@ -42,6 +43,7 @@ from prm_synth.export.views import (
     ViewExport,
     export_view,
 )
+from prm_synth.key_scrub import scrub as scrub_key
 from prm_synth.shards import iter_tables, read_manifest
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,7 @@ VIEW_CONFIG = "view.json"  # beside each view's Parquet files: how its consumer 
 _HF_TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{20,}")
 
 
-class HubExportError(RuntimeError):
+class HubExportError(PrmSynthError, RuntimeError):
     """The export to the Hub failed; the message never holds the token."""
 
 
@@ -66,10 +68,9 @@ class HubApi(Protocol):
 
 # ---------------------------------------------------------------- the token
 def scrub(text: str, token: str | None) -> str:
-    """Remove the token (and anything shaped like a Hub token) from a message."""
-    if token:
-        text = text.replace(token, REDACTED)
-    return _HF_TOKEN_RE.sub(REDACTED, text)
+    """Remove the token (in the forms prm_synth.key_scrub finds) and anything shaped like a Hub token
+    from a message."""
+    return _HF_TOKEN_RE.sub(REDACTED, scrub_key(text, token, REDACTED))
 
 
 def resolve_token(token: str | None = None) -> str | None:
@@ -84,7 +85,7 @@ def resolve_token(token: str | None = None) -> str | None:
 
 
 # ---------------------------------------------------------------- export
-class ExportRequestError(ValueError):
+class ExportRequestError(PrmSynthInputError):
     """The export was asked for something it cannot do; nothing was written."""
 
 

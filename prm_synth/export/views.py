@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prm_synth.annotate.labels import confident_labels
+from prm_synth.errors import PrmSynthInputError
 from prm_synth.export.consumers import (
     IGNORE,
     QWEN_STEP_TOKEN,
@@ -71,7 +72,7 @@ DEFAULT_MAX_ROWS_PER_FILE = 100_000
 Row = Mapping[str, Any]
 
 
-class SkipRow(ValueError):
+class SkipRow(PrmSynthInputError):
     """A record that a view cannot represent; `reason` is a short code counted by export_view."""
 
     def __init__(self, reason: str) -> None:

@@ -1,0 +1,47 @@
+"""Problems the engine refuses run after run are rejected for good.
+
+A refusal (`engine_refused`: the server said no to the request, e.g. a prompt over its context) says
+nothing about the problem the first time: the next run asks again. A problem refused on
+`run.refused_runs` consecutive runs is rejected for good (`engine_refused_permanent`) and left alone
+by later runs, unless the user asks for it (`prm-synth run --retry-refused`). Each shard's marker
+counts, per refused problem, the runs in a row that refused it (`ShardEntry.refusals`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+REFUSED = "engine_refused"
+PERMANENT = "engine_refused_permanent"
+
+
+def count_refusals(
+    rejected: Iterable[dict[str, Any]], asked: set[str] | None, previous: dict[str, int]
+) -> dict[str, int]:
+    """Consecutive runs each problem was refused on, after this run: one more for a problem this run
+    asked (`asked`; None: the whole shard) and the engine refused again, none for one it answered; the
+    count of a problem this run did not ask stays."""
+    refused_now = {str(r["problem_id"]) for r in rejected if r.get("reason") == REFUSED and r.get("problem_id")}
+    counts = {pid: n for pid, n in previous.items() if asked is not None and pid not in asked}
+    for pid in refused_now:
+        counts[pid] = previous.get(pid, 0) + 1 if asked is None or pid in asked else previous.get(pid, 1)
+    return counts
+
+
+def make_permanent(
+    rejected: list[dict[str, Any]], counts: dict[str, int], limit: int
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """`rejected` with the refusals of problems refused on `limit` runs in a row turned permanent, and
+    the problems that turned so now (refused exactly `limit` times; more: asked again on request)."""
+    over = {pid for pid, n in counts.items() if n >= limit}
+    out = [
+        r | {"reason": PERMANENT} if r.get("reason") == REFUSED and str(r.get("problem_id")) in over else r
+        for r in rejected
+    ]
+    return out, {pid for pid in over if counts[pid] == limit}
+
+
+def reasons_of(rejected: Iterable[dict[str, Any]]) -> dict[str, int]:
+    return dict(Counter(r["reason"] for r in rejected))
