@@ -189,15 +189,20 @@ def judge_solutions(
         winner, tie = majority_vote(votes)
         tokens = answer.prompt_tokens + answer.generated_tokens
         verdicts.append(JudgeVerdict(winner, votes, texts, tokens, tie))
-        stats.solutions += 1
-        stats.samples += len(votes)
-        stats.unparseable += votes.count(UNPARSEABLE)
-        stats.ties += tie
-        stats.undecided += winner is None
-        stats.tokens += tokens
-        kind = "none" if winner is None else "-1" if winner == -1 else "error"
-        stats.verdicts[kind] = stats.verdicts.get(kind, 0) + 1
+        count_verdict(stats, votes, winner, tie, tokens)
     return verdicts, stats
+
+
+def count_verdict(stats: JudgeStats, votes: list[int], winner: int | None, tie: bool, tokens: int) -> None:
+    """A judged row's share of the stage's counters (every stage that asks the judge counts this way)."""
+    stats.solutions += 1
+    stats.samples += len(votes)
+    stats.unparseable += votes.count(UNPARSEABLE)
+    stats.ties += tie
+    stats.undecided += winner is None
+    stats.tokens += tokens
+    kind = "none" if winner is None else "-1" if winner == -1 else "error"
+    stats.verdicts[kind] = stats.verdicts.get(kind, 0) + 1
 
 
 def judge_records(

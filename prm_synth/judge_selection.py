@@ -28,10 +28,10 @@ from prm_synth.consensus import first_error_prior, posterior
 from prm_synth.engines.base import Engine, RequestRefused
 from prm_synth.judge import (
     CRITIQUE,
-    UNPARSEABLE,
     JudgeVerdict,
     apply_verdicts,
     ask,
+    count_verdict,
     judge_records,
     judge_requests,
     majority_vote,
@@ -125,19 +125,7 @@ def judge_selected(
             continue
         winner, tie = majority_vote(votes[i])
         verdicts.append(JudgeVerdict(winner, votes[i], texts[i], tokens[i], tie))
-        _count(stats, votes[i], winner, tie, tokens[i])
+        count_verdict(stats, votes[i], winner, tie, tokens[i])
     kept, rejected = apply_verdicts(engine, records, verdicts, config)
     stats.unreadable_rows += sum(r.reason == "judge_unreadable" for r in rejected)
     return kept, rejected, stats
-
-
-def _count(stats: JudgeStats, votes: list[int], winner: int | None, tie: bool, tokens: int) -> None:
-    """A judged row's share of the stage's counters (as judge.judge_solutions counts them)."""
-    stats.solutions += 1
-    stats.samples += len(votes)
-    stats.unparseable += votes.count(UNPARSEABLE)
-    stats.ties += tie
-    stats.undecided += winner is None
-    stats.tokens += tokens
-    kind = "none" if winner is None else "-1" if winner == -1 else "error"
-    stats.verdicts[kind] = stats.verdicts.get(kind, 0) + 1

@@ -289,13 +289,7 @@ class GenerationStream:
                     self._given_up.add(future)
         for _, _, future in queued:
             _settle(future, error=error)
-        if self._drive_lock.acquire(blocking=False):
-            try:
-                self._abort_given_up()
-            finally:
-                self._drive_lock.release()
-        with self._stepped:
-            self._stepped.notify_all()
+        self._abort_now_or_later()
 
     def submit_all(self, requests: Iterable[GenerationRequest]) -> list[Future[GenerationResult]]:
         return [self.submit(r) for r in requests]
@@ -311,13 +305,7 @@ class GenerationStream:
                 if _settle(future, error=abandoned):
                     self._given_up.add(future)
             self._submitted = [entry for entry in self._submitted if entry[2] not in self._given_up]
-        if self._drive_lock.acquire(blocking=False):
-            try:
-                self._abort_given_up()
-            finally:
-                self._drive_lock.release()
-        with self._stepped:
-            self._stepped.notify_all()
+        self._abort_now_or_later()
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """The blocking engine protocol over the stream (what `VLLMEngine.generate` uses)."""
@@ -415,6 +403,17 @@ class GenerationStream:
             _settle(entry[1], result=outcome)
         self._record(tokens, sequences, engine.running())
         return True
+
+    def _abort_now_or_later(self) -> None:
+        """Abort what was given up now if nobody drives (else whoever drives next does), then wake the
+        waiters so they see their futures settled. Never blocks on the drive lock."""
+        if self._drive_lock.acquire(blocking=False):
+            try:
+                self._abort_given_up()
+            finally:
+                self._drive_lock.release()
+        with self._stepped:
+            self._stepped.notify_all()
 
     def _abort_given_up(self) -> None:
         """Take the requests given up by their callers out of the engine. Called with the drive lock held."""
