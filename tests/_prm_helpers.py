@@ -1,11 +1,14 @@
-"""What the PRM tests share: a tiny fresh causal LM, and where ProcessBench is."""
+"""What the PRM tests share: a tiny fresh causal LM, where ProcessBench is, and a labeled row to build on."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from _tokenizers import qwen_like_bpe
+
+from prm_synth.schema import LabeledRecord
 
 # ../shared/data/processbench beside the checkout (see ENVIRONMENT.md), else the machines' copy, else
 # a stand-in folder with the four subset names, each a copy of the small fixture (3 erroneous, 3 correct).
@@ -46,3 +49,32 @@ def tiny_model(folder: Path) -> Path:
     LlamaForCausalLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def labeled_row(labels: list[bool | None], **fields: Any) -> LabeledRecord:
+    """A hard-labeled row with these step labels and no rollout counts: its label sources and first error
+    follow the labels, every other field is a plain stand-in; `fields` replace any of them."""
+    n = len(labels)
+    row: dict[str, Any] = {
+        "id": "p0-s0",
+        "problem_id": "p0",
+        "source": "s",
+        "question": "q",
+        "gold_answer": "1",
+        "steps": [f"step {i}\n" for i in range(n)],
+        "final_answer": "1",
+        "final_correct": False,
+        "mc_values": [None] * n,
+        "mc_correct": [0] * n,
+        "mc_total": [0] * n,
+        "labels": labels,
+        "label_source": ["none" if lab is None else "mc" for lab in labels],
+        "label_rule": "hard",
+        "first_error_mc": next((i for i, lab in enumerate(labels) if lab is False), -1),
+        "annotator": "binary",
+        "policy_model": "sim",
+        "config_fingerprint": "fp",
+        "rollouts": 10,
+        "tokens": 100,
+    }
+    return LabeledRecord(**(row | fields))

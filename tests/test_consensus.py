@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 import pytest
+from _prm_helpers import labeled_row
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -44,24 +45,17 @@ def rec(
         votes = [] if judge is None else [judge]
     if labels is None:
         labels = [mc == -1 or i < mc for i in range(4)]
-    return LabeledRecord(
+    return labeled_row(
+        list(labels),
         id=rid,
         problem_id=rid.split("-")[0],
         source=source,
-        question="q",
-        gold_answer="1",
         steps=["a\n", "b\n", "c\n", "d"],
-        final_answer="1",
         final_correct=mc == -1,
         mc_values=[1.0, 0.5, 0.0, 0.0],
         mc_correct=[8, 4, 0, 0],
         mc_total=[8, 8, 8, 1],
-        labels=list(labels),
-        label_source=["none" if lab is None else "mc" for lab in labels],
-        label_rule="hard",
-        first_error_mc=next((i for i, lab in enumerate(labels) if lab is False), -1),
         annotator="mc",
-        policy_model="sim",
         config_fingerprint="fp1",
         rollouts=24,
         tokens=300,

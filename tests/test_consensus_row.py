@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import pytest
+from _prm_helpers import labeled_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,30 +19,7 @@ T, F, N = True, False, None
 
 
 def row(labels, p_good, votes, right=False) -> LabeledRecord:
-    return LabeledRecord(
-        id="p0-s0",
-        problem_id="p0",
-        source="s",
-        question="q",
-        gold_answer="1",
-        steps=["a\n", "b\n", "c\n", "d"],
-        final_answer="1",
-        final_correct=right,
-        mc_values=[None] * 4,
-        mc_correct=[0] * 4,
-        mc_total=[0] * 4,
-        labels=labels,
-        label_source=["none" if lab is None else "mc" for lab in labels],
-        label_rule="hard",
-        first_error_mc=next((i for i, lab in enumerate(labels) if lab is False), -1),
-        annotator="binary",
-        policy_model="sim",
-        config_fingerprint="fp",
-        rollouts=10,
-        tokens=100,
-        judge_votes=votes,
-        p_good=p_good,
-    )
+    return labeled_row(labels, steps=["a\n", "b\n", "c\n", "d"], final_correct=right, judge_votes=votes, p_good=p_good)
 
 
 def test_a_soft_completed_row_carries_the_posteriors_confidence_and_its_labels_as_labeled():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from _prm_helpers import labeled_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,28 +23,9 @@ SOFT = ConsensusConfig(policy="soft", confidence=0.9)
 
 
 def row(rid: str, right: bool, labels: list[bool | None], p_good: list[float]) -> LabeledRecord:
-    return LabeledRecord(
-        id=rid,
-        problem_id=rid,
-        source="s",
-        question=f"question {rid}",
-        gold_answer="1",
-        steps=[f"step {i} of {rid}\n" for i in range(len(labels))],
-        final_answer="1",
-        final_correct=right,
-        mc_values=[None] * len(labels),
-        mc_correct=[0] * len(labels),
-        mc_total=[0] * len(labels),
-        labels=labels,
-        label_source=["none" if lab is None else "mc" for lab in labels],
-        label_rule="hard",
-        first_error_mc=next((i for i, lab in enumerate(labels) if lab is False), -1),
-        annotator="binary",
-        policy_model="sim",
-        config_fingerprint="fp",
-        rollouts=10,
-        tokens=100,
-        p_good=p_good,
+    steps = [f"step {i} of {rid}\n" for i in range(len(labels))]
+    return labeled_row(
+        labels, id=rid, problem_id=rid, question=f"question {rid}", steps=steps, final_correct=right, p_good=p_good
     )
 
 
@@ -99,7 +81,9 @@ def test_a_pinned_wrong_answer_is_not_sent_but_right_answers_and_open_rows_are()
     assert stats.rows_skipped == 1 and stats.solutions == 2
     assert kept[0].judge_votes == [] and kept[0].judge_model is None  # kept as labeled, not judged
     # `select: all` asks every row `samples` votes in one request
-    engine, _, stats = judge({"pinned": [1] * 3, "open": [1] * 3, "right": [-1] * 3}, [PINNED, OPEN, RIGHT], select="all")
+    engine, _, stats = judge(
+        {"pinned": [1] * 3, "open": [1] * 3, "right": [-1] * 3}, [PINNED, OPEN, RIGHT], select="all"
+    )
     assert sorted(engine.asked) == [("open", 0, 3), ("pinned", 0, 3), ("right", 0, 3)] and stats.samples == 9
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
+from _prm_helpers import labeled_row
 from _tokenizers import demo_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,21 +45,16 @@ def record(
     if first_error is None:
         first_error = next((i for i, lab in enumerate(labels) if lab is False), -1)
     n = len(labels)
-    return LabeledRecord(
+    return labeled_row(
+        labels,
         id="r0",
-        problem_id="p0",
         source="builtin",
         question="What is 1 + 1?",
         gold_answer="2",
         steps=[f"{i} + 1 = {i + 1}\n" for i in range(n)],
         final_answer="2",
         final_correct=first_error < 0,
-        mc_values=[None] * n,
-        mc_correct=[0] * n,
-        mc_total=[0] * n,
-        labels=labels,
         label_source=["mc"] * n,
-        label_rule="hard",
         first_error_mc=first_error,
         annotator="mc",
         policy_model="m",
