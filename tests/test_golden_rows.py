@@ -3,10 +3,11 @@ without bumping `LABELER_REVISIONS` (prm_synth/config.py) fails here.
 
 Cases (`CASES`): pipelines/simulated.yaml on its first problems under every search (per-step MC, the
 default change-point search, the fixed and sequential bisections, OmegaPRM with each test it can take),
-and two worlds of benchmarks/fidelity.py (`luck_15`, `repair`; their policies copied here so the benchmark
-may change its worlds) through `make_labeler` as the benchmark runs them. Each row is digested over a
-canonical JSON of everything it holds but its config fingerprint (which names the revision itself);
-floats are rounded to 9 decimals, so a platform's last-bit differences do not count as a change.
+and two worlds of benchmarks/fidelity.py (`luck_15`, `repair`; their policies copied to tests/_worlds.py
+so the benchmark may change its worlds) through `make_labeler` as the benchmark runs them. Each row is
+digested over a canonical JSON of everything it holds but its config fingerprint (which names the
+revision itself); floats are rounded to 9 decimals, so a platform's last-bit differences do not count as
+a change.
 
 The fixture (tests/fixtures/golden_rows.json) maps each revision to its digests. When rows change on
 purpose: bump the revision, then regenerate the fixture and commit it with the change:
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: `python tests/test_golden_rows.py --regenerate`
     sys.path.insert(0, str(ROOT))
 
+from _worlds import world_config  # noqa: E402
+
 from prm_synth.config import LABELER_REVISIONS, PipelineConfig  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "golden_rows.json"
@@ -38,11 +41,7 @@ REVISION = LABELER_REVISIONS["changepoint"]
 SIMULATED_LIMIT = 24
 WORLD_PROBLEMS = 30
 WORLD_SEED = 3
-# benchmarks/fidelity.py's worlds as they were when pinned: (policy overrides, (min_ops, max_ops))
-WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
-    "luck_15": ({"step_error": 0.1, "recover": 0.15}, (10, 20)),
-    "repair": ({"step_error_range": (0.03, 0.2), "recover": 0.05, "repair": 0.5}, (10, 20)),
-}
+WORLDS = ("luck_15", "repair")  # of tests/_worlds.py (benchmarks/fidelity.py's, as they were when pinned)
 SIMULATED_ANNOTATE: dict[str, dict[str, Any]] = {
     "mc": {"method": "mc", "k": 8},
     "binary-changepoint": {"method": "binary"},
@@ -67,25 +66,7 @@ def _simulated(name: str) -> PipelineConfig:
 
 
 def _world(world: str) -> PipelineConfig:
-    policy, (lo, hi) = WORLDS[world]
-    return PipelineConfig.model_validate(
-        {
-            "name": f"fidelity-{world}",
-            "problems": {
-                "kind": "builtin",
-                "count": WORLD_PROBLEMS,
-                "seed": WORLD_SEED,
-                "min_ops": lo,
-                "max_ops": hi,
-            },
-            "policy": {"kind": "simulated", "recover_in_sample": True, "seed": WORLD_SEED, **policy},
-            "sampling": {"samples_per_problem": 1},
-            "steps": {"strategy": "line"},
-            "annotate": {"method": "binary"},
-            "labels": {"rule": "hard"},
-            "run": {"max_in_flight": 64, "max_batch_requests": 256},
-        }
-    )
+    return world_config(world, f"fidelity-{world}", WORLD_PROBLEMS, WORLD_SEED)
 
 
 def case_rows(case: str) -> list[dict[str, Any]]:

@@ -7,18 +7,17 @@ ungradable rollouts and step drift at once; luck 0.15 everywhere; one hard step 
 held-out seeds each, through the labeler `prm-synth run` uses. Not here: worlds where a right answer
 follows a wrong step (`repair`): rollouts cannot see that error at all (good precision there was 0.81 on
 one 60-problem held-out draw), the judge can (docs/guides/judge-and-consensus.md). The truth is recomputed from the text (`arithmetic.true_first_error`), never taken from a labeler.
-Each world's policy is copied from benchmarks/fidelity.py, so the benchmark may change its worlds.
+Each world's policy is copied from benchmarks/fidelity.py to tests/_worlds.py, so the benchmark may change
+its worlds.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from _worlds import world_config
 
 from prm_synth import arithmetic
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config import PipelineConfig
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems import iter_problems
 from prm_synth.schema import Problem
@@ -26,37 +25,12 @@ from prm_synth.schema import Problem
 HELD_OUT_SEEDS = (1000, 1001, 1002)
 PROBLEMS = 100
 CLAIMED_PRECISION = 0.93  # the docs' claim; if this bound must drop, the claim drops with it
-WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
-    "mixed": (
-        {
-            "step_error": 0.03,
-            "hard_step_error": 0.4,
-            "recover_range": (0.0, 0.5),
-            "ungradable": 0.1,
-            "step_drift": 0.1,
-        },
-        (10, 20),
-    ),
-    "luck_15": ({"step_error": 0.1, "recover": 0.15}, (10, 20)),
-    "hard_step_luck": ({"step_error": 0.02, "hard_step_error": 0.5, "recover": 0.15}, (10, 20)),
-}
+WORLDS = ("mixed", "luck_15", "hard_step_luck")  # of tests/_worlds.py
 
 
 def _labels(world: str, seed: int) -> tuple[int, int, int, int]:
     """(good labels, right ones, bad labels, right ones) of one world on one seed."""
-    policy, (lo, hi) = WORLDS[world]
-    config = PipelineConfig.model_validate(
-        {
-            "name": f"truth-{world}",
-            "problems": {"kind": "builtin", "count": PROBLEMS, "seed": seed, "min_ops": lo, "max_ops": hi},
-            "policy": {"kind": "simulated", "recover_in_sample": True, "seed": seed, **policy},
-            "sampling": {"samples_per_problem": 1},
-            "steps": {"strategy": "line"},
-            "annotate": {"method": "binary"},
-            "labels": {"rule": "hard"},
-            "run": {"max_in_flight": 64, "max_batch_requests": 256},
-        }
-    )
+    config = world_config(world, f"truth-{world}", PROBLEMS, seed)
     problems = [p for p in iter_problems(config.problems) if isinstance(p, Problem)]
     records = make_labeler(config).label(SimulatedPolicy(config.policy), problems).records  # type: ignore[arg-type]
     good = good_right = bad = bad_right = 0
