@@ -1,5 +1,6 @@
 """A finished run written the way the flow writes it (pipeline + shard store, no Prefect): fast, so a
-test can make a real simulated dataset of its own."""
+test can make a real simulated dataset of its own. And the small pipeline the tests run against fake
+servers (tests/fault_proxy.py), with the flow's call to run it again."""
 
 from __future__ import annotations
 
@@ -33,3 +34,36 @@ def write_run(root: Path, data: dict[str, Any], limit: int | None = None) -> Pat
         store.write_shard(shard.index, rows, rejected, len(shard.items), out.stats)
     store.write_manifest()
     return root
+
+
+SMALL_PROBLEMS = {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_ops": 3}
+
+
+def openai_policy(url: str, **fields: Any) -> dict[str, Any]:
+    """The policy section of a run against the OpenAI-compatible server at `url` (its model: `simulated`)."""
+    return {"kind": "openai", "model": "simulated", "base_url": f"{url}/v1"} | fields
+
+
+def small_pipeline(folder: Path, name: str, policy: dict[str, Any], **sections: Any) -> str:
+    """A small run (4 builtin problems, 2 samples each, line steps, MC with k=2, shards of 2: 8 rows in 2
+    shards) with this policy and `sections` added or replaced, written to folder/pipeline.yaml; its path."""
+    data = {
+        "name": name,
+        "problems": SMALL_PROBLEMS,
+        "policy": policy,
+        "sampling": {"samples_per_problem": 2},
+        "steps": {"strategy": "line"},
+        "annotate": {"method": "mc", "k": 2},
+        "output": {"shard_size": 2},
+    } | sections
+    path = folder / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def run_again(path: str, out: str) -> Any:
+    """The same command once more, as the flow that `prm-synth run` calls (its summary)."""
+    import flows.synthesize
+    from prm_synth.config import load_config
+
+    return flows.synthesize.synthesize(config=load_config(path), out_dir=out)

@@ -1,4 +1,4 @@
-"""Test helpers: a fault-injecting HTTP proxy and a tiny fake OpenAI completions server.
+"""Test helpers: a fault-injecting HTTP proxy and fake OpenAI completions servers (echo, the simulated policy, a judge).
 
 `FaultProxy(upstream, schedule)` forwards HTTP/1.1 requests to `upstream` except where its
 deterministic schedule says otherwise. The k-th POST (counted from 0) gets `schedule[k]` (the list
@@ -25,7 +25,7 @@ repeats when `repeat=True`, else requests past its end pass). Actions:
   "text_dict" (a choice whose text is an object), "truncated_json" (half a reply), "empty" (no body),
   "deep_json" (JSON nested 100,000 deep).
 
-Both servers run on their own event loop in a daemon thread, on 127.0.0.1 with a free port.
+The servers run on their own event loop in a daemon thread, on 127.0.0.1 with a free port.
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ class FakeCompletionsServer:
             self._in_flight -= 1
 
 
-class SimulatedCompletionsServer:
+class SimulatedCompletionsServer(FakeCompletionsServer):
     """An OpenAI-compatible `/v1/completions` in front of the simulated policy, so a real `prm-synth run`
     with `policy.kind: openai` labels builtin problems over HTTP. The prompt is the plain rendering
     (no tokenizer): the policy prompt's header, the question, then exactly the prefix, each part
@@ -329,24 +329,11 @@ class SimulatedCompletionsServer:
     def __init__(self, refuse: str | None = None, config: Any = None, refuse_from_chars: int = 0) -> None:
         from prm_synth.engines.simulated import SimulatedPolicy
 
+        super().__init__()
         self.policy = SimulatedPolicy(config)
         self.refuse = refuse
         self.refuse_from_chars = refuse_from_chars
-        self.calls = 0
         self.refused = 0
-        self._server = FakeCompletionsServer()
-
-    @property
-    def url(self) -> str:
-        return self._server.url
-
-    def __enter__(self) -> SimulatedCompletionsServer:
-        self._server._completions = self._completions  # type: ignore[method-assign]
-        self._server.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.__exit__(*exc)
 
     async def _completions(self, request: web.Request) -> web.Response:
         from prm_synth.engines.base import GenerationRequest, SamplingOptions
@@ -372,4 +359,30 @@ class SimulatedCompletionsServer:
         return web.json_response(
             {"id": "cmpl-sim", "object": "text_completion", "created": 0, "model": body["model"], "choices": choices}
             | {"usage": usage}
+        )
+
+
+class JudgeServer(FakeCompletionsServer):
+    """An OpenAI-compatible judge: every choice of a prompt answers `text_for(prompt)`, `answer` (by
+    default `\\boxed{-1}`: no error in the solution) unless a subclass says otherwise. `prompts` holds
+    every prompt asked, `calls` counts the requests."""
+
+    def __init__(self, answer: str = "\\boxed{-1}") -> None:
+        super().__init__()
+        self.answer = answer
+        self.prompts: list[str] = []
+
+    def text_for(self, prompt: str) -> str:
+        return self.answer
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        self.calls += 1
+        body = await request.json()
+        prompt, n = body["prompt"], body.get("n") or 1
+        self.prompts.append(prompt)
+        text = self.text_for(prompt)
+        choices = [{"index": i, "text": text, "finish_reason": "stop", "logprobs": None} for i in range(n)]
+        usage = {"prompt_tokens": 10, "completion_tokens": 5 * n, "total_tokens": 10 + 5 * n}
+        return web.json_response(
+            {"id": "j", "object": "text_completion", "created": 0, "model": "j", "choices": choices, "usage": usage}
         )

@@ -11,8 +11,8 @@ from typing import Any, get_args
 
 import pytest
 import yaml
-from aiohttp import web
-from fault_proxy import FakeCompletionsServer, SimulatedCompletionsServer
+from _simulated_run import SMALL_PROBLEMS, openai_policy, small_pipeline
+from fault_proxy import JudgeServer, SimulatedCompletionsServer
 from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
@@ -29,7 +29,6 @@ from prm_synth.config import (
 from prm_synth.shards import read_manifest
 
 KEY = "sk-moved-server-key-0123456789"
-PROBLEMS = {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_ops": 3}
 
 
 # ---------------------------------------------------------------- the marks
@@ -63,7 +62,7 @@ def test_an_engine_with_an_unmarked_field_fails_at_definition():
 def _config(**policy: Any) -> PipelineConfig:
     engine = {"kind": "openai", "model": "m"} | policy
     return validate_config(
-        {"problems": PROBLEMS, "policy": engine, "judge": {"engine": engine}, "verify": {"engine": engine}}
+        {"problems": SMALL_PROBLEMS, "policy": engine, "judge": {"engine": engine}, "verify": {"engine": engine}}
     )
 
 
@@ -96,56 +95,14 @@ def test_row_settings_stay_in_the_fingerprint(field, value):
 def test_default_transport_keeps_the_fingerprint_folders_already_hold():
     config = _config()
     assert config.fingerprint() == config.legacy_fingerprint()
-    simulated = validate_config({"problems": PROBLEMS, "policy": SimulatedPolicyConfig().model_dump()})
+    simulated = validate_config({"problems": SMALL_PROBLEMS, "policy": SimulatedPolicyConfig().model_dump()})
     assert simulated.fingerprint() == simulated.legacy_fingerprint()
 
 
 # ---------------------------------------------------------------- a run against servers that move
-class JudgeServer:
-    """An OpenAI-compatible judge that finds no error in any solution (`\\boxed{-1}`); `calls` counts."""
-
-    def __init__(self) -> None:
-        self._server = FakeCompletionsServer()
-        self.calls = 0
-
-    @property
-    def url(self) -> str:
-        return self._server.url
-
-    def __enter__(self) -> JudgeServer:
-        self._server._completions = self._completions  # type: ignore[method-assign]
-        self._server.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.__exit__(*exc)
-
-    async def _completions(self, request: web.Request) -> web.Response:
-        self.calls += 1
-        body = await request.json()
-        n = body.get("n") or 1
-        choices = [{"index": i, "text": "\\boxed{-1}", "finish_reason": "stop"} for i in range(n)]
-        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-        return web.json_response(
-            {"id": "j", "object": "text_completion", "created": 0, "model": "j"} | {"choices": choices, "usage": usage}
-        )
-
-
 def _pipeline(tmp_path: Path, policy_url: str, judge_url: str, **transport: Any) -> str:
-    data = {
-        "name": "moving",
-        "problems": PROBLEMS,
-        "policy": {"kind": "openai", "model": "simulated", "base_url": f"{policy_url}/v1", "max_retries": 0}
-        | transport,
-        "sampling": {"samples_per_problem": 2},
-        "steps": {"strategy": "line"},
-        "annotate": {"method": "mc", "k": 2},
-        "judge": {"engine": {"kind": "openai", "model": "judge", "base_url": f"{judge_url}/v1"} | transport},
-        "output": {"shard_size": 2},
-    }
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+    judge = {"engine": {"kind": "openai", "model": "judge", "base_url": f"{judge_url}/v1"} | transport}
+    return small_pipeline(tmp_path, "moving", openai_policy(policy_url, max_retries=0) | transport, judge=judge)
 
 
 def _run(path: str, out: Path) -> dict[str, Any]:
@@ -224,17 +181,17 @@ def test_another_model_behind_the_server_is_still_another_config(tmp_path):
     from prm_synth.shards import ShardStore
 
     old = validate_config(
-        {"problems": PROBLEMS, "policy": {"kind": "openai", "model": "a", "base_url": "http://h:1/v1"}}
+        {"problems": SMALL_PROBLEMS, "policy": {"kind": "openai", "model": "a", "base_url": "http://h:1/v1"}}
     )
     dump = old.model_dump(mode="json")
     ShardStore(tmp_path, old.fingerprint()).prepare(dump, yaml.safe_dump(dump))
     new = validate_config(
-        {"problems": PROBLEMS, "policy": {"kind": "openai", "model": "b", "base_url": "http://h:2/v1"}}
+        {"problems": SMALL_PROBLEMS, "policy": {"kind": "openai", "model": "b", "base_url": "http://h:2/v1"}}
     )
     with pytest.raises(PreflightError, match="policy.model") as info:
         check_same_config(tmp_path, new)
     assert "base_url" not in str(info.value)
     moved = validate_config(
-        {"problems": PROBLEMS, "policy": {"kind": "openai", "model": "a", "base_url": "http://h:2/v1"}}
+        {"problems": SMALL_PROBLEMS, "policy": {"kind": "openai", "model": "a", "base_url": "http://h:2/v1"}}
     )
     check_same_config(tmp_path, moved)  # the same model elsewhere: resumed

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
+from _simulated_run import SMALL_PROBLEMS, openai_policy, small_pipeline
 from fault_proxy import SimulatedCompletionsServer
 from typer.testing import CliRunner
 
@@ -17,8 +17,6 @@ from prm_synth.config import RunConfig, SimulatedPolicyConfig, load_config, vali
 from prm_synth.problems import iter_problems
 from prm_synth.refusals import PERMANENT, REFUSED, count_refusals, make_permanent
 from prm_synth.shards import iter_records
-
-PROBLEMS = {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_ops": 3}
 
 
 def test_the_default_is_three_runs_and_the_field_says_why():
@@ -44,21 +42,6 @@ def test_counts_go_up_only_for_problems_asked_and_refused_again():
     assert again == set()
 
 
-def _pipeline(tmp_path, url: str) -> str:
-    data = {
-        "name": "refused-forever",
-        "problems": PROBLEMS,
-        "policy": {"kind": "openai", "model": "simulated", "base_url": f"{url}/v1", "max_retries": 0},
-        "sampling": {"samples_per_problem": 2},
-        "steps": {"strategy": "line"},
-        "annotate": {"method": "mc", "k": 2},
-        "output": {"shard_size": 2},
-    }
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
-
-
 def _forever(summary) -> list[str]:
     return [w for w in summary.warnings if "rejected for good" in w]
 
@@ -66,11 +49,13 @@ def _forever(summary) -> list[str]:
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_problem_refused_on_three_runs_is_rejected_for_good_and_not_asked_again(tmp_path):
     policy = SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
-    problems = list(iter_problems(validate_config({"problems": PROBLEMS, "policy": {"kind": "simulated"}}).problems))
+    problems = list(
+        iter_problems(validate_config({"problems": SMALL_PROBLEMS, "policy": {"kind": "simulated"}}).problems)
+    )
     victim = problems[1]
     out = str(tmp_path / "out")
     with SimulatedCompletionsServer(refuse=victim.question, config=policy) as server:
-        path = _pipeline(tmp_path, server.url)
+        path = small_pipeline(tmp_path, "refused-forever", openai_policy(server.url, max_retries=0))
 
         def run(**kwargs):
             before = server.calls

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import yaml
+from _simulated_run import SMALL_PROBLEMS, openai_policy, run_again, small_pipeline
 from fault_proxy import SimulatedCompletionsServer
 from typer.testing import CliRunner
 
@@ -29,8 +29,6 @@ from prm_synth.pipeline import (
 from prm_synth.problems import iter_problems
 from prm_synth.schema import ShardStats, reject
 from prm_synth.shards import iter_records
-
-PROBLEMS = {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_ops": 3}
 
 
 def refused(problem_id: str, row: str = "s0", stage: str = "sample") -> Any:
@@ -79,25 +77,7 @@ def test_a_redo_replaces_only_the_refused_problems_and_counts_what_was_spent_twi
 
 # ---------------------------------------------------------------- `prm-synth run` against a refusing server
 def _pipeline(tmp_path, url: str) -> str:
-    data = {
-        "name": "refusing",
-        "problems": PROBLEMS,
-        "policy": {"kind": "openai", "model": "simulated", "base_url": f"{url}/v1", "max_retries": 0},
-        "sampling": {"samples_per_problem": 2},
-        "steps": {"strategy": "line"},
-        "annotate": {"method": "mc", "k": 2},
-        "output": {"shard_size": 2},
-    }
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
-
-
-def _run_again(path: str, out: str) -> Any:
-    """The same command once more, as the flow that `prm-synth run` calls."""
-    from prm_synth.config import load_config
-
-    return flows.synthesize.synthesize(config=load_config(path), out_dir=out)
+    return small_pipeline(tmp_path, "refusing", openai_policy(url, max_retries=0))
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -117,19 +97,21 @@ def test_a_server_that_refuses_everything_fails_the_run_and_the_fixed_server_mak
         assert server.calls == server.refused == 4  # one sampling request a problem, no shard retried at once
 
         server.refuse = None  # the server is fixed: the same command makes the rows
-        summary = _run_again(path, out)
+        summary = run_again(path, out)
         assert summary.rows == 8 and summary.requests_refused == 0 and summary.reconciles
 
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_problems_the_server_refused_are_asked_again_and_only_they(tmp_path):
     policy = SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
-    problems = list(iter_problems(validate_config({"problems": PROBLEMS, "policy": {"kind": "simulated"}}).problems))
+    problems = list(
+        iter_problems(validate_config({"problems": SMALL_PROBLEMS, "policy": {"kind": "simulated"}}).problems)
+    )
     victim = problems[1]
     out = str(tmp_path / "out")
     with SimulatedCompletionsServer(refuse=victim.question, config=policy) as server:
         path = _pipeline(tmp_path, server.url)
-        summary = _run_again(path, out)  # the shard made rows for its other problem: a result
+        summary = run_again(path, out)  # the shard made rows for its other problem: a result
         rejected = list(iter_records(out, "rejected"))
         assert {r["problem_id"] for r in rejected} == {victim.id}
         assert {r["reason"] for r in rejected} == {"engine_refused"}
@@ -138,7 +120,7 @@ def test_problems_the_server_refused_are_asked_again_and_only_they(tmp_path):
         assert any("refused by the engine" in w for w in summary.warnings)
 
         server.refuse, before = None, server.calls
-        summary = _run_again(path, out)
+        summary = run_again(path, out)
         rows = {r["id"]: r for r in iter_records(out)}
         assert {r["problem_id"] for r in rows.values()} == {p.id for p in problems}
         assert list(iter_records(out, "rejected")) == []
@@ -148,7 +130,7 @@ def test_problems_the_server_refused_are_asked_again_and_only_they(tmp_path):
         assert summary.reconciles and summary.rows == 8 and summary.requests_refused == 1
         assert not any("refused by the engine" in w for w in summary.warnings)
 
-        _run_again(path, out)  # nothing left to do
+        run_again(path, out)  # nothing left to do
         assert server.calls - before == asked_again
 
 

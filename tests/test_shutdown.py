@@ -8,6 +8,7 @@ SIGKILL (the command dies at once; its worker and vLLM's processes must not outl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -20,6 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from _simulated_run import openai_policy, small_pipeline
+from aiohttp import web
+from fault_proxy import SimulatedCompletionsServer
 
 from prm_synth.shards import iter_records
 
@@ -183,44 +187,28 @@ def test_a_run_on_the_real_demo_engine_stopped_by_a_signal_leaves_no_vllm_proces
     assert 1 <= markers(out) < PROBLEMS
 
 
-class SilentThenSimulated:
+class SilentThenSimulated(SimulatedCompletionsServer):
     """An OpenAI-compatible server that accepts every request and never answers while `silent`, counting
     the requests it gets (`asked`); once not silent, it answers as the simulated policy."""
 
     def __init__(self) -> None:
-        from fault_proxy import SimulatedCompletionsServer
-
         from prm_synth.config import SimulatedPolicyConfig
 
+        super().__init__(config=SimulatedPolicyConfig(step_error=0.2, seed=0))
         self.silent = True
         self.asked = 0
-        self._server = SimulatedCompletionsServer(config=SimulatedPolicyConfig(step_error=0.2, seed=0))
-        self._answer = self._server._completions
-        self._server._completions = self._completions  # type: ignore[method-assign]
 
-    async def _completions(self, request):
-        import asyncio
-
+    async def _completions(self, request: web.Request) -> web.Response:
         if self.silent:
             self.asked += 1
             while self.silent:  # no answer while silent (a held request ends only when silence does)
                 await asyncio.sleep(0.05)
-            from aiohttp import web
-
             raise web.HTTPServiceUnavailable()  # to a client long gone
-        return await self._answer(request)
-
-    def __enter__(self) -> SilentThenSimulated:
-        self._server.__enter__()
-        return self
+        return await super()._completions(request)
 
     def __exit__(self, *exc: object) -> None:
         self.silent = False
-        self._server.__exit__(*exc)
-
-    @property
-    def url(self) -> str:
-        return self._server.url
+        super().__exit__(*exc)
 
 
 @pytest.mark.slow
@@ -231,21 +219,8 @@ def test_sigterm_against_a_server_that_never_answers_stops_within_seconds_and_se
     against the server once it answers makes every row."""
     out = tmp_path / "out"
     with SilentThenSimulated() as server:
-        data = {
-            "name": "silent-server",
-            "problems": {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_ops": 3},
-            "policy": {
-                "kind": "openai",
-                "model": "simulated",
-                "base_url": f"{server.url}/v1",
-            },  # default timeout, retries
-            "sampling": {"samples_per_problem": 2},
-            "steps": {"strategy": "line"},
-            "annotate": {"method": "mc", "k": 2},
-            "output": {"shard_size": 2},
-        }
-        pipeline = tmp_path / "silent.yaml"
-        pipeline.write_text(yaml.safe_dump(data))
+        policy = openai_policy(server.url)  # the default timeout and retries
+        pipeline = Path(small_pipeline(tmp_path, "silent-server", policy))
         cmd, env = run_command(pipeline, out, tmp_path)
         log = tmp_path / "stop.log"
         with log.open("w") as sink:

@@ -11,12 +11,10 @@ The same holds for verification chains (`verify_unreadable`).
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-import yaml
-from aiohttp import web
-from fault_proxy import FakeCompletionsServer
+from _simulated_run import SMALL_PROBLEMS, run_again, small_pipeline
+from fault_proxy import JudgeServer
 from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
@@ -37,80 +35,41 @@ from prm_synth.pipeline import (
 from prm_synth.problems import iter_problems
 from prm_synth.shards import iter_records
 
-PROBLEMS = {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_ops": 3}
 ROWS = 8  # 4 problems x 2 samples
 UNREADABLE = "I have looked at every paragraph\x1b[31m carefully and I believe it is fine."
 
 
-class JudgeServer:
-    """An OpenAI-compatible judge: every choice answers `answer` (unreadable by default); with
-    `unreadable_for` set, only prompts holding it get UNREADABLE and the others `answer`. `prompts` holds
-    every prompt asked."""
+class UnreadableJudge(JudgeServer):
+    """A judge whose every choice answers `answer` (unreadable by default); with `unreadable_for` set,
+    only prompts holding it get UNREADABLE and the others `answer`."""
 
     def __init__(self, answer: str = UNREADABLE) -> None:
-        self.answer = answer
+        super().__init__(answer)
         self.unreadable_for: str | None = None
-        self.prompts: list[str] = []
-        self._server = FakeCompletionsServer()
 
-    @property
-    def url(self) -> str:
-        return self._server.url
-
-    def __enter__(self) -> JudgeServer:
-        self._server._completions = self._completions  # type: ignore[method-assign]
-        self._server.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.__exit__(*exc)
-
-    async def _completions(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        prompt, n = body["prompt"], body.get("n") or 1
-        self.prompts.append(prompt)
-        text = UNREADABLE if self.unreadable_for and self.unreadable_for in prompt else self.answer
-        choices = [{"index": i, "text": text, "finish_reason": "stop", "logprobs": None} for i in range(n)]
-        usage = {"prompt_tokens": 10, "completion_tokens": 5 * n, "total_tokens": 10 + 5 * n}
-        return web.json_response(
-            {"id": "j", "object": "text_completion", "created": 0, "model": "j"}
-            | {
-                "choices": choices,
-                "usage": usage,
-            }
-        )
+    def text_for(self, prompt: str) -> str:
+        return UNREADABLE if self.unreadable_for and self.unreadable_for in prompt else self.answer
 
 
 def _pipeline(tmp_path, url: str, policy: str = "agree") -> str:
-    data = {
-        "name": "unreadable-judge",
-        "problems": PROBLEMS,
-        "policy": {"kind": "simulated", "step_error": 0.2, "seed": 0, "step_format": "line"},
-        "sampling": {"samples_per_problem": 2},
-        "steps": {"strategy": "line"},
-        "annotate": {"method": "mc", "k": 2},
-        "judge": {
+    return small_pipeline(
+        tmp_path,
+        "unreadable-judge",
+        {"kind": "simulated", "step_error": 0.2, "seed": 0, "step_format": "line"},
+        judge={
             "engine": {"kind": "openai", "model": "judge-typo", "base_url": f"{url}/v1", "max_retries": 0},
             "samples": 3,
             "select": "all",  # every row asked, one request (n=3) a row; `needed`: the stage-level test
         },
-        "consensus": {"policy": policy},
-        "output": {"shard_size": 2},
-    }
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
-
-
-def _run_again(path: str, out: str) -> Any:
-    return flows.synthesize.synthesize(config=load_config(path), out_dir=out)
+        consensus={"policy": policy},
+    )
 
 
 @pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.parametrize("policy", ["agree", "soft"])
 def test_an_unreadable_judge_fails_the_run_keeps_the_rows_and_the_fixed_judge_finishes_exactly_them(tmp_path, policy):
     out = str(tmp_path / "out")
-    with JudgeServer() as judge:
+    with UnreadableJudge() as judge:
         path = _pipeline(tmp_path, judge.url, policy)
         result = CliRunner().invoke(app, ["run", path, "--out", out, "--json"])
         assert result.exit_code == 1, result.output
@@ -134,7 +93,7 @@ def test_an_unreadable_judge_fails_the_run_keeps_the_rows_and_the_fixed_judge_fi
         opened = {r["id"]: json.loads(r["payload"]) for r in open_rows}
 
         judge.answer, asked_before = "\\boxed{-1}", len(judge.prompts)  # the judge is fixed
-        summary = _run_again(path, out)
+        summary = run_again(path, out)
         asked = judge.prompts[asked_before:]
         assert len(asked) == ROWS and sorted(asked) == sorted(judge.prompts[:asked_before])  # exactly those rows
         assert summary.reconciles and summary.rows + summary.rejected == ROWS
@@ -148,18 +107,18 @@ def test_an_unreadable_judge_fails_the_run_keeps_the_rows_and_the_fixed_judge_fi
             assert rows[row_id]["judge_votes"] == [-1, -1, -1]
             assert rows[row_id]["p_good"] == before["p_good"] and rows[row_id]["steps"] == before["steps"]
 
-        _run_again(path, out)  # nothing left to do
+        run_again(path, out)  # nothing left to do
         assert len(judge.prompts) == asked_before + ROWS
 
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_few_unreadable_rows_are_named_in_the_summary_and_judged_again_alone(tmp_path):
     out = str(tmp_path / "out")
-    with JudgeServer(answer="\\boxed{-1}") as judge:
+    with UnreadableJudge(answer="\\boxed{-1}") as judge:
         path = _pipeline(tmp_path, judge.url)
         victim = next(iter_problems(load_config(path).problems))
         judge.unreadable_for = victim.question  # its 2 rows: a quarter of the votes
-        summary = _run_again(path, out)  # a result, not a failure
+        summary = run_again(path, out)  # a result, not a failure
         left = [r for r in iter_records(out, "rejected") if r["reason"] == "judge_unreadable"]
         assert {r["problem_id"] for r in left} == {victim.id} and len(left) == 2
         assert summary.rejected_by_reason.get("judge_unreadable") == 2 and summary.reconciles
@@ -167,7 +126,7 @@ def test_a_few_unreadable_rows_are_named_in_the_summary_and_judged_again_alone(t
         assert "2 row(s)" in warning and "I have looked at every paragraph" in warning
 
         judge.unreadable_for, before = None, len(judge.prompts)
-        summary = _run_again(path, out)
+        summary = run_again(path, out)
         asked = judge.prompts[before:]
         assert len(asked) == 2 and all(victim.question in p for p in asked)
         assert "judge_unreadable" not in summary.rejected_by_reason and summary.reconciles
@@ -178,7 +137,7 @@ def test_a_few_unreadable_rows_are_named_in_the_summary_and_judged_again_alone(t
 def test_rows_without_a_readable_vote_or_chain_are_left_open_with_their_row_as_payload():
     config = validate_config(
         {
-            "problems": PROBLEMS,
+            "problems": SMALL_PROBLEMS,
             "policy": {"kind": "simulated", "step_error": 0.2, "seed": 0, "step_format": "line"},
             "sampling": {"samples_per_problem": 2},
             "steps": {"strategy": "line"},
@@ -251,7 +210,7 @@ def test_the_real_command_against_an_unreadable_judge_ends_with_one_error_line_t
     out = str(tmp_path / "out")
     env = os.environ | {"PYTHONPATH": str(root), "PREFECT_HOME": str(tmp_path / "prefect")}
     env.pop("PRM_SYNTH_IN_PROCESS", None)
-    with JudgeServer() as judge:
+    with UnreadableJudge() as judge:
         cmd = [sys.executable, "-m", "prm_synth.cli", "run", _pipeline(tmp_path, judge.url), "--out", out]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 1, done.stdout + done.stderr
