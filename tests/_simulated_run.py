@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from prm_synth.config import validate_config
+from prm_synth.config import SimulatedPolicyConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.shards import ShardStore
@@ -37,6 +37,18 @@ def write_run(root: Path, data: dict[str, Any], limit: int | None = None) -> Pat
 
 
 SMALL_PROBLEMS = {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_ops": 3}
+
+
+def small_problems() -> list[Any]:
+    """SMALL_PROBLEMS as a run loads them."""
+    from prm_synth.problems import iter_problems
+
+    return list(iter_problems(validate_config({"problems": SMALL_PROBLEMS, "policy": {"kind": "simulated"}}).problems))
+
+
+def served_policy() -> SimulatedPolicyConfig:
+    """The simulated policy behind the fake servers: some wrong steps, one step a line."""
+    return SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
 
 
 def openai_policy(url: str, **fields: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any, get_args
 
 import pytest
 import yaml
-from _simulated_run import SMALL_PROBLEMS, openai_policy, small_pipeline
+from _simulated_run import SMALL_PROBLEMS, openai_policy, served_policy, small_pipeline
 from fault_proxy import JudgeServer, SimulatedCompletionsServer
 from typer.testing import CliRunner
 
@@ -119,7 +119,7 @@ def _moves(tmp_path: Path, monkeypatch, first_rule: str) -> None:
     """Run into a folder against one pair of servers (under `first_rule`'s fingerprint), lose a shard,
     then run the same command against a policy and a judge on other ports, with other transport."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    policy = SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
+    policy = served_policy()
     out = tmp_path / "out"
     with SimulatedCompletionsServer(config=policy) as old_policy, JudgeServer() as old_judge:
         path = _pipeline(tmp_path, old_policy.url, old_judge.url)

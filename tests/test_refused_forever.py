@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from _simulated_run import SMALL_PROBLEMS, openai_policy, small_pipeline
+from _simulated_run import openai_policy, served_policy, small_pipeline, small_problems
 from fault_proxy import SimulatedCompletionsServer
 from typer.testing import CliRunner
 
 import flows.synthesize
 from prm_synth.cli import app
-from prm_synth.config import RunConfig, SimulatedPolicyConfig, load_config, validate_config
-from prm_synth.problems import iter_problems
+from prm_synth.config import RunConfig, load_config
 from prm_synth.refusals import PERMANENT, REFUSED, count_refusals, make_permanent
 from prm_synth.shards import iter_records
 
@@ -48,10 +47,8 @@ def _forever(summary) -> list[str]:
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_problem_refused_on_three_runs_is_rejected_for_good_and_not_asked_again(tmp_path):
-    policy = SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
-    problems = list(
-        iter_problems(validate_config({"problems": SMALL_PROBLEMS, "policy": {"kind": "simulated"}}).problems)
-    )
+    policy = served_policy()
+    problems = small_problems()
     victim = problems[1]
     out = str(tmp_path / "out")
     with SimulatedCompletionsServer(refuse=victim.question, config=policy) as server:

@@ -12,13 +12,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from _simulated_run import SMALL_PROBLEMS, openai_policy, run_again, small_pipeline
+from _simulated_run import openai_policy, run_again, served_policy, small_pipeline, small_problems
 from fault_proxy import SimulatedCompletionsServer
 from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.config import SimulatedPolicyConfig, validate_config
 from prm_synth.pipeline import (
     ShardOutput,
     ShardRefusedError,
@@ -26,7 +25,6 @@ from prm_synth.pipeline import (
     check_not_all_refused,
     merge_redo,
 )
-from prm_synth.problems import iter_problems
 from prm_synth.schema import ShardStats, reject
 from prm_synth.shards import iter_records
 
@@ -82,7 +80,7 @@ def _pipeline(tmp_path, url: str) -> str:
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_server_that_refuses_everything_fails_the_run_and_the_fixed_server_makes_the_rows(tmp_path):
-    policy = SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
+    policy = served_policy()
     out = str(tmp_path / "out")
     with SimulatedCompletionsServer(refuse="", config=policy) as server:  # "" is in every prompt
         path = _pipeline(tmp_path, server.url)
@@ -103,10 +101,8 @@ def test_a_server_that_refuses_everything_fails_the_run_and_the_fixed_server_mak
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_problems_the_server_refused_are_asked_again_and_only_they(tmp_path):
-    policy = SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
-    problems = list(
-        iter_problems(validate_config({"problems": SMALL_PROBLEMS, "policy": {"kind": "simulated"}}).problems)
-    )
+    policy = served_policy()
+    problems = small_problems()
     victim = problems[1]
     out = str(tmp_path / "out")
     with SimulatedCompletionsServer(refuse=victim.question, config=policy) as server:
@@ -145,7 +141,7 @@ def test_the_real_command_against_a_refusing_server_ends_with_one_error_line_the
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    policy = SimulatedPolicyConfig(step_error=0.2, seed=0, step_format="line")
+    policy = served_policy()
     out = str(tmp_path / "out")
     env = os.environ | {"PYTHONPATH": str(root), "PREFECT_HOME": str(tmp_path / "prefect")}
     with SimulatedCompletionsServer(refuse="", config=policy) as server:
