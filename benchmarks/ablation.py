@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
 # name -> (plainest value for `--set`, what setting it removes). Rules first by how much code they
 # carry; settings of ChangepointSettings and module constants after.
@@ -169,14 +171,17 @@ def cell(x: tuple[float, float], digits: int = 3) -> str:
 
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
+    import labeler_settings  # beside this file; it imports the labeler
+
     head = (
-        "| setting | plainest | Δ min good prec | Δ min bad prec | Δ mean good prec | Δ mean bad prec "
+        "| setting | value | plainest | what removing it removes | Δ min good prec | Δ min bad prec | Δ mean good prec | Δ mean bad prec "
         "| Δ first-error acc | Δ coverage | Δ rollouts/question | verdict |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 12]
     for name, r in rows.items():
         lines.append(
-            f"| `{name}` | `{ABLATIONS[name][0]}` | {cell(r['min_good_precision'])} | {cell(r['min_bad_precision'])} "
+            f"| `{name}` | `{labeler_settings.current(name)}` | `{ABLATIONS[name][0]}` | {ABLATIONS[name][1]} "
+            f"| {cell(r['min_good_precision'])} | {cell(r['min_bad_precision'])} "
             f"| {cell(r['mean_good_precision'])} | {cell(r['mean_bad_precision'])} "
             f"| {cell(r['mean_first_error_accuracy'])} | {cell(r['mean_coverage'])} "
             f"| {cell(r['mean_rollouts_per_question'], 2)} | {r['verdict']} |"
