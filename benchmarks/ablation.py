@@ -11,7 +11,7 @@ minus default; mean and standard error) of
 Verdict: "within noise" when every difference is under 2 standard errors and no precision figure
 drops by more than 0.005; "removal better" when what moves beyond noise moves the right way (more
 accuracy or coverage, fewer rollouts) and no precision drops by more than 0.005; else "earns its
-place".
+place", followed by the figures that got worse beyond noise or dropped.
 
 Each run's figures go to --out (NAME.json, fidelity's `--per-seed`); a run whose file is there
 already is not run again, so an interrupted ablation resumes. At most --jobs runs at once, each
@@ -144,24 +144,24 @@ def compare(base: dict[tuple[str, str], Any], other: dict[tuple[str, str], Any])
             if b and o:
                 diffs.append(min(o) - min(b))
         out[f"min_{fig}"] = mean_se(diffs)
-    noisy, better, drop = True, True, False
+    moved, worse, drops = [], [], []
     for key, value in out.items():
         if key == "world_seeds" or math.isnan(value[0]):
             continue
         m, se = value
         fig = key.split("_", 1)[1]
         if fig in PRECISION and m < -DROP:
-            drop = True
+            drops.append(key)
         if abs(m) >= 2 * se and abs(m) > 1e-12:
-            noisy = False
+            moved.append(key)
             if (m > 0) != (fig in BETTER_UP):
-                better = False
-    if noisy and not drop:
+                worse.append(key)
+    if not moved and not drops:
         out["verdict"] = "within noise"
-    elif better and not drop:
-        out["verdict"] = "removal better"
+    elif not worse and not drops:
+        out["verdict"] = "removal better: " + ", ".join(moved)
     else:
-        out["verdict"] = "earns its place"
+        out["verdict"] = "earns its place: " + ", ".join(dict.fromkeys(worse + drops))
     return out
 
 
