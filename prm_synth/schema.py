@@ -63,7 +63,7 @@ UnlabeledReason = Literal[
     # shard's correct-answer solutions hold process errors (measured), or this one's rollouts dip and rise
     "undecided_unlocated",
 ]
-# How a first-error search decides a prefix (annotate/prefix_decision.py, the one place that reads it).
+# The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's
 # bisection; `calibrated` (an older posterior) is upgraded to it (config_upgrade).
 SearchTestName = Literal["fixed", "sprt", "changepoint"]

@@ -52,7 +52,7 @@ class WindowSummary:
 class ProgressSnapshot:
     """A scheduler's progress, for bars, logs and artifacts (wall seconds; engine figures on its clock).
 
-    `tokens` is the README's one definition of cost: every token the model processed (prompts and
+    `tokens` is the one definition of cost (docs/reference/output-schema.md): every token the model processed (prompts and
     generated), here of this scheduler's rollouts so far; a finished shard adds its sampling and judge
     tokens in its stats, so a bar that sums finished shards' stats and live snapshots ends equal to the
     run summary."""

@@ -24,26 +24,30 @@ from prm_synth.annotate.changepoint import (
     FirstPhasePool,
     Posterior,
     Priors,
-    _spread,
-    best_probe,
     changepoint_search,
-    decide,
-    early_prefixes,
-    found_error_spread,
-    hidden_error_positions,
-    open_interval,
     pool_priors,
-    probe_value_priors,
-    process_error_rate,
     relabel,
-    repaired_slip,
     second_phase_priors,
-    unbacked_bad,
-    unmodelled_error_rate,
 )
 from prm_synth.annotate.changepoint import label as label_again
-from prm_synth.annotate.changepoint_posterior import Q_GRID
-from prm_synth.annotate.decision_memo import DecisionMemo, state_key
+from prm_synth.annotate.changepoint.memo import DecisionMemo, state_key
+from prm_synth.annotate.changepoint.model import Q_GRID
+from prm_synth.annotate.changepoint.right_answers import (
+    found_error_spread,
+    hidden_error_positions,
+    process_error_rate,
+    repaired_slip,
+    unmodelled_error_rate,
+)
+from prm_synth.annotate.changepoint.search import (
+    _spread,
+    best_probe,
+    decide,
+    early_prefixes,
+    open_interval,
+    probe_value_priors,
+    unbacked_bad,
+)
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.labels import (
     AFTER_ERROR,
@@ -126,7 +130,7 @@ def test_ungradable_rollouts_are_counted_apart_and_reported():
 
 
 def test_labels_of_the_mixed_world_are_right_as_often_as_the_readme_says():
-    # the README's claim for the default (precision about 0.93 or more in the suite's worlds), on a small
+    # the docs' claim for the default (precision about 0.93 or more in the suite's worlds), on a small
     # mixed world: a hard step, luck per problem, ungradable rollouts and step drift at once
     rows = _records({"max_in_flight": 64, "max_batch_requests": 256}).records
     good = good_right = bad = bad_right = 0

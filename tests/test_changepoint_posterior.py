@@ -11,7 +11,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.changepoint_posterior import K_CHOICES, Evidence, Posterior, Priors, pool_priors, probe_gains
+from prm_synth.annotate.changepoint import K_CHOICES, Evidence, Posterior, Priors, pool_priors
+from prm_synth.annotate.changepoint.gains import probe_gains
 
 
 def entropy_bits(post: Posterior) -> float:

@@ -12,17 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.changepoint_posterior import (
-    K_CHOICES,
-    Q_GRID,
-    RECENT_CHOICES,
-    RECENT_STEPS,
-    Evidence,
-    Posterior,
-    Priors,
-    pool_priors,
-    probe_gains,
-)
+from prm_synth.annotate.changepoint import Evidence, Posterior, Priors, pool_priors
+from prm_synth.annotate.changepoint.gains import probe_gains
+from prm_synth.annotate.changepoint.model import K_CHOICES, Q_GRID, RECENT_CHOICES, RECENT_STEPS
 
 
 def beta_binomial(c: int, f: int, rate: float, k: float) -> float:
@@ -142,7 +134,8 @@ def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
     from dataclasses import replace
 
     from prm_synth.annotate.annotation import Annotation
-    from prm_synth.annotate.changepoint import ChangepointSettings, label, lone_bad_stands_from
+    from prm_synth.annotate.changepoint import ChangepointSettings, label
+    from prm_synth.annotate.changepoint.rules import lone_bad_stands_from
     from prm_synth.annotate.labels import UNDECIDED_UNLOCATED
 
     ev = Evidence.empty(12, "correct")
@@ -172,7 +165,8 @@ def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_the_main_mode_of_the
     mode alone it does not, so only the last step keeps its bad label (the wrong answer puts the error
     there or before). Where the shard's luck has one mode (every problem lucky) the label stands."""
     from prm_synth.annotate.annotation import Annotation
-    from prm_synth.annotate.changepoint import ChangepointSettings, label, luck_modes
+    from prm_synth.annotate.changepoint import ChangepointSettings, label
+    from prm_synth.annotate.changepoint.rules import luck_modes
     from prm_synth.annotate.labels import UNDECIDED_UNLOCATED
 
     main = np.exp(-0.5 * ((Q_GRID - 0.15) / 0.05) ** 2)
@@ -220,7 +214,11 @@ def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_each_large_mode_of_t
     last step under the unlucky one, so only the last step keeps its bad label. A second mode of less
     than `MODE_SHARE` of the prior is not asked."""
     from prm_synth.annotate.annotation import Annotation
-    from prm_synth.annotate.changepoint import MODE_SHARE, ChangepointSettings, label, luck_modes
+    from prm_synth.annotate.changepoint import ChangepointSettings, label
+    from prm_synth.annotate.changepoint.rules import luck_modes
+    from prm_synth.annotate.changepoint.settings import DEFAULTS
+
+    MODE_SHARE = DEFAULTS.mode_share
 
     unlucky = np.exp(-0.5 * ((Q_GRID - 0.03) / 0.03) ** 2)
     lucky = np.exp(-0.5 * ((Q_GRID - 0.5) / 0.04) ** 2)

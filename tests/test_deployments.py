@@ -242,21 +242,22 @@ def test_serve_with_an_every_minute_cron_runs_by_itself(prefect_server, tmp_path
         log.close()
 
 
-def _readme_block(heading: str) -> str:
-    """The first fenced bash block under a README heading, exactly as written there."""
-    text = (ROOT / "README.md").read_text()
+def _doc_block(page: str, heading: str) -> str:
+    """The first fenced bash block under a heading of a docs page, exactly as written there."""
+    text = (ROOT / page).read_text()
+    assert heading in text, f"no heading {heading!r} in {page}"
     section = text.split(heading, 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
-    assert block, f"no bash block under {heading!r}"
+    assert block, f"no bash block under {heading!r} in {page}"
     return block.group(1)
 
 
 @pytest.mark.slow
-def test_the_readme_scheduling_block_works_as_written(tmp_path):
-    """The README's deploy -> worker lines, run by bash against a fresh loopback server; only the port
+def test_the_docs_scheduling_block_works_as_written(tmp_path):
+    """The docs' deploy -> worker lines, run by bash against a fresh loopback server; only the port
     (4200, which may be taken here) is changed, and the deployment gets an every-minute cron and a
     temporary output folder. Then a run that the SCHEDULER makes (no trigger) must complete on the worker."""
-    block = _readme_block("### 2. Scheduled deployments")
+    block = _doc_block("docs/guides/deployments.md", "## Deploy with a work pool")
     assert "prefect server start" in block and "export PREFECT_API_URL=" in block
     port = _free_port()
     scheduled = tmp_path / "nightly"
@@ -299,7 +300,7 @@ except Exception:
                 return None
 
         try:
-            found = _wait_until(deployed_or_none, 600, "the README's lines deploy simulated-nightly", alive=proc)
+            found = _wait_until(deployed_or_none, 600, "the docs' lines deploy simulated-nightly", alive=proc)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{(tmp_path / 'readme.log').read_text()[-3000:]}") from None
         assert found == {"cron": "* * * * *", "limit": 1}

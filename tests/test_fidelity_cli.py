@@ -45,14 +45,16 @@ def test_seed_ranges_parse():
 
 def test_set_parses_known_names_and_rejects_the_rest():
     settings = _load("labeler_settings")
-    parsed = settings.parse(["bad_confidence=0.9", "RECENT_CHOICES=()", "rule_lone_bad=off", "pool_after=1000"])
-    assert parsed == {"bad_confidence": 0.9, "RECENT_CHOICES": (), "rule_lone_bad": "off", "pool_after": 1000}
+    parsed = settings.parse(["bad_confidence=0.9", "recent_choices=()", "rule_lone_bad=off", "pool_after=1000"])
+    assert parsed == {"bad_confidence": 0.9, "recent_choices": (), "rule_lone_bad": "off", "pool_after": 1000}
     with pytest.raises(ValueError, match="unknown setting 'no_such_knob'"):
         settings.parse(["no_such_knob=1"])
     with pytest.raises(ValueError, match="expected a int"):
         settings.parse(["pool_after=0.5"])
     with pytest.raises(ValueError, match="NAME=VALUE"):
         settings.parse(["bad_confidence"])
+    with pytest.raises(ValueError, match="built into its tables at import"):
+        settings.parse(["luck_grid=(0.1, 0.5)"])
 
 
 def test_unknown_setting_is_a_clear_error():
@@ -63,10 +65,12 @@ def test_unknown_setting_is_a_clear_error():
 
 
 def test_several_seeds_give_means_and_standard_errors(tmp_path):
+    """Also: every rule the ablation switches off still names a function of the labeler."""
     per_seed = tmp_path / "per_seed.json"
+    rules = [arg for name in _load("labeler_settings").RULES for arg in ("--set", f"{name}=off")]
     done = _run(
         "--worlds", "luck_15", "--problems", "3", "--seeds", "1000-1001", "--knob-problems", "0",
-        "--set", "bad_confidence=0.9", "--per-seed", str(per_seed), "--png", str(tmp_path / "r.png"),
+        "--set", "bad_confidence=0.9", *rules, "--per-seed", str(per_seed), "--png", str(tmp_path / "r.png"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     head = json.loads(done.stdout.strip().splitlines()[-1])
@@ -75,4 +79,4 @@ def test_several_seeds_give_means_and_standard_errors(tmp_path):
     assert set(accuracy) == {"mean", "se"}
     assert head["min_first_error_accuracy"] == accuracy["mean"]  # one world: its mean is the worst
     runs = json.loads(per_seed.read_text())
-    assert runs["overrides"] == ["bad_confidence=0.9"] and set(runs["seeds"]) == {"1000", "1001"}
+    assert runs["overrides"][0] == "bad_confidence=0.9" and set(runs["seeds"]) == {"1000", "1001"}

@@ -2,7 +2,7 @@
 
 Every module of `prm_synth` and `flows` must be named in LAYERS (a new module is placed on purpose),
 and every import is read from the source with `ast`, function-level imports included, so "what may I
-import from here" is checked, not remembered. README.md's "Where things live" says the same in words.
+import from here" is checked, not remembered. docs/design/architecture.md says the same in words.
 """
 
 from __future__ import annotations
@@ -142,3 +142,46 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     fake.write_text("def f():\n    from prm_synth.pipeline import process_shard\n")
     ((name, _),) = imports_of("prm_synth.grading", fake)
     assert layer_of(name) < layer_of("prm_synth.grading")
+
+
+# Inside the label stage: the first-error searches. The change-point package is read in the order things
+# happen and uses only the annotate modules every method shares; the fixed/sprt bisection knows nothing of
+# it; the registry (annotate/search.py) is the one module that knows every search.
+CHANGEPOINT = "prm_synth.annotate.changepoint"
+SHARED_ANNOTATE = {"prm_synth.annotate.annotation", "prm_synth.annotate.labels", "prm_synth.annotate.protocol"}
+SEARCH_TYPES = ("FixedTest", "SequentialTest", "ChangepointSearch", "FixedSearch", "SprtSearch", "PosteriorTest")
+
+
+def _annotate_imports(module: str) -> set[str]:
+    path = ROOT / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = ROOT / module.replace(".", "/") / "__init__.py"
+    return {name for name, _ in imports_of(module, path) if name.startswith("prm_synth.annotate")}
+
+
+@pytest.mark.parametrize("module", [m for m, _ in modules() if m.startswith(CHANGEPOINT + ".")])
+def test_the_changepoint_package_uses_only_the_shared_annotate_modules(module):
+    outside = {
+        name
+        for name in _annotate_imports(module)
+        if not name.startswith(CHANGEPOINT) and not any(name == m or name.startswith(m + ".") for m in SHARED_ANNOTATE)
+    }
+    assert not outside, f"{module} imports {sorted(outside)}: the search registry (annotate/search.py) wires it in"
+
+
+def test_the_bisection_imports_nothing_of_the_changepoint_search():
+    names = _annotate_imports("prm_synth.annotate.bisection")
+    assert not [name for name in names if name.startswith(CHANGEPOINT)], names
+
+
+def test_no_module_but_the_registry_asks_a_search_for_its_type():
+    """`SEARCHES` (annotate/search.py) is the only dispatch on the search's kind."""
+    found = []
+    for module, path in modules():
+        if module == "prm_synth.annotate.search":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            call = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"
+            if call and len(node.args) == 2 and any(t in ast.unparse(node.args[1]) for t in SEARCH_TYPES):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"isinstance on a search type outside annotate/search.py: {found}"

@@ -1,7 +1,8 @@
 """Step annotation: annotators (sequential generators) driven by the batching probe scheduler.
 
-`labeler.make_labeler` picks the method; `mc`, `search` and `omega` are the algorithms, `prefix_decision`
-the tests that decide a prefix, `protocol` what an annotator and the scheduler say to each other.
+`labeler.make_labeler` picks the method; `mc`, `omega` and the first-error searches of `search.SEARCHES`
+(`bisection` for fixed and sprt, the `changepoint` package for the default) are the algorithms,
+`protocol` what an annotator and the scheduler say to each other.
 """
 
 from __future__ import annotations

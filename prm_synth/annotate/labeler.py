@@ -13,19 +13,17 @@ entry there. `make_labeler` is the only dispatch on the annotate method in the c
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.changepoint import FirstPhasePool, relabel
+from prm_synth.annotate.changepoint import FirstPhasePool
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
 from prm_synth.annotate.omega_tree import tree_to_json
-from prm_synth.annotate.prefix_decision import ChangepointTest, make_test
 from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.scheduler import (
     JobsAfter,
@@ -36,7 +34,7 @@ from prm_synth.annotate.scheduler import (
     SolutionJob,
     Spend,
 )
-from prm_synth.annotate.search import binary_search, first_error_search
+from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading import Verdict, grade
@@ -121,12 +119,6 @@ def new_scheduler(
         max_in_flight=config.run.max_in_flight,
         on_progress=on_progress,
     )
-
-
-def sampled_share(key: str, share: float) -> bool:
-    """A stable pseudo-random choice of `share` of the keys (same choice on every re-run)."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 < share
 
 
 def split_evenly(total: int, parts: int) -> list[int]:
@@ -348,6 +340,7 @@ class BinaryLabeler(SolutionLabeler):
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         super().__init__(config, fingerprint)
         self.annotate: BinaryConfig = config.annotate  # type: ignore[assignment]
+        self.search = make_search(self.annotate)
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         return self._search(steps, final_status, key, None)
@@ -358,40 +351,31 @@ class BinaryLabeler(SolutionLabeler):
     def _search(
         self, steps: list[str], final_status: VerdictStatus, key: str, pool: FirstPhasePool | None
     ) -> Annotator[Annotation]:
-        a = self.annotate
-        test = make_test(a)
         # a stable share of the correct-answer solutions measures the shard's rate of process errors
-        check = isinstance(test, ChangepointTest) and sampled_share(f"{key}/check", test.settings.check_correct)
-        verify = sampled_share(key, a.verify_correct)
+        check = self.search.checks(key)
+        verify = sampled_share(key, self.annotate.verify_correct)
         # a shard's changepoint searches (those with a pool) are all labeled again once the shard is
         # done (`_pool`): their own labels would be overwritten unread
-        return binary_search(
-            steps, final_status, a, verify, check=check, pool=pool, key=key, relabeled=pool is not None
-        )
+        run = SolutionRun(verify=verify, check=check, pool=pool, key=key, relabeled=pool is not None)
+        return self.search.annotator(steps, final_status, run)
 
     def _first_phase_pool(self, problem_ids: list[str]) -> FirstPhasePool | None:
         """search_test changepoint: the searches go on under priors pooled from the first phases of the
         solutions of the shard's first half of problems (`FirstPhasePool`)."""
-        test = make_test(self.annotate)
-        if not isinstance(test, ChangepointTest):
-            return None
-        problems = list(dict.fromkeys(problem_ids))
-        return FirstPhasePool(test.settings, problems[: (len(problems) + 1) // 2])
+        return self.search.first_phase_pool(problem_ids)
 
     def _pool(self, solutions: list[Solution], annotations: dict[str, Any]) -> None:
         """search_test changepoint: label every solution again under the priors pooled from the whole
         shard, each with what its problem's other solutions say about the problem's luck. Done once
         all searches are finished, over the set of them, so no row depends on the order they
         finished in (run.max_in_flight, batch sizes) or on other shards."""
-        test = make_test(self.annotate)
-        if isinstance(test, ChangepointTest):
-            relabel([annotations[s.id] for s in solutions], test.settings, [(s.problem.id, s.steps) for s in solutions])
+        self.search.relabel([annotations[s.id] for s in solutions], [(s.problem.id, s.steps) for s in solutions])
 
     def budget_line(self) -> str:
-        return f"first-error search per solution, {make_test(self.annotate).describe()}"
+        return f"first-error search per solution, {self.search.describe()}"
 
     def card_text(self) -> str:
-        return make_test(self.annotate).card_text()
+        return self.search.card_text()
 
 
 class OmegaLabeler(_Base):
@@ -402,11 +386,11 @@ class OmegaLabeler(_Base):
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         super().__init__(config, fingerprint)
         self.annotate: OmegaConfig = config.annotate  # type: ignore[assignment]
+        self.search = make_search(self.annotate)
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""
-        test = make_test(self.annotate)
-        return first_error_search(steps, final_status, test, recheck=False)
+        return self.search.annotator(steps, final_status)
 
     def label(
         self,
@@ -470,7 +454,7 @@ class OmegaLabeler(_Base):
         a = self.annotate
         return (
             f"OmegaPRM tree search, k = {a.k} rollouts a state, prefixes decided by "
-            f"{make_test(a).describe()}; at most {a.rollout_budget} rollouts and {a.search_limit} selections "
+            f"{self.search.describe()}; at most {a.rollout_budget} rollouts and {a.search_limit} selections "
             f"a question"
         )
 

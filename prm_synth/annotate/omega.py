@@ -36,10 +36,11 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
 
-from prm_synth.annotate.changepoint_posterior import Posterior, Priors
+from prm_synth.annotate.bisection import decide
+from prm_synth.annotate.changepoint import Posterior, Priors
 from prm_synth.annotate.omega_tree import ROOT, OmegaPath, PrefixTree, Steps, evidence_along, tree_paths
-from prm_synth.annotate.prefix_decision import ChangepointTest, PrefixTest, decide, make_test
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
+from prm_synth.annotate.search import make_search
 from prm_synth.config import OmegaConfig
 from prm_synth.schema import OmegaStop, VerdictStatus
 
@@ -90,11 +91,10 @@ class OmegaSearch:
         correct_leaves: int = 1,
     ) -> None:
         self.config = config
-        self._test = make_test(config)
+        self._search = make_search(config)
         # search_test changepoint: each prefix decided by the change-point posterior of its rollout,
-        # under the weak default priors (nothing pooled across questions: rows do not depend on the
-        # order questions finish in)
-        self.priors = Priors() if isinstance(self._test, ChangepointTest) else None
+        # under the weak default priors (None for the other tests)
+        self.priors = self._search.omega_priors()
         self.split = split
         self.correct_leaves = correct_leaves
         self.tree = PrefixTree()
@@ -191,11 +191,9 @@ class OmegaSearch:
         self, prefix: str, step: int, rollout_steps: Steps = ()
     ) -> Generator[list[Probe], list[ProbeResult], tuple[bool, ProbeResult] | None]:
         """Good or bad, with the measurement behind it; None when the test gives up or the budget ran
-        out first. The test is the config's (`prefix_decision.py`); a changepoint one decides this prefix
+        out first. The test is the config's search's (search.py); a changepoint one decides this prefix
         by the change-point posterior of the whole rollout."""
-        test: PrefixTest = self._test  # type: ignore[assignment]
-        if isinstance(self._test, ChangepointTest):
-            test = self._test.for_prefix(partial(self._posterior, rollout_steps), step)
+        test = self._search.prefix_test(partial(self._posterior, rollout_steps), step)
         return (yield from decide(test, self._known.get(prefix), partial(self._measure, prefix, step)))
 
     def _posterior(self, rollout_steps: Steps) -> Posterior:
@@ -233,7 +231,7 @@ class OmegaSearch:
             return known  # reached again through another rollout: already harvested
         node = self.tree.insert(prefix, steps, "state")
         self.tree.set_measurement(node, result)
-        if self._test.source == "test":
+        if self._search.source == "test":
             # The test's decision is the label (MC alone would call a lucky wrong prefix good).
             self.tree.nodes[node]["decided"] = good
         if self.tree.is_bad(node):

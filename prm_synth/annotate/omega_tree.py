@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.changepoint_posterior import Evidence, Posterior, Priors
+from prm_synth.annotate.changepoint import Evidence, Posterior, Priors
 from prm_synth.annotate.labels import UNDECIDED_BUDGET, labels_from_posterior
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.schema import NodeKind, VerdictStatus

@@ -459,7 +459,7 @@ class ProbeScheduler:
 
     def snapshot(self, finished: bool = False) -> ProgressSnapshot:
         elapsed = time.perf_counter() - self._started if self._started else 0.0
-        tokens = self.stats.generated_tokens + self.stats.prompt_tokens  # every token processed (README)
+        tokens = self.stats.generated_tokens + self.stats.prompt_tokens  # every token processed (docs/reference/output-schema.md)
         return ProgressSnapshot(
             label=self.label,
             elapsed_s=elapsed,

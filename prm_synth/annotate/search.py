@@ -1,66 +1,239 @@
-"""Binary search for the first error (OmegaPRM's bisection), with a test per probe.
+"""The first-error searches, one class per `search_test`, found by name in `SEARCHES`: the one place that
+reads `search_test` and the only dispatch on the search's kind (the third registry, after `LABELERS`
+and export's `VIEWS`).
 
-With `search_test: changepoint` (the default) the search is `changepoint.changepoint_search`: it
-picks the most informative prefix to probe under a change-point posterior and pins the first error
-to one step. The bisection below serves `fixed` and `sprt`.
+A labeler builds its search once (`make_search(config)`) and asks it everything the search decides:
+- `annotator(...)`: the first-error search for one sampled solution (binary method; OmegaPRM's
+  `annotate_given`);
+- `checks(key)`: whether this solution is drawn for the shard's process-error measurement;
+- `first_phase_pool(problem_ids)` / `relabel(...)`: the shard-wide steps (the change-point search's
+  two phases and its relabeling; nothing for the bisections);
+- `prefix_test(posterior, step)` / `omega_priors()` / `source`: how OmegaPRM's bisection decides one
+  prefix, and whether that decision is the label;
+- `describe()` (the budget line's words) and `card_text()` (the dataset card's paragraph).
 
-Plain bisection decides each prefix with k rollouts and "MC > 0 means good"; one unlucky probe
-sends it the wrong way for good. Here each prefix is decided by the test of `prefix_decision.py`
-(by default a sequential test: rollouts come a few at a time, and sampling stops as soon as the
-evidence is clear). The boundary found is then re-tested at half the error rate, and the search
-resumes on the side that failed the re-test. The full solution's verdict is known and never
-re-sampled.
+`fixed` and `sprt` bisect (bisection.py); `changepoint` is prm_synth/annotate/changepoint/. Adding a
+search is one class here and one entry in `SEARCHES` (and its name in config.SearchTestName).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.changepoint import FirstPhasePool, changepoint_search
-from prm_synth.annotate.mc import per_step_mc
-from prm_synth.annotate.prefix_decision import (
-    ChangepointTest,
-    FixedTest,
-    SearchTest,
-    SequentialTest,
-    decide,
-    make_test,
+from prm_synth.annotate.bisection import FixedTest, PrefixTest, SequentialTest, bisection_search
+from prm_synth.annotate.changepoint import (
+    ChangepointSettings,
+    FirstPhasePool,
+    Posterior,
+    Priors,
+    changepoint_search,
+    relabel,
 )
-from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
-from prm_synth.config import BinaryConfig
-from prm_synth.schema import VerdictStatus
+from prm_synth.annotate.protocol import Annotator
+from prm_synth.config import BinaryConfig, OmegaConfig
+from prm_synth.schema import LabelSource, VerdictStatus
 
-BisectionTest = SequentialTest | FixedTest
-
-
-def decide_step(
-    steps: list[str], step: int, test: BisectionTest, ann: Annotation
-) -> Generator[list[Probe], list[ProbeResult], bool]:
-    """Sample the prefix ending at `step` until `test` reaches a verdict; record what was measured."""
-
-    def measure(want: int) -> Generator[list[Probe], list[ProbeResult], ProbeResult]:
-        (result,) = yield [Probe.of_steps(steps, step, want)]
-        ann.record(result)
-        return result
-
-    # Always asked afresh: an earlier estimate of the same prefix (the scheduler's) may hold more.
-    decision = yield from decide(test, None, measure)
-    if decision is None:  # no budget here: only a prefix whose rollouts are mostly ungradable ends so
-        return ann.mc_correct[step] > 0 if step >= 0 else True
-    return decision[0]
+SearchConfig = BinaryConfig | OmegaConfig
 
 
-def bisect(
-    steps: list[str], lo: int, hi: int, test: BisectionTest, ann: Annotation, decisions: dict[int, bool]
-) -> Generator[list[Probe], list[ProbeResult], tuple[int, int]]:
-    """Narrow (lo good, hi bad) to adjacent indices; lo = −1 is the question alone (good)."""
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        good = yield from decide_step(steps, mid, test, ann)
-        decisions[mid] = good
-        lo, hi = (mid, hi) if good else (lo, mid)
-    return lo, hi
+def sampled_share(key: str, share: float) -> bool:
+    """A stable pseudo-random choice of `share` of the keys (same choice on every re-run)."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < share
+
+
+@dataclass(frozen=True)
+class SolutionRun:
+    """How one solution's search runs under its labeler: `verify` (bisections: check a correct answer by
+    per-step MC), `check` (the change-point search: test its early prefixes first), `pool` (its shard's
+    `FirstPhasePool`, its `key` there) and `relabeled` (the labeler labels it again, so the search does not)."""
+
+    verify: bool = False
+    check: bool = False
+    pool: FirstPhasePool | None = None
+    key: str = ""
+    relabeled: bool = False
+
+
+ALONE = SolutionRun()  # a solution searched on its own (no shard, no check)
+
+
+class _Bisection:
+    """fixed and sprt: a bisection with a test per prefix (bisection.py); no shard-wide steps."""
+
+    test: FixedTest | SequentialTest
+
+    def __init__(self, config: SearchConfig) -> None:
+        self.recheck = config.recheck if isinstance(config, BinaryConfig) else False
+        self.verify_k = config.k
+
+    def annotator(
+        self, steps: list[str], final_status: VerdictStatus, run: SolutionRun = ALONE
+    ) -> Annotator[Annotation]:
+        """The bisection for one solution (`run.verify`: a correct one is checked by per-step MC)."""
+        verify_k = self.verify_k if run.verify else None
+        return bisection_search(steps, final_status, self.test, recheck=self.recheck, verify_k=verify_k)
+
+    @property
+    def source(self) -> LabelSource:
+        """The label source of a prefix the test decided ("test": its decision is the label; "mc")."""
+        return self.test.source
+
+    def checks(self, key: str) -> bool:
+        return False
+
+    def first_phase_pool(self, problem_ids: Sequence[str]) -> FirstPhasePool | None:
+        return None
+
+    def relabel(self, annotations: Sequence[Annotation], problems: Sequence[tuple[str, list[str]]]) -> None:
+        return None
+
+    def prefix_test(self, posterior: Callable[[], Posterior], step: int) -> PrefixTest:
+        return self.test
+
+    def omega_priors(self) -> Priors | None:
+        return None
+
+    def describe(self) -> str:
+        return self.test.describe()
+
+    def card_text(self) -> str:
+        return self.test.card_text()
+
+
+class FixedSearch(_Bisection):
+    """search_test fixed: k rollouts a prefix, good when MC > 0."""
+
+    name: ClassVar[str] = "fixed"
+
+    def __init__(self, config: SearchConfig) -> None:
+        super().__init__(config)
+        self.test = FixedTest(config.k)
+
+
+class SprtSearch(_Bisection):
+    """search_test sprt: Wald's sequential test decides each prefix."""
+
+    name: ClassVar[str] = "sprt"
+
+    def __init__(self, config: SearchConfig) -> None:
+        super().__init__(config)
+        self.test = SequentialTest.of(
+            config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
+        )
+
+
+@dataclass(frozen=True)
+class PosteriorTest:
+    """One prefix (`step`) of a solution decided by the change-point posterior of all of it (OmegaPRM's
+    bisection under search_test changepoint). `posterior()` is recomputed on every verdict (it reads
+    everything measured so far); the prefix is decided when its P(good) or P(bad) reaches `confidence`,
+    given up at `max_rollouts`."""
+
+    posterior: Callable[[], Posterior]
+    step: int
+    confidence: float
+    batch: int
+    max_rollouts: int
+    source: LabelSource = "test"
+
+    def want(self, total: int) -> int | None:
+        return None if total >= self.max_rollouts else total + self.batch
+
+    def verdict(self, correct: int, total: int, final: bool = False) -> bool | None:
+        p_good = float(self.posterior().p_good[self.step])
+        if total > 0 and max(p_good, 1.0 - p_good) >= self.confidence:
+            return p_good >= self.confidence
+        return None
+
+
+class ChangepointSearch:
+    """search_test changepoint (the binary method's default): prm_synth/annotate/changepoint/."""
+
+    name: ClassVar[str] = "changepoint"
+    source: ClassVar[LabelSource] = "test"  # a prefix OmegaPRM's bisection decides: the posterior's label
+
+    def __init__(self, config: SearchConfig) -> None:
+        if isinstance(config, BinaryConfig):
+            self.settings = ChangepointSettings.of(config)
+        else:
+            self.settings = ChangepointSettings(confidence=config.confidence)
+        # OmegaPRM's bisection: rollouts a prefix probe asks at a time, and at most
+        self.prefix_batch = max(config.probe_batch, self.settings.prefix_batch_min)
+        self.prefix_max_rollouts = config.probe_max_rollouts
+
+    def annotator(
+        self, steps: list[str], final_status: VerdictStatus, run: SolutionRun = ALONE
+    ) -> Annotator[Annotation]:
+        """The change-point search for one solution (`run.verify` is the bisections' and means nothing here)."""
+        r = run
+        return changepoint_search(
+            steps, final_status, self.settings, check=r.check, pool=r.pool, key=r.key, relabeled=r.relabeled
+        )
+
+    def checks(self, key: str) -> bool:
+        """A stable share (`check_correct`) of the solutions measures the shard's rate of process errors."""
+        return sampled_share(f"{key}/check", self.settings.check_correct)
+
+    def first_phase_pool(self, problem_ids: Sequence[str]) -> FirstPhasePool:
+        """The searches go on under priors pooled from the first phases of the solutions of the shard's
+        first half of problems (`FirstPhasePool`)."""
+        problems = list(dict.fromkeys(problem_ids))
+        return FirstPhasePool(self.settings, problems[: (len(problems) + 1) // 2])
+
+    def relabel(self, annotations: Sequence[Annotation], problems: Sequence[tuple[str, list[str]]]) -> None:
+        """Every solution of the shard labeled again under the priors pooled from all of them."""
+        relabel(annotations, self.settings, problems)
+
+    def prefix_test(self, posterior: Callable[[], Posterior], step: int) -> PrefixTest:
+        return PosteriorTest(posterior, step, self.settings.confidence, self.prefix_batch, self.prefix_max_rollouts)
+
+    def omega_priors(self) -> Priors:
+        """OmegaPRM's prefixes are decided under the weak default priors (nothing pooled across questions:
+        rows do not depend on the order questions finish in)."""
+        return Priors()
+
+    def describe(self) -> str:
+        s = self.settings
+        return (
+            f"a change-point posterior with per-step hazards and per-solution luck (labels at confidence "
+            f"{s.confidence}; at most {s.most_rollouts()} rollouts a solution; priors pooled per shard)"
+        )
+
+    def card_text(self) -> str:
+        s = self.settings
+        return (
+            "First-error search under a change-point model of how the policy writes: every step has a hazard (the "
+            "chance the policy gets it wrong), which sets both where the sampled solution's first error is likely "
+            "and how often a clean prefix's rollouts finish without one (no curve shape assumed: hard steps and "
+            "uneven difficulty fit), a prefix holding the error reaches the answer at the solution's own luck rate "
+            "(a shard-wide prior, up to 0.94), and rollouts of one prefix may share their fortune (beta-binomial "
+            "counts, their spread chosen per shard). Every step gets its posterior probability of being "
+            "still correct (p_good); the search probes the prefix whose rollouts most reduce the label "
+            f"uncertainty and labels a step at confidence {s.confidence}, within {s.most_rollouts()} rollouts a "
+            "solution. Steps it cannot decide stay unlabeled with the reason; a solution whose rollouts contradict "
+            "the model is left unlabeled (`undecided_misfit`); ungradable rollouts are not evidence."
+        )
+
+
+Search = FixedSearch | SprtSearch | ChangepointSearch
+# The search of each `search_test`: one entry per search.
+SEARCHES: dict[str, type[FixedSearch] | type[SprtSearch] | type[ChangepointSearch]] = {
+    cls.name: cls for cls in (FixedSearch, SprtSearch, ChangepointSearch)
+}
+
+
+def make_search(config: SearchConfig) -> Search:
+    """The search `config.search_test` names, built with the config's knobs."""
+    try:
+        search = SEARCHES[config.search_test]
+    except KeyError:
+        raise ValueError(f"unknown search_test {config.search_test!r}") from None
+    return search(config)
 
 
 def binary_search(
@@ -73,88 +246,7 @@ def binary_search(
     key: str = "",
     relabeled: bool = False,
 ) -> Annotator[Annotation]:
-    """The binary method's annotator for one solution: `first_error_search` with the config's test.
-    `check`: the changepoint search tests this correct-answer solution's early prefixes first;
-    `pool`: its shard's `FirstPhasePool` (the solution's `key` in it); `relabeled`: the caller labels
-    the changepoint search's annotation again (`changepoint.relabel`), so the search leaves it unlabeled."""
-    return first_error_search(
-        steps,
-        final_status,
-        make_test(config),
-        recheck=config.recheck,
-        verify_k=config.k if verify else None,
-        check=check,
-        pool=pool,
-        key=key,
-        relabeled=relabeled,
-    )
-
-
-def first_error_search(
-    steps: list[str],
-    final_status: VerdictStatus,
-    test: SearchTest,
-    *,
-    recheck: bool,
-    verify_k: int | None = None,
-    check: bool = False,
-    pool: FirstPhasePool | None = None,
-    key: str = "",
-    relabeled: bool = False,
-) -> Annotator[Annotation]:
-    """The first-error search for one solution, each prefix decided by `test`.
-
-    verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
-    trusted. The row's method name is the labeler's to stamp (labeler._record), not the search's."""
-    if isinstance(test, ChangepointTest):
-        return (
-            yield from changepoint_search(
-                steps, final_status, test.settings, check=check, pool=pool, key=key, relabeled=relabeled
-            )
-        )
-    n = len(steps)
-    if final_status == "correct":
-        if verify_k is not None:
-            return (yield from per_step_mc(steps, final_status, verify_k))
-        ann = Annotation.empty("binary", n)
-        for i in range(n - 1):
-            ann.decide(i, True, "inferred")
-        ann.record_verdict(n - 1, final_status)
-        return ann
-
-    ann = Annotation.empty("binary", n)
-    # An incorrect solution's last prefix is known bad. With an ungradable answer nothing is known:
-    # a virtual bad index past the end lets the search conclude "no error found".
-    end = n - 1 if final_status == "incorrect" else n
-    decisions: dict[int, bool] = {}
-    lo, hi = yield from bisect(steps, -1, end, test, ann, decisions)
-    if recheck:
-        strict = test.stricter()
-        for _ in range(3):
-            if lo >= 0 and not (yield from decide_step(steps, lo, strict, ann)):
-                decisions[lo] = False
-                lo, hi = yield from bisect(steps, -1, lo, test, ann, decisions)
-            elif hi < end and (yield from decide_step(steps, hi, strict, ann)):
-                decisions[hi] = True
-                lo, hi = yield from bisect(steps, hi, end, test, ann, decisions)
-            else:
-                break
-
-    probed = test.source
-    for i in range(n):
-        if i < hi:
-            ann.decide(i, True, probed if i in decisions else "inferred")
-        elif i == hi:
-            if i == n - 1 and final_status == "incorrect":
-                ann.record_verdict(i, final_status)
-                ann.label_source[i] = "verdict"
-            else:
-                ann.decide(i, False, probed)
-        else:
-            ann.label_source[i] = "none"  # after the first error: unlabeled (counts kept)
-    if probed == "mc":
-        ann.decided.clear()  # fixed test: the hard rule on the counts gives the same labels
-        for i in range(min(hi, n)):
-            if i not in decisions:
-                ann.decide(i, True, "inferred")
-    return ann
+    """The binary method's annotator for one solution under `config` (its search built afresh: a
+    labeler builds its own once)."""
+    run = SolutionRun(verify, check, pool, key, relabeled)
+    return make_search(config).annotator(steps, final_status, run)

@@ -1,13 +1,13 @@
 """The change-point search's decisions, remembered: the same state decided once.
 
-A decision of the search (`changepoint.decide`: stop, wait for the pooled priors, or which prefix to
+A decision of the search (search.py's `decide`: stop, wait for the pooled priors, or which prefix to
 probe and with how many rollouts) is a pure function of the priors, the solution's evidence counts, the
 rollouts asked per prefix, and the search's settings. States repeat: every search's first phase runs
 under the one default `Priors` instance (`DEFAULT_PRIORS`), so its first decisions form a small tree per
 solution length (no evidence yet: the same first probe for every solution of that length), and the
-searches of one shard go on under one pooled priors object. Measured on 1000 problems of 3-12 steps,
-seven in ten first-phase decisions had been made before (3 in 100 after it; at 40 steps 1 in 4). A
-remembered decision costs a dict look-up instead of a posterior and a probe sweep.
+searches of one shard go on under one pooled priors object (docs/design/changepoint-tuning.md has how
+often a decision comes back). A remembered decision costs a dict look-up instead of a posterior and a
+probe sweep.
 
 Decisions are kept per priors object, in a table that goes when the object does (a shard's pooled
 priors with its shard), so memory does not grow with the shards done; a table keeps its `capacity`
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prm_synth.annotate.changepoint_posterior import Evidence, Priors
+from prm_synth.annotate.changepoint.model import Evidence, Priors
 
 _VERDICT_CODES = {"correct": 0, "incorrect": 1}  # anything else reads as unknown, as the posterior reads it
 

@@ -1,29 +1,25 @@
-"""The test that decides one prefix good or bad from its rollouts: the only place that knows the
-`search_test` choices (`fixed`, `sprt`, `changepoint`). Named for what it does (decide a prefix), not a test module.
+"""Bisection for the first error (OmegaPRM's), each prefix decided by a test: `search_test` fixed or sprt.
 
-Both first-error searches (binary search in `search.py`, OmegaPRM's bisection in `omega.py`) ask
-`make_test(config)` for their test and run `decide` with it. A test answers two questions:
+A test answers two questions:
 - `want(total)`: how many rollouts in total to ask for next, given `total` measured (None: give up,
   the prefix stays undecided);
 - `verdict(correct, total, final)`: good (True), bad (False), or not yet (None); `final` says no
   more rollouts will come (a search budget cut the last measurement short).
 
-The choices:
-- `fixed`: k rollouts, good when at least one reaches the gold answer (plain bisection, the OmegaPRM
-  paper's rule). The hard labeling rule on the counts gives the same label, so the label is "mc".
-- `sprt`: Wald's sequential probability ratio test: rollouts come a few at a time and sampling stops
-  as soon as the evidence is clear. Its decision is the label ("test"): MC alone would call a lucky
-  wrong prefix good.
-- `changepoint` (the default of the binary method): a change-point posterior over the whole solution
-  in which its first error and its prefixes' chances come from the same per-step hazards (no curve
-  shape assumed), each solution has its own luck, and rollouts may share their fortune
-  (`changepoint_posterior.py`). For a sampled solution it is a search of its own (it picks the prefix to probe
-  and pins the first error to one step: `changepoint.changepoint_search`, priors pooled per shard once
-  every search is done); inside OmegaPRM's bisection it decides one prefix at a time (`PosteriorTest`).
-  `calibrated` named an older posterior with a fixed curve shape; config_upgrade maps it here.
+The tests:
+- `fixed` (`FixedTest`): k rollouts, good when at least one reaches the gold answer (plain bisection,
+  the OmegaPRM paper's rule). The hard labeling rule on the counts gives the same label, so the label
+  is "mc". One unlucky probe sends the search the wrong way for good.
+- `sprt` (`SequentialTest`): Wald's sequential probability ratio test: rollouts come a few at a time
+  and sampling stops as soon as the evidence is clear. Its decision is the label ("test"): MC alone
+  would call a lucky wrong prefix good.
+The boundary found is re-tested at half the error rate (`recheck`), and the search resumes on the side
+that failed the re-test. The full solution's verdict is known and never re-sampled. `decide` samples one
+prefix until a test (this module's, or OmegaPRM's per-prefix change-point test) reaches a verdict.
 
 Rollouts that could not be graded are not evidence: a test sees the graded ones only, and asks for
 more samples until it has what it wants (giving up on a prefix whose rollouts are mostly ungradable).
+This module knows nothing of the change-point search (prm_synth/annotate/changepoint/).
 """
 
 from __future__ import annotations
@@ -33,11 +29,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from prm_synth.annotate.changepoint import ChangepointSettings
-from prm_synth.annotate.changepoint_posterior import Posterior
-from prm_synth.annotate.protocol import Probe, ProbeResult
-from prm_synth.config import BinaryConfig, OmegaConfig
-from prm_synth.schema import LabelSource
+from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.mc import per_step_mc
+from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
+from prm_synth.schema import LabelSource, VerdictStatus
 
 
 class PrefixTest(Protocol):
@@ -133,68 +128,6 @@ class FixedTest:
         return _bisection_text(self)
 
 
-@dataclass(frozen=True)
-class PosteriorTest:
-    """One prefix (`step`) of a solution decided by the change-point posterior of all of it.
-
-    `posterior()` is recomputed on every verdict (it reads everything measured so far); the prefix is decided when its P(good) or P(bad) reaches
-    `confidence`, given up at `max_rollouts`."""
-
-    posterior: Callable[[], Posterior]
-    step: int
-    confidence: float
-    batch: int
-    max_rollouts: int
-    source: LabelSource = "test"
-
-    def want(self, total: int) -> int | None:
-        return None if total >= self.max_rollouts else total + self.batch
-
-    def verdict(self, correct: int, total: int, final: bool = False) -> bool | None:
-        p_good = float(self.posterior().p_good[self.step])
-        if total > 0 and max(p_good, 1.0 - p_good) >= self.confidence:
-            return p_good >= self.confidence
-        return None
-
-
-@dataclass(frozen=True)
-class ChangepointTest:
-    """search_test changepoint: the change-point posterior decides (see the module docstring)."""
-
-    settings: ChangepointSettings
-    batch: int = 3  # rollouts a prefix probe of OmegaPRM's bisection asks at a time
-    max_rollouts: int = 32  # and at most, per prefix
-    source: LabelSource = "test"
-
-    def for_prefix(self, posterior: Callable[[], Posterior], step: int) -> PosteriorTest:
-        return PosteriorTest(posterior, step, self.settings.confidence, self.batch, self.max_rollouts)
-
-    def describe(self) -> str:
-        s = self.settings
-        return (
-            f"a change-point posterior with per-step hazards and per-solution luck (labels at confidence "
-            f"{s.confidence}; at most {s.max_rollouts} rollouts a solution; priors pooled per shard)"
-        )
-
-    def card_text(self) -> str:
-        s = self.settings
-        return (
-            "First-error search under a change-point model of how the policy writes: every step has a hazard (the "
-            "chance the policy gets it wrong), which sets both where the sampled solution's first error is likely "
-            "and how often a clean prefix's rollouts finish without one (no curve shape assumed: hard steps and "
-            "uneven difficulty fit), a prefix holding the error reaches the answer at the solution's own luck rate "
-            "(a shard-wide prior, up to 0.94), and rollouts of one prefix may share their fortune (beta-binomial "
-            "counts, their spread chosen per shard). Every step gets its posterior probability of being "
-            "still correct (p_good); the search probes the prefix whose rollouts most reduce the label "
-            f"uncertainty and labels a step at confidence {s.confidence}, within {s.max_rollouts} rollouts a "
-            "solution. Steps it cannot decide stay unlabeled with the reason; a solution whose rollouts contradict "
-            "the model is left unlabeled (`undecided_misfit`); ungradable rollouts are not evidence."
-        )
-
-
-SearchTest = FixedTest | SequentialTest | ChangepointTest
-
-
 def _bisection_text(test: FixedTest | SequentialTest) -> str:
     return (
         "Binary search for the first error (OmegaPRM's bisection): prefixes of a sampled solution are "
@@ -204,25 +137,9 @@ def _bisection_text(test: FixedTest | SequentialTest) -> str:
     )
 
 
-def make_test(config: BinaryConfig | OmegaConfig) -> SearchTest:
-    """The test `config.search_test` names, with the config's knobs: the one place that reads it."""
-    if config.search_test == "fixed":
-        return FixedTest(config.k)
-    if config.search_test == "sprt":
-        return SequentialTest.of(
-            config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
-        )
-    if config.search_test == "changepoint":
-        settings = (
-            ChangepointSettings.of(config)
-            if isinstance(config, BinaryConfig)
-            else ChangepointSettings(confidence=config.confidence)
-        )
-        return ChangepointTest(settings, batch=max(config.probe_batch, 3), max_rollouts=config.probe_max_rollouts)
-    raise ValueError(f"unknown search_test {config.search_test!r}")
-
-
 UNGRADABLE_GIVE_UP = 16  # ungradable rollouts of one prefix (and twice its graded ones) end its test
+
+
 Measure = Callable[[int], Generator[list[Probe], list[ProbeResult], ProbeResult | None]]
 
 
@@ -250,3 +167,95 @@ def decide(
         if have.total < total + want - graded:  # cut by the budget: no more rollouts will come
             verdict = test.verdict(have.correct, have.graded, final=True)
             return None if verdict is None else (verdict, have)
+
+
+BisectionTest = SequentialTest | FixedTest
+
+
+def decide_step(
+    steps: list[str], step: int, test: BisectionTest, ann: Annotation
+) -> Generator[list[Probe], list[ProbeResult], bool]:
+    """Sample the prefix ending at `step` until `test` reaches a verdict; record what was measured."""
+
+    def measure(want: int) -> Generator[list[Probe], list[ProbeResult], ProbeResult]:
+        (result,) = yield [Probe.of_steps(steps, step, want)]
+        ann.record(result)
+        return result
+
+    # Always asked afresh: an earlier estimate of the same prefix (the scheduler's) may hold more.
+    decision = yield from decide(test, None, measure)
+    if decision is None:  # no budget here: only a prefix whose rollouts are mostly ungradable ends so
+        return ann.mc_correct[step] > 0 if step >= 0 else True
+    return decision[0]
+
+
+def bisect(
+    steps: list[str], lo: int, hi: int, test: BisectionTest, ann: Annotation, decisions: dict[int, bool]
+) -> Generator[list[Probe], list[ProbeResult], tuple[int, int]]:
+    """Narrow (lo good, hi bad) to adjacent indices; lo = −1 is the question alone (good)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        good = yield from decide_step(steps, mid, test, ann)
+        decisions[mid] = good
+        lo, hi = (mid, hi) if good else (lo, mid)
+    return lo, hi
+
+
+def bisection_search(
+    steps: list[str],
+    final_status: VerdictStatus,
+    test: BisectionTest,
+    *,
+    recheck: bool,
+    verify_k: int | None = None,
+) -> Annotator[Annotation]:
+    """The first-error bisection for one solution, each prefix decided by `test`.
+
+    verify_k: a correct solution is checked by per-step MC with this many rollouts instead of
+    trusted. The row's method name is the labeler's to stamp (labeler._record), not the search's."""
+    n = len(steps)
+    if final_status == "correct":
+        if verify_k is not None:
+            return (yield from per_step_mc(steps, final_status, verify_k))
+        ann = Annotation.empty("binary", n)
+        for i in range(n - 1):
+            ann.decide(i, True, "inferred")
+        ann.record_verdict(n - 1, final_status)
+        return ann
+
+    ann = Annotation.empty("binary", n)
+    # An incorrect solution's last prefix is known bad. With an ungradable answer nothing is known:
+    # a virtual bad index past the end lets the search conclude "no error found".
+    end = n - 1 if final_status == "incorrect" else n
+    decisions: dict[int, bool] = {}
+    lo, hi = yield from bisect(steps, -1, end, test, ann, decisions)
+    if recheck:
+        strict = test.stricter()
+        for _ in range(3):
+            if lo >= 0 and not (yield from decide_step(steps, lo, strict, ann)):
+                decisions[lo] = False
+                lo, hi = yield from bisect(steps, -1, lo, test, ann, decisions)
+            elif hi < end and (yield from decide_step(steps, hi, strict, ann)):
+                decisions[hi] = True
+                lo, hi = yield from bisect(steps, hi, end, test, ann, decisions)
+            else:
+                break
+
+    probed = test.source
+    for i in range(n):
+        if i < hi:
+            ann.decide(i, True, probed if i in decisions else "inferred")
+        elif i == hi:
+            if i == n - 1 and final_status == "incorrect":
+                ann.record_verdict(i, final_status)
+                ann.label_source[i] = "verdict"
+            else:
+                ann.decide(i, False, probed)
+        else:
+            ann.label_source[i] = "none"  # after the first error: unlabeled (counts kept)
+    if probed == "mc":
+        ann.decided.clear()  # fixed test: the hard rule on the counts gives the same labels
+        for i in range(min(hi, n)):
+            if i not in decisions:
+                ann.decide(i, True, "inferred")
+    return ann

@@ -1,0 +1,427 @@
+"""The change-point posterior of one solution: where its first error is, from its rollouts (model.py).
+
+Everything is summed exactly: one forward pass over the prefixes with the clean-finish level on a grid
+as the state; the levels after the error do not touch the evidence, so their part is a table; a run of
+unprobed prefixes is crossed in one product of precomputed kernel powers. `p_good[i]` is the posterior
+probability that the prefix ending on step i is still correct. The posterior predictive check
+(`Posterior.misfit`) reads each count's evidence from forward states and one backward pass
+(`_row_log_evidence`). The passes over the states at each probed prefix are compiled (kernels.py); the
+level products between them are numpy's BLAS. Scoring probes is gains.py's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import weakref
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from prm_synth.annotate.changepoint import kernels as _loops
+from prm_synth.annotate.changepoint.model import (
+    _CLEAN_T,
+    _CLEAN_T_T,
+    _LOG_1Q,
+    _LOG_Q,
+    _LOG_SCALE,
+    _NO_SCALE,
+    _POWERS,
+    C_GRID,
+    MAX_STEPS,
+    P_GRID,
+    Q_GRID,
+    RECENT_STEPS,
+    Evidence,
+    Priors,
+    _clean_weights,
+    _CountTables,
+    _log_combs,
+    _reach,
+    _reach_flat,
+    _recent_tables,
+    _sigma,
+)
+
+ForwardState = tuple[np.ndarray, np.ndarray]  # (msg [d, q, level], log scale [d, q]) before prefix j
+
+
+def _advance(msg: np.ndarray, log_acc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The forward state m unprobed steps on (msg [b, d, q, level]), renormalised."""
+    while m > 0:
+        k = min(m, MAX_STEPS)
+        msg = np.matmul(msg, _POWERS[k])
+        log_acc = log_acc.copy()
+        _loops.normalise(msg, log_acc, _LOG_SCALE[k])
+        m -= k
+    return msg, log_acc
+
+
+@dataclass
+class ForwardCache:
+    """The base evidence's forward pass, kept where it was materialised (each probed prefix and each
+    run of unprobed ones): the state before any prefix is one product away (`at`)."""
+
+    marks: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def at(self, j: int) -> ForwardState:
+        # the latest mark at or before j (marks come in the order of their prefixes; of two at one
+        # prefix, the first)
+        positions = [m[0] for m in self.marks]
+        i = bisect.bisect_right(positions, j) - 1
+        i = bisect.bisect_left(positions, positions[i], 0, i)
+        pos, msg, log_acc = self.marks[i]
+        if pos == j:
+            return msg, log_acc
+        msg, log_acc = _advance(msg[None], log_acc[None], j - pos)
+        return msg[0], log_acc[0]
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """A batch of evidence's likelihood terms: what the forward pass multiplies in."""
+
+    cols: np.ndarray  # the prefixes probed in any row (an unprobed prefix scores 0)
+    clean: np.ndarray  # [b, col, q, level]: log-likelihood of the column's counts, prefix clean
+    bad: np.ndarray  # [b, j, q]: log-likelihood of prefix j's counts, prefix holding the error
+    # [b, j, q]: log P(rollouts of prefixes j..n-1, verdict | prefix j is the first holding the error)
+    bad_after: np.ndarray
+    v_clean: float  # log P(verdict | the solution is clean)
+
+    @classmethod
+    def of(cls, correct: np.ndarray, graded: np.ndarray, verdict: str, k: float, recent: float = 0.0) -> _Terms:
+        batch, n = correct.shape
+        tables = _CountTables.of(k)
+        cols = np.flatnonzero(graded.any(axis=0))
+        c, f = correct[:, cols], graded[:, cols] - correct[:, cols]
+        clean = tables.loglik(True, c, f).reshape(batch, len(cols), len(Q_GRID), len(C_GRID))
+        bad = np.zeros((batch, n, len(Q_GRID)))
+        bad[:, cols] = tables.loglik(False, c, f)
+        if verdict == "correct":
+            v_clean, v_bad = 0.0, _LOG_Q
+        elif verdict == "incorrect":
+            v_clean, v_bad = -np.inf, _LOG_1Q
+        else:
+            v_clean, v_bad = 0.0, np.zeros(len(Q_GRID))
+        after = np.concatenate([bad[:, ::-1].cumsum(axis=1)[:, ::-1], np.zeros((batch, 1, len(Q_GRID)))], axis=1)
+        if recent > 0:  # the first RECENT_STEPS prefixes of the bad stretch at their raised rates
+            for m in range(RECENT_STEPS):
+                at = cols[cols >= m]
+                raised = _recent_tables(k, recent)[m].loglik(correct[:, at], graded[:, at] - correct[:, at])
+                after[:, at - m] += raised - bad[:, at]
+        return cls(cols, clean, bad, after + v_bad, v_clean)
+
+
+def _log_joint(
+    correct: np.ndarray,
+    graded: np.ndarray,
+    verdict: str,
+    priors: Priors,
+    cache: ForwardCache | None = None,
+    terms: _Terms | None = None,
+) -> np.ndarray:
+    """[b, e, d, q]: log P(first error e, class d, luck q, data) for a batch of evidence of one
+    solution (rows of `correct` and `graded` are alternative measurements of the same n prefixes).
+
+    The forward pass goes from probed prefix to probed prefix: a run of unprobed ones between is
+    crossed in one product (`_POWERS`), its rows of e scored together (`_reach`), so the work is a
+    few array operations per probed prefix plus O(n) in one vectorised pass. `cache`: keeps this
+    pass's states (batch of one) for passes that start from them (`_row_log_masses`)."""
+    batch, n = correct.shape
+    terms = terms or _Terms.of(correct, graded, verdict, priors.k)
+    column = {int(k): i for i, k in enumerate(terms.cols)}
+    bad_after = terms.bad_after
+    # forward over the clean stretch: msg[b, d, q, level] = P(data of prefixes < j, prefix j clean at level)
+    msg = np.ones((batch, len(P_GRID), len(Q_GRID), len(C_GRID)))
+    log_acc = np.zeros((batch, len(P_GRID), len(Q_GRID)))
+    log_e = np.empty((batch, n + 1, len(P_GRID), len(Q_GRID)))
+    j = 0
+    with np.errstate(divide="ignore"):
+        for p in [*column, n]:
+            if cache is not None:
+                cache.marks.append((j, msg[0], log_acc[0]))
+            while j < p:  # unprobed prefixes j..p-1, at most MAX_STEPS at a time
+                m = min(p - j, MAX_STEPS)
+                reach = _reach(n - j - 1)[:m]  # [i, d, level at j]: prefix j + i is the last clean one
+                # switch[b, i, d, q] = sum over level of msg[b, d, q, level] reach[i, d, level] (BLAS)
+                switch = np.matmul(msg.transpose(1, 0, 2, 3), reach.transpose(1, 2, 0)[:, None])  # [d, b, q, i]
+                _loops.run_errors(switch, log_acc, _LOG_SCALE[:m], bad_after, j, log_e)
+                msg, log_acc = _advance(msg, log_acc, m)
+                j += m
+            if p == n:
+                break
+            if cache is not None:
+                cache.marks.append((p, msg[0], log_acc[0]))
+            # the prefix's likelihood and its switch to the bad stretch (one compiled pass), one step on
+            lik = terms.clean[:, column[p]]  # [b, q, level]
+            absorbed, absorbed_acc = np.empty_like(msg), np.empty_like(log_acc)
+            _loops.clean_prefix(msg, log_acc, lik, _sigma(n - p - 1), bad_after, p, log_e, absorbed, absorbed_acc)
+            msg, log_acc = np.matmul(absorbed, _CLEAN_T), absorbed_acc
+            _loops.normalise(msg, log_acc, _NO_SCALE)
+            j = p + 1
+        log_e[:, n] = log_acc + np.log(msg[..., 0]) + terms.v_clean
+    return log_e + priors.log_prior()[None, None]
+
+
+def _mixed_log_joint(
+    correct: np.ndarray, graded: np.ndarray, verdict: str, priors: Priors, plain: np.ndarray | None = None
+) -> np.ndarray:
+    """`_log_joint` with every error read both ways: without a fresh error's extra luck, and with it
+    (weight `priors.recent_share`). `plain`: the first reading's joint where it is known already; each
+    reading is computed only where its weight is not 0."""
+    share = priors.recent_share if priors.recent > 0 else 0.0
+    if plain is None and share < 1.0:
+        plain = _log_joint(correct, graded, verdict, priors)
+    if share <= 0.0:
+        assert plain is not None
+        return plain
+    raised = _log_joint(
+        correct, graded, verdict, priors, terms=_Terms.of(correct, graded, verdict, priors.k, priors.recent)
+    )
+    if share >= 1.0:
+        return raised
+    with np.errstate(divide="ignore"):
+        return np.logaddexp(plain + math.log1p(-share), raised + math.log(share))
+
+
+def cautious(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per step, the less sure of two p_good readings: the lower where both lean good, the higher
+    where both lean bad, 0.5 where they disagree (non-increasing where both are)."""
+    low, high = np.minimum(a, b), np.maximum(a, b)
+    return np.where(low >= 0.5, low, np.where(high <= 0.5, high, 0.5))
+
+
+def _evidence_and_p_good(log_joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per batch row: the log evidence and p_good (P(prefix after step i is clean), i = 0..n-1)."""
+    top = log_joint.max(axis=(1, 2, 3))
+    w = np.exp(log_joint - top[:, None, None, None])
+    total = w.sum(axis=(1, 2, 3))
+    p_error = w.sum(axis=(2, 3)) / total[:, None]
+    return top + np.log(total), np.clip(1.0 - np.cumsum(p_error, axis=1)[:, :-1], 0.0, 1.0)
+
+
+def _masses_to_p_good(log_mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The same from rows of log P(first error e, data) [b, e] (class and luck summed out)."""
+    top = log_mass.max(axis=1)
+    w = np.exp(log_mass - top[:, None])
+    total = w.sum(axis=1)
+    p_error = w / total[:, None]
+    return top + np.log(total), np.clip(1.0 - np.cumsum(p_error, axis=1)[:, :-1], 0.0, 1.0)
+
+
+_HELD_STATES = 64
+
+
+_holding: deque[weakref.ref[Posterior]] = deque()
+
+
+def _hold_states(post: Posterior) -> None:
+    """Keep the forward states of the last `_HELD_STATES` posteriors only: a state is 20 kB a probed
+    prefix, and a shard's relabeling builds a posterior for every solution before it reads any."""
+    _holding.append(weakref.ref(post))
+    while len(_holding) > _HELD_STATES:
+        old = _holding.popleft()()
+        if old is not None:
+            old._cache = None
+
+
+class Posterior:
+    """The posterior over (first error e, luck q, difficulty class) of one solution, the curve summed out."""
+
+    def __init__(self, ev: Evidence, priors: Priors) -> None:
+        self.evidence = ev
+        self.priors = priors
+        self.terms = _Terms.of(ev.correct[None], ev.graded[None], ev.verdict, priors.k)  # the plain reading's
+        self._cache: ForwardCache | None = ForwardCache()  # the pass's states (`cache`)
+        self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
+        self._least_tail: float | None = None  # the model check's min p_j (`misfit`)
+        self._plain: Posterior | None = None  # the plain reading's posterior, where the priors mix two
+        self._under: dict[int, Posterior] = {}  # the same evidence under other priors (`under`), by token
+        if priors.mixed:
+            # its pass and forward states are the plain reading's posterior's; the mixture reuses its joint
+            self._plain = Posterior(ev, replace(priors, recent_share=0.0))
+            self._cache = None
+            with np.errstate(divide="ignore"):
+                plain = np.log(self._plain.by_class)[None] + self._plain.log_evidence
+            joint = _mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, plain)
+        else:
+            joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache, self.terms)
+        _hold_states(self)
+        log_evidence, p_good = _evidence_and_p_good(joint)
+        self.log_evidence = float(log_evidence[0])
+        self.p_good = p_good[0]
+        self.belief = self.p_good  # what the row says of each step (p_good is what labels need)
+        if self._plain is not None:
+            # A fresh error's extra luck and a hard step look alike on a few rollouts (both raise the
+            # prefix before a fall): where the shard reads errors both ways, the labels (and the
+            # search) go by the less sure of the two readings' p_good, so a label holds under either
+            # (`cautious`); the row keeps the mixed reading's, a probability.
+            self.p_good = cautious(self._plain.p_good, self.p_good)
+        self.by_class = np.exp(joint[0] - self.log_evidence)  # [e, d, q]
+        self.joint = self.by_class.sum(axis=1)  # [e, q]
+        self.p_error = self.joint.sum(axis=1)
+
+    @property
+    def cache(self) -> ForwardCache:
+        """The forward pass's states, where passes for changed evidence start (`probe_gains`, the model
+        check). Only the most recent posteriors keep theirs (`_hold_states`); an older one runs its
+        pass again when asked."""
+        cache = self._cache
+        if cache is None:
+            cache = ForwardCache()
+            ev = self.evidence
+            _log_joint(ev.correct[None], ev.graded[None], ev.verdict, self.priors, cache, self.terms)
+            self._cache = cache
+        return cache
+
+    def under(self, priors: Priors) -> Posterior:
+        """This posterior's evidence under `priors` (itself where they are its own), built once: the
+        search scores probes under other priors than it labels under (`probe_value_priors`)."""
+        if priors is self.priors:
+            return self
+        other = self._under.get(priors.token)  # tokens are never reused (`Priors.token`)
+        if other is None:
+            other = self._under[priors.token] = Posterior(self.evidence, priors)
+        return other
+
+    @property
+    def q_marginal(self) -> np.ndarray:
+        return self.joint.sum(axis=0)
+
+    def p_marginal(self) -> np.ndarray:
+        """Posterior weights of the difficulty classes (for pooling the prior)."""
+        return self.by_class.sum(axis=(0, 2))
+
+    def uncertainty(self) -> float:
+        """Bits of uncertainty about where the first error is (`first_error_entropy`)."""
+        return float(first_error_entropy(self.p_good[None])[0])
+
+    def misfit(self, level: float) -> bool:
+        """Posterior predictive check, leave one out: each probed prefix's count against what the
+        model predicts for it from everything else. A count at least as unlikely as the observed one
+        has predictive probability p_j; the model fails this solution when min p_j < level / probes
+        (Bonferroni), e.g. a prefix after the error that reaches the answer far more often than luck
+        allows, or a clean stretch that falls and rises again. The labels and the shard's
+        process-error measurement ask the same posterior more than once: min p_j is kept."""
+        probed = int(np.count_nonzero(self.evidence.graded > 0))
+        if probed < 3:
+            return False
+        if self._plain is not None:
+            # the check's fast sums read a prefix the same for every error before it; a fresh error's
+            # extra luck does not, so the check is the plain reading's (a solution it fails stays so)
+            return self._plain.misfit(level)
+        if self._least_tail is None:
+            self._least_tail = self._tails().min()
+        return bool(self._least_tail < level / probed)
+
+    def _tails(self) -> np.ndarray:
+        """[probed prefix]: p_j, the predictive probability of a count at least as unlikely as its own."""
+        ev = self.evidence
+        probed = np.flatnonzero(ev.graded > 0)
+        # every count each probed prefix could have had (its other prefixes as they are), in one pass
+        sizes = ev.graded[probed]
+        js = np.repeat(probed, sizes + 1)
+        counts = np.concatenate([np.arange(g + 1) for g in sizes])
+        log_ev = _row_log_evidence(self, js, counts, ev.graded[js])
+        tails = np.empty(len(probed))
+        at = 0
+        for i, (j, g) in enumerate(zip(probed, sizes, strict=True)):
+            g, c = int(g), int(ev.correct[j])
+            log_pmf = _log_combs(g) + log_ev[at : at + g + 1]
+            at += g + 1
+            pmf = np.exp(log_pmf - log_pmf.max())
+            pmf /= pmf.sum()
+            tails[i] = pmf[pmf <= pmf[c] * (1 + 1e-9)].sum()
+        return tails
+
+
+def first_error_entropy(p_good: np.ndarray) -> np.ndarray:
+    """[row]: bits of uncertainty about where the first error is, from rows of p_good: the entropy of
+    P(first error at step e), e = 0..n-1, or none (P(e) = p_good[e - 1] - p_good[e]).
+
+    This is what a probe should reduce: the labels are read from where the first error is, and the
+    steps after it never get one. The sum of the steps' own label entropies, the former objective,
+    also counted the steps after the error, whose p_good mostly tracks the luck rate: the search
+    spent a third of its rollouts on the last prefix measuring luck, and stopped early where the
+    steps it could still pin mattered less in that sum than the steps after them."""
+    edge = np.ones((len(p_good), 1))
+    p = -np.diff(np.concatenate([edge, p_good, 0.0 * edge], axis=1), axis=1)
+    p = np.clip(p, 1e-300, 1.0)
+    return -(p * np.log2(p)).sum(axis=1)
+
+
+Scaled = tuple[np.ndarray, np.ndarray]  # (vec [d, q, level] with maximum 1 over level, log scale [d, q])
+
+
+def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
+    """beta_j for each prefix j in `at`: the weight of everything from prefix j on (its switch to the
+    bad stretch, the prefixes after it, the verdict) given prefix j clean at each level, its own
+    likelihood left out; with the forward state before j it gives the evidence of any count at j
+    (`_row_log_evidence`). One backward pass over the probed prefixes and `at`, runs crossed whole."""
+    ev, terms = post.evidence, post.terms
+    n = ev.n
+    d_, q_, l_ = len(P_GRID), len(Q_GRID), len(C_GRID)
+    base_clean = {int(k): terms.clean[0, i] for i, k in enumerate(terms.cols)}
+    bad_after = terms.bad_after[0]
+    positions = sorted({int(k) for k in terms.cols if k >= min(at)} | at)
+    end_vec = np.zeros((d_, q_, l_))
+    end_vec[..., 0] = 1.0
+    gamma: Scaled = (end_vec, np.full((d_, q_), terms.v_clean))  # before prefix n: the verdict if clean
+    gamma_scale = gamma[1]
+    out: dict[int, Scaled] = {}
+    end = n
+    with np.errstate(divide="ignore", under="ignore"):
+        for p in reversed(positions):
+            t = end
+            while t > p + 1:  # the unprobed run p+1..end-1, crossed back MAX_STEPS at a time
+                start = max(p + 1, t - MAX_STEPS)
+                m = t - start
+                table, table_scale = _reach_flat(n - start - 1)
+                top = table_scale[:m].max()
+                run = (np.exp(table_scale[:m] - top) @ table[:m]).reshape(d_, l_)
+                stay = np.matmul(gamma[0], _POWERS[m].transpose(0, 2, 1))
+                gamma = _scaled_empty()
+                _loops.plus_shared(run, top, bad_after[end], stay, gamma_scale, _LOG_SCALE[m], *gamma)
+                gamma_scale = gamma[1]
+                t = start
+            step = np.matmul(gamma[0], _CLEAN_T_T)
+            beta = _scaled_empty()
+            _loops.plus_shared(_sigma(n - p - 1), 0.0, bad_after[p + 1], step, gamma_scale, _NO_SCALE, *beta)
+            if p in at:
+                out[p] = beta
+            lik = base_clean.get(p)
+            if lik is not None:
+                absorbed = _scaled_empty()
+                _loops.times_lik(beta[0], beta[1], lik, *absorbed)
+                beta = absorbed
+            gamma, gamma_scale, end = beta, beta[1], p
+    return out
+
+
+def _scaled_empty() -> Scaled:
+    return np.empty((len(P_GRID), len(Q_GRID), len(C_GRID))), np.empty((len(P_GRID), len(Q_GRID)))
+
+
+def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
+    """[row]: log P(data) for the posterior's evidence with prefix js[r]'s counts replaced by
+    (correct[r], graded[r]): what `_row_log_masses` sums to, from the forward state before j and the
+    backward weight after it (`_backward`), a few array operations per row."""
+    priors, terms = post.priors, post.terms
+    tables = _CountTables.of(priors.k)
+    prior = priors.log_prior()
+    with np.errstate(divide="ignore", under="ignore"):
+        # e < j: the posterior's own rows, prefix j's bad-stretch likelihood swapped
+        delta = tables.loglik(False, correct, graded - correct) - terms.bad[0, js]  # [row, q]
+        top = delta.max(axis=1)
+        below = np.concatenate([np.zeros((1, len(Q_GRID))), np.cumsum(post.joint, axis=0)])  # [j, q]: e < j
+        before = np.log(np.einsum("rq,rq->r", np.exp(delta - top[:, None]), below[js])) + top + post.log_evidence
+        # e >= j: forward state before j, the row's own likelihood at j, backward weight after it
+        weight, lik_top = _clean_weights(priors.k, correct, graded, js)  # [row, q, level], [row, q]
+        betas = _backward(post, {int(j) for j in js})
+        after = np.empty(len(js))
+        for j in np.unique(js):
+            msg, acc = post.cache.at(int(j))
+            beta, beta_scale = betas[int(j)]
+            _loops.evidence_rows(msg * beta, acc + prior + beta_scale, weight, lik_top, np.flatnonzero(js == j), after)
+    return np.logaddexp(before, after)
