@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from prm_synth import arithmetic
 from prm_synth.annotate.changepoint import (
     DEFAULT_PRIORS,
-    UNDECIDED_MISFIT,
     ChangepointSettings,
     Evidence,
     FirstPhasePool,
@@ -176,20 +175,6 @@ def test_the_search_finds_a_clear_error_and_never_counts_unknown_as_failure():
     assert all(ann.decided.get(i) is True for i in range(7) if i in ann.decided)
     assert sum(ann.mc_unknown) > 0
     assert all(t + u > 0 for t, u in zip(ann.mc_total, ann.mc_unknown, strict=True) if t)
-
-
-def test_a_solution_that_contradicts_the_model_is_left_unlabeled():
-    # after a clear drop to 0, a prefix reaches the answer every time: no luck rate explains both
-    ev = Evidence.empty(10, "incorrect")
-    for j, (c, g) in {0: (8, 8), 3: (0, 12), 4: (0, 12), 6: (12, 12), 8: (0, 12)}.items():
-        ev.correct[j], ev.graded[j] = c, g
-    assert Posterior(ev, Priors()).misfit(0.01)
-    from prm_synth.annotate.annotation import Annotation
-    from prm_synth.annotate.changepoint import label
-
-    ann = Annotation.empty("binary", 10)
-    label(ann, Posterior(ev, Priors()), ChangepointSettings(), "decided", "incorrect")
-    assert set(ann.unlabeled_reason) == {UNDECIDED_MISFIT} and not ann.decided
 
 
 def test_pooled_priors_depend_on_the_set_of_evidence_not_its_order():

@@ -5,8 +5,7 @@ after a good label (`first_bad_step`: the pair pins the first error), and a meas
 prefix (`unmeasured_bad`: a label from the prior alone is wrong at any length). A lone bad label must
 also hold under a luck prior without the shard's second modes (`lone_bad_stands_from`). A good label
 past a tested right answer's test that only its verdict backs needs `bad_confidence` too
-(`verdict_only_steps`). A solution whose data contradict the model (the posterior predictive check,
-`Posterior.misfit`) is left unlabeled (`undecided_misfit`; a right answer: `undecided_unlocated`). A
+(`verdict_only_steps`). A
 right answer's steps are trusted no further than the shard's measurement of hidden errors allows
 (right_answers.py). Tuning: docs/design/changepoint-tuning.md.
 """
@@ -30,8 +29,6 @@ from prm_synth.annotate.labels import (
     UNDECIDED_VERDICT,
     labels_from_posterior,
 )
-
-UNDECIDED_MISFIT = "undecided_misfit"  # the solution's evidence contradicts the model: no label is trusted
 
 
 def unmeasured_bad(ev: Evidence, first_bad: int) -> int | None:
@@ -64,12 +61,9 @@ def label(
     if cap is not None:
         p_good, belief = np.minimum(p_good, cap), np.minimum(belief, cap)
     slip = repaired_slip_of(post, settings) if final_status == "correct" else None
-    if post.misfit(settings.misfit_level):
-        # a correct answer whose rollouts contradict the model: most often a repaired slip, not located
-        reason = UNDECIDED_UNLOCATED if final_status == "correct" else UNDECIDED_MISFIT
-        lab_labels: list[bool | None] = [None] * n
-        reasons: list[str | None] = [reason] * n
-    elif slip is not None:
+    lab_labels: list[bool | None]
+    reasons: list[str | None]
+    if slip is not None:
         # the prefix of steps 0..slip-1 dipped: the error is there or before, and the steps from the
         # first that may hold it on are not labeled good
         lab = labels_from_posterior(
