@@ -43,11 +43,6 @@ def _off_lone_bad() -> None:
     _patch("lone_bad_stands_from", lambda post, labels, first_bad, *args, **kwargs: first_bad)
 
 
-def _off_verdict_only() -> None:
-    # a good label past a tested right answer's test needs `confidence` only
-    _patch("verdict_only_steps", lambda *args, **kwargs: range(0))
-
-
 def _off_probe_value() -> None:
     # probes are valued under the search's priors as they are, the shard's k included
     _patch("probe_value_priors", lambda priors, *args, **kwargs: priors)
@@ -72,17 +67,6 @@ def _off_right_answer_cap() -> None:
     _patch("right_answer_cap", lambda *args, **kwargs: None)
 
 
-def _off_dispersion_price() -> None:
-    # relabel's pooling picks the likeliest k with no price on overdispersion
-    from prm_synth.annotate.changepoint.pooling import pool_priors as pool
-
-    def pool_priors(evidence: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs["dispersion_price"] = False
-        return pool(evidence, *args, **kwargs)
-
-    _patch("pool_priors", pool_priors)
-
-
 def _off_open_interval() -> None:
     # no probing inside the open interval between the last good and the first bad label
     _patch("open_interval", lambda *args, **kwargs: range(0))
@@ -92,12 +76,10 @@ def _off_open_interval() -> None:
 RULES: dict[str, Callable[[], None]] = {
     "rule_unbacked_bad": _off_unbacked_bad,
     "rule_lone_bad": _off_lone_bad,
-    "rule_verdict_only": _off_verdict_only,
     "rule_probe_value_priors": _off_probe_value,
     "rule_repaired_slip": _off_repaired_slip,
     "rule_found_error_spread": _off_found_error_spread,
     "rule_right_answer_cap": _off_right_answer_cap,
-    "rule_dispersion_price": _off_dispersion_price,
     "rule_open_interval": _off_open_interval,
 }
 

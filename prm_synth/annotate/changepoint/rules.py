@@ -3,10 +3,8 @@
 A good label needs p_good >= `confidence`; a bad one P(bad) >= `bad_confidence`, or `confidence` right
 after a good label (`first_bad_step`: the pair pins the first error), and a measurement of its own
 prefix (`unmeasured_bad`: a label from the prior alone is wrong at any length). A lone bad label must
-also hold under a luck prior without the shard's second modes (`lone_bad_stands_from`). A good label
-past a tested right answer's test that only its verdict backs needs `bad_confidence` too
-(`verdict_only_steps`). A
-right answer's steps are trusted no further than the shard's measurement of hidden errors allows
+also hold under a luck prior without the shard's second modes (`lone_bad_stands_from`). A right
+answer's steps are trusted no further than the shard's measurement of hidden errors allows
 (right_answers.py). Tuning: docs/design/changepoint-tuning.md.
 """
 
@@ -79,13 +77,6 @@ def label(
         lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, settings.bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
     right_answer = final_status != "incorrect"
-    if right_answer and post.evidence.checked:
-        # past a tested solution's test a right answer may rest on its verdict alone, which says little
-        # where luck is high: such a good label needs `bad_confidence` too (an untested one's steps are
-        # capped by the shard's measured rate instead: `right_answer_cap`)
-        for i in verdict_only_steps(post.evidence):
-            if lab_labels[i] is True and p_good[i] < settings.bad_confidence:
-                lab_labels[i], reasons[i] = None, UNDECIDED_VERDICT
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
     if first_bad is not None:
         stands = lone_bad_stands_from(post, lab_labels, first_bad, settings.bad_confidence, right_answer, settings)
@@ -113,13 +104,6 @@ def label(
             ann.decide(i, lbl, "verdict")
         else:
             ann.decide(i, lbl, "test" if measured else "inferred")
-
-
-def verdict_only_steps(ev: Evidence) -> range:
-    """The steps no probed prefix covers (those from the last probed prefix's end on): only the
-    solution's own verdict speaks of them."""
-    probed = np.flatnonzero(ev.graded > 0)
-    return range(int(probed[-1]) if len(probed) else 0, ev.n)
 
 
 def lone_bad_stands_from(
