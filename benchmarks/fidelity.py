@@ -65,7 +65,21 @@ Last line, one JSON object for the default method:
 "knob_independent"}
 (with --methods, one more JSON line per extra method precedes it, in the same shape).
 
+Seeds: `--seeds dev` (0-17, the seeds every setting so far was chosen on), `--seeds heldout`
+(1000-1029, never used to choose a setting: report these), `--seeds A-B` or `--seeds N` (`--seed N`
+alone: one seed, as before). Over several seeds each world's figures are the mean and standard error
+over seeds, the reliability table and diagram pool the seeds, and the last line is
+{"method", "seeds", "worlds": {NAME: {FIGURE: {"mean", "se"}}}, "min_FIGURE" (the worst world's mean),
+"mean_FIGURE" and "mean_FIGURE_se" (the mean over worlds, its standard error over seeds),
+"world_seeds_under_0.95" (world-seeds with good or bad precision under 0.95), "world_seeds",
+"max_bin_gap", "knob_independent"} (the knob check runs once, on the first seed; `--knob-problems 0`
+skips it: null). `--per-seed PATH` writes every world-seed's figures as JSON (benchmarks/ablation.py
+pairs them). `--set NAME=VALUE` (repeatable) runs a changed labeler (benchmarks/labeler_settings.py
+names what can be set).
+
     python benchmarks/fidelity.py --worlds all [--problems 150] [--methods default mc8 sprt]
+    python benchmarks/fidelity.py --worlds all --seeds heldout
+    python benchmarks/fidelity.py --worlds all --seeds 1000-1003 --set bad_confidence=0.9
 
 `--worlds long`: thinking traces of 100, 300 and 1000 paragraph steps under a token budget, not part of
 `all` (benchmarks/long_worlds.py says what they are and what is reported).
@@ -84,9 +98,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 # One core: the posterior's array work is small, and BLAS threads would only contend.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+
+import labeler_settings  # noqa: E402  (benchmarks/, beside this file)
 
 from prm_synth import arithmetic  # noqa: E402
 from prm_synth.annotate.labeler import make_labeler  # noqa: E402
@@ -143,6 +160,16 @@ SHORT = {
     "rollouts_per_question": "ro/question",
 }
 MIN_BIN = 100  # steps a bin needs before its gap counts
+SEED_RANGES = {"dev": range(0, 18), "heldout": range(1000, 1030)}  # heldout: never used to choose a setting
+FIGURES = (
+    "good_precision",
+    "bad_precision",
+    "first_error_accuracy",
+    "coverage",
+    "rollouts_per_question",
+    "rollouts_per_located_error",
+    "ece_kept",
+)
 KNOBS = ({"max_in_flight": 64, "max_batch_requests": 256}, {"max_in_flight": 3, "max_batch_requests": 5})
 
 
@@ -193,6 +220,13 @@ class Score:
         for i, p in enumerate(row.p_good[: row_end + 1]):
             if p is not None:
                 self.kept.append((p, truth < 0 or i < truth))
+
+    def merged(self, other: Score) -> Score:
+        """The two scores' rows as one (seeds pooled for the reliability table)."""
+        out = Score()
+        for f in self.__dataclass_fields__:
+            setattr(out, f, getattr(self, f) + getattr(other, f))
+        return out
 
     def bins(self) -> list[tuple[int, float, float]]:
         """Per bin of p_good: (count, mean p_good, observed share still correct)."""
@@ -347,6 +381,94 @@ def summary(results: dict[str, dict[str, Score]], method: str) -> dict[str, Any]
     }
 
 
+def _pooled(runs: dict[int, dict[str, dict[str, Score]]], world: str, method: str) -> Score:
+    scores = [runs[seed][world][method] for seed in runs]
+    out = scores[0]
+    for s in scores[1:]:
+        out = out.merged(s)
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`dev`, `heldout`, `A-B` (both included) or `N` -> the seeds."""
+    if text in SEED_RANGES:
+        return list(SEED_RANGES[text])
+    lo, sep, hi = text.partition("-")
+    try:
+        seeds = list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected dev, heldout, A-B or N") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty range")
+    return seeds
+
+
+def mean_se(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and its standard error (None for no values; 0 for one)."""
+    if not values:
+        return None, None
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, 0.0
+    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return m, math.sqrt(var / len(values))
+
+
+def seed_summary(runs: dict[int, dict[str, dict[str, Score]]], method: str) -> dict[str, Any]:
+    """The figures of `method` over seeds: per world mean and standard error, the worst world's mean,
+    the mean over worlds with its standard error over seeds (`runs`: seed -> world -> method -> score)."""
+    seeds = list(runs)
+    worlds = list(runs[seeds[0]])
+    heads = {seed: {w: runs[seed][w][method].headline() for w in worlds} for seed in seeds}
+
+    def rnd(x: float | None) -> float | None:
+        return None if x is None else round(x, 4)
+
+    per_world: dict[str, dict[str, dict[str, float | None]]] = {}
+    for w in worlds:
+        per_world[w] = {}
+        for fig in FIGURES:
+            m, se = mean_se([v for seed in seeds if (v := heads[seed][w][fig]) is not None])
+            per_world[w][fig] = {"mean": rnd(m), "se": rnd(se)}
+    out: dict[str, Any] = {"method": method, "seeds": f"{seeds[0]}-{seeds[-1]}", "worlds": per_world}
+    for fig in FIGURES:
+        means = [x for w in worlds if (x := per_world[w][fig]["mean"]) is not None]
+        pick = max if fig.startswith("rollouts") or fig == "ece_kept" else min
+        out[f"{pick.__name__}_{fig}"] = pick(means) if means else None
+        per_seed = []
+        for seed in seeds:
+            values = [v for w in worlds if (v := heads[seed][w][fig]) is not None]
+            if values:
+                per_seed.append(sum(values) / len(values))
+        m, se = mean_se(per_seed)
+        out[f"mean_{fig}"], out[f"mean_{fig}_se"] = rnd(m), rnd(se)
+    out["world_seeds_under_0.95"] = sum(
+        1
+        for seed in seeds
+        for w in worlds
+        if any((heads[seed][w][f] or 1.0) < 0.95 for f in ("good_precision", "bad_precision"))
+    )
+    out["world_seeds"] = len(seeds) * len(worlds)
+    gaps = [g for seed in seeds for w in worlds if (g := heads[seed][w]["max_bin_gap"]) is not None]
+    out["max_bin_gap"] = max(gaps) if gaps else None
+    return out
+
+
+def print_seed_world(world: str, runs: dict[int, dict[str, dict[str, Score]]], methods: list[str]) -> None:
+    """One world's figures over seeds: mean +- standard error per method."""
+    seeds = list(runs)
+    print(
+        f"\n== {world}: {WORLDS[world][0]}, {WORLDS[world][1][0]}-{WORLDS[world][1][1]} steps, seeds {seeds[0]}-{seeds[-1]}"
+    )
+    print(f"{'method':<12}" + "".join(f"{SHORT.get(c, c)[:15]:>16}" for c in FIGURES))
+    for method in methods:
+        cells = []
+        for fig in FIGURES:
+            m, se = mean_se([v for s in seeds if (v := runs[s][world][method].headline()[fig]) is not None])
+            cells.append("-" if m is None else f"{m:.3f}+-{se:.3f}")
+        print(f"{method:<12}" + "".join(f"{c:>16}" for c in cells))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -361,7 +483,22 @@ def main() -> None:
         help="sampled solutions a problem (the default search shares its luck between them)",
     )
     parser.add_argument("--knob-problems", type=int, default=40, help="problems of the knob-independence check")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="one seed (--seeds: several)")
+    parser.add_argument(
+        "--seeds",
+        type=parse_seeds,
+        default=None,
+        help="dev (0-17: settings were chosen on these), heldout (1000-1029: report these), A-B or N",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change one labeler setting for the run (repeatable; names: benchmarks/labeler_settings.py)",
+    )
+    parser.add_argument("--per-seed", type=Path, default=None, help="write every world-seed's figures here (JSON)")
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
     from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
 
@@ -379,17 +516,40 @@ def main() -> None:
         if name not in METHODS:
             parser.error(f"unknown method {name!r}; choose from {list(METHODS)}")
 
-    results: dict[str, dict[str, Score]] = {}
-    for world in worlds:
-        results[world] = {m: score(world, m, args.problems, args.seed, args.samples) for m in methods}
-        print_world(world, results[world])
-        sys.stdout.flush()
+    try:
+        labeler_settings.apply(labeler_settings.parse(args.overrides))
+    except ValueError as e:
+        parser.error(str(e))
+    seeds = args.seeds or [args.seed]
+
+    runs: dict[int, dict[str, dict[str, Score]]] = {}
+    for seed in seeds:
+        runs[seed] = {}
+        for world in worlds:
+            runs[seed][world] = {m: score(world, m, args.problems, seed, args.samples) for m in methods}
+            if len(seeds) == 1:
+                print_world(world, runs[seed][world])
+                sys.stdout.flush()
+        if len(seeds) > 1:
+            print(f"seed {seed} done", flush=True)
+    if args.per_seed is not None:
+        args.per_seed.parent.mkdir(parents=True, exist_ok=True)
+        figures = {
+            str(seed): {w: {m: s.headline() for m, s in by.items()} for w, by in runs[seed].items()} for seed in seeds
+        }
+        args.per_seed.write_text(json.dumps({"overrides": args.overrides, "seeds": figures}))
+    results = runs[seeds[0]]
+    if len(seeds) > 1:
+        for world in worlds:
+            print_seed_world(world, runs, methods)
+        results = {w: {m: _pooled(runs, w, m) for m in methods} for w in worlds}
     diagram(args.png, results)
     print(f"\nreliability diagram: {args.png}; hardest worlds (coverage target 0.25): {', '.join(HARDEST)}")
+    summarize = summary if len(seeds) == 1 else (lambda _, m: seed_summary(runs, m))
     for method in methods[1:]:
-        print(json.dumps(summary(results, method)))
-    head = summary(results, "default")
-    head["knob_independent"] = knob_independent(args.knob_problems, args.seed)
+        print(json.dumps(summarize(results, method)))
+    head = summarize(results, "default")
+    head["knob_independent"] = knob_independent(args.knob_problems, seeds[0]) if args.knob_problems else None
     print(json.dumps(head))
     write_report("fidelity", head)
 

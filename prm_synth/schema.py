@@ -67,7 +67,7 @@ UnlabeledReason = Literal[
     "undecided_budget",  # the rollout budget ran out before the evidence was clear
     "undecided_uninformative",  # no probe was worth its rollouts
     "undecided_verdict",  # nothing to measure (e.g. ungradable, one step)
-    "undecided_misfit",  # the solution's rollouts contradict the search's model (changepoint)
+    "undecided_misfit",  # changepoint revisions before 2026-12-05.5: the rollouts contradicted its model
     # a correct final answer, and the evidence says an error may lie somewhere before it, not where: the
     # shard's correct-answer solutions hold process errors (measured), or this one's rollouts dip and rise
     "undecided_unlocated",

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from prm_synth.annotate.changepoint import (
     DEFAULT_PRIORS,
-    UNDECIDED_MISFIT,
     ChangepointSettings,
     Evidence,
     FirstPhasePool,
@@ -160,20 +159,6 @@ def test_the_search_finds_a_clear_error_and_never_counts_unknown_as_failure():
     assert all(t + u > 0 for t, u in zip(ann.mc_total, ann.mc_unknown, strict=True) if t)
 
 
-def test_a_solution_that_contradicts_the_model_is_left_unlabeled():
-    # after a clear drop to 0, a prefix reaches the answer every time: no luck rate explains both
-    ev = Evidence.empty(10, "incorrect")
-    for j, (c, g) in {0: (8, 8), 3: (0, 12), 4: (0, 12), 6: (12, 12), 8: (0, 12)}.items():
-        ev.correct[j], ev.graded[j] = c, g
-    assert Posterior(ev, Priors()).misfit(0.01)
-    from prm_synth.annotate.annotation import Annotation
-    from prm_synth.annotate.changepoint import label
-
-    ann = Annotation.empty("binary", 10)
-    label(ann, Posterior(ev, Priors()), ChangepointSettings(), "decided", "incorrect")
-    assert set(ann.unlabeled_reason) == {UNDECIDED_MISFIT} and not ann.decided
-
-
 def test_pooled_priors_depend_on_the_set_of_evidence_not_its_order():
     evs = []
     for k in range(6):
@@ -263,16 +248,6 @@ def _binomial_shard(seed: int) -> list[Evidence]:
     return out
 
 
-def test_overdispersion_must_pay_for_itself_where_the_rollouts_are_independent():
-    # a k below the largest wins only on a fit better by BIC's price of one parameter: without that,
-    # shards of independent rollouts took k 60 or 12 on a fit a nat or two ahead, and labeled less
-    from prm_synth.annotate.changepoint import K_CHOICES
-
-    shards = [_binomial_shard(seed) for seed in range(12)]
-    assert all(pool_priors(evs).k == max(K_CHOICES) for evs in shards)
-    assert any(pool_priors(evs, dispersion_price=False).k < max(K_CHOICES) for evs in shards)
-
-
 def test_the_second_phase_pools_the_shards_luck_and_classes_as_the_final_relabeling_does():
     # its k is chosen with the default at half the shard's weight (the thin first phases barely tell
     # the k apart); the luck and class weights are pooled under it as `relabel` pools them: at half
@@ -282,9 +257,9 @@ def test_the_second_phase_pools_the_shards_luck_and_classes_as_the_final_relabel
     for seed in range(4):
         evs = _binomial_shard(seed)  # luck 0.15
         second = second_phase_priors(evs, settings)
-        cautious = pool_priors(evs, strength=settings.k_choice_default_weight * len(evs), recents=(), dispersion_price=False)
+        cautious = pool_priors(evs, strength=settings.k_choice_default_weight * len(evs), recents=())
         assert second.k == cautious.k and second.recent_share == 0.0  # the search's priors read no fresh-error luck
-        sharp = pool_priors(evs, recents=(), dispersion_price=False)
+        sharp = pool_priors(evs, recents=())
         near = np.abs(Q_GRID - 0.15) <= 0.06
         assert second.q[near].sum() > cautious.q[near].sum()
         if sharp.k == second.k:
@@ -557,26 +532,6 @@ def test_a_tested_correct_solution_is_trusted_no_further_than_the_slips_its_test
     assert min(capped.p_good) < 0.9 and UNDECIDED_UNLOCATED in capped.unlabeled_reason
     assert all(a <= b + 1e-12 for a, b in zip(capped.p_good, trusted.p_good, strict=True))
     assert capped.label_source.count("none") > 0 and "none" not in trusted.label_source
-
-
-def test_a_right_answers_steps_only_its_verdict_covers_need_the_bad_labels_confidence():
-    # past the last probed prefix only the verdict speaks, and a right answer says little where luck is
-    # high: such good labels sat near the threshold and were wrong as often as it allows (fidelity
-    # `high_luck`)
-    q = np.where(np.isclose(Q_GRID, 0.3), 1.0, 1e-3)
-    priors = replace(Priors(), q=q / q.sum())
-    ev = Evidence.empty(12, "correct")
-    ev.checked = True
-    for j in range(1, 7):  # the test: prefixes 1..6 (steps 0..5) all reach the answer
-        ev.correct[j], ev.graded[j] = 4, 4
-    cfg = ChangepointSettings()
-    ann = _annotation_with(ev)
-    label_again(ann, Posterior(ev, priors), cfg, "decided", "correct")
-    labels = apply_rule(ann, "hard").labels
-    near = [i for i in range(12) if cfg.confidence <= ann.p_good[i] < cfg.bad_confidence]
-    assert near and min(near) >= 6  # only the verdict covers them
-    assert all(labels[i] is None and ann.unlabeled_reason[i] == "undecided_verdict" for i in near)
-    assert all(labels[i] is True for i in range(12) if i not in near)
 
 
 # ------------------------------------------------------------------ long solutions

@@ -57,8 +57,7 @@ def test_the_fresh_error_reading_raises_the_rate_of_the_first_bad_prefixes_only(
 @given(evidence(), st.sampled_from(RECENT_CHOICES), st.floats(0.05, 0.95))
 def test_a_label_read_both_ways_holds_under_the_plain_reading(ev, r, share):
     """Under a shard's mixed reading a step leans good (or bad) only as far as the plain reading lets
-    it; p_good still falls along the solution. The model check is the plain reading's, and the
-    search never scores probes under a mixed reading."""
+    it; p_good still falls along the solution. The search never scores probes under a mixed reading."""
     mixed_priors = Priors(recent=r, recent_share=share)
     mixed, plain = Posterior(ev, mixed_priors), Posterior(ev, Priors())
     good, bad = mixed.p_good > 0.5, mixed.p_good < 0.5
@@ -69,7 +68,6 @@ def test_a_label_read_both_ways_holds_under_the_plain_reading(ev, r, share):
     assert (np.diff(mixed.belief) <= 1e-12).all()
     assert (mixed.belief[good] >= mixed.p_good[good] - 1e-12).all()
     assert (mixed.belief[bad] <= mixed.p_good[bad] + 1e-12).all()
-    assert mixed.misfit(0.01) == plain.misfit(0.01)
     with pytest.raises(ValueError, match="extra luck"):
         probe_gains(mixed, mixed_priors, [0], 4)
 

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 from typing import get_args
 
-from prm_synth.annotate import changepoint, labels
+from prm_synth.annotate import labels
 from prm_synth.schema import REJECT_REASONS, UnlabeledReason
 
 ROOT = Path(__file__).resolve().parents[1] / "prm_synth"
@@ -45,7 +45,7 @@ def test_the_searches_unlabeled_reasons_are_the_schemas():
     names += [
         labels.UNDECIDED_VERDICT,
         labels.UNDECIDED_UNLOCATED,
-        changepoint.UNDECIDED_MISFIT,
+        "undecided_misfit",  # rows of labeler revisions before 2026-12-05.5 (the model check, removed)
         labels.TOKEN_BUDGET,
     ]  # the verdict's, the change-point search's own, and the scheduler's token budget
     assert set(names) == set(get_args(UnlabeledReason))

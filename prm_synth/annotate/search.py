@@ -215,8 +215,7 @@ class ChangepointSearch:
             "counts, their spread chosen per shard). Every step gets its posterior probability of being "
             "still correct (p_good); the search probes the prefix whose rollouts most reduce the label "
             f"uncertainty and labels a step at confidence {s.confidence}, within {s.most_rollouts()} rollouts a "
-            "solution. Steps it cannot decide stay unlabeled with the reason; a solution whose rollouts contradict "
-            "the model is left unlabeled (`undecided_misfit`); ungradable rollouts are not evidence."
+            "solution. Steps it cannot decide stay unlabeled with the reason; ungradable rollouts are not evidence."
         )
 
 

@@ -13,7 +13,7 @@ Read in the order things happen:
 |---|---|
 | settings.py | every tunable, one frozen `ChangepointSettings` (tuning: docs/design/changepoint-tuning.md) |
 | model.py | the model's grids and tables, `Priors`, `Evidence` |
-| posterior.py | `Posterior`: p_good of every step, the model check (`misfit`) |
+| posterior.py | `Posterior`: p_good of every step |
 | kernels.py | the compiled loops of the posterior's sweeps |
 | gains.py | `probe_gains`: what a probe is worth |
 | memo.py | the search's decisions, remembered |
@@ -30,14 +30,13 @@ from prm_synth.annotate.changepoint.model import DEFAULT_PRIORS, K_CHOICES, Evid
 from prm_synth.annotate.changepoint.pooling import FirstPhasePool, pool_priors, second_phase_priors
 from prm_synth.annotate.changepoint.posterior import Posterior
 from prm_synth.annotate.changepoint.relabel import relabel
-from prm_synth.annotate.changepoint.rules import UNDECIDED_MISFIT, label
+from prm_synth.annotate.changepoint.rules import label
 from prm_synth.annotate.changepoint.search import changepoint_search
 from prm_synth.annotate.changepoint.settings import ChangepointSettings
 
 __all__ = [
     "DEFAULT_PRIORS",
     "K_CHOICES",
-    "UNDECIDED_MISFIT",
     "ChangepointSettings",
     "Evidence",
     "FirstPhasePool",

@@ -51,7 +51,6 @@ def pool_priors(
     rounds: int = DEFAULTS.pool_rounds,
     strength: float = DEFAULTS.pool_strength,
     recents: Sequence[float] = RECENT_CHOICES,
-    dispersion_price: bool = True,
     k_strength: float | None = None,
     share_prior: float = DEFAULTS.recent_share_prior,
     k_choices: Sequence[float] = K_CHOICES,
@@ -63,9 +62,7 @@ def pool_priors(
     order the searches finished in. The prior only reweights each solution's likelihood of (class,
     luck), so that is computed once per k (`_class_luck_loglik`) and the EM rounds are sums over it.
 
-    `dispersion_price`: more overdispersion than the largest k (rollouts about as independent as a
-    binomial's) wins only where its fit beats the largest k's by half ln(solutions), BIC's price of
-    one parameter. `k_strength`: the base prior's weight while the k is chosen, where it differs from
+    `k_strength`: the base prior's weight while the k is chosen, where it differs from
     the weight the luck and class weights are pooled with (`second_phase_priors`).
 
     Then, under the chosen k, each r in `recents` (a fresh error's extra luck): every error read both
@@ -82,9 +79,7 @@ def pool_priors(
         loglik = _class_luck_loglik(evidence, k)  # [solution, d, q]
         fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, choosing)
         fits.append((fit, priors, loglik))
-    price = 0.5 * math.log(max(len(evidence), choosing)) if dispersion_price else 0.0
-    binomial_k = max(k_choices)
-    plain_fit, plain, plain_loglik = max(fits, key=lambda f: f[0] + (price if f[1].k == binomial_k else 0.0))
+    plain_fit, plain, plain_loglik = max(fits, key=lambda f: f[0])
     if choosing != strength:  # the weights at `strength`, under the k chosen at `k_strength`
         plain_fit, plain = _em(plain_loglik[:, None], Priors(base.q, base.p, plain.k), base, rounds, strength)
     # a second reading must pay for itself (BIC-like), and a shard smaller than the base prior's weight
@@ -137,15 +132,13 @@ def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSe
     """The priors the searches go on under after their first phase: the shard's luck and difficulty
     classes pooled from first phases as `relabel` pools them, the rollouts' overdispersion k chosen
     with the default weighing `k_choice_default_weight` solutions per solution of the shard, and no
-    fresh-error luck (the search's probe scoring reads none; `relabel` pools it) nor price on
-    overdispersion (the first phases barely tell the k apart)."""
+    fresh-error luck (the search's probe scoring reads none; `relabel` pools it)."""
     return pool_priors(
         first_phase,
         rounds=settings.pool_rounds,
         strength=settings.pool_strength,
         k_choices=settings.k_choices,
         recents=(),
-        dispersion_price=False,
         k_strength=settings.k_choice_default_weight * len(first_phase),
     )
 

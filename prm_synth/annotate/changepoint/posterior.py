@@ -3,9 +3,7 @@
 Everything is summed exactly: one forward pass over the prefixes with the clean-finish level on a grid
 as the state; the levels after the error do not touch the evidence, so their part is a table; a run of
 unprobed prefixes is crossed in one product of precomputed kernel powers. `p_good[i]` is the posterior
-probability that the prefix ending on step i is still correct. The posterior predictive check
-(`Posterior.misfit`) reads each count's evidence from forward states and one backward pass
-(`_row_log_evidence`). The passes over the states at each probed prefix are compiled (kernels.py); the
+probability that the prefix ending on step i is still correct. The passes over the states at each probed prefix are compiled (kernels.py); the
 level products between them are numpy's BLAS. Scoring probes is gains.py's.
 """
 
@@ -22,7 +20,6 @@ import numpy as np
 from prm_synth.annotate.changepoint import kernels as _loops
 from prm_synth.annotate.changepoint.model import (
     _CLEAN_T,
-    _CLEAN_T_T,
     _LOG_1Q,
     _LOG_Q,
     _LOG_SCALE,
@@ -35,11 +32,8 @@ from prm_synth.annotate.changepoint.model import (
     RECENT_STEPS,
     Evidence,
     Priors,
-    _clean_weights,
     _CountTables,
-    _log_combs,
     _reach,
-    _reach_flat,
     _recent_tables,
     _sigma,
 )
@@ -235,7 +229,6 @@ class Posterior:
         self.terms = _Terms.of(ev.correct[None], ev.graded[None], ev.verdict, priors.k)  # the plain reading's
         self._cache: ForwardCache | None = ForwardCache()  # the pass's states (`cache`)
         self.gains: dict[int, dict[int, float]] = {}  # b -> candidate prefix -> gain (`probe_gains`)
-        self._least_tail: float | None = None  # the model check's min p_j (`misfit`)
         self._plain: Posterior | None = None  # the plain reading's posterior, where the priors mix two
         self._under: dict[int, Posterior] = {}  # the same evidence under other priors (`under`), by token
         if priors.mixed:
@@ -297,44 +290,6 @@ class Posterior:
         """Bits of uncertainty about where the first error is (`first_error_entropy`)."""
         return float(first_error_entropy(self.p_good[None])[0])
 
-    def misfit(self, level: float) -> bool:
-        """Posterior predictive check, leave one out: each probed prefix's count against what the
-        model predicts for it from everything else. A count at least as unlikely as the observed one
-        has predictive probability p_j; the model fails this solution when min p_j < level / probes
-        (Bonferroni), e.g. a prefix after the error that reaches the answer far more often than luck
-        allows, or a clean stretch that falls and rises again. The labels and the shard's
-        process-error measurement ask the same posterior more than once: min p_j is kept."""
-        probed = int(np.count_nonzero(self.evidence.graded > 0))
-        if probed < 3:
-            return False
-        if self._plain is not None:
-            # the check's fast sums read a prefix the same for every error before it; a fresh error's
-            # extra luck does not, so the check is the plain reading's (a solution it fails stays so)
-            return self._plain.misfit(level)
-        if self._least_tail is None:
-            self._least_tail = self._tails().min()
-        return bool(self._least_tail < level / probed)
-
-    def _tails(self) -> np.ndarray:
-        """[probed prefix]: p_j, the predictive probability of a count at least as unlikely as its own."""
-        ev = self.evidence
-        probed = np.flatnonzero(ev.graded > 0)
-        # every count each probed prefix could have had (its other prefixes as they are), in one pass
-        sizes = ev.graded[probed]
-        js = np.repeat(probed, sizes + 1)
-        counts = np.concatenate([np.arange(g + 1) for g in sizes])
-        log_ev = _row_log_evidence(self, js, counts, ev.graded[js])
-        tails = np.empty(len(probed))
-        at = 0
-        for i, (j, g) in enumerate(zip(probed, sizes, strict=True)):
-            g, c = int(g), int(ev.correct[j])
-            log_pmf = _log_combs(g) + log_ev[at : at + g + 1]
-            at += g + 1
-            pmf = np.exp(log_pmf - log_pmf.max())
-            pmf /= pmf.sum()
-            tails[i] = pmf[pmf <= pmf[c] * (1 + 1e-9)].sum()
-        return tails
-
 
 def first_error_entropy(p_good: np.ndarray) -> np.ndarray:
     """[row]: bits of uncertainty about where the first error is, from rows of p_good: the entropy of
@@ -349,79 +304,3 @@ def first_error_entropy(p_good: np.ndarray) -> np.ndarray:
     p = -np.diff(np.concatenate([edge, p_good, 0.0 * edge], axis=1), axis=1)
     p = np.clip(p, 1e-300, 1.0)
     return -(p * np.log2(p)).sum(axis=1)
-
-
-Scaled = tuple[np.ndarray, np.ndarray]  # (vec [d, q, level] with maximum 1 over level, log scale [d, q])
-
-
-def _backward(post: Posterior, at: set[int]) -> dict[int, Scaled]:
-    """beta_j for each prefix j in `at`: the weight of everything from prefix j on (its switch to the
-    bad stretch, the prefixes after it, the verdict) given prefix j clean at each level, its own
-    likelihood left out; with the forward state before j it gives the evidence of any count at j
-    (`_row_log_evidence`). One backward pass over the probed prefixes and `at`, runs crossed whole."""
-    ev, terms = post.evidence, post.terms
-    n = ev.n
-    d_, q_, l_ = len(P_GRID), len(Q_GRID), len(C_GRID)
-    base_clean = {int(k): terms.clean[0, i] for i, k in enumerate(terms.cols)}
-    bad_after = terms.bad_after[0]
-    positions = sorted({int(k) for k in terms.cols if k >= min(at)} | at)
-    end_vec = np.zeros((d_, q_, l_))
-    end_vec[..., 0] = 1.0
-    gamma: Scaled = (end_vec, np.full((d_, q_), terms.v_clean))  # before prefix n: the verdict if clean
-    gamma_scale = gamma[1]
-    out: dict[int, Scaled] = {}
-    end = n
-    with np.errstate(divide="ignore", under="ignore"):
-        for p in reversed(positions):
-            t = end
-            while t > p + 1:  # the unprobed run p+1..end-1, crossed back MAX_STEPS at a time
-                start = max(p + 1, t - MAX_STEPS)
-                m = t - start
-                table, table_scale = _reach_flat(n - start - 1)
-                top = table_scale[:m].max()
-                run = (np.exp(table_scale[:m] - top) @ table[:m]).reshape(d_, l_)
-                stay = np.matmul(gamma[0], _POWERS[m].transpose(0, 2, 1))
-                gamma = _scaled_empty()
-                _loops.plus_shared(run, top, bad_after[end], stay, gamma_scale, _LOG_SCALE[m], *gamma)
-                gamma_scale = gamma[1]
-                t = start
-            step = np.matmul(gamma[0], _CLEAN_T_T)
-            beta = _scaled_empty()
-            _loops.plus_shared(_sigma(n - p - 1), 0.0, bad_after[p + 1], step, gamma_scale, _NO_SCALE, *beta)
-            if p in at:
-                out[p] = beta
-            lik = base_clean.get(p)
-            if lik is not None:
-                absorbed = _scaled_empty()
-                _loops.times_lik(beta[0], beta[1], lik, *absorbed)
-                beta = absorbed
-            gamma, gamma_scale, end = beta, beta[1], p
-    return out
-
-
-def _scaled_empty() -> Scaled:
-    return np.empty((len(P_GRID), len(Q_GRID), len(C_GRID))), np.empty((len(P_GRID), len(Q_GRID)))
-
-
-def _row_log_evidence(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
-    """[row]: log P(data) for the posterior's evidence with prefix js[r]'s counts replaced by
-    (correct[r], graded[r]): what `_row_log_masses` sums to, from the forward state before j and the
-    backward weight after it (`_backward`), a few array operations per row."""
-    priors, terms = post.priors, post.terms
-    tables = _CountTables.of(priors.k)
-    prior = priors.log_prior()
-    with np.errstate(divide="ignore", under="ignore"):
-        # e < j: the posterior's own rows, prefix j's bad-stretch likelihood swapped
-        delta = tables.loglik(False, correct, graded - correct) - terms.bad[0, js]  # [row, q]
-        top = delta.max(axis=1)
-        below = np.concatenate([np.zeros((1, len(Q_GRID))), np.cumsum(post.joint, axis=0)])  # [j, q]: e < j
-        before = np.log(np.einsum("rq,rq->r", np.exp(delta - top[:, None]), below[js])) + top + post.log_evidence
-        # e >= j: forward state before j, the row's own likelihood at j, backward weight after it
-        weight, lik_top = _clean_weights(priors.k, correct, graded, js)  # [row, q, level], [row, q]
-        betas = _backward(post, {int(j) for j in js})
-        after = np.empty(len(js))
-        for j in np.unique(js):
-            msg, acc = post.cache.at(int(j))
-            beta, beta_scale = betas[int(j)]
-            _loops.evidence_rows(msg * beta, acc + prior + beta_scale, weight, lik_top, np.flatnonzero(js == j), after)
-    return np.logaddexp(before, after)

@@ -95,10 +95,6 @@ def relabel(
         same = (own.token, ev.n, ev.verdict, ev.checked, ev.correct.tobytes(), ev.graded.tobytes())
         if same not in built:
             built[same] = post = Posterior(ev, own)
-            # every label asks its model check (`label`), which reads the forward states: asked now,
-            # while they are held, not after the shard's later posteriors pushed them out and the
-            # pass had to run again (`_hold_states`; a tenth of the passes at 3-12 steps)
-            post.misfit(settings.misfit_level)
         posts.append(built[same])
     checked = [p for p in posts if p.evidence.checked]
     rate = process_error_rate(checked, settings)

@@ -77,16 +77,13 @@ def found_error_spread(positions: Sequence[float], n: int) -> np.ndarray:
 
 def unmodelled_error_position(post: Posterior, settings: ChangepointSettings) -> float | None:
     """Where a tested correct-answer solution holds a process error the model does not describe, as a
-    share of its length (step / n): the slipped step of a repaired slip, or the likeliest first error
-    of a solution the model fails (`misfit`); None otherwise. An error the model does describe (a
+    share of its length (step / n): the slipped step of a repaired slip; None otherwise. An error the model does describe (a
     wrong step and a lucky answer) is already in every solution's posterior, so only these place the
     hidden errors of the untested ones (`hidden_error_p_good`)."""
     ev = post.evidence
     slip = repaired_slip_of(post, settings)
     if slip is not None:
         return max(slip - 1, 0) / ev.n  # the dip's prefix ends on the slipped step
-    if post.misfit(settings.misfit_level):
-        return int(np.searchsorted(np.cumsum(post.p_error), 0.5)) / ev.n
     return None
 
 
@@ -132,7 +129,7 @@ def repaired_slip(
 def process_error_rate(checked: Sequence[Posterior], settings: ChangepointSettings) -> float:
     """The shard's share of correct-answer solutions that hold a process error, measured on those whose
     early prefixes were tested: one counts when its posterior puts an error in it at least as likely
-    as not, or when its rollouts dip and rise again (a repaired slip, or the model's misfit)."""
+    as not, or when its rollouts dip and rise again (a repaired slip)."""
     odds = settings.process_error_odds
     found = sum(1 for p in checked if 1.0 - p.p_good[-1] >= odds or unmodelled_error_position(p, settings) is not None)
     return _tested_share(found, len(checked), settings.tested_share_prior)

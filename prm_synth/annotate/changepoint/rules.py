@@ -3,11 +3,8 @@
 A good label needs p_good >= `confidence`; a bad one P(bad) >= `bad_confidence`, or `confidence` right
 after a good label (`first_bad_step`: the pair pins the first error), and a measurement of its own
 prefix (`unmeasured_bad`: a label from the prior alone is wrong at any length). A lone bad label must
-also hold under a luck prior without the shard's second modes (`lone_bad_stands_from`). A good label
-past a tested right answer's test that only its verdict backs needs `bad_confidence` too
-(`verdict_only_steps`). A solution whose data contradict the model (the posterior predictive check,
-`Posterior.misfit`) is left unlabeled (`undecided_misfit`; a right answer: `undecided_unlocated`). A
-right answer's steps are trusted no further than the shard's measurement of hidden errors allows
+also hold under a luck prior without the shard's second modes (`lone_bad_stands_from`). A right
+answer's steps are trusted no further than the shard's measurement of hidden errors allows
 (right_answers.py). Tuning: docs/design/changepoint-tuning.md.
 """
 
@@ -31,8 +28,6 @@ from prm_synth.annotate.labels import (
     UNDECIDED_VERDICT,
     labels_from_posterior,
 )
-
-UNDECIDED_MISFIT = "undecided_misfit"  # the solution's evidence contradicts the model: no label is trusted
 
 
 def unmeasured_bad(ev: Evidence, first_bad: int) -> int | None:
@@ -65,12 +60,9 @@ def label(
     if cap is not None:
         p_good, belief = np.minimum(p_good, cap), np.minimum(belief, cap)
     slip = repaired_slip_of(post, settings) if final_status == "correct" else None
-    if post.misfit(settings.misfit_level):
-        # a correct answer whose rollouts contradict the model: most often a repaired slip, not located
-        reason = UNDECIDED_UNLOCATED if final_status == "correct" else UNDECIDED_MISFIT
-        lab_labels: list[bool | None] = [None] * n
-        reasons: list[str | None] = [reason] * n
-    elif slip is not None:
+    lab_labels: list[bool | None]
+    reasons: list[str | None]
+    if slip is not None:
         # the prefix of steps 0..slip-1 dipped: the error is there or before, and the steps from the
         # first that may hold it on are not labeled good
         lab = labels_from_posterior(
@@ -86,13 +78,6 @@ def label(
         lab = labels_from_posterior(p_good.tolist(), settings.confidence, undecided, settings.bad_confidence)
         lab_labels, reasons = list(lab.labels), list(lab.reasons)
     right_answer = final_status != "incorrect"
-    if right_answer and post.evidence.checked:
-        # past a tested solution's test a right answer may rest on its verdict alone, which says little
-        # where luck is high: such a good label needs `bad_confidence` too (an untested one's steps are
-        # capped by the shard's measured rate instead: `right_answer_cap`)
-        for i in verdict_only_steps(post.evidence):
-            if lab_labels[i] is True and p_good[i] < settings.bad_confidence:
-                lab_labels[i], reasons[i] = None, UNDECIDED_VERDICT
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
     if first_bad is not None:
         stands = lone_bad_stands_from(post, lab_labels, first_bad, settings.bad_confidence, right_answer, settings)
@@ -121,13 +106,6 @@ def label(
             ann.decide(i, lbl, "verdict")
         else:
             ann.decide(i, lbl, "test" if measured else "inferred")
-
-
-def verdict_only_steps(ev: Evidence) -> range:
-    """The steps no probed prefix covers (those from the last probed prefix's end on): only the
-    solution's own verdict speaks of them."""
-    probed = np.flatnonzero(ev.graded > 0)
-    return range(int(probed[-1]) if len(probed) else 0, ev.n)
 
 
 def lone_bad_stands_from(

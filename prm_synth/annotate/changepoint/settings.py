@@ -63,10 +63,6 @@ class ChangepointSettings:
     prefix_batch_min: int = 3
     """Rollouts OmegaPRM's bisection asks of a prefix at a time, at least (else `probe_batch`): decisions against stopping sooner."""
 
-    # ---- the model check
-    misfit_level: float = 0.01
-    """False-alarm rate of the posterior predictive check (rows left `undecided_misfit`): coverage against precision outside the model."""
-
     # ---- two phases and pooling
     pool_after: int = 16
     """Rollouts a search spends under the default priors before waiting for the shard's pooled ones: pooling's evidence against its delay."""
