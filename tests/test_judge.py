@@ -349,8 +349,12 @@ def test_demo_model_judges_fixture_samples_end_to_end(demo_judge_engine):
     json.dumps(predictions)  # the prediction file is plain JSON
     # and through judge_records, as the pipeline calls it
     record = make_record("q0-s0", samples[0].problem, samples[0].steps)
-    (record,), _, _ = judge_records(demo_judge_engine, [record], config, max_batch_requests=8)
-    assert record.judge_model == "smollm2-135m-instruct" and len(record.judge_votes) == 2
+    kept, left_open, stats = judge_records(demo_judge_engine, [record], config, max_batch_requests=8)
+    assert stats.samples == 2 and len(kept) + len(left_open) == 1
+    if left_open:  # the 135M model wrote no readable index in either vote: the row waits for the next run
+        assert left_open[0].reason == "judge_unreadable" and stats.unparseable == 2
+    else:
+        assert kept[0].judge_model == "smollm2-135m-instruct" and len(kept[0].judge_votes) == 2
 
 
 def test_an_error_profile_is_hashed_and_its_absence_is_not():
