@@ -51,7 +51,6 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "rule_unbacked_bad": ("off", "a first bad label needs no measurement of its own prefix"),
     "rule_probe_value_priors": ("off", "probes valued under the shard's k, not capped at the default's"),
     "k_choices": ("(60.0,)", "one overdispersion k, none chosen per shard"),
-    "mode_share": ("2.0", "a wrong answer's lone bad label holds under the main luck mode only"),
     "mode_rise": ("1e9", "the luck prior is one mode (no per-mode check of wrong answers' lone bad labels)"),
     "second_phase_localize_min_gain": ("0.006", "one localization threshold in both phases"),
     "localize_min_gain": ("0.01", "one gain threshold (min_gain) while localizing"),

@@ -171,7 +171,7 @@ def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_the_main_mode_of_the
     second = np.exp(-0.5 * ((Q_GRID - 0.5) / 0.04) ** 2)
     bimodal = main / main.sum() + 0.15 * second / second.sum()
     bimodal /= bimodal.sum()
-    (core,) = luck_modes(bimodal)  # the main mode alone: the second is under `MODE_SHARE`
+    (core,) = luck_modes(bimodal)  # the main mode alone
     assert core[np.abs(Q_GRID - 0.5) < 0.1].sum() < 1e-6
     assert np.allclose(core[Q_GRID < 0.3] / core[Q_GRID < 0.3].sum(), bimodal[Q_GRID < 0.3] / bimodal[Q_GRID < 0.3].sum())
     for one_mode in (main / main.sum(), second / second.sum(), np.full(len(Q_GRID), 1 / len(Q_GRID))):
@@ -204,36 +204,3 @@ def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_the_main_mode_of_the
     ann = Annotation.empty("binary", 12)
     label(ann, post, settings, "undecided_uninformative", "incorrect")
     assert ann.decided.get(first) is False
-
-
-def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_each_large_mode_of_the_shards_luck():
-    """Two luck populations of about equal weight (half the problems unlucky, half lucky), the lucky one
-    the larger: the same half-the-time row reads as an early error under the lucky mode, as a hard
-    last step under the unlucky one, so only the last step keeps its bad label. A second mode of less
-    than `MODE_SHARE` of the prior is not asked."""
-    from prm_synth.annotate.annotation import Annotation
-    from prm_synth.annotate.changepoint import ChangepointSettings, label
-    from prm_synth.annotate.changepoint.rules import luck_modes
-    from prm_synth.annotate.changepoint.settings import DEFAULTS
-
-    MODE_SHARE = DEFAULTS.mode_share
-
-    unlucky = np.exp(-0.5 * ((Q_GRID - 0.03) / 0.03) ** 2)
-    lucky = np.exp(-0.5 * ((Q_GRID - 0.5) / 0.04) ** 2)
-    populations = 0.45 * unlucky / unlucky.sum() + 0.55 * lucky / lucky.sum()
-    modes = luck_modes(populations)
-    assert len(modes) == 2 and [round(float(m @ Q_GRID), 1) for m in modes] == [0.5, 0.0]
-    minor = (1 - MODE_SHARE + 0.05) * unlucky / unlucky.sum() + (MODE_SHARE - 0.05) * lucky / lucky.sum()
-    assert len(luck_modes(minor)) == 1
-    assert luck_modes(lucky / lucky.sum()) == []
-
-    ev = Evidence.empty(12, "incorrect")
-    for j in (2, 4, 6, 8, 10, 11):
-        ev.correct[j], ev.graded[j] = 2, 4
-    settings = ChangepointSettings()
-    post = Posterior(ev, Priors(q=populations))
-    lone = int(np.flatnonzero(1.0 - post.p_good >= settings.bad_confidence)[0])
-    assert lone < 11 and post.p_good[lone - 1] < settings.confidence  # a lone bad label before the last step
-    ann = Annotation.empty("binary", 12)
-    label(ann, post, settings, "undecided_uninformative", "incorrect")
-    assert [i for i in range(12) if ann.decided.get(i) is False] == [11]

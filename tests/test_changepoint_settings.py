@@ -42,7 +42,7 @@ def test_every_setting_has_a_row_in_the_tuning_table():
 
 
 def test_a_model_field_away_from_its_default_is_refused():
-    ChangepointSettings(confidence=0.8, mode_share=0.5)  # search fields may be set
+    ChangepointSettings(confidence=0.8, mode_rise=2.0)  # search fields may be set
     for name in MODEL_FIELDS:
         with pytest.raises(ValueError, match=name):
             ChangepointSettings(**{name: 0 if not isinstance(getattr(DEFAULTS, name), tuple) else (0.5,)})

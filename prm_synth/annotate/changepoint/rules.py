@@ -124,11 +124,10 @@ def lone_bad_stands_from(
     mode near 0.5.
     - A right (or ungradable) answer: the default luck prior (little luck, room for a lot), the shard's
       difficulty and overdispersion kept; none stands unless the first does.
-    - A wrong answer: the shard's luck prior's main mode alone, and each other mode with `mode_share`
-      of the prior or more, one by one (`luck_modes`); the labels stand from the first step bad under
-      each of them too (at the latest the last step, which the wrong answer puts the error in or
-      before). Where the luck prior has one mode nothing changes.
-    Tuning: docs/design/changepoint-tuning.md (`mode_share`, `mode_rise`)."""
+    - A wrong answer: the shard's luck prior's main mode alone (`luck_modes`); the labels stand from the
+      first step bad under it too (at the latest the last step, which the wrong answer puts the error in
+      or before). Where the luck prior has one mode nothing changes.
+    Tuning: docs/design/changepoint-tuning.md (`mode_rise`)."""
     n = post.evidence.n
     if first_bad > 0 and labels[first_bad - 1] is True:
         return first_bad
@@ -137,7 +136,7 @@ def lone_bad_stands_from(
         priors = [] if post.priors.q is DEFAULT_PRIORS.q else [DEFAULT_PRIORS.q]
     else:
         # none: one mode, the prior it was labeled under
-        priors = luck_modes(post.priors.q, settings.mode_share, settings.mode_rise)
+        priors = luck_modes(post.priors.q, settings.mode_rise)
     if not priors:
         return first_bad
     p_bad = np.min([1.0 - Posterior(post.evidence, replace(post.priors, q=q)).p_good for q in priors], axis=0)
@@ -145,22 +144,15 @@ def lone_bad_stands_from(
     return next((i for i in range(first_bad, last) if p_bad[i] >= bad_confidence), n)
 
 
-def luck_modes(q: np.ndarray, share: float = DEFAULTS.mode_share, rise: float = DEFAULTS.mode_rise) -> list[np.ndarray]:
-    """The luck prior's modes a lone bad label must hold under, each alone (`_alone`): its main mode
-    (the grid points reached from its peak while the weights do not rise again, `_mode_span`) and each
-    other mode with at least `share` of the weight, peeled off the prior peak by peak; none when
-    the main mode is all of it (one mode: a broad or flat prior included)."""
-    rest = np.array(q, dtype=float)
-    parts = []
-    while rest.sum() > 0:
-        span = _mode_span(rest, rise)
-        part = np.zeros(len(q))
-        part[span] = rest[span]
-        parts.append(part)
-        rest[span] = 0.0
-    if len(parts) == 1:
-        return []
-    return [_alone(part) for i, part in enumerate(parts) if i == 0 or part.sum() >= share]
+def luck_modes(q: np.ndarray, rise: float = DEFAULTS.mode_rise) -> list[np.ndarray]:
+    """The luck prior's main mode, alone (`_alone`), where the prior has more than one: the grid points
+    reached from its peak while the weights do not rise again (`_mode_span`); none when the main mode
+    is all of it (one mode: a broad or flat prior included)."""
+    q = np.asarray(q, dtype=float)
+    span = _mode_span(q, rise)
+    main, rest = np.zeros(len(q)), q.copy()
+    main[span], rest[span] = q[span], 0.0
+    return [_alone(main)] if rest.sum() > 0 else []
 
 
 def _mode_span(q: np.ndarray, rise: float) -> slice:

@@ -93,11 +93,9 @@ class ChangepointSettings:
     tested_share_prior: tuple[float, float] = (0.5, 4.5)
     """Beta prior of the shares measured on tested right answers: a small shard's caution against its own reading."""
 
-    # ---- a lone bad label under the shard's luck modes
+    # ---- a lone bad label under the shard's main luck mode
     mode_rise: float = 1.5
     """A luck weight this many times its neighbour's starts another mode: how readily the luck prior splits."""
-    mode_share: float = 0.25
-    """Weight a luck mode needs for a lone bad label to have to hold under it too: bad precision against coverage."""
 
     # ---- the model (read once, at import: `MODEL_FIELDS`)
     luck_grid: tuple[float, ...] = (
