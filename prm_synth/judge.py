@@ -218,16 +218,20 @@ def judge_records(
     this row cost).
     """
     verdicts, stats = judge_solutions(engine, [(r.question, r.steps) for r in records], config, max_batch_requests)
-    kept, rejected = apply_verdicts(engine, records, verdicts, config)
-    stats.unreadable_rows += sum(r.reason == "judge_unreadable" for r in rejected)
+    kept, rejected = apply_verdicts(engine, records, verdicts, config, stats)
     return kept, rejected, stats
 
 
 def apply_verdicts(
-    engine: Engine, records: list[LabeledRecord], verdicts: Sequence[JudgeVerdict | None], config: JudgeConfig
+    engine: Engine,
+    records: list[LabeledRecord],
+    verdicts: Sequence[JudgeVerdict | None],
+    config: JudgeConfig,
+    stats: JudgeStats,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord]]:
-    """The rows with their verdicts written in (copies), and those whose request was refused, rejected.
-    A row without a verdict (None: not sent, judge_selection.py) is kept as it is."""
+    """The rows with their verdicts written in (copies), those whose request was refused, rejected, and
+    those without one readable vote left open (counted in `stats.unreadable_rows`). A row without a
+    verdict (None: not sent, judge_selection.py) is kept as it is."""
     kept: list[LabeledRecord] = []
     rejected: list[RejectedRecord] = []
     for record, verdict in zip(records, verdicts, strict=True):
@@ -246,6 +250,7 @@ def apply_verdicts(
                 f"e.g. {answer_sample(verdict.texts)}: the judge failed, not the row; asked again next run"
             )
             rejected.append(leave_open(record, "judge", "judge_unreadable", detail))
+            stats.unreadable_rows += 1
             continue
         kept.append(
             replace(

@@ -126,6 +126,5 @@ def judge_selected(
         winner, tie = majority_vote(votes[i])
         verdicts.append(JudgeVerdict(winner, votes[i], texts[i], tokens[i], tie))
         count_verdict(stats, votes[i], winner, tie, tokens[i])
-    kept, rejected = apply_verdicts(engine, records, verdicts, config)
-    stats.unreadable_rows += sum(r.reason == "judge_unreadable" for r in rejected)
+    kept, rejected = apply_verdicts(engine, records, verdicts, config, stats)
     return kept, rejected, stats
