@@ -182,15 +182,20 @@ def judge_solutions(
             stats.refused += 1
             continue
         texts = [c.text for c in answer.completions]
-        # a thinking judge's vote is read from its answer alone; one whose trace never closes is unreadable
-        markers: ThinkingMarkers | None = getattr(engine, "thinking", None)
-        answers_only = [t if markers is None else markers.answer_section(t) or "" for t in texts]
-        votes = [prompt.parse(t, len(steps)) for t in answers_only]
+        votes = read_votes(engine, texts, len(steps), prompt)
         winner, tie = majority_vote(votes)
         tokens = answer.prompt_tokens + answer.generated_tokens
         verdicts.append(JudgeVerdict(winner, votes, texts, tokens, tie))
         count_verdict(stats, votes, winner, tie, tokens)
     return verdicts, stats
+
+
+def read_votes(engine: Engine, texts: Sequence[str], n_steps: int, prompt: JudgePrompt = CRITIQUE) -> list[int]:
+    """The votes in a judge's answers. A thinking judge's vote is read from its answer alone (after the
+    close marker); one whose trace never closes is unreadable."""
+    markers: ThinkingMarkers | None = getattr(engine, "thinking", None)
+    answers_only = [t if markers is None else markers.answer_section(t) or "" for t in texts]
+    return [prompt.parse(t, n_steps) for t in answers_only]
 
 
 def count_verdict(stats: JudgeStats, votes: list[int], winner: int | None, tie: bool, tokens: int) -> None:

@@ -27,7 +27,6 @@ from prm_synth.config import ConsensusConfig, JudgeConfig
 from prm_synth.consensus import first_error_prior, posterior
 from prm_synth.engines.base import Engine, RequestRefused
 from prm_synth.judge import (
-    CRITIQUE,
     JudgeVerdict,
     apply_verdicts,
     ask,
@@ -35,6 +34,7 @@ from prm_synth.judge import (
     judge_records,
     judge_requests,
     majority_vote,
+    read_votes,
 )
 from prm_synth.judge_accuracy import ClassAccuracy, accuracy_by_class, answer_class
 from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord
@@ -104,7 +104,7 @@ def judge_selected(
                 refused[i] = str(answer)
                 continue
             completion = answer.completions[0]
-            votes[i].append(CRITIQUE.parse(completion.text, len(records[i].steps)))
+            votes[i] += read_votes(engine, [completion.text], len(records[i].steps))
             texts[i].append(completion.text)
             tokens[i] += answer.prompt_tokens + answer.generated_tokens
         so_far = [replace(r, judge_votes=v) for r, v in zip(records, votes, strict=True)]

@@ -225,3 +225,21 @@ def test_the_openai_compatible_engine_sends_the_rendered_continuation_and_top_k(
     assert sent[inside]["top_k"] == 20
     (plain,) = [body for p, body in sent.items() if p != inside]
     assert "top_k" not in plain  # unset: the server's default
+
+
+def test_a_thinking_judges_votes_asked_one_at_a_time_are_read_from_its_answer():
+    """`judge.select: needed` asks a vote a round: each is read as `judge_solutions` reads them, so a box
+    written only while thinking is no vote, and the row is left open for want of a readable one."""
+    from _prm_helpers import labeled_row
+
+    from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig
+    from prm_synth.judge_selection import judge_selected
+
+    class Undecided(_ThinkingJudge):
+        texts = ("<think>\nMaybe \\boxed{1}.\n</think>\n\nI cannot tell which step is wrong.",)
+
+    right = labeled_row([True] * 4, final_correct=True, p_good=[0.99, 0.9, 0.8, 0.7])  # always sent
+    config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=2)
+    kept, left_open, stats = judge_selected(Undecided(), [right], config, ConsensusConfig(), 8)
+    assert not kept and [r.reason for r in left_open] == ["judge_unreadable"]
+    assert stats.samples == stats.unparseable == 2
