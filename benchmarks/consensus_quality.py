@@ -32,13 +32,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from prm_synth.arithmetic import true_first_error
-from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
-from prm_synth.consensus import apply_consensus, record_from_payload
+from prm_synth.config.sections import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
-from prm_synth.evaluate import step_label_quality
-from prm_synth.judge_selection import judge_selected
+from prm_synth.judge.consensus import apply_consensus, record_from_payload
+from prm_synth.judge.selection import judge_selected
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
+from prm_synth.problems.arithmetic import true_first_error
+from prm_synth.products.evaluate import step_label_quality
 from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, ShardStats
 
 PROFILES = JUDGE_PROFILES
@@ -107,7 +107,7 @@ def judge_shards(
     shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, args: argparse.Namespace, select: str
 ) -> tuple[list[list[LabeledRecord]], JudgeStats]:
     """Every shard's rows judged: `all` asks every row m votes at once, `needed` asks the rows a vote can
-    change, one vote at a time until the soft posterior settles (prm_synth/judge_selection.py)."""
+    change, one vote at a time until the soft posterior settles (prm_synth/judge/selection.py)."""
     judge_cfg = JudgeConfig(
         engine=judge,
         samples=args.judge_samples,

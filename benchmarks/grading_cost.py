@@ -16,8 +16,9 @@ import json
 import statistics
 import time
 
-from prm_synth import grading, grading_pool
-from prm_synth.grading import grade
+from prm_synth.grading import math as grading
+from prm_synth.grading import pool as grading_pool
+from prm_synth.grading.math import grade
 
 
 def _per_call(texts_and_golds: list[tuple[str, str]]) -> list[float]:

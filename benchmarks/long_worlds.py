@@ -27,11 +27,11 @@ import json
 import time
 from typing import Any
 
-from prm_synth import arithmetic
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config import PipelineConfig
+from prm_synth.config.sections import PipelineConfig
 from prm_synth.engines.simulated import SimulatedPolicy
-from prm_synth.problems import iter_problems
+from prm_synth.problems import arithmetic
+from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
 
 LENGTHS = (100, 300, 1000)

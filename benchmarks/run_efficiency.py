@@ -6,7 +6,7 @@ It runs the library directly (not the `prm-synth run` CLI, whose Prefect start-u
 would add a minute here without touching the engine). Three runs on the same engine, each with its own
 labeler (`make_labeler(config)`: the changepoint search pools its priors per shard, after its searches) and its
 own telemetry window and picture:
-- `stream`: the sample stage draws the solutions once (`prm_synth.sample.sample_solutions`), then the
+- `stream`: the sample stage draws the solutions once (`prm_synth.sampling.sample.sample_solutions`), then the
   labeler's annotators (`annotate_given`) run on `ProbeScheduler`;
 - `rounds`: the same solutions on `rounds_scheduler` (benchmarks/rounds_scheduler.py), the former
   round-based loop;
@@ -44,7 +44,7 @@ from rounds_scheduler import rounds_scheduler
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    from prm_synth.config import validate_config
+    from prm_synth.config.sections import validate_config
 
     return validate_config(
         {
@@ -82,9 +82,9 @@ def main() -> None:
     from prm_synth.engines.stream import stream_for
     from prm_synth.engines.vllm import VLLMEngine, llm_kwargs
     from prm_synth.pipeline import iter_shards, process_shard
-    from prm_synth.problems import iter_problems
-    from prm_synth.prompts import policy_user_prompt
-    from prm_synth.sample import sample_solutions
+    from prm_synth.problems.sources import iter_problems
+    from prm_synth.sampling.prompts import policy_user_prompt
+    from prm_synth.sampling.sample import sample_solutions
     from prm_synth.schema import Problem
 
     config = build_config(args)

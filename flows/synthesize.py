@@ -41,7 +41,7 @@ from flows.reporting import (
     retries_since,
 )
 from flows.terminal import progress_line_extra, throttled
-from prm_synth.config import PipelineConfig, VLLMConfig
+from prm_synth.config.sections import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
@@ -60,13 +60,13 @@ from prm_synth.pipeline import (
     process_shard,
     redo_items,
 )
-from prm_synth.problems import count_hint
-from prm_synth.refusals import count_refusals, make_permanent, reasons_of
-from prm_synth.resume import run_fingerprint, servers
-from prm_synth.sample import check_policy_can_solve
+from prm_synth.problems.sources import count_hint
+from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
-from prm_synth.shards import ShardEntry, ShardStore
-from prm_synth.summary import RunFacts, RunSummary, summarize
+from prm_synth.store.refusals import count_refusals, make_permanent, reasons_of
+from prm_synth.store.resume import run_fingerprint, servers
+from prm_synth.store.shards import ShardEntry, ShardStore
+from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
 DRY_RUN_PROBLEMS = 8
 # An empty source is no error (a scheduled run over a folder that is empty today), but it is said.
@@ -119,7 +119,7 @@ def label_shard(
     ones the engine refused last time) are asked again; `reopen`: the ids of its rows left open because
     the judge or verifier could not be read, finished from their payloads; the rest of the shard is kept
     as it was. A shard where most judge votes are unreadable is written, then fails the run
-    (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.resume), the
+    (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
     config's fingerprint when not given."""
     fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())

@@ -33,14 +33,15 @@ from typing import Any
 
 from prm_synth.annotate.labeler import Progress, make_labeler, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
-from prm_synth.config import ConfigError, PipelineConfig
-from prm_synth.consensus import apply_consensus, record_from_payload
+from prm_synth.config.sections import ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError
-from prm_synth.judge import judge_records, sample_in
-from prm_synth.judge_selection import judge_selected
-from prm_synth.problems import iter_problems
+from prm_synth.judge.ask import judge_records, sample_in
+from prm_synth.judge.consensus import apply_consensus, record_from_payload
+from prm_synth.judge.selection import judge_selected
+from prm_synth.judge.verify import verify_records
+from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import (
     ConsensusStats,
     Item,
@@ -51,7 +52,6 @@ from prm_synth.schema import (
     ShardStats,
     VerifyStats,
 )
-from prm_synth.verify import verify_records
 
 
 @dataclass

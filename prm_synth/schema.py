@@ -81,7 +81,7 @@ SearchTestName = Literal["fixed", "sprt", "changepoint"]
 NodeKind = Literal["root", "state", "rollout"]
 # Why an OmegaPRM question's search stopped.
 OmegaStop = Literal["screened_out", "search_limit", "pool_empty", "budget"]
-# Why a verification chain was dropped (prm_synth/verify.py): the first seven are chains that do not
+# Why a verification chain was dropped (prm_synth/judge/verify.py): the first seven are chains that do not
 # read as a complete chain, the next two readable chains the agreement filter refused.
 ChainDropReason = Literal[
     "truncated",  # the model ran out of tokens
@@ -141,7 +141,7 @@ RECORD_SCHEMA = pa.schema(
         pa.field("p_good", pa.list_(pa.float64())),
         # Per step, why it has no label: null exactly where labeled (annotate.labels.unlabeled_reasons).
         pa.field("unlabeled_reason", pa.list_(pa.string())),
-        # Verification chains (prm_synth/verify.py; null where no `verify` stage ran): the chains whose
+        # Verification chains (prm_synth/judge/verify.py; null where no `verify` stage ran): the chains whose
         # step verdicts agree with the labels, and for every other chain of the row why it was dropped.
         pa.field("verify_chains", pa.list_(pa.string())),
         pa.field("verify_dropped", pa.list_(pa.struct([("reason", pa.string()), ("detail", pa.string())]))),

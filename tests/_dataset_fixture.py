@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from prm_synth.config import validate_config
+from prm_synth.config.sections import validate_config
 from prm_synth.schema import LabeledRecord, RejectedRecord, ShardStats
-from prm_synth.shards import ShardStore
+from prm_synth.store.shards import ShardStore
 
 PATTERNS: list[list[bool | None]] = [
     [True, True, True],

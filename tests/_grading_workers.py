@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from prm_synth import grading_pool
+from prm_synth.grading import pool as grading_pool
 
 GARBAGE_MARKER_ENV = "PRM_TEST_GARBAGE_MARKER"
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
-from prm_synth.config import SimulatedPolicyConfig, validate_config
+from prm_synth.config.sections import SimulatedPolicyConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.pipeline import iter_shards, process_shard
-from prm_synth.shards import ShardStore
+from prm_synth.store.shards import ShardStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ SMALL_PROBLEMS = {"kind": "builtin", "count": 4, "seed": 0, "min_ops": 2, "max_o
 
 def small_problems() -> list[Any]:
     """SMALL_PROBLEMS as a run loads them."""
-    from prm_synth.problems import iter_problems
+    from prm_synth.problems.sources import iter_problems
 
     return list(iter_problems(validate_config({"problems": SMALL_PROBLEMS, "policy": {"kind": "simulated"}}).problems))
 
@@ -76,6 +76,6 @@ def small_pipeline(folder: Path, name: str, policy: dict[str, Any], **sections: 
 def run_again(path: str, out: str) -> Any:
     """The same command once more, as the flow that `prm-synth run` calls (its summary)."""
     import flows.synthesize
-    from prm_synth.config import load_config
+    from prm_synth.config.sections import load_config
 
     return flows.synthesize.synthesize(config=load_config(path), out_dir=out)

@@ -14,12 +14,12 @@ import pytest
 from _simulated_run import pipeline_data, write_run
 from _tokenizers import ascii_only_bpe, qwen_like_bpe
 
-from prm_synth.arithmetic import true_first_error
 from prm_synth.export.consumers import _pieces
 from prm_synth.export.hub import export_to_dir
+from prm_synth.problems.arithmetic import true_first_error
 from prm_synth.schema import ShardStats
-from prm_synth.shards import dataset_shards, iter_records
-from prm_synth.summary import summarize
+from prm_synth.store.shards import dataset_shards, iter_records
+from prm_synth.store.summary import summarize
 
 LIMIT = 60
 

@@ -57,9 +57,9 @@ from prm_synth.annotate.labels import (
     labels_from_posterior,
 )
 from prm_synth.annotate.protocol import ProbeResult, Wait
-from prm_synth.config import validate_config
+from prm_synth.config.sections import validate_config
 from prm_synth.engines.simulated import SimulatedPolicy
-from prm_synth.problems import iter_problems
+from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
 from tests.test_search import drive  # answers probes by hand, from a success rate per step
 
@@ -191,7 +191,7 @@ def test_p_good_is_a_non_increasing_probability_for_any_evidence(n, counts, verd
 
 def test_the_summary_warns_when_more_than_five_percent_of_rollouts_are_ungradable():
     from prm_synth.schema import ShardStats
-    from prm_synth.summary import _warnings
+    from prm_synth.store.summary import _warnings
 
     assert _warnings(ShardStats(rollouts=100, unknown_rollouts=5)) == []
     (warning,) = _warnings(ShardStats(rollouts=100, unknown_rollouts=6))

@@ -12,8 +12,9 @@ from _prm_helpers import labeled_row
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config import ConsensusConfig, validate_config
-from prm_synth.consensus import (
+from prm_synth.config.sections import ConsensusConfig, validate_config
+from prm_synth.judge.ask import UNPARSEABLE
+from prm_synth.judge.consensus import (
     TIE_COMPLETES,
     JudgeAccuracy,
     agrees,
@@ -26,9 +27,8 @@ from prm_synth.consensus import (
     record_from_payload,
     rollouts_support,
 )
-from prm_synth.judge import UNPARSEABLE
 from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats
-from prm_synth.shards import ShardEntry, totals
+from prm_synth.store.shards import ShardEntry, totals
 
 
 def rec(
@@ -426,7 +426,7 @@ def test_a_run_reports_the_judges_measured_accuracy_in_inspect_and_the_card(tmp_
 
     from prm_synth.cli import app
     from prm_synth.export.hub import export_to_dir
-    from prm_synth.summary import summarize
+    from prm_synth.store.summary import summarize
 
     data = {
         "name": "judged",

@@ -9,10 +9,10 @@ from _prm_helpers import labeled_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config import ConsensusConfig
-from prm_synth.consensus import JudgeAccuracy, apply_consensus, posterior, prefix_confidence
-from prm_synth.evaluate import as_labeled
+from prm_synth.config.sections import ConsensusConfig
 from prm_synth.export.views import with_min_confidence
+from prm_synth.judge.consensus import JudgeAccuracy, apply_consensus, posterior, prefix_confidence
+from prm_synth.products.evaluate import as_labeled
 from prm_synth.schema import RECORD_SCHEMA, LabeledRecord
 
 T, F, N = True, False, None

@@ -15,14 +15,14 @@ from _dataset_fixture import make_dataset
 from typer.testing import CliRunner
 
 from prm_synth.cli import app
-from prm_synth.shards import OutputLockedError, ShardStore, reading
+from prm_synth.store.shards import OutputLockedError, ShardStore, reading
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # A run holding the folder (its lock, as `ShardStore.prepare` takes it), until killed.
 _RUN = """
 import sys
-from prm_synth.shards import ShardStore
+from prm_synth.store.shards import ShardStore
 store = ShardStore(sys.argv[1], "fixturefp")
 store.lock()
 print("locked", flush=True)

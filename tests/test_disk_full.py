@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.shards import iter_records
-from prm_synth.summary import summarize
+from prm_synth.store.shards import iter_records
+from prm_synth.store.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = 24

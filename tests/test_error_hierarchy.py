@@ -76,20 +76,20 @@ def _cases(tmp_path: Path) -> list[tuple[str, list[str], str]]:
     bench = _bench(tmp_path)
     return [
         ("run", ["run", str(SIMULATED), "--out", str(tmp_path / "out")], "flows.synthesize.synthesize_with_runner"),
-        ("serve", ["serve", str(SIMULATED), "--cron", "0 3 * * *"], "prm_synth.config.load_config"),
+        ("serve", ["serve", str(SIMULATED), "--cron", "0 3 * * *"], "prm_synth.config.sections.load_config"),
         ("models prepare-demo", ["models", "prepare-demo"], "prm_synth.demo_model.prepare_demo_model"),
-        ("inspect", ["inspect", str(folder)], "prm_synth.summary.summarize"),
-        ("show", ["show", str(folder)], "prm_synth.shards.iter_records"),
+        ("inspect", ["inspect", str(folder)], "prm_synth.store.summary.summarize"),
+        ("show", ["show", str(folder)], "prm_synth.store.shards.iter_records"),
         ("export", ["export", str(folder), "--to-dir", str(tmp_path / "x")], "prm_synth.export.hub.plan_export"),
-        ("eval judge", ["eval", "judge", str(bench), "--model", "demo"], "prm_synth.evaluate.load_processbench"),
+        ("eval judge", ["eval", "judge", str(bench), "--model", "demo"], "prm_synth.products.evaluate.load_processbench"),
         (
             "eval labels",
             ["eval", "labels", str(bench), "--gold-answers", str(bench), "--pipeline", str(SIMULATED)],
-            "prm_synth.evaluate.load_gold_answers",
+            "prm_synth.products.evaluate.load_gold_answers",
         ),
-        ("eval dataset", ["eval", "dataset", str(folder)], "prm_synth.evaluate.evaluate_dataset"),
-        ("train", ["train", str(folder), "--model", "m", "--out", str(tmp_path / "prm")], "prm_synth.train.train_prm"),
-        ("eval prm", ["eval", "prm", "m", "--processbench", str(bench)], "prm_synth.prm_eval.evaluate_prm"),
+        ("eval dataset", ["eval", "dataset", str(folder)], "prm_synth.products.evaluate.evaluate_dataset"),
+        ("train", ["train", str(folder), "--model", "m", "--out", str(tmp_path / "prm")], "prm_synth.products.train.train_prm"),
+        ("eval prm", ["eval", "prm", "m", "--processbench", str(bench)], "prm_synth.products.prm_eval.evaluate_prm"),
     ]
 
 
@@ -146,7 +146,7 @@ def test_every_command_is_covered():
 )
 def test_our_errors_and_the_systems_are_one_line_with_their_exit_code(error, code, tmp_path, monkeypatch):
     from prm_synth.engines.base import EngineError
-    from prm_synth.evaluate import BenchFileError
+    from prm_synth.products.evaluate import BenchFileError
 
     raised = {
         "ours_input": BenchFileError("bench.jsonl row 3: not an object"),
@@ -157,7 +157,7 @@ def test_our_errors_and_the_systems_are_one_line_with_their_exit_code(error, cod
     def fails(*_args, **_kwargs):
         raise raised
 
-    monkeypatch.setattr("prm_synth.evaluate.evaluate_dataset", fails)
+    monkeypatch.setattr("prm_synth.products.evaluate.evaluate_dataset", fails)
     result = CliRunner().invoke(app, ["eval", "dataset", str(tmp_path)])
     assert result.exit_code == code, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]

@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.cli import app
-from prm_synth.config import ConfigError, HFSource, validate_config
+from prm_synth.config.sections import ConfigError, HFSource, validate_config
 from prm_synth.export.hub import export_to_dir, plan_export
-from prm_synth.problems import iter_problems
+from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
-from prm_synth.shards import iter_records
+from prm_synth.store.shards import iter_records
 
 SIM = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}
 
@@ -163,7 +163,7 @@ def test_soft_refuses_views_with_token_labels_and_p_good_a_run_lacks(mc_run, tmp
 
 
 def test_train_refuses_a_soft_view(mc_run, tmp_path):
-    from prm_synth.train import TrainError, load_examples
+    from prm_synth.products.train import TrainError, load_examples
 
     export_to_dir(mc_run, tmp_path, plan=plan_export(mc_run, ["trl"], soft="mc"))
     with pytest.raises(TrainError, match="soft"):
@@ -177,7 +177,7 @@ def test_the_majority_rule_is_mc_at_least_a_half():
 
 
 def test_an_old_soft_rule_loads_as_majority_with_a_warning_and_the_same_fingerprint(caplog):
-    with caplog.at_level(logging.WARNING, logger="prm_synth.config_upgrade"):
+    with caplog.at_level(logging.WARNING, logger="prm_synth.config.upgrade"):
         old = validate_config(SIM | {"labels": {"rule": "soft"}})
     assert old.labels.rule == "majority"
     assert "labels.rule: soft is now labels.rule: majority" in caplog.text

@@ -14,14 +14,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from prm_synth import arithmetic
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.cli import app
-from prm_synth.config import load_config
+from prm_synth.config.sections import load_config
+from prm_synth.problems import arithmetic
 from prm_synth.schema import ShardStats
-from prm_synth.shards import ShardStore, iter_records, read_manifest
-from prm_synth.summary import RunSummary, summarize
+from prm_synth.store.shards import ShardStore, iter_records, read_manifest
+from prm_synth.store.summary import RunSummary, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 SIMULATED = ROOT / "pipelines" / "simulated.yaml"
@@ -146,7 +146,7 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path):
 def test_a_broken_problem_source_writes_nothing_so_the_corrected_config_runs_into_the_same_folder(tmp_path):
     """The flow itself (as a deployment runs it, without the CLI's checks) opens the source first."""
     from flows.synthesize import synthesize
-    from prm_synth.problems import ProblemSourceError
+    from prm_synth.problems.sources import ProblemSourceError
 
     out = tmp_path / "out"
     (tmp_path / "problems.csv").write_text("question,answer\nWhat is 2+3?,5\n")

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth import grading, grading_pool
-from prm_synth.grading import (
+from prm_synth.grading import math as grading
+from prm_synth.grading import pool as grading_pool
+from prm_synth.grading.math import (
     Verdict,
     as_number,
     extract_answer,
@@ -350,7 +351,7 @@ def test_a_worker_reply_speaks_the_verdict_vocabulary() -> None:
 
     assert set(get_args(VerdictStatus)) == grading_pool.STATUSES
     # which is why the worker's module does not import schema: every worker would load pyarrow
-    code = "import sys, prm_synth.grading_pool; print('pyarrow' in sys.modules)"
+    code = "import sys, prm_synth.grading.pool; print('pyarrow' in sys.modules)"
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout == "False\n"
 
@@ -374,7 +375,8 @@ def test_a_worker_outlives_the_thread_that_started_it() -> None:
 
 _ORPHAN = """
 import sys, threading
-from prm_synth import grading, grading_pool
+from prm_synth.grading import math as grading
+from prm_synth.grading import pool as grading_pool
 threading.Thread(target=lambda: grading.grade("\\\\boxed{\\\\Gamma(99999997)}", "2", timeout_s=600), daemon=True).start()
 while not grading_pool.POOL._all:
     threading.Event().wait(0.05)

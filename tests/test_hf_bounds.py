@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from prm_synth import problems
-from prm_synth.config import HFSource
-from prm_synth.problems import MAX_LINE_BYTES, ProblemSourceError, iter_problems
+from prm_synth.config.sections import HFSource
+from prm_synth.problems import sources as problems
+from prm_synth.problems.sources import MAX_LINE_BYTES, ProblemSourceError, iter_problems
 from prm_synth.schema import Problem, RejectedRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +56,8 @@ def _write_large_dataset(folder: Path) -> None:
 _MEASURE = """
 import json, resource, sys
 import datasets
-from prm_synth.config import HFSource
-from prm_synth.problems import iter_problems
+from prm_synth.config.sections import HFSource
+from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
 datasets.load_dataset_builder("json", data_files=sys.argv[2])  # what datasets costs itself, before
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

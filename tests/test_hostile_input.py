@@ -15,12 +15,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
-from prm_synth import arithmetic, problems
 from prm_synth.cli import app
-from prm_synth.config import FileSource, load_config
-from prm_synth.problems import ProblemSourceError, iter_problems
+from prm_synth.config.sections import FileSource, load_config
+from prm_synth.problems import arithmetic
+from prm_synth.problems import sources as problems
+from prm_synth.problems.sources import ProblemSourceError, iter_problems
 from prm_synth.schema import Problem, RejectedRecord
-from prm_synth.shards import ShardStore, iter_records
+from prm_synth.store.shards import ShardStore, iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth import arithmetic
-from prm_synth.config import JudgeConfig, JudgeErrorProfile, SimulatedJudgeConfig, VLLMConfig
+from prm_synth.config.sections import JudgeConfig, JudgeErrorProfile, SimulatedJudgeConfig, VLLMConfig
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, GenerationResult
 from prm_synth.engines.simulated import SimulatedJudge
-from prm_synth.judge import UNPARSEABLE, judge_records, judge_solutions, majority_vote, parse_judge_answer
-from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
+from prm_synth.judge.ask import UNPARSEABLE, judge_records, judge_solutions, majority_vote, parse_judge_answer
+from prm_synth.problems import arithmetic
+from prm_synth.sampling.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
 from prm_synth.schema import LabeledRecord
 
 FIXTURE = Path(__file__).parent / "fixtures" / "processbench_small.json"
@@ -334,7 +334,7 @@ def demo_judge_engine(demo_vllm_engine):
 
 @pytest.mark.slow
 def test_demo_model_judges_fixture_samples_end_to_end(demo_judge_engine):
-    from prm_synth.evaluate import evaluate_judge, load_processbench
+    from prm_synth.products.evaluate import evaluate_judge, load_processbench
 
     samples = load_processbench(FIXTURE, limit=3)
     config = JudgeConfig(engine=VLLMConfig(model="demo"), samples=2, max_tokens=32, temperature=0.7)
@@ -358,7 +358,7 @@ def test_demo_model_judges_fixture_samples_end_to_end(demo_judge_engine):
 
 
 def test_an_error_profile_is_hashed_and_its_absence_is_not():
-    from prm_synth.config import validate_config
+    from prm_synth.config.sections import validate_config
 
     base = {
         "problems": {"kind": "builtin", "count": 2},

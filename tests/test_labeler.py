@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from prm_synth.annotate.labeler import LABELERS, OmegaLabeler, SolutionLabeler, make_labeler
 from prm_synth.cli import app
-from prm_synth.config import AnnotateConfig, validate_config
+from prm_synth.config.sections import AnnotateConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.schema import JudgeStats, ShardStats
@@ -141,9 +141,9 @@ def test_run_and_eval_label_the_same_solutions_through_one_path(monkeypatch):
     """`prm-synth run` (`label`: sampling and annotation in one stream) and `prm-synth eval labels`
     (`label_solutions`: solutions given) give the same rows for the same solutions, shard pooling
     included: the default search labels again under the priors pooled from the whole set."""
-    from prm_synth import evaluate
     from prm_synth.annotate import labeler as labeler_module
-    from prm_synth.problems import iter_problems
+    from prm_synth.problems.sources import iter_problems
+    from prm_synth.products import evaluate
     from prm_synth.schema import Problem
 
     config = validate_config(SIM | {"policy": {"kind": "simulated", "recover": 0.2, "step_error": 0.15}})

@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytest
 from _worlds import world_config
 
-from prm_synth import arithmetic
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.engines.simulated import SimulatedPolicy
-from prm_synth.problems import iter_problems
+from prm_synth.problems import arithmetic
+from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
 
 HELD_OUT_SEEDS = (1010, 1011, 1012)

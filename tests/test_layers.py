@@ -18,44 +18,20 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, set[str]]] = [
     ("commands", {"prm_synth.cli"}),
     ("orchestration", {"flows"}),
-    (
-        "products",
-        {
-            "prm_synth.export",
-            "prm_synth.evaluate",
-            "prm_synth.summary",
-            "prm_synth.train",
-            "prm_synth.prm_eval",
-        },
-    ),
+    ("products", {"prm_synth.export", "prm_synth.products", "prm_synth.store.summary"}),
     ("shard pipeline", {"prm_synth.pipeline"}),
-    (
-        "stages",
-        {
-            "prm_synth.annotate",
-            "prm_synth.judge",
-            "prm_synth.judge_accuracy",
-            "prm_synth.judge_selection",
-            "prm_synth.consensus",
-            "prm_synth.sample",
-            "prm_synth.verify",
-        },
-    ),
+    ("stages", {"prm_synth.annotate", "prm_synth.judge", "prm_synth.sampling.sample"}),
     (
         "parts",
         {
             "prm_synth.engines",
             "prm_synth.problems",
             "prm_synth.grading",
-            "prm_synth.grading_pool",
-            "prm_synth.shards",
-            "prm_synth.arithmetic",
+            "prm_synth.store",
             "prm_synth.demo_model",
             "prm_synth.telemetry",
             "prm_synth.lifeline",
             "prm_synth.key_scrub",
-            "prm_synth.refusals",
-            "prm_synth.resume",
         },
     ),
     (
@@ -63,13 +39,9 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "=prm_synth",  # "=": this module only, not the package below it
             "prm_synth.config",
-            "prm_synth.config_upgrade",
             "prm_synth.schema",
-            "prm_synth.prompts",
-            "prm_synth.steps",
+            "prm_synth.sampling",
             "prm_synth.errors",
-            "prm_synth.config_diff",
-            "prm_synth.thinking",
         },
     ),
 ]
@@ -152,8 +124,8 @@ def test_imports_point_down(module, path):
 def test_the_checker_sees_an_upward_import(tmp_path):
     fake = tmp_path / "grading.py"
     fake.write_text("def f():\n    from prm_synth.pipeline import process_shard\n")
-    ((name, _),) = imports_of("prm_synth.grading", fake)
-    assert layer_of(name) < layer_of("prm_synth.grading")
+    ((name, _),) = imports_of("prm_synth.grading.math", fake)
+    assert layer_of(name) < layer_of("prm_synth.grading.math")
 
 
 # Inside the label stage: the first-error searches. The change-point package is read in the order things

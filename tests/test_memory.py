@@ -5,10 +5,10 @@ from __future__ import annotations
 import gc
 import sys
 
-from prm_synth.config import validate_config
+from prm_synth.config.sections import validate_config
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.pipeline import iter_shards, process_shard
-from prm_synth.shards import ShardStore
+from prm_synth.store.shards import ShardStore
 
 SHARD_SIZE = 25
 WARM_UP, MEASURED = 4, 16  # shards before the first mark (caches fill up), shards between the marks

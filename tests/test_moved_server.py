@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.config import (
+from prm_synth.config.sections import (
     EngineConfig,
     EngineFields,
     JudgeEngineConfig,
@@ -26,7 +26,7 @@ from prm_synth.config import (
     SimulatedPolicyConfig,
     validate_config,
 )
-from prm_synth.shards import read_manifest
+from prm_synth.store.shards import read_manifest
 
 KEY = "sk-moved-server-key-0123456789"
 
@@ -150,7 +150,7 @@ def _moves(tmp_path: Path, monkeypatch, first_rule: str) -> None:
         manifest = read_manifest(out)
         assert manifest["config_fingerprint"] == key  # one key for the whole folder, rows included
         assert {m["config_fingerprint"] for m in markers.values()} == {key}
-        from prm_synth.shards import iter_records
+        from prm_synth.store.shards import iter_records
 
         assert {r["config_fingerprint"] for r in iter_records(out)} == {key}
         for file in (out / "shards").glob("*.json"):
@@ -178,7 +178,7 @@ def test_a_folder_made_when_the_fingerprint_hashed_the_server_resumes_too(tmp_pa
 def test_another_model_behind_the_server_is_still_another_config(tmp_path):
     """The refusal names the row setting that differs, never the server's address."""
     from prm_synth.cli.preflight import PreflightError, check_same_config
-    from prm_synth.shards import ShardStore
+    from prm_synth.store.shards import ShardStore
 
     old = validate_config(
         {"problems": SMALL_PROBLEMS, "policy": {"kind": "openai", "model": "a", "base_url": "http://h:1/v1"}}

@@ -9,8 +9,8 @@ from _prm_helpers import PROCESSBENCH, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.evaluate import BenchSample
-from prm_synth.prm_eval import (
+from prm_synth.products.evaluate import BenchSample
+from prm_synth.products.prm_eval import (
     PRMEvalError,
     balanced,
     evaluate_prm,
@@ -65,7 +65,7 @@ def test_the_bench_folder_and_its_errors(tmp_path):
 
 
 def test_each_step_gets_a_score_until_truncation(tmp_path):
-    from prm_synth.prm_eval import load_prm
+    from prm_synth.products.prm_eval import load_prm
 
     model = tiny_model(tmp_path / "base")
     from transformers import AutoModelForTokenClassification

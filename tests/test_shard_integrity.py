@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from prm_synth.cli import app
 from prm_synth.export.hub import export_to_dir
 from prm_synth.schema import RejectedRecord, ShardStats
-from prm_synth.shards import (
+from prm_synth.store.shards import (
     CorruptShardError,
     DatasetError,
     OutputLockedError,
@@ -31,7 +31,7 @@ from prm_synth.shards import (
     iter_tables,
     read_manifest,
 )
-from prm_synth.summary import summarize
+from prm_synth.store.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = PROBLEMS * ROWS_PER_PROBLEM
@@ -147,7 +147,7 @@ def test_output_files_follow_the_umask(tmp_path: Path) -> None:
 
 _HOLDER = """
 import sys
-from prm_synth.shards import ShardStore
+from prm_synth.store.shards import ShardStore
 store = ShardStore(sys.argv[1], "f")
 store.prepare({}, "")
 print("locked", flush=True)
@@ -206,8 +206,8 @@ def test_a_run_over_hostile_rows_and_a_damaged_shard_end_to_end(tmp_path: Path) 
     import random
 
     from flows.synthesize import synthesize
-    from prm_synth import arithmetic
-    from prm_synth.config import load_config
+    from prm_synth.config.sections import load_config
+    from prm_synth.problems import arithmetic
 
     def row(seed: int) -> str:
         chain = arithmetic.generate(random.Random(seed), 2, 3)

@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from prm_synth import arithmetic
-from prm_synth.config import SimulatedPolicyConfig
+from prm_synth.config.sections import SimulatedPolicyConfig
 from prm_synth.engines.base import GenerationRequest
 from prm_synth.engines.simulated import SimulatedPolicy
-from prm_synth.prompts import policy_user_prompt
+from prm_synth.problems import arithmetic
+from prm_synth.sampling.prompts import policy_user_prompt
 
 
 def _problem(seed: int, lo: int = 3, hi: int = 8) -> arithmetic.ChainProblem:
@@ -148,7 +148,7 @@ def test_world_options_keep_the_truth_recomputable_from_the_text():
 
 
 def test_ungradable_completions_are_cut_off_or_answerless():
-    from prm_synth.grading import grade_completion
+    from prm_synth.grading.math import grade_completion
 
     policy = _world(ungradable=0.5)
     statuses = []

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from prm_synth.cli import app
 from prm_synth.export.hub import export_to_dir
 from prm_synth.export.views import split_of
-from prm_synth.train import (
+from prm_synth.products.train import (
     IGNORE,
     PRM_CONFIG,
     TrainError,

@@ -36,11 +36,13 @@ from prm_synth.annotate.scheduler import (
     Spend,
 )
 from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
-from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
+from prm_synth.config.sections import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
-from prm_synth.grading import Verdict, grade_answer
-from prm_synth.prompts import policy_user_prompt
-from prm_synth.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
+from prm_synth.grading.math import Verdict, grade_answer
+from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.sampling.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
+from prm_synth.sampling.steps import splitter
+from prm_synth.sampling.thinking import engine_markers
 from prm_synth.schema import (
     LabeledRecord,
     Problem,
@@ -51,8 +53,6 @@ from prm_synth.schema import (
     VerdictStatus,
     reject,
 )
-from prm_synth.steps import splitter
-from prm_synth.thinking import engine_markers
 
 Progress = Callable[[str], None]
 

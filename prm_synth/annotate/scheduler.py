@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult, Rollout, Wait
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import GenerationStream, stream_for
-from prm_synth.grading import grade, is_truncated
+from prm_synth.grading.math import grade, is_truncated
 from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot, WindowSummary
 
 T = TypeVar("T")

@@ -32,7 +32,7 @@ def _report(
 ) -> None:
     """Write the predictions (default: <file stem>.<kind>-predictions.jsonl) and print the report: the
     command's own lines around ProcessBench's metric, then the JSON line."""
-    from prm_synth.evaluate import format_metric
+    from prm_synth.products.evaluate import format_metric
 
     out = out or Path(f"{file.stem}.{kind}-predictions.jsonl")
     _write_jsonl(out, predictions)
@@ -42,7 +42,7 @@ def _report(
 
 
 def _judge_config(judge: Path | None, model: str | None, max_model_len: int, overrides: dict[str, Any]) -> Any:
-    from prm_synth.config import JudgeConfig, VLLMConfig, load_judge_config
+    from prm_synth.config.sections import JudgeConfig, VLLMConfig, load_judge_config
 
     if (judge is None) == (model is None):
         fail("give exactly one of --judge FILE.yaml or --model (a local model folder, or 'demo')")
@@ -89,7 +89,7 @@ def judge_cmd(
 ) -> None:
     """A judge on a ProcessBench-format file: ProcessBench's metric and per-sample predictions."""
     from prm_synth.engines import build_engine
-    from prm_synth.evaluate import evaluate_judge, load_processbench
+    from prm_synth.products.evaluate import evaluate_judge, load_processbench
 
     bench = load_processbench(file, limit)
     config = _judge_config(
@@ -122,10 +122,10 @@ def labels_cmd(
     ] = None,
 ) -> None:
     """Our labeler (policy + annotator + labeling rule) on a ProcessBench-format file."""
-    from prm_synth.config import load_config
+    from prm_synth.config.sections import load_config
     from prm_synth.engines import build_engine
-    from prm_synth.evaluate import evaluate_labels, load_gold_answers, load_processbench
-    from prm_synth.sample import check_policy_can_solve
+    from prm_synth.products.evaluate import evaluate_labels, load_gold_answers, load_processbench
+    from prm_synth.sampling.sample import check_policy_can_solve
 
     config = load_config(pipeline)
     bench = load_processbench(file, limit)
@@ -155,8 +155,8 @@ def dataset_cmd(
     directory: Annotated[Path, typer.Argument(help="An output folder made with the simulated policy.")],
 ) -> None:
     """Bad-label precision/recall of a simulated-policy dataset against the recomputed truth."""
-    from prm_synth.evaluate import evaluate_dataset
-    from prm_synth.shards import reading
+    from prm_synth.products.evaluate import evaluate_dataset
+    from prm_synth.store.shards import reading
 
     with reading(directory):
         report = evaluate_dataset(directory)

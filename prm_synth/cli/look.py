@@ -25,7 +25,7 @@ from rich.text import Text
 from prm_synth.cli.common import fail, guarded, visible
 
 if TYPE_CHECKING:
-    from prm_synth.summary import RunSummary
+    from prm_synth.store.summary import RunSummary
 
 STEP_CHARS = 160  # a step longer than this is cut in `show` (the shards keep it whole)
 
@@ -40,8 +40,8 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
-    from prm_synth.shards import reading
-    from prm_synth.summary import summarize
+    from prm_synth.store.shards import reading
+    from prm_synth.store.summary import summarize
 
     with reading(directory):  # never a folder a run is writing: its counts would not add up
         summary = summarize(directory)
@@ -61,7 +61,7 @@ def _per_step(value: float | None) -> str:
 
 def summary_table(summary: RunSummary, title: str) -> Table:
     """The run summary as a two-column table (the same figures as `--json`)."""
-    from prm_synth.summary import judge_cost_text
+    from prm_synth.store.summary import judge_cost_text
 
     labels = summary.labels
     bad = labels.get("bad_step_fraction")
@@ -114,7 +114,7 @@ def show(
     bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
 ) -> None:
     """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""
-    from prm_synth.shards import reading
+    from prm_synth.store.shards import reading
 
     with reading(directory):
         rows = list(islice(pick_rows(directory, bad), n))
@@ -127,7 +127,7 @@ def show(
 
 def pick_rows(directory: Path, bad: bool) -> Iterator[dict[str, Any]]:
     """Rows in shard order; with `bad`, only those holding a bad label."""
-    from prm_synth.shards import iter_records, read_manifest
+    from prm_synth.store.shards import iter_records, read_manifest
 
     read_manifest(directory)  # a folder that is not a run fails here, naming it
     for row in iter_records(directory, "data"):

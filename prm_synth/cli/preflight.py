@@ -7,9 +7,9 @@ import logging
 import os
 from pathlib import Path
 
-from prm_synth.config import FileSource, HFSource, PipelineConfig
-from prm_synth.config_diff import differing_keys, without_sections
-from prm_synth.config_upgrade import with_former_defaults
+from prm_synth.config.diff import differing_keys, without_sections
+from prm_synth.config.sections import FileSource, HFSource, PipelineConfig
+from prm_synth.config.upgrade import with_former_defaults
 from prm_synth.errors import PrmSynthInputError
 
 # Sections that do not change the rows (left out of the fingerprint): never a reason to refuse.
@@ -71,8 +71,8 @@ def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
     path = out / MANIFEST
     if not path.exists():
         return config
-    from prm_synth.resume import resume_fingerprint
-    from prm_synth.shards import DatasetError, read_manifest
+    from prm_synth.store.resume import resume_fingerprint
+    from prm_synth.store.shards import DatasetError, read_manifest
 
     try:
         manifest = read_manifest(out)
@@ -108,8 +108,8 @@ def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
 def _current_form(old: dict) -> dict:
     """An older folder's config in today's layout with defaults filled in, so that only real changes
     show as differences; as stored where it no longer validates (its problem file moved, say)."""
-    from prm_synth.config import validate_config
-    from prm_synth.config_upgrade import upgrade
+    from prm_synth.config.sections import validate_config
+    from prm_synth.config.upgrade import upgrade
 
     logging.disable(logging.WARNING)  # the upgrade's notes are for loading a file, not for this
     try:
@@ -130,8 +130,8 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
         return
     from itertools import islice
 
-    from prm_synth.problems import ProblemSourceError, iter_problems
-    from prm_synth.sample import PolicyCannotSolveError, check_policy_can_solve
+    from prm_synth.problems.sources import ProblemSourceError, iter_problems
+    from prm_synth.sampling.sample import PolicyCannotSolveError, check_policy_can_solve
     from prm_synth.schema import Problem
 
     if isinstance(config.problems, HFSource):

@@ -61,7 +61,7 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed of the split and the trainer.")] = 0,
 ) -> None:
     """Train a token-classification PRM (labels on the step separators) with transformers' Trainer."""
-    from prm_synth.train import TrainSettings, train_prm
+    from prm_synth.products.train import TrainSettings, train_prm
 
     settings = TrainSettings(
         max_steps=max_steps,
@@ -75,7 +75,7 @@ def train(
         test_fraction=test_fraction,
         seed=seed,
     )
-    with _progress_to_stderr("prm_synth.train"):
+    with _progress_to_stderr("prm_synth.products.train"):
         result = train_prm(source, model, out, settings)
     typer.echo(f"trained {result.steps} steps in {result.seconds:.0f} s on {result.train_rows} rows; saved to {out}")
     typer.echo(f"{'step':>6}{'seconds':>10}{'loss':>10}")
@@ -115,9 +115,9 @@ def eval_prm(
     batch_size: Annotated[int, typer.Option(min=1, help="Samples a forward pass.")] = 4,
 ) -> None:
     """A PRM on ProcessBench: first step below the threshold = predicted error; ProcessBench's F1 per subset."""
-    from prm_synth.prm_eval import evaluate_prm
+    from prm_synth.products.prm_eval import evaluate_prm
 
-    with _progress_to_stderr("prm_synth.prm_eval"):
+    with _progress_to_stderr("prm_synth.products.prm_eval"):
         report = evaluate_prm(model, processbench, subset, limit, threshold, tune_on, max_length, batch_size)
 
     def pct(x: float | None) -> str:

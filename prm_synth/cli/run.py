@@ -24,8 +24,8 @@ from prm_synth.cli.environment import (
 )
 
 if TYPE_CHECKING:
-    from prm_synth.config import PipelineConfig
-    from prm_synth.summary import RunSummary
+    from prm_synth.config.sections import PipelineConfig
+    from prm_synth.store.summary import RunSummary
 
 
 class Runner(StrEnum):
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_summary(summary: RunSummary) -> None:
-    from prm_synth.summary import judge_cost_text
+    from prm_synth.store.summary import judge_cost_text
 
     run = summary.run
     assert run is not None  # the flow's summary says what the run did
@@ -159,7 +159,7 @@ def run(
 
 
 def _load(pipeline: Path) -> PipelineConfig:
-    from prm_synth.config import load_config
+    from prm_synth.config.sections import load_config
 
     preflight.check_pipeline_path(pipeline)
     try:
@@ -286,7 +286,7 @@ def serve(
 
     One run at a time: every scheduled run resumes into the same folder, so a run that outlasts the
     cron's interval makes the next one wait, as `concurrency_limit: 1` does in prefect.yaml."""
-    from prm_synth.config import load_config
+    from prm_synth.config.sections import load_config
 
     if verbose:
         verbose_engines()

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prm_synth.config import VLLMConfig
+from prm_synth.config.sections import VLLMConfig
 from prm_synth.engines.base import (
     Completion,
     EngineError,
@@ -42,7 +42,7 @@ from prm_synth.engines.base import (
 )
 from prm_synth.engines.chat import TOKENIZATION_KWARGS, render_prompt
 from prm_synth.engines.stream import stream_for
-from prm_synth.thinking import resolve_markers
+from prm_synth.sampling.thinking import resolve_markers
 
 log = logging.getLogger(__name__)
 

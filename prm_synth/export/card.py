@@ -31,8 +31,8 @@ from prm_synth.export.views import (
     with_min_confidence,
 )
 from prm_synth.schema import LabelSource
-from prm_synth.shards import iter_records, iter_tables, read_manifest
-from prm_synth.summary import RunSummary, judge_cost_text, summarize
+from prm_synth.store.shards import iter_records, iter_tables, read_manifest
+from prm_synth.store.summary import RunSummary, judge_cost_text, summarize
 
 TEMPLATE_NAME = "prm_dataset_card.md.j2"
 BEGIN = "<!-- prm-synth:begin -->"
@@ -172,7 +172,7 @@ def labeling(config: Mapping[str, Any]) -> dict[str, str]:
     each method). A stored config of an older layout is upgraded on the way in (config_upgrade); one that
     still does not validate stops the export with the config error: the card never re-describes a method."""
     from prm_synth.annotate.labeler import make_labeler
-    from prm_synth.config import validate_config
+    from prm_synth.config.sections import validate_config
 
     stored = validate_config(dict(config), where="(the dataset's stored config)", check_paths=False)
     labeler = make_labeler(stored)
@@ -306,8 +306,8 @@ def label_quality(
     (easy to get right) do not pad the accuracy on the rows that matter."""
     if _get(config, "policy", "kind", default=None) != "simulated":
         return None
-    from prm_synth.arithmetic import parse_question, true_first_error
-    from prm_synth.evaluate import first_error_quality, step_label_quality
+    from prm_synth.problems.arithmetic import parse_question, true_first_error
+    from prm_synth.products.evaluate import first_error_quality, step_label_quality
 
     with_error: list[tuple[int, int]] = []
     error_free = error_free_right = 0

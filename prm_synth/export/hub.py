@@ -44,7 +44,7 @@ from prm_synth.export.views import (
     export_view,
 )
 from prm_synth.key_scrub import scrub as scrub_key
-from prm_synth.shards import iter_tables, read_manifest
+from prm_synth.store.shards import iter_tables, read_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ guess would be worse than leaving it out, and a row cannot skip a step (the late
 of it in the text). A row whose first step is unlabeled has nothing to supervise and is skipped.
 
 The `verifier` view is of another kind: chat-format SFT rows for a generative verifier (ThinkPRM,
-GenPRM), one per distinct kept verification chain of a record (prm_synth/verify.py), with the
+GenPRM), one per distinct kept verification chain of a record (prm_synth/judge/verify.py), with the
 `messages` (system, user = the question and the numbered steps, assistant = the chain) that TRL's
 `SFTTrainer` renders with the model's chat template. The chains were kept by agreeing with the
 labels when the run made them, so `min_confidence` at export time does not change this view.
@@ -59,9 +59,9 @@ from prm_synth.export.consumers import (
     qwen_tokenizer,
     trl_labels,
 )
-from prm_synth.prompts import VERIFY_SYSTEM, render_verify_prompt
-from prm_synth.shards import iter_tables
-from prm_synth.verify import parse_chain
+from prm_synth.judge.verify import parse_chain
+from prm_synth.sampling.prompts import VERIFY_SYSTEM, render_verify_prompt
+from prm_synth.store.shards import iter_tables
 
 STEP_TAG = "ки"  # Math-Shepherd's step tag; also OpenRLHF's placeholder token in its Math-Shepherd example
 # The system prompt of Qwen2.5-Math-PRM's documented usage (its model card).

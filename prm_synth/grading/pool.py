@@ -44,7 +44,7 @@ from prm_synth.lifeline import set_parent_death_signal
 GRADER_PROCESSES = max(1, min(4, os.cpu_count() or 1))
 WORKER_START_TIMEOUT_S = 120.0  # importing sympy on a loaded machine; not part of a comparison's deadline
 WORKER_MEMORY_BYTES = 4 << 30  # address-space cap of a worker: a runaway sympy gets MemoryError, not the host
-WORKER_ENTRY = "prm_synth.grading_pool:worker_main"
+WORKER_ENTRY = "prm_synth.grading.pool:worker_main"
 # What a reply may say: schema.VerdictStatus (not imported: a worker would load pyarrow for it; a test checks)
 STATUSES = frozenset({"correct", "incorrect", "unknown"})
 # A worker that fails in one of these ways is replaced and the comparison retried once.

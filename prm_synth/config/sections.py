@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
+from prm_synth.sampling.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
 from prm_synth.schema import SearchTestName
 
 # Bounds that keep a typo from starting a run that never ends (k: 1000000000 was accepted once).
@@ -124,7 +124,7 @@ ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discrimin
 
 # ---------------------------------------------------------------- engines
 class ThinkingConfig(Strict):
-    """A reasoning model that writes a thinking trace before its answer (prm_synth/thinking.py).
+    """A reasoning model that writes a thinking trace before its answer (prm_synth/sampling/thinking.py).
 
     A prefix inside the trace is rendered so the model goes on thinking, one past the close marker so it
     goes on with the answer; the grader reads only the text after the close marker, and a completion
@@ -431,7 +431,7 @@ class JudgeConfig(Strict):
 
 
 class ConsensusConfig(Strict):
-    """How the judge's index and the rollouts' labels are combined (prm_synth/consensus.py).
+    """How the judge's index and the rollouts' labels are combined (prm_synth/judge/consensus.py).
 
     `agree`: kept where the judge's index falls in the interval the labels leave open (`tolerance` steps
     wider), which it then completes; `judge-only`: labels follow the judge; `mc-only`: labels as measured;
@@ -469,7 +469,7 @@ class ConsensusConfig(Strict):
 
 
 class VerifyConfig(Strict):
-    """Verification chains (ThinkPRM / GenPRM-style data for generative verifiers), see prm_synth/verify.py.
+    """Verification chains (ThinkPRM / GenPRM-style data for generative verifiers), see prm_synth/judge/verify.py.
 
     `votes` chains per row; a chain is kept when its step verdicts agree with the row's labels under
     `rule`: `every-step` allows at most `tolerance` disagreeing steps (0: every labeled step up to the
@@ -529,7 +529,7 @@ class StepsConfig(Strict):
         if self.strategy == "regex" and not self.pattern:
             raise ValueError("steps.pattern is required when steps.strategy is 'regex'")
         if self.pattern is not None:
-            from prm_synth.steps import check_pattern
+            from prm_synth.sampling.steps import check_pattern
 
             check_pattern(self.pattern)  # a bad pattern fails here, not in every shard
         return self
@@ -803,7 +803,7 @@ class PipelineConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
-        from prm_synth.config_upgrade import upgrade
+        from prm_synth.config.upgrade import upgrade
 
         return upgrade(data) if isinstance(data, dict) else data
 
@@ -865,7 +865,7 @@ class PipelineConfig(Strict):
 
     def legacy_fingerprint(self) -> str:
         """The fingerprint as it was before transport settings left it (each hashed as set): folders
-        made then hold it, and resume under it (prm_synth.resume)."""
+        made then hold it, and resume under it (prm_synth.store.resume)."""
         return self._hash(transport=True)
 
     def _hash(self, transport: bool) -> str:
@@ -1082,7 +1082,7 @@ def load_judge_config(path: str | Path) -> JudgeConfig:
         return judge
     section = data.get("judge", data)
     if isinstance(section, dict) and isinstance(section.get("engine"), dict) and "demo" in section["engine"]:
-        from prm_synth.config_upgrade import upgrade
+        from prm_synth.config.upgrade import upgrade
 
         section = upgrade({"judge": section})["judge"]
     try:

@@ -8,7 +8,7 @@ Then one rule for whitespace, the same for all strategies: a piece that is only 
 step of its own; it is glued to the step before it (or, at the very start, to the first step). So
 no step is empty, and no step is whitespace-only unless the whole text is.
 
-Strategy `thinking` is for reasoning models (prm_synth/thinking.py): the paragraphs of the thinking
+Strategy `thinking` is for reasoning models (prm_synth/sampling/thinking.py): the paragraphs of the thinking
 trace, each shorter than `min_chars` merged into the next, then everything from the close marker on
 (the answer) as the last step; a trace that never closes is all trace. `max_steps` (any strategy)
 merges neighbouring steps evenly so no solution has more, a thinking solution's answer kept apart.
@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from prm_synth.thinking import DEFAULT_MARKERS, ThinkingMarkers
+from prm_synth.sampling.thinking import DEFAULT_MARKERS, ThinkingMarkers
 
 STRATEGIES = ("paragraph", "line", "step-marker", "regex", "thinking")
 

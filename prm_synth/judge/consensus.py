@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
-from prm_synth.config import ConsensusConfig
-from prm_synth.judge import UNPARSEABLE
+from prm_synth.config.sections import ConsensusConfig
+from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
 
 # A tie the rollouts decided completes the row only where they alone put the winner at least this likely
@@ -354,7 +354,7 @@ def apply_consensus(
     by_reason: Counter[str] = Counter()
     by_source: dict[str, dict[str, int]] = {}
     # the judge's accuracy per answer class (judge_accuracy.py, which builds on this module)
-    from prm_synth.judge_accuracy import answer_class, class_accuracy, counts_dict, measure_by_class
+    from prm_synth.judge.accuracy import answer_class, class_accuracy, counts_dict, measure_by_class
 
     counts = measure_judge(records)
     class_counts = measure_by_class(records)

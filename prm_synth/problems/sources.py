@@ -24,12 +24,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prm_synth import arithmetic
-from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
+from prm_synth.config.sections import BuiltinSource, FieldMapping, FileSource, HFSource
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.grading import last_boxed
+from prm_synth.grading.math import last_boxed
+from prm_synth.problems import arithmetic
 from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
-from prm_synth.shards import storable
+from prm_synth.store.shards import storable
 
 PAYLOAD_CHARS = 2000
 PARQUET_BATCH_ROWS = 1024

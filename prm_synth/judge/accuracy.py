@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from prm_synth.config import ConsensusConfig
-from prm_synth.consensus import JudgeAccuracy, JudgeCounts, estimated_accuracy, measure_judge
+from prm_synth.config.sections import ConsensusConfig
+from prm_synth.judge.consensus import JudgeAccuracy, JudgeCounts, estimated_accuracy, measure_judge
 from prm_synth.schema import LabeledRecord
 
 AnswerClass = Literal["right", "wrong"]

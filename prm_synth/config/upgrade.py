@@ -39,7 +39,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from prm_synth.config import PipelineConfig
+    from prm_synth.config.sections import PipelineConfig
 
 from prm_synth.errors import PrmSynthInputError
 
@@ -204,7 +204,7 @@ def with_former_defaults(config: PipelineConfig, stored: dict[str, Any]) -> tupl
     """`config` with each changed default its file left out taken from `stored` (an output folder's config),
     and a note per key taken: a folder made under a former default resumes with its rows, never mixed with
     rows of the new one. Keys the file sets, and sections the stored config lacks, are left alone."""
-    from prm_synth.config import validate_config
+    from prm_synth.config.sections import validate_config
 
     data = config.model_dump(mode="json")
     notes: list[str] = []

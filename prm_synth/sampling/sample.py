@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prm_synth import arithmetic
-from prm_synth.config import EngineConfig, PipelineConfig
+from prm_synth.config.sections import EngineConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.grading import Verdict, grade_completion
-from prm_synth.prompts import policy_user_prompt
+from prm_synth.grading.math import Verdict, grade_completion
+from prm_synth.problems import arithmetic
+from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.sampling.steps import splitter
+from prm_synth.sampling.thinking import ThinkingMarkers, resolve_markers
 from prm_synth.schema import Problem, RejectedRecord, reject
-from prm_synth.steps import splitter
-from prm_synth.thinking import ThinkingMarkers, resolve_markers
 
 
 class PolicyCannotSolveError(PrmSynthInputError):
@@ -30,7 +30,7 @@ def check_policy_can_solve(policy: EngineConfig, questions: Iterable[tuple[str, 
     """Refuse (problem id, question) pairs the policy cannot answer, before any work starts.
 
     Only the simulated policy has such a limit: it writes solutions for the arithmetic problems of
-    prm_synth.arithmetic alone (builtin problems, or a file of their text). On any other text it
+    prm_synth.problems.arithmetic alone (builtin problems, or a file of their text). On any other text it
     could only write a non-answer, and labeling that would fill a dataset, or an evaluation, with
     rows that measure nothing.
     """

@@ -101,9 +101,9 @@ class ShardEntry:
     stats: ShardStats = field(default_factory=ShardStats)
     finished_at: float = 0.0
     # The server each engine was asked through, by role (policy, judge, verify): an OpenAI-compatible
-    # engine's address without user, password or query (prm_synth.resume.servers); {} for others.
+    # engine's address without user, password or query (prm_synth.store.resume.servers); {} for others.
     servers: dict[str, str] = field(default_factory=dict)
-    # Problems the engine refused, by id: on how many consecutive runs (prm_synth.refusals).
+    # Problems the engine refused, by id: on how many consecutive runs (prm_synth.store.refusals).
     refusals: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -259,7 +259,7 @@ class ShardStore:
         self.fingerprint = fingerprint
         self.labeler_revision = labeler_revision  # written to the manifest: why a folder is refused
         # The config's fingerprint under today's rule, where the folder is keyed by an earlier rule's
-        # (prm_synth.resume): written to the manifest, so the next run knows the rows are its own.
+        # (prm_synth.store.resume): written to the manifest, so the next run knows the rows are its own.
         self.rows_fingerprint = rows_fingerprint
         self._lock: _OutputLock | None = None
 

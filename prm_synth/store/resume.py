@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from prm_synth.config import ConfigError, OpenAIConfig, PipelineConfig, validate_config
-from prm_synth.shards import DatasetError, read_manifest
+from prm_synth.config.sections import ConfigError, OpenAIConfig, PipelineConfig, validate_config
+from prm_synth.store.shards import DatasetError, read_manifest
 
 ROWS_FINGERPRINT = "rows_fingerprint"
 

@@ -23,10 +23,10 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from prm_synth.config import ConsensusConfig, JudgeConfig
-from prm_synth.consensus import first_error_prior, posterior
+from prm_synth.config.sections import ConsensusConfig, JudgeConfig
 from prm_synth.engines.base import Engine, RequestRefused
-from prm_synth.judge import (
+from prm_synth.judge.accuracy import ClassAccuracy, accuracy_by_class, answer_class
+from prm_synth.judge.ask import (
     JudgeVerdict,
     apply_verdicts,
     ask,
@@ -36,7 +36,7 @@ from prm_synth.judge import (
     majority_vote,
     read_votes,
 )
-from prm_synth.judge_accuracy import ClassAccuracy, accuracy_by_class, answer_class
+from prm_synth.judge.consensus import first_error_prior, posterior
 from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord
 
 

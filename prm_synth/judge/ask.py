@@ -22,13 +22,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from prm_synth.config import JudgeConfig
+from prm_synth.config.sections import JudgeConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import stream_for
-from prm_synth.grading import last_boxed
-from prm_synth.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
+from prm_synth.grading.math import last_boxed
+from prm_synth.sampling.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
+from prm_synth.sampling.thinking import ThinkingMarkers
 from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, RejectReason, Stage, reject
-from prm_synth.thinking import ThinkingMarkers
 
 __all__ = [
     "JUDGE_PROMPT_VERSION",
@@ -117,7 +117,7 @@ class JudgeVerdict:
 @dataclass(frozen=True)
 class JudgePrompt:
     """How a judge is asked and how its answer is read: ProcessBench's critique prompt by default;
-    `evaluate` also scores generative verifiers, asked with the verifier prompt (prm_synth/verify.py)."""
+    `evaluate` also scores generative verifiers, asked with the verifier prompt (prm_synth/judge/verify.py)."""
 
     render: Callable[[str, Sequence[str]], str] = render_judge_prompt
     parse: Callable[[str, int], int] = parse_judge_answer  # (answer, steps) -> index, -1, or UNPARSEABLE
