@@ -59,6 +59,19 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "bad_confidence": ("0.9", "one confidence for good and bad labels"),
     "check_prefixes": ("1000", "every early prefix of a checked solution tested, no cap"),
     "k_choice_default_weight": ("1.0", "the default priors weigh as much as the shard's solutions choosing k"),
+    "rule_main_mode_only": ("off", "restores mode_share 0.25: a wrong answer's lone bad label holds under each luck mode of a quarter or more"),
+    "pool_rounds": ("1", "one EM round of the shard's pooled priors"),
+    "pool_strength": ("0.0", "no default priors in the pooled ones"),
+    "recent_share_prior": ("0.5", "no lean against a fresh error's extra luck before the shard speaks"),
+    "slip_significance": ("0.0", "no dip test finds a repaired slip"),
+    "slip_min_later": ("1000000", "no prefix read by the dip test"),
+    "process_error_odds": ("1.0", "a tested right answer holds a process error only when certain"),
+    "tested_share_prior": ("(0.0,1e-9)", "no prior on the shares measured on tested right answers"),
+    "interval_probes": ("2", "the open interval's two ends only"),
+    "probe_levels": ("(0.5,)", "one probe level"),
+    "ambiguous_clean": ("(0.5,0.5)", "a probed prefix is never a candidate again"),
+    "batch": ("2", "two rollouts a probe"),
+    "max_rollouts": ("128", "one budget (localize_max_rollouts) for every solution"),
 }
 FIGURES = ("good_precision", "bad_precision", "first_error_accuracy", "coverage", "rollouts_per_question")
 PRECISION = ("good_precision", "bad_precision")
