@@ -72,6 +72,8 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "ambiguous_clean": ("(0.5,0.5)", "a probed prefix is never a candidate again"),
     "batch": ("2", "two rollouts a probe"),
     "max_rollouts": ("128", "one budget (localize_max_rollouts) for every solution"),
+    "confidence": ("0.95", "one confidence for good and bad labels, bad_confidence's"),
+    "min_gain": ("0.0", "no gain threshold outside pinning: a search spends its budget"),
 }
 FIGURES = ("good_precision", "bad_precision", "first_error_accuracy", "coverage", "rollouts_per_question")
 PRECISION = ("good_precision", "bad_precision")
