@@ -59,7 +59,10 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "bad_confidence": ("0.9", "one confidence for good and bad labels"),
     "check_prefixes": ("1000", "every early prefix of a checked solution tested, no cap"),
     "k_choice_default_weight": ("1.0", "the default priors weigh as much as the shard's solutions choosing k"),
-    "rule_main_mode_only": ("off", "restores mode_share 0.25: a wrong answer's lone bad label holds under each luck mode of a quarter or more"),
+    "rule_main_mode_only": (
+        "off",
+        "restores mode_share 0.25: a wrong answer's lone bad label holds under each luck mode of a quarter or more",
+    ),
     "pool_rounds": ("1", "one EM round of the shard's pooled priors"),
     "pool_strength": ("0.0", "no default priors in the pooled ones"),
     "recent_share_prior": ("0.5", "no lean against a fresh error's extra luck before the shard speaks"),

@@ -145,13 +145,16 @@ def probed_decision_at(steps: int, probes: int = 8, repeat: int = 5) -> float:
         ev.graded[j] = settings.batch
         ev.correct[j] = (3 if i % 3 else 4) if j <= error else (1 if i % 4 == 0 else 0)
     priors = Priors()
+    candidates = (settings.probe_levels, settings.ambiguous_clean, False)  # levels, ambiguous band, no token budget
 
     def decision() -> None:
         post = Posterior(ev, priors)
-        best_probe(post, priors, settings.batch, settings.max_rollouts, settings.prefix_cap)
+        best_probe(post, priors, settings.batch, settings.max_rollouts, settings.prefix_cap, (), *candidates)
         interval = open_interval(post.p_good, settings.confidence) or range(max(0, error - 4), error + 1)
         spread = sorted({interval[round(i * (len(interval) - 1) / 4)] for i in range(5)})
-        best_probe(post, priors, settings.batch, settings.localize_max_rollouts, settings.localize_cap, spread)
+        best_probe(
+            post, priors, settings.batch, settings.localize_max_rollouts, settings.localize_cap, spread, *candidates
+        )
 
     decision()  # tables built once per length
     t = time.process_time()

@@ -3,8 +3,8 @@
 Two kinds of names:
 - the change-point search's settings (`ChangepointSettings` fields, prm_synth/annotate/changepoint/
   settings.py): every settings object the labeler builds gets the value (`dataclasses.replace` on what
-  `ChangepointSettings.of` returns). The model's fields (`MODEL_FIELDS`: its grids and hazards) are
-  read once, when its tables are built at import, and cannot be set for a run;
+  `ChangepointSettings.of` returns). The model's constants (its grids and hazards, engine/model.py)
+  are not settings: its tables are built from them once, at import;
 - rules no setting switches off (`RULES`: name -> a patch that removes the rule, value `off`), so the
   ablation (benchmarks/ablation.py) can measure what each special case earns.
 """
@@ -107,10 +107,10 @@ RULES: dict[str, Callable[[], None]] = {
 
 
 def settings_fields() -> list[str]:
-    """The settings a run may change (the model's are built at import)."""
-    from prm_synth.annotate.changepoint.settings import FIELDS, MODEL_FIELDS
+    """The settings a run may change."""
+    from prm_synth.annotate.changepoint.settings import FIELDS
 
-    return [name for name in FIELDS if name not in MODEL_FIELDS]
+    return list(FIELDS)
 
 
 def names() -> list[str]:
@@ -129,8 +129,6 @@ def current(name: str) -> Any:
 
 def parse(items: list[str]) -> dict[str, Any]:
     """`NAME=VALUE` strings -> {name: value}; ValueError naming the problem (unknown name, bad value)."""
-    from prm_synth.annotate.changepoint.settings import MODEL_FIELDS
-
     known = names()
     out: dict[str, Any] = {}
     for item in items:
@@ -138,8 +136,6 @@ def parse(items: list[str]) -> dict[str, Any]:
         name = name.strip()
         if not sep:
             raise ValueError(f"--set {item!r}: expected NAME=VALUE")
-        if name in MODEL_FIELDS:
-            raise ValueError(f"--set {item!r}: {name!r} is the model's, built into its tables at import")
         if name not in known:
             raise ValueError(f"--set {item!r}: unknown setting {name!r}; choose from {known}")
         if name in RULES:

@@ -28,8 +28,8 @@ from prm_synth.annotate.changepoint import (
     second_phase_priors,
 )
 from prm_synth.annotate.changepoint import label as label_again
+from prm_synth.annotate.changepoint.engine.model import Q_GRID
 from prm_synth.annotate.changepoint.memo import DecisionMemo, state_key
-from prm_synth.annotate.changepoint.model import Q_GRID
 from prm_synth.annotate.changepoint.right_answers import (
     found_error_spread,
     hidden_error_positions,
@@ -127,8 +127,6 @@ def test_ungradable_rollouts_are_counted_apart_and_reported():
             assert c <= t and (v is None if t == 0 else v == c / t)
 
 
-
-
 def _drive(steps: list[str], status: str, rate_of) -> object:
     """Run the search against a stand-in whose prefix j succeeds at rate_of(j), unknown every 4th."""
     search = changepoint_search(steps, status, ChangepointSettings())
@@ -166,7 +164,8 @@ def test_pooled_priors_depend_on_the_set_of_evidence_not_its_order():
         ev.correct[0], ev.graded[0] = 3 + k % 3, 8
         ev.correct[5], ev.graded[5] = k % 2, 8
         evs.append(ev)
-    a, b = pool_priors(evs), pool_priors(list(reversed(evs)))
+    s = ChangepointSettings()
+    a, b = pool_priors(evs, s, s.recent_choices), pool_priors(list(reversed(evs)), s, s.recent_choices)
     assert np.allclose(a.q, b.q) and np.allclose(a.p, b.p)
 
 
@@ -227,10 +226,9 @@ def test_pooling_picks_the_overdispersion_the_rollouts_show():
             out.append(ev)
         return out
 
-    from prm_synth.annotate.changepoint import K_CHOICES
-
-    shared, independent = pool_priors(shard(True)).k, pool_priors(shard(False)).k
-    assert shared == min(K_CHOICES) and independent > shared
+    s = ChangepointSettings()
+    shared, independent = pool_priors(shard(True), s, ()).k, pool_priors(shard(False), s, ()).k
+    assert shared == min(s.k_choices) and independent > shared
 
 
 def _binomial_shard(seed: int) -> list[Evidence]:
@@ -257,9 +255,9 @@ def test_the_second_phase_pools_the_shards_luck_and_classes_as_the_final_relabel
     for seed in range(4):
         evs = _binomial_shard(seed)  # luck 0.15
         second = second_phase_priors(evs, settings)
-        cautious = pool_priors(evs, strength=settings.k_choice_default_weight * len(evs), recents=())
+        cautious = pool_priors(evs, replace(settings, pool_strength=settings.k_choice_default_weight * len(evs)), ())
         assert second.k == cautious.k and second.recent_share == 0.0  # the search's priors read no fresh-error luck
-        sharp = pool_priors(evs, recents=())
+        sharp = pool_priors(evs, settings, ())
         near = np.abs(Q_GRID - 0.15) <= 0.06
         assert second.q[near].sum() > cautious.q[near].sum()
         if sharp.k == second.k:
@@ -622,10 +620,11 @@ def test_a_clean_curve_rising_at_the_solution_s_hazard_is_never_a_repaired_slip(
         rate = (1 - hazard) ** (n - j)
         ev.graded[j] = 8
         ev.correct[j] = round(8 * rate)
-    assert repaired_slip(ev, hazard=hazard) is None
+    s = ChangepointSettings()
+    assert repaired_slip(ev, s.slip_significance, hazard, s.slip_min_later) is None
     dipped = ev.plus(early_prefixes(n, 8)[2], -int(ev.correct[early_prefixes(n, 8)[2]]), 0)  # that prefix: 0 of 8
     if errors <= 0.5:  # a curve near 1: a prefix that never finishes is a slip the policy repaired
-        assert repaired_slip(dipped, hazard=hazard) == early_prefixes(n, 8)[2]
+        assert repaired_slip(dipped, s.slip_significance, hazard, s.slip_min_later) == early_prefixes(n, 8)[2]
 
 
 def test_a_probe_that_brings_nothing_new_ends_the_search_instead_of_asking_forever():
@@ -934,7 +933,7 @@ def test_relabeling_solutions_with_the_same_evidence_labels_each_as_if_alone():
     posts = [Posterior(a.evidence, priors) for a in alone]
     checked = [p for p in posts if p.evidence.checked]
     rate, positions = process_error_rate(checked, cfg), hidden_error_positions(checked, cfg)
-    unmodelled = unmodelled_error_rate(len(checked), len(positions))
+    unmodelled = unmodelled_error_rate(len(checked), len(positions), cfg.tested_share_prior)
     assert checked and len({str(_row_of(a)[4:]) for a in anns}) < len(anns)  # a checked solution; repeats
     for ann, own, post in zip(anns, alone, posts, strict=True):
         label_again(own, post, cfg, own.evidence.stop, own.evidence.verdict, rate, positions, unmodelled)
@@ -946,7 +945,9 @@ def test_the_decisions_of_a_priors_object_go_with_it():
     # grow with the shards done); the default priors' stay, kept for the next solution
     memo = DecisionMemo()
     shard_priors = pool_priors(
-        [_searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo)[0].evidence]
+        [_searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo)[0].evidence],
+        ChangepointSettings(),
+        (),
     )
     _searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo, priors=shard_priors)
     default_only = DecisionMemo()
@@ -991,7 +992,10 @@ def test_probes_are_valued_under_no_more_overdispersion_than_the_default() -> No
     interval = open_interval(post.p_good, settings.confidence, settings.bad_confidence)
     assert interval
     room = settings.localize_max_rollouts - int(samples.sum())
-    _, under_own = best_probe(post, overdispersed, settings.batch, room, settings.localize_cap, _spread(interval))
+    candidates = (settings.probe_levels, settings.ambiguous_clean, False)
+    _, under_own = best_probe(
+        post, overdispersed, settings.batch, room, settings.localize_cap, _spread(interval), *candidates
+    )
     assert under_own < settings.localize_min_gain
     decision = decide(post, samples, int(samples.sum()), settings, may_wait=False)
     assert not decision.stop and decision.prefix >= 0

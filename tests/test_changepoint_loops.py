@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.changepoint.kernels import absorb, settle
+from prm_synth.annotate.changepoint.engine.kernels import absorb, settle
 
 D, Q, L = 3, 4, 5
 

@@ -11,8 +11,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.changepoint import K_CHOICES, Evidence, Posterior, Priors, pool_priors
-from prm_synth.annotate.changepoint.gains import probe_gains
+from prm_synth.annotate.changepoint import ChangepointSettings, Evidence, Posterior, Priors, pool_priors
+from prm_synth.annotate.changepoint.engine import probe_gains
+
+SETTINGS = ChangepointSettings()
+K_CHOICES = SETTINGS.k_choices
 
 
 def entropy_bits(post: Posterior) -> float:
@@ -84,7 +87,7 @@ def test_pooled_priors_equal_em_over_each_solutions_posterior():
         fit = sum(Posterior(ev, priors).log_evidence for ev in evs) + (price if k == max(K_CHOICES) else 0.0)
         if best is None or fit > best[0]:
             best = (fit, priors)
-    pooled = pool_priors(evs)
+    pooled = pool_priors(evs, SETTINGS, SETTINGS.recent_choices)
     assert pooled.k == best[1].k
     np.testing.assert_allclose(pooled.q, best[1].q, atol=1e-10)
     np.testing.assert_allclose(pooled.p, best[1].p, atol=1e-10)

@@ -12,16 +12,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.changepoint import Evidence, Posterior, Priors, pool_priors
-from prm_synth.annotate.changepoint.gains import probe_gains
-from prm_synth.annotate.changepoint.model import K_CHOICES, Q_GRID, RECENT_CHOICES, RECENT_STEPS
+from prm_synth.annotate.changepoint import ChangepointSettings, Evidence, Posterior, Priors, pool_priors
+from prm_synth.annotate.changepoint.engine import Q_GRID, RECENT_STEPS, probe_gains
+
+SETTINGS = ChangepointSettings()
+K_CHOICES, RECENT_CHOICES = SETTINGS.k_choices, SETTINGS.recent_choices
 
 
 def beta_binomial(c: int, f: int, rate: float, k: float) -> float:
     """log P(c hits, f misses) under Beta(k rate, k (1 - rate)), without the binomial coefficient."""
     rate = min(max(rate, 0.001), 0.995)
     a, b = k * rate, k * (1 - rate)
-    return math.lgamma(c + a) - math.lgamma(a) + math.lgamma(f + b) - math.lgamma(b) - math.lgamma(c + f + k) + math.lgamma(k)
+    return (
+        math.lgamma(c + a)
+        - math.lgamma(a)
+        + math.lgamma(f + b)
+        - math.lgamma(b)
+        - math.lgamma(c + f + k)
+        + math.lgamma(k)
+    )
 
 
 @st.composite
@@ -90,11 +99,11 @@ def _shard(raised: float, seed: int = 5) -> list[Evidence]:
 
 
 def test_a_shard_reads_errors_with_fresh_luck_only_where_its_rollouts_show_it():
-    noticed = pool_priors(_shard(0.5))
+    noticed = pool_priors(_shard(0.5), SETTINGS, RECENT_CHOICES)
     assert noticed.recent > 0 and noticed.recent_share > 0.5
-    plain = pool_priors(_shard(0.0))
+    plain = pool_priors(_shard(0.0), SETTINGS, RECENT_CHOICES)
     assert plain.recent_share == 0.0
-    assert pool_priors(_shard(0.5), recents=()).recent_share == 0.0  # the search's pooling never reads it
+    assert pool_priors(_shard(0.5), SETTINGS, ()).recent_share == 0.0  # the search's pooling never reads it
 
 
 def test_a_shard_of_a_few_solutions_with_random_counts_is_read_plainly():
@@ -108,7 +117,7 @@ def test_a_shard_of_a_few_solutions_with_random_counts_is_read_plainly():
         for j in rng.choice(n, size=min(n, 4), replace=False):
             ev.graded[j] = 4
             ev.correct[j] = rng.integers(0, 5)
-        assert pool_priors([ev] * int(rng.integers(1, 4))).recent_share == 0.0
+        assert pool_priors([ev] * int(rng.integers(1, 4)), SETTINGS, RECENT_CHOICES).recent_share == 0.0
 
 
 def test_the_fresh_error_reading_keeps_the_error_step_unlabeled_where_a_plain_one_would_call_it_good():
@@ -143,9 +152,11 @@ def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
     post = Posterior(ev, Priors(q=q / q.sum()))
     settings = ChangepointSettings()
     first_bad = int(np.flatnonzero(1.0 - post.p_good >= settings.bad_confidence)[0])
-    assert lone_bad_stands_from(post, [None] * 12, first_bad, settings.bad_confidence) == 12  # none stands
+    assert (
+        lone_bad_stands_from(post, [None] * 12, first_bad, settings.bad_confidence, True, settings) == 12
+    )  # none stands
     paired = [True] * first_bad + [None] * (12 - first_bad)
-    assert lone_bad_stands_from(post, paired, first_bad, settings.bad_confidence) == first_bad
+    assert lone_bad_stands_from(post, paired, first_bad, settings.bad_confidence, True, settings) == first_bad
     ann = Annotation.empty("binary", 12)
     label(ann, post, settings, "undecided_uninformative", "correct")
     assert False not in ann.decided.values()
@@ -171,11 +182,13 @@ def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_the_main_mode_of_the
     second = np.exp(-0.5 * ((Q_GRID - 0.5) / 0.04) ** 2)
     bimodal = main / main.sum() + 0.15 * second / second.sum()
     bimodal /= bimodal.sum()
-    (core,) = luck_modes(bimodal)  # the main mode alone
+    (core,) = luck_modes(bimodal, SETTINGS.mode_rise)  # the main mode alone
     assert core[np.abs(Q_GRID - 0.5) < 0.1].sum() < 1e-6
-    assert np.allclose(core[Q_GRID < 0.3] / core[Q_GRID < 0.3].sum(), bimodal[Q_GRID < 0.3] / bimodal[Q_GRID < 0.3].sum())
+    assert np.allclose(
+        core[Q_GRID < 0.3] / core[Q_GRID < 0.3].sum(), bimodal[Q_GRID < 0.3] / bimodal[Q_GRID < 0.3].sum()
+    )
     for one_mode in (main / main.sum(), second / second.sum(), np.full(len(Q_GRID), 1 / len(Q_GRID))):
-        assert luck_modes(one_mode) == []
+        assert luck_modes(one_mode, SETTINGS.mode_rise) == []
 
     ev = Evidence.empty(12, "incorrect")
     for j in (2, 4, 6, 8, 10, 11):

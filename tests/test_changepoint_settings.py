@@ -1,5 +1,6 @@
 """The change-point search's settings: one frozen object, every field documented in the code and in the
-tuning table (docs/design/changepoint-tuning.md), and the model's fields fixed at import."""
+tuning table (docs/design/changepoint-tuning.md); the model's constants are not among them, and no function
+of the package takes a default from the settings' defaults."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
-from prm_synth.annotate.changepoint.settings import DEFAULTS, FIELDS, MODEL_FIELDS, ChangepointSettings
+from prm_synth.annotate.changepoint.settings import DEFAULTS, FIELDS, ChangepointSettings
 from prm_synth.config.sections import validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,11 +40,52 @@ def test_every_setting_has_a_row_in_the_tuning_table():
     assert not rows - set(FIELDS), f"rows of settings that do not exist: {sorted(rows - set(FIELDS))}"
 
 
-def test_a_model_field_away_from_its_default_is_refused():
-    ChangepointSettings(confidence=0.8, mode_rise=2.0)  # search fields may be set
-    for name in MODEL_FIELDS:
-        with pytest.raises(ValueError, match=name):
-            ChangepointSettings(**{name: 0 if not isinstance(getattr(DEFAULTS, name), tuple) else (0.5,)})
+def test_the_settings_hold_no_model_constant_and_nothing_derived():
+    # the model's grids and hazards are engine/model.py's constants (its tables are built from them at
+    # import); whether probes are ranked per token is the labeler's TokenBudget, not a setting
+    model = {"luck_grid", "level_grid", "hazard_grid", "class_grid", "hazard_spread", "hard_step_chance"}
+    assert not (model | {"hard_step_hazard", "default_luck_tilt", "recent_steps", "token_weighted"}) & set(FIELDS)
+
+
+def test_no_function_of_the_package_defaults_to_a_setting():
+    """Settings reach code one way: the object, passed explicitly (no `= DEFAULTS.x` parameter default,
+    no module constant read from the defaults at import)."""
+    for path in sorted((SETTINGS.parent).rglob("*.py")):
+        if path == SETTINGS:
+            continue
+        text = path.read_text()
+        assert "DEFAULTS" not in text, f"{path.relative_to(ROOT)} reads the settings' defaults"
+
+
+def test_the_changepoint_folder_reads_without_forward_jumps():
+    """Each file imports only the files before it in the reading order the package's docstring gives."""
+    order = ["settings", "engine", "memo", "right_answers", "rules", "pooling", "search", "relabel"]
+    engine = ["model", "kernels", "posterior", "gains"]
+    folder = SETTINGS.parent
+    for path in sorted(folder.rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        inner = path.parent.name == "engine"
+        me = ("engine", engine.index(path.stem)) if inner else (path.stem, -1)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(
+                "prm_synth.annotate.changepoint"
+            ):
+                continue
+            parts = node.module.split(".")[3:] or ["."]
+            names = [a.name for a in node.names] if parts == ["engine"] and inner else []
+            target = parts[0]
+            if target == "engine":
+                sub = parts[1] if len(parts) > 1 else None
+                subs = [sub] if sub else names
+                if inner:
+                    assert all(engine.index(s) < me[1] for s in subs if s in engine), (path.name, node.module)
+                    continue
+                target = "engine"
+            assert order.index(target) < order.index(me[0]), f"{path.relative_to(folder)} imports {node.module}"
+    for name in ("model", "kernels", "posterior", "gains"):
+        assert (folder / "engine" / f"{name}.py").exists()
+    assert max(len(p.read_text().splitlines()) for p in folder.rglob("*.py")) < 500
 
 
 def test_the_rollout_knob_bounds_both_budgets():

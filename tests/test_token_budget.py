@@ -12,7 +12,7 @@ import pytest
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.protocol import Probe
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
-from prm_synth.annotate.token_cost import expected_cost, per_expected_token
+from prm_synth.annotate.token_cost import TokenBudget, expected_cost, per_expected_token
 from prm_synth.config.sections import validate_config
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
@@ -45,7 +45,7 @@ def test_the_scheduler_gives_a_job_no_rollouts_once_its_tokens_are_spent():
 
     chain = arithmetic.generate(random.Random(0), 8, 8)
     user = policy_user_prompt(chain.question())
-    sched = ProbeScheduler(SimulatedPolicy(), SamplingOptions(), max_rollout_tokens=200)
+    sched = ProbeScheduler(SimulatedPolicy(), SamplingOptions(), budget=TokenBudget(200))
     ((job, seen),) = list(sched.run([SolutionJob("a", "p", user, str(chain.answer), annotator())]))
     assert job.key in sched.out_of_tokens
     stopped = seen.index(0)

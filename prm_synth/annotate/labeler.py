@@ -36,6 +36,7 @@ from prm_synth.annotate.scheduler import (
     Spend,
 )
 from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
+from prm_synth.annotate.token_cost import TokenBudget
 from prm_synth.config.sections import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading.math import Verdict, grade_answer
@@ -112,7 +113,7 @@ def make_labeler(config: PipelineConfig, fingerprint: str = "") -> Labeler:
 
 
 def new_scheduler(
-    engine: Engine, config: PipelineConfig, on_progress: ProgressCallback | None = None
+    engine: Engine, config: PipelineConfig, budget: TokenBudget, on_progress: ProgressCallback | None = None
 ) -> ProbeScheduler:
     r = config.rollouts
     markers = engine_markers(config.policy, engine)
@@ -123,7 +124,7 @@ def new_scheduler(
         max_in_flight=config.run.max_in_flight,
         grader=None if markers is None else (lambda text, gold: grade_answer(text, gold, markers).status),
         on_progress=on_progress,
-        max_rollout_tokens=getattr(config.annotate, "max_rollout_tokens", None),
+        budget=budget,
     )
 
 
@@ -152,6 +153,8 @@ class _Base:
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         self.config = config
         self.fingerprint = fingerprint
+        # `annotate.max_rollout_tokens`, read once: the scheduler enforces it, the search ranks probes by it
+        self.budget = TokenBudget.of(config.annotate)
 
     def _record(
         self,
@@ -201,7 +204,7 @@ class _Base:
         raise NotImplementedError
 
     def label_solutions(self, engine: Engine, solutions: list[Solution], progress: Progress = quiet) -> LabelResult:
-        scheduler = new_scheduler(engine, self.config)
+        scheduler = new_scheduler(engine, self.config, self.budget)
         pool = self._first_phase_pool([s.problem.id for s in solutions])
         if pool is not None:
             for problem in dict.fromkeys(s.problem.id for s in solutions):
@@ -289,7 +292,7 @@ class SolutionLabeler(_Base):
     ) -> LabelResult:
         """Sample each problem's solutions and label them, sharing one engine stream: a problem's
         annotators start as soon as its own solutions are back (no drain between the two stages)."""
-        scheduler = new_scheduler(engine, self.config, on_progress)
+        scheduler = new_scheduler(engine, self.config, self.budget, on_progress)
         markers = engine_markers(self.config.policy, engine)
         futures = scheduler.submit([sampling_request(p, self.config) for p in problems])
         samples = self.config.sampling.samples_per_problem
@@ -344,7 +347,7 @@ class MCLabeler(SolutionLabeler):
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         a = self.annotate
-        return per_step_mc(steps, final_status, a.k, a.stop_at_first_zero, in_order=a.max_rollout_tokens is not None)
+        return per_step_mc(steps, final_status, a.k, a.stop_at_first_zero, in_order=self.budget.limited)
 
     def budget_line(self) -> str:
         stop = ", stopping at the first prefix with MC 0" if self.annotate.stop_at_first_zero else ""
@@ -366,7 +369,7 @@ class BinaryLabeler(SolutionLabeler):
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         super().__init__(config, fingerprint)
         self.annotate: BinaryConfig = config.annotate  # type: ignore[assignment]
-        self.search = make_search(self.annotate)
+        self.search = make_search(self.annotate, self.budget)
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         return self._search(steps, final_status, key, None)
@@ -412,7 +415,7 @@ class OmegaLabeler(_Base):
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         super().__init__(config, fingerprint)
         self.annotate: OmegaConfig = config.annotate  # type: ignore[assignment]
-        self.search = make_search(self.annotate)
+        self.search = make_search(self.annotate, self.budget)
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""
@@ -425,7 +428,7 @@ class OmegaLabeler(_Base):
         progress: Progress = quiet,
         on_progress: ProgressCallback | None = None,
     ) -> LabelResult:
-        scheduler = new_scheduler(engine, self.config, on_progress)
+        scheduler = new_scheduler(engine, self.config, self.budget, on_progress)
         markers = engine_markers(self.config.policy, engine)
         split = splitter(self.config.steps, markers)
         jobs = (

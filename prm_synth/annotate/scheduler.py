@@ -19,7 +19,9 @@ engine stops running them. A per-job token budget (`max_rollout_tokens`) is enfo
 method's probes pass: a job gets no new rollouts once its rollouts have generated that many tokens, or
 once the rollouts a probe asks for would take it past the budget (each expected as long as the rest of
 the solution after the probe's prefix, and as the longest of this job's rollouts from a prefix no
-longer than the probe's: a rollout from a longer prefix writes less); its later probes are answered from what is measured already, and the job is listed in
+longer than the probe's: a rollout from a longer prefix writes less), and each rollout sent may write
+only its share of what is left (its `max_tokens` cut to it), so no job's rollouts ever generate more
+than the budget, however long each runs; its later probes are answered from what is measured already, and the job is listed in
 `out_of_tokens` (its row's undecided steps say `token_budget`). (A scheduler that sends every pending probe as one batch and waits for
 all of it, the former behaviour, is kept in benchmarks/ as the baseline this one is measured against.)
 """
@@ -30,10 +32,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult, Rollout, Wait
+from prm_synth.annotate.token_cost import NO_TOKEN_BUDGET, TokenBudget
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import GenerationStream, stream_for
 from prm_synth.grading.math import grade, is_truncated
@@ -162,6 +165,7 @@ class _Sent:
     job: SolutionJob[Any]  # the annotator whose probe caused it (its spend)
     n: int
     first: int  # the first sample index it asked for
+    held: int = 0  # tokens of the job's budget its rollouts may write at most (n x their max_tokens)
 
 
 class ProbeScheduler:
@@ -183,7 +187,7 @@ class ProbeScheduler:
         on_progress: ProgressCallback | None = None,
         progress_interval_s: float = 2.0,
         label: str = "annotate",
-        max_rollout_tokens: int | None = None,
+        budget: TokenBudget = NO_TOKEN_BUDGET,
     ) -> None:
         self.engine = engine
         self.stream: GenerationStream = stream_for(engine)
@@ -194,7 +198,8 @@ class ProbeScheduler:
         self.on_progress = on_progress
         self.progress_interval_s = progress_interval_s
         self.label = label
-        self.max_rollout_tokens = max_rollout_tokens
+        self.budget = budget
+        self._held: dict[str, int] = {}  # job -> tokens its requests in flight may still write (`_Sent.held`)
         self.out_of_tokens: set[str] = set()  # keys of jobs whose token budget is spent
         self._rollout_lengths: dict[str, list[tuple[int, float]]] = {}  # job -> (prefix chars, tokens a rollout)
         self.stats = SchedulerStats()
@@ -340,8 +345,13 @@ class ProbeScheduler:
     def _register(self, pending: _Pending) -> None:
         """Ask the engine for what no estimate (done or in flight) of each prefix covers."""
         job = pending.job
-        if self.max_rollout_tokens is not None and not self._affordable(job, pending.probes):
-            self.out_of_tokens.add(job.key)
+        cap = self.sampling.max_tokens
+        if self.budget.limited:
+            # each new rollout may write only its share of what is left (`_rollout_cap`): no job's rollouts
+            # generate more than the budget, however long they run
+            cap = self._rollout_cap(job, pending.probes)
+            if cap < 1 or not self._affordable(job, pending.probes):
+                self.out_of_tokens.add(job.key)
         if job.key in self.out_of_tokens:  # no new rollouts: answered from what is measured
             for probe in pending.probes:
                 self._estimates.setdefault((job.problem_key, probe.prefix), _Estimate())
@@ -360,7 +370,9 @@ class ProbeScheduler:
             else:
                 n = probe.k - have - coming
                 self._inflight[key] = coming + n
-                self._unsent.append((self._request(job, key[1], n, have + coming), _Sent(key, job, n, have + coming)))
+                request = self._request(job, key[1], n, have + coming, cap)
+                self._unsent.append((request, _Sent(key, job, n, have + coming, n * cap)))
+                self._held[job.key] = self._held.get(job.key, 0) + n * cap
             if pending.need.get(key, 0) < probe.k:
                 if key not in pending.need:
                     self._waiters.setdefault(key, []).append(pending)
@@ -368,11 +380,27 @@ class ProbeScheduler:
         if not pending.need:
             self._resumable.append(pending)
 
+    def _rollout_cap(self, job: SolutionJob[Any], probes: list[Probe]) -> int:
+        """The `max_tokens` of each new rollout these probes need: what is left of the job's budget (its
+        generated tokens and what its requests in flight may still write held back) shared among them."""
+        new: dict[_Key, int] = {}
+        for probe in probes:
+            key = (job.problem_key, probe.prefix)
+            est = self._estimates.get(key)
+            have = (est.total if est else 0) + self._inflight.get(key, 0)
+            new[key] = max(new.get(key, 0), probe.k - have)
+        wanted = sum(n for n in new.values() if n > 0)
+        if not wanted:
+            return self.sampling.max_tokens
+        spent = self.spend.setdefault(job.key, Spend()).generated + self._held.get(job.key, 0)
+        return self.budget.rollout_cap(spent, wanted, self.sampling.max_tokens)
+
     def _affordable(self, job: SolutionJob[Any], probes: list[Probe]) -> bool:
-        """Whether the new rollouts these probes need fit in what is left of the job's token budget."""
-        assert self.max_rollout_tokens is not None
+        """Whether the new rollouts these probes need fit in what is left of the job's token budget, each
+        expected as long as the job's rollouts have been (`_rollout_cap` makes it a bound)."""
+        assert self.budget.max_tokens is not None
         spent = self.spend.setdefault(job.key, Spend()).generated
-        if spent >= self.max_rollout_tokens:
+        if spent >= self.budget.max_tokens:
             return False
         seen = self._rollout_lengths.get(job.key, [])
         expected = 0.0
@@ -389,7 +417,7 @@ class ProbeScheduler:
             # nothing to judge by but longer prefixes: the longest rollout seen (one from here may write more)
             fallback = max((tokens for _, tokens in seen), default=0.0)
             expected += new * (max([rest, *longer]) if longer or rest else fallback)
-        return spent + expected <= self.max_rollout_tokens
+        return spent + expected <= self.budget.max_tokens
 
     def _send(self) -> None:
         """Hand queued requests to the stream, up to max_batch_requests of ours in the engine."""
@@ -453,13 +481,17 @@ class ProbeScheduler:
         self._refused.append((job, Refused(str(error))))
 
     # ------------------------------------------------------------ shared
-    def _request(self, job: SolutionJob[Any], prefix: str, n: int, first_sample_index: int) -> GenerationRequest:
+    def _request(
+        self, job: SolutionJob[Any], prefix: str, n: int, first_sample_index: int, cap: int
+    ) -> GenerationRequest:
+        # `cap`: each rollout's max_tokens, cut to the job's token budget (`_rollout_cap`)
+        sampling = self.sampling if cap == self.sampling.max_tokens else replace(self.sampling, max_tokens=cap)
         return GenerationRequest(
             user=job.user_prompt,
             assistant_prefix=prefix,
             system=job.system_prompt,
             n=n,
-            sampling=self.sampling,
+            sampling=sampling,
             first_sample_index=first_sample_index,
         )
 
@@ -479,13 +511,14 @@ class ProbeScheduler:
         self.stats.generated_tokens += result.generated_tokens
         self.stats.prompt_tokens += result.prompt_tokens
         spend = self.spend.setdefault(job.key, Spend())
+        self._held[job.key] = self._held.get(job.key, 0) - sent.held
         spend.rollouts += len(result.completions)
         spend.tokens += result.generated_tokens + result.prompt_tokens
         spend.generated += result.generated_tokens
         if result.completions:  # how long this job's rollouts from a prefix this long are (`_affordable`)
             per_rollout = result.generated_tokens / len(result.completions)
             self._rollout_lengths.setdefault(job.key, []).append((len(key[1]), per_rollout))
-        if self.max_rollout_tokens is not None and spend.generated >= self.max_rollout_tokens:
+        if self.budget.max_tokens is not None and spend.generated >= self.budget.max_tokens:
             self.out_of_tokens.add(job.key)
 
     def _result(self, job: SolutionJob[Any], probe: Probe) -> ProbeResult:
@@ -508,7 +541,9 @@ class ProbeScheduler:
 
     def snapshot(self, finished: bool = False) -> ProgressSnapshot:
         elapsed = time.perf_counter() - self._started if self._started else 0.0
-        tokens = self.stats.generated_tokens + self.stats.prompt_tokens  # every token processed (docs/reference/output-schema.md)
+        tokens = (
+            self.stats.generated_tokens + self.stats.prompt_tokens
+        )  # every token processed (docs/reference/output-schema.md)
         return ProgressSnapshot(
             label=self.label,
             elapsed_s=elapsed,

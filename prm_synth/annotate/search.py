@@ -34,6 +34,7 @@ from prm_synth.annotate.changepoint import (
     relabel,
 )
 from prm_synth.annotate.protocol import Annotator
+from prm_synth.annotate.token_cost import NO_TOKEN_BUDGET, TokenBudget
 from prm_synth.config.sections import BinaryConfig, OmegaConfig
 from prm_synth.schema import LabelSource, VerdictStatus
 
@@ -67,7 +68,7 @@ class _Bisection:
 
     test: FixedTest | SequentialTest
 
-    def __init__(self, config: SearchConfig) -> None:
+    def __init__(self, config: SearchConfig, budget: TokenBudget = NO_TOKEN_BUDGET) -> None:
         self.recheck = config.recheck if isinstance(config, BinaryConfig) else False
         self.verify_k = config.k
 
@@ -110,7 +111,7 @@ class FixedSearch(_Bisection):
 
     name: ClassVar[str] = "fixed"
 
-    def __init__(self, config: SearchConfig) -> None:
+    def __init__(self, config: SearchConfig, budget: TokenBudget = NO_TOKEN_BUDGET) -> None:
         super().__init__(config)
         self.test = FixedTest(config.k)
 
@@ -120,7 +121,7 @@ class SprtSearch(_Bisection):
 
     name: ClassVar[str] = "sprt"
 
-    def __init__(self, config: SearchConfig) -> None:
+    def __init__(self, config: SearchConfig, budget: TokenBudget = NO_TOKEN_BUDGET) -> None:
         super().__init__(config)
         self.test = SequentialTest.of(
             config.bad_rate, config.good_rate, config.sprt_error, config.probe_batch, config.probe_max_rollouts
@@ -157,11 +158,14 @@ class ChangepointSearch:
     name: ClassVar[str] = "changepoint"
     source: ClassVar[LabelSource] = "test"  # a prefix OmegaPRM's bisection decides: the posterior's label
 
-    def __init__(self, config: SearchConfig) -> None:
+    def __init__(self, config: SearchConfig, budget: TokenBudget = NO_TOKEN_BUDGET) -> None:
         if isinstance(config, BinaryConfig):
             self.settings = ChangepointSettings.of(config)
+            self.budget = budget  # probes ranked per expected token where it is set
         else:
+            # OmegaPRM's bisection decides a prefix with the posterior alone and ranks no probes
             self.settings = ChangepointSettings(confidence=config.confidence)
+            self.budget = NO_TOKEN_BUDGET
         # OmegaPRM's bisection: rollouts a prefix probe asks at a time, and at most
         self.prefix_batch = max(config.probe_batch, self.settings.prefix_batch_min)
         self.prefix_max_rollouts = config.probe_max_rollouts
@@ -172,7 +176,14 @@ class ChangepointSearch:
         """The change-point search for one solution (`run.verify` is the bisections' and means nothing here)."""
         r = run
         return changepoint_search(
-            steps, final_status, self.settings, check=r.check, pool=r.pool, key=r.key, relabeled=r.relabeled
+            steps,
+            final_status,
+            self.settings,
+            check=r.check,
+            pool=r.pool,
+            key=r.key,
+            relabeled=r.relabeled,
+            budget=self.budget,
         )
 
     def checks(self, key: str) -> bool:
@@ -226,13 +237,14 @@ SEARCHES: dict[str, type[FixedSearch] | type[SprtSearch] | type[ChangepointSearc
 }
 
 
-def make_search(config: SearchConfig) -> Search:
-    """The search `config.search_test` names, built with the config's knobs."""
+def make_search(config: SearchConfig, budget: TokenBudget = NO_TOKEN_BUDGET) -> Search:
+    """The search `config.search_test` names, built with the config's knobs and the labeler's token
+    budget (`TokenBudget.of(config)`, read once by the labeler: the scheduler gets the same object)."""
     try:
         search = SEARCHES[config.search_test]
     except KeyError:
         raise ValueError(f"unknown search_test {config.search_test!r}") from None
-    return search(config)
+    return search(config, budget)
 
 
 def binary_search(
@@ -248,4 +260,4 @@ def binary_search(
     """The binary method's annotator for one solution under `config` (its search built afresh: a
     labeler builds its own once)."""
     run = SolutionRun(verify, check, pool, key, relabeled)
-    return make_search(config).annotator(steps, final_status, run)
+    return make_search(config, TokenBudget.of(config)).annotator(steps, final_status, run)

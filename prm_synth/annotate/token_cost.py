@@ -11,6 +11,8 @@ gain per rollout, the search's thresholds (bits a rollout must be worth) keep th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,3 +29,31 @@ def per_expected_token(gains: np.ndarray, prefixes: Sequence[int], n: int, weigh
         return gains
     middle = (n + 3) / 2.0  # the mean of expected_cost over the prefixes a search probes, 0..n-1
     return np.asarray(gains, dtype=float) * middle / expected_cost(prefixes, n)
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """`annotate.max_rollout_tokens`, read once (`of`) and handed to the scheduler, which enforces it, and
+    to the search, which ranks its probes per expected token when it is set."""
+
+    max_tokens: int | None = None  # tokens one job's rollouts may generate in all (None: no limit)
+
+    @classmethod
+    def of(cls, annotate: Any) -> TokenBudget:
+        """The budget an annotate section sets (every method declares `max_rollout_tokens`)."""
+        return cls(annotate.max_rollout_tokens)
+
+    @property
+    def limited(self) -> bool:
+        return self.max_tokens is not None
+
+    def rollout_cap(self, spent: int, n: int, sampling_max: int) -> int:
+        """The `max_tokens` each of `n` new rollouts may write so that the job's rollouts never generate
+        more than the budget in all, whatever each writes (`spent`: generated, or held by requests in
+        flight at their own cap); 0 when not one token is left for each."""
+        if self.max_tokens is None:
+            return sampling_max
+        return max(0, min(sampling_max, (self.max_tokens - spent) // max(n, 1)))
+
+
+NO_TOKEN_BUDGET = TokenBudget()

@@ -7,28 +7,24 @@ one prefix may share their fortune. Every step gets its posterior probability of
 (p_good); the search probes the prefix whose rollouts most reduce the uncertainty about the first
 error, and labels what the posterior says with enough confidence.
 
-Read in the order things happen:
+Read in the order things happen (each file imports only the ones before it):
 
 | file | what it holds |
 |---|---|
-| settings.py | every tunable, one frozen `ChangepointSettings` (tuning: docs/design/changepoint-tuning.md) |
-| model.py | the model's grids and tables, `Priors`, `Evidence` |
-| posterior.py | `Posterior`: p_good of every step |
-| kernels.py | the compiled loops of the posterior's sweeps |
-| gains.py | `probe_gains`: what a probe is worth |
+| settings.py | the search's tunables, one frozen `ChangepointSettings` (tuning: docs/design/changepoint-tuning.md) |
+| engine/ | the numeric engine: model.py (the model's constants and tables, `Priors`, `Evidence`), kernels.py (compiled loops), posterior.py (`Posterior`: p_good of every step), gains.py (`probe_gains`: what a probe is worth) |
 | memo.py | the search's decisions, remembered |
-| search.py | `changepoint_search`: which prefix to probe, when to stop |
-| pooling.py | the shard's priors: `pool_priors`, `FirstPhasePool` (two phases) |
-| rules.py | `label`: labels from a posterior |
 | right_answers.py | what right answers hide, measured per shard |
+| rules.py | `label`: labels from a posterior |
+| pooling.py | the shard's priors: `pool_priors`, `FirstPhasePool` (two phases) |
+| search.py | `changepoint_search`: which prefix to probe, when to stop |
 | relabel.py | `relabel`: a shard labeled again under its pooled priors |
 
 The search registry (prm_synth/annotate/search.py, `SEARCHES`) builds it per labeler.
 """
 
-from prm_synth.annotate.changepoint.model import DEFAULT_PRIORS, K_CHOICES, Evidence, Priors
+from prm_synth.annotate.changepoint.engine import DEFAULT_PRIORS, Evidence, Posterior, Priors
 from prm_synth.annotate.changepoint.pooling import FirstPhasePool, pool_priors, second_phase_priors
-from prm_synth.annotate.changepoint.posterior import Posterior
 from prm_synth.annotate.changepoint.relabel import relabel
 from prm_synth.annotate.changepoint.rules import label
 from prm_synth.annotate.changepoint.search import changepoint_search
@@ -36,7 +32,6 @@ from prm_synth.annotate.changepoint.settings import ChangepointSettings
 
 __all__ = [
     "DEFAULT_PRIORS",
-    "K_CHOICES",
     "ChangepointSettings",
     "Evidence",
     "FirstPhasePool",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prm_synth.annotate.changepoint.model import Evidence, Priors
+from prm_synth.annotate.changepoint.engine import Evidence, Priors
 
 _VERDICT_CODES = {"correct": 0, "incorrect": 1}  # anything else reads as unknown, as the posterior reads it
 

@@ -16,17 +16,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from prm_synth.annotate.changepoint.model import (
-    K_CHOICES,
-    P_GRID,
-    Q_GRID,
-    RECENT_CHOICES,
-    Evidence,
-    Priors,
-    _logsumexp,
-)
-from prm_synth.annotate.changepoint.posterior import _mixed_log_joint
-from prm_synth.annotate.changepoint.settings import DEFAULTS, ChangepointSettings
+from prm_synth.annotate.changepoint.engine import P_GRID, Q_GRID, Evidence, Priors, logsumexp, mixed_log_joint
+from prm_synth.annotate.changepoint.settings import ChangepointSettings
 
 
 def _class_luck_loglik(evidence: Sequence[Evidence], k: float, recent: float = 0.0) -> np.ndarray:
@@ -41,23 +32,21 @@ def _class_luck_loglik(evidence: Sequence[Evidence], k: float, recent: float = 0
     for (_, verdict), members in groups.items():
         correct = np.stack([evidence[i].correct for i in members])
         graded = np.stack([evidence[i].graded for i in members])
-        out[members] = _logsumexp(_mixed_log_joint(correct, graded, verdict, flat), axis=1)
+        out[members] = logsumexp(mixed_log_joint(correct, graded, verdict, flat), axis=1)
     return out
 
 
 def pool_priors(
     evidence: Sequence[Evidence],
+    settings: ChangepointSettings,
+    recents: Sequence[float],
     base: Priors | None = None,
-    rounds: int = DEFAULTS.pool_rounds,
-    strength: float = DEFAULTS.pool_strength,
-    recents: Sequence[float] = RECENT_CHOICES,
     k_strength: float | None = None,
-    share_prior: float = DEFAULTS.recent_share_prior,
-    k_choices: Sequence[float] = K_CHOICES,
 ) -> Priors:
     """The shard's priors on luck and the difficulty classes, estimated from every solution's evidence
-    at once (EM on the grid weights; `strength` solutions' worth of the base prior keep a small shard
-    from collapsing onto a few grid points), under each overdispersion k in `k_choices`; the k under
+    at once (EM on the grid weights, `pool_rounds` rounds; `pool_strength` solutions' worth of the base
+    prior keep a small shard from collapsing onto a few grid points), under each overdispersion k in
+    the settings' `k_choices`; the k under
     which the shard's evidence is likeliest wins. Depends on the set of evidence only, not on the
     order the searches finished in. The prior only reweights each solution's likelihood of (class,
     luck), so that is computed once per k (`_class_luck_loglik`) and the EM rounds are sums over it.
@@ -66,16 +55,17 @@ def pool_priors(
     the weight the luck and class weights are pooled with (`second_phase_priors`).
 
     Then, under the chosen k, each r in `recents` (a fresh error's extra luck): every error read both
-    ways, the share read with r (`share_prior` before the shard speaks) pooled by EM too; kept where
+    ways, the share read with r (`recent_share_prior` before the shard speaks) pooled by EM too; kept where
     its fit beats the plain one's by ln(solutions) (at least ln(strength)), else the plain priors.
     `recents=()` for priors the search scores probes under (`probe_gains` reads no extra luck).
     Tuning: docs/design/changepoint-tuning.md."""
+    rounds, strength, share_prior = settings.pool_rounds, settings.pool_strength, settings.recent_share_prior
     base = base or Priors()
     if not evidence:
         return base
     fits: list[tuple[float, Priors, np.ndarray]] = []
     choosing = strength if k_strength is None else k_strength
-    for k in k_choices:
+    for k in settings.k_choices:
         loglik = _class_luck_loglik(evidence, k)  # [solution, d, q]
         fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, choosing)
         fits.append((fit, priors, loglik))
@@ -107,14 +97,14 @@ def _em(
 
     for _ in range(rounds):
         joint = loglik + log_prior(priors)[None]
-        post = np.exp(joint - _logsumexp(joint, axis=(1, 2, 3))[:, None, None, None])
+        post = np.exp(joint - logsumexp(joint, axis=(1, 2, 3))[:, None, None, None])
         q = strength * base.q + post.sum(axis=(0, 1, 2))
         p = strength * base.p + post.sum(axis=(0, 1, 3))
         share = priors.recent_share
         if loglik.shape[1] > 1:
             share = (strength * share_prior + post[:, 1].sum()) / (strength + len(loglik))
         priors = replace(priors, q=q / q.sum(), p=p / p.sum(), recent_share=float(share))
-    return float(_logsumexp(loglik + log_prior(priors)[None], axis=(1, 2, 3)).sum()), priors
+    return float(logsumexp(loglik + log_prior(priors)[None], axis=(1, 2, 3)).sum()), priors
 
 
 def luck_loglik(ev: Evidence, priors: Priors) -> np.ndarray:
@@ -122,7 +112,7 @@ def luck_loglik(ev: Evidence, priors: Priors) -> np.ndarray:
     first error and the difficulty class summed out under the shard's prior, up to a constant).
     Only luck is shared between siblings: difficulty is poorly told apart from luck where luck is
     high (docs/design/changepoint-tuning.md)."""
-    joint = _mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)[0]  # [e, d, q]
+    joint = mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors)[0]  # [e, d, q]
     top = joint.max()
     loglik = np.log(np.exp(joint - top).sum(axis=(0, 1))) - np.log(priors.q)
     return loglik - loglik.max()
@@ -133,14 +123,7 @@ def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSe
     classes pooled from first phases as `relabel` pools them, the rollouts' overdispersion k chosen
     with the default weighing `k_choice_default_weight` solutions per solution of the shard, and no
     fresh-error luck (the search's probe scoring reads none; `relabel` pools it)."""
-    return pool_priors(
-        first_phase,
-        rounds=settings.pool_rounds,
-        strength=settings.pool_strength,
-        k_choices=settings.k_choices,
-        recents=(),
-        k_strength=settings.k_choice_default_weight * len(first_phase),
-    )
+    return pool_priors(first_phase, settings, (), k_strength=settings.k_choice_default_weight * len(first_phase))
 
 
 class FirstPhasePool:

@@ -10,9 +10,8 @@ from dataclasses import replace
 import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.changepoint.model import Q_GRID, Evidence, Priors
+from prm_synth.annotate.changepoint.engine import Q_GRID, Evidence, Posterior, Priors
 from prm_synth.annotate.changepoint.pooling import luck_loglik, pool_priors
-from prm_synth.annotate.changepoint.posterior import Posterior
 from prm_synth.annotate.changepoint.right_answers import (
     hidden_error_positions,
     process_error_rate,
@@ -70,14 +69,7 @@ def relabel(
     kept = [(a, key) for a, key in zip(anns, keys, strict=True) if isinstance(a.evidence, Evidence)]
     evidence = [a.evidence for a, _ in kept]
     steps = [key[1] for _, key in kept]
-    priors = pool_priors(
-        evidence,
-        rounds=settings.pool_rounds,
-        strength=settings.pool_strength,
-        recents=settings.recent_choices,
-        share_prior=settings.recent_share_prior,
-        k_choices=settings.k_choices,
-    )
+    priors = pool_priors(evidence, settings, settings.recent_choices)
     by_problem: dict[str, list[int]] = {}
     for i, (_, (problem, _)) in enumerate(kept):
         by_problem.setdefault(problem, []).append(i)

@@ -16,9 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from prm_synth.annotate.changepoint.model import P_GRID, Evidence
-from prm_synth.annotate.changepoint.posterior import Posterior
-from prm_synth.annotate.changepoint.settings import DEFAULTS, ChangepointSettings
+from prm_synth.annotate.changepoint.engine import P_GRID, Evidence, Posterior
+from prm_synth.annotate.changepoint.settings import ChangepointSettings
 from prm_synth.annotate.labels import binomial_cdf
 
 
@@ -98,12 +97,7 @@ def repaired_slip_of(post: Posterior, settings: ChangepointSettings) -> int | No
     return repaired_slip(post.evidence, settings.slip_significance, hazard, settings.slip_min_later)
 
 
-def repaired_slip(
-    ev: Evidence,
-    significance: float = DEFAULTS.slip_significance,
-    hazard: float = 0.0,
-    min_later: int = DEFAULTS.slip_min_later,
-) -> int | None:
+def repaired_slip(ev: Evidence, significance: float, hazard: float, min_later: int) -> int | None:
     """The first prefix of a correct-answer solution whose rollouts fall clearly below those of the
     prefixes after it (one-sided binomial test against their pooled rate, Bonferroni over the probed
     prefixes; read once the prefixes after it hold `min_later` graded rollouts), or None. A correct answer after such a dip: the policy slipped at the dip's last step
@@ -142,7 +136,7 @@ def _tested_share(found: int, tested: int, prior: tuple[float, float]) -> float:
     return (found + a) / (tested + (a + b))
 
 
-def unmodelled_error_rate(checked: int, found: int, prior: tuple[float, float] = DEFAULTS.tested_share_prior) -> float:
+def unmodelled_error_rate(checked: int, found: int, prior: tuple[float, float]) -> float:
     """The chance that a tested correct-answer solution whose test found nothing still holds an error
     the model does not describe (a slip the policy repaired), from the shard's tested ones (`checked`)
     and those whose test found such an error (`found`, `unmodelled_error_position`). Of a true rate r

@@ -17,10 +17,9 @@ import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.budget_interval import mark_open_interval
-from prm_synth.annotate.changepoint.model import DEFAULT_PRIORS, Evidence
-from prm_synth.annotate.changepoint.posterior import Posterior
+from prm_synth.annotate.changepoint.engine import DEFAULT_PRIORS, Evidence, Posterior
 from prm_synth.annotate.changepoint.right_answers import repaired_slip_of, right_answer_cap
-from prm_synth.annotate.changepoint.settings import DEFAULTS, ChangepointSettings
+from prm_synth.annotate.changepoint.settings import ChangepointSettings
 from prm_synth.annotate.labels import (
     UNDECIDED_BUDGET,
     UNDECIDED_UNINFORMATIVE,
@@ -113,8 +112,8 @@ def lone_bad_stands_from(
     labels: Sequence[bool | None],
     first_bad: int,
     bad_confidence: float,
-    right_answer: bool = True,
-    settings: ChangepointSettings = DEFAULTS,
+    right_answer: bool,
+    settings: ChangepointSettings,
 ) -> int:
     """The step from which a solution's bad labels stand (n: none does), its first bad label at
     `first_bad`. Paired with a good label right before it, the first one does. Alone, it must also hold
@@ -144,7 +143,7 @@ def lone_bad_stands_from(
     return next((i for i in range(first_bad, last) if p_bad[i] >= bad_confidence), n)
 
 
-def luck_modes(q: np.ndarray, rise: float = DEFAULTS.mode_rise) -> list[np.ndarray]:
+def luck_modes(q: np.ndarray, rise: float) -> list[np.ndarray]:
     """The luck prior's main mode, alone (`_alone`), where the prior has more than one: the grid points
     reached from its peak while the weights do not rise again (`_mode_span`); none when the main mode
     is all of it (one mode: a broad or flat prior included)."""

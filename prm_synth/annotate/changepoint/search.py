@@ -21,16 +21,14 @@ from dataclasses import replace
 import numpy as np
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.changepoint.gains import probe_gains
+from prm_synth.annotate.changepoint.engine import DEFAULT_PRIORS, Evidence, Posterior, Priors, probe_gains
 from prm_synth.annotate.changepoint.memo import DECISIONS, Decision, DecisionMemo, state_key
-from prm_synth.annotate.changepoint.model import DEFAULT_PRIORS, Evidence, Priors
 from prm_synth.annotate.changepoint.pooling import FirstPhasePool
-from prm_synth.annotate.changepoint.posterior import Posterior
 from prm_synth.annotate.changepoint.rules import label, unmeasured_bad
-from prm_synth.annotate.changepoint.settings import DEFAULTS, ChangepointSettings
+from prm_synth.annotate.changepoint.settings import ChangepointSettings
 from prm_synth.annotate.labels import UNDECIDED_BUDGET, UNDECIDED_UNINFORMATIVE, first_bad_step
 from prm_synth.annotate.protocol import Annotator, Probe, Wait
-from prm_synth.annotate.token_cost import per_expected_token
+from prm_synth.annotate.token_cost import NO_TOKEN_BUDGET, TokenBudget, per_expected_token
 
 
 def open_interval(p_good: np.ndarray, confidence: float, bad_confidence: float | None = None) -> range:
@@ -77,15 +75,15 @@ def best_probe(
     batch: int,
     room: int,
     cap: int,
-    extra: Sequence[int] = (),
-    levels: Sequence[float] = DEFAULTS.probe_levels,
-    ambiguous: tuple[float, float] = DEFAULTS.ambiguous_clean,
-    token_weighted: bool = False,
+    extra: Sequence[int],
+    levels: Sequence[float],
+    ambiguous: tuple[float, float],
+    token_weighted: bool,
 ) -> tuple[int, float]:
     """(prefix j, expected bits of first-error uncertainty removed per rollout) of the best candidate probe
     (`probe_gains` scores them): the question alone, the last prefix, the prefixes around each of the
     posterior's P(clean) `levels`, probed prefixes still `ambiguous`, and `extra` (the open interval the
-    search is pinning the first error in)."""
+    search is pinning the first error in); per expected token where `token_weighted` (a token budget)."""
     ev = post.evidence
     n = ev.n
     b = min(batch, room)
@@ -116,6 +114,7 @@ def changepoint_search(
     key: str = "",
     relabeled: bool = False,
     memo: DecisionMemo | None = DECISIONS,
+    budget: TokenBudget = NO_TOKEN_BUDGET,
 ) -> Annotator[Annotation]:
     """Probe the most informative prefix until every step is decided and the first error is pinned,
     the budget is spent, or no probe is worth its rollouts; the evidence goes into `ann.evidence` so
@@ -127,7 +126,8 @@ def changepoint_search(
     (`ChangepointSettings.second_phase`). `relabeled`: the caller labels the annotation again
     (`relabel`, which sets every label, reason and p_good anew), so the search returns
     the counts and the evidence without labeling them first. `memo`: where the search's decisions are
-    remembered (memo.py; None: every decision computed)."""
+    remembered (memo.py; None: every decision computed). `budget`: the labeler's token budget (probes
+    ranked per expected token when it is set; the scheduler enforces it)."""
     n = len(steps)
     ann = Annotation.empty("binary", n)
     ev = Evidence.empty(n, final_status)
@@ -147,7 +147,8 @@ def changepoint_search(
                 ann.record(result)
         ev.checked = True
     priors = priors or DEFAULT_PRIORS
-    return (yield from _search(steps, ann, ev, samples, spent, settings, priors, pool, key, relabeled, memo))
+    weighted = budget.limited
+    return (yield from _search(steps, ann, ev, samples, spent, settings, weighted, priors, pool, key, relabeled, memo))
 
 
 def probe_value_priors(priors: Priors) -> Priors:
@@ -160,10 +161,18 @@ def probe_value_priors(priors: Priors) -> Priors:
     return replace(priors, k=DEFAULT_PRIORS.k)
 
 
-def decide(post: Posterior, samples: np.ndarray, spent: int, settings: ChangepointSettings, may_wait: bool) -> Decision:
+def decide(
+    post: Posterior,
+    samples: np.ndarray,
+    spent: int,
+    settings: ChangepointSettings,
+    may_wait: bool,
+    token_weighted: bool = False,
+) -> Decision:
     """The search's next step from its posterior, the rollouts asked per prefix (`samples`) and in all
-    (`spent`): stop, wait for the pooled priors (`may_wait`: its first phase is over), or probe. A pure
-    function of its inputs, so the search remembers it (memo.py)."""
+    (`spent`): stop, wait for the pooled priors (`may_wait`: its first phase is over), or probe (ranked
+    per expected token where `token_weighted`). A pure function of its inputs, so the search remembers
+    it (memo.py)."""
     ev, priors = post.evidence, post.priors
     first_bad = first_bad_step(post.p_good, settings.confidence, settings.bad_confidence)
     before = post.p_good[: ev.n if first_bad is None else first_bad]
@@ -184,13 +193,11 @@ def decide(post: Posterior, samples: np.ndarray, spent: int, settings: Changepoi
     value = probe_value_priors(priors)
     candidates = (settings.probe_levels, settings.ambiguous_clean)
     if spent < settings.max_rollouts:
-        j, gain = best_probe(
-            post, value, settings.batch, room, settings.prefix_cap, (), *candidates, settings.token_weighted
-        )
+        j, gain = best_probe(post, value, settings.batch, room, settings.prefix_cap, (), *candidates, token_weighted)
     if (j < 0 or gain < settings.min_gain) and interval:
         extra = _spread(interval, settings.interval_probes)
         j, gain = best_probe(
-            post, value, settings.batch, room, settings.localize_cap, extra, *candidates, settings.token_weighted
+            post, value, settings.batch, room, settings.localize_cap, extra, *candidates, token_weighted
         )
         gain = gain if gain >= settings.localize_min_gain else 0.0
     # the first bad label lacks a measurement of its own prefix: measure it, whatever the
@@ -213,6 +220,7 @@ def _search(
     samples: np.ndarray,
     spent: int,
     settings: ChangepointSettings,
+    weighted: bool,
     priors: Priors,
     pool: FirstPhasePool | None,
     key: str,
@@ -225,13 +233,14 @@ def _search(
     while True:
         may_wait = pool is not None and first_phase and spent >= settings.pool_after
         state = state_key(ev, samples, spent, may_wait) if memo is not None else b""
-        decision = memo.get(priors, settings, state) if memo is not None else None
+        # the memo's key: the settings and whether probes are ranked per token (a decision depends on both)
+        decision = memo.get(priors, (settings, weighted), state) if memo is not None else None
         post: Posterior | None = None
         if decision is None:
             post = Posterior(ev, priors)
-            decision = decide(post, samples, spent, settings, may_wait)
+            decision = decide(post, samples, spent, settings, may_wait, weighted)
             if memo is not None:
-                memo.put(priors, settings, state, decision)
+                memo.put(priors, (settings, weighted), state, decision)
         if decision.stop:
             stop = decision.stop
             break

@@ -5,12 +5,12 @@ table (docs/design/changepoint-tuning.md, one row per field), never here. Consta
 numerics (guards against log(0), table sizes, cache sizes) stay in their modules; the table's intro
 names them.
 
-Two kinds of field:
-- the search's, pooling's and the label rules' (the first block): read per labeler, `of(config)` sets
-  the two a pipeline file may set (`confidence`, `changepoint_max_rollouts`);
-- the model's (`MODEL_FIELDS`): the grids and hazards its tables are built from once, at import
-  (model.py reads `DEFAULTS`). They are fields so that every tunable is declared and documented in one
-  place; a settings object that sets one away from its default is refused (change the default here).
+The search's, pooling's and the label rules' choices, read per labeler: `of(config)` sets the two a
+pipeline file may set (`confidence`, `changepoint_max_rollouts`). The model's constants (its grids and
+hazards, which its tables are built from once, at import) are not settings: they live in
+engine/model.py. Whether a token budget is set is the labeler's `TokenBudget` (annotate/token_cost.py),
+handed to the search beside these. Every function takes the settings it reads as an argument (no
+parameter defaults to these defaults).
 
 Like vLLM's config hash, a field that changes rows is a labeling choice: changing its default changes
 rows, so it needs a new `LABELER_REVISIONS` entry (tests/test_golden_rows.py fails without one).
@@ -97,46 +97,9 @@ class ChangepointSettings:
     mode_rise: float = 1.5
     """A luck weight this many times its neighbour's starts another mode: how readily the luck prior splits."""
 
-    # ---- the model (read once, at import: `MODEL_FIELDS`)
-    luck_grid: tuple[float, ...] = (
-        0.001, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.26, 0.32, 0.39, 0.46, 0.53, 0.6, 0.67, 0.74, 0.81, 0.88, 0.94,
-    )  # fmt: skip
-    """Luck rates q a solution may have (a prefix holding the error reaches the answer at q): resolution against time."""
-    level_grid: tuple[float, ...] = (
-        1.0, 0.97, 0.93, 0.88, 0.82, 0.75, 0.68, 0.6, 0.52, 0.44, 0.37, 0.3, 0.24, 0.19, 0.15, 0.11, 0.08,
-        0.055, 0.035, 0.02, 0.01, 0.004, 0.001,
-    )  # fmt: skip
-    """Levels of a clean prefix's chance to finish without an error: resolution near 1 and towards 0 against time."""
-    hazard_grid: tuple[float, ...] = (
-        0.0003, 0.001, 0.003, 0.01, 0.02, 0.035, 0.055, 0.08, 0.11, 0.15, 0.2, 0.27, 0.35, 0.45, 0.57, 0.7, 0.85,
-    )  # fmt: skip
-    """Per-step hazards a step may have: resolution against time."""
-    class_grid: tuple[float, ...] = (0.001, 0.003, 0.01, 0.03, 0.07, 0.14, 0.25, 0.4)
-    """Typical hazards of the difficulty classes (the two lowest: long solutions'): lengths the model fits against time."""
-    hazard_spread: float = 0.3
-    """Log-sd of a class's step hazards around its typical one: uneven difficulty against sharpness."""
-    hard_step_chance: float = 0.03
-    """Chance any step is a hard one (capped by the class's typical hazard): hard steps fit against a clean long row."""
-    hard_step_hazard: float = 0.2
-    """The hazard from which a step counts as hard."""
-    default_luck_tilt: int = 4
-    """Exponent of (1 - q) in the default luck prior: leaning to little luck against room for a lot."""
-    recent_steps: int = 4
-    """Prefixes past an error that carry a fresh error's extra luck (halving each step)."""
-    # ---- tokens
-    token_weighted: bool = False
-    """A token budget is set (`max_rollout_tokens`): probes are ranked per expected token (annotate/token_cost.py)."""
-
     def __post_init__(self) -> None:
         # the decision memo hashes the settings at every decision: hashed once (the object is frozen)
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
-        defaults = globals().get("DEFAULTS")  # None while DEFAULTS itself is built
-        changed = [name for name in MODEL_FIELDS if defaults and getattr(self, name) != getattr(defaults, name)]
-        if changed:
-            raise ValueError(
-                f"changepoint settings {', '.join(changed)}: the model's tables are built once from the "
-                f"defaults (change them in prm_synth/annotate/changepoint/settings.py; see {TUNING})"
-            )
 
     @classmethod
     def of(cls, config: Any) -> ChangepointSettings:
@@ -148,7 +111,6 @@ class ChangepointSettings:
             bad_confidence=max(config.confidence, cls.bad_confidence),
             max_rollouts=min(cls.max_rollouts, bound),
             localize_max_rollouts=bound,
-            token_weighted=getattr(config, "max_rollout_tokens", None) is not None,
         )
 
     def __hash__(self) -> int:
@@ -168,16 +130,5 @@ class ChangepointSettings:
         return self.localize_max_rollouts
 
 
-MODEL_FIELDS = (
-    "luck_grid",
-    "level_grid",
-    "hazard_grid",
-    "class_grid",
-    "hazard_spread",
-    "hard_step_chance",
-    "hard_step_hazard",
-    "default_luck_tilt",
-    "recent_steps",
-)
 DEFAULTS = ChangepointSettings()
 FIELDS = tuple(f.name for f in fields(ChangepointSettings))

@@ -17,25 +17,25 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from prm_synth.annotate.changepoint import kernels as _loops
-from prm_synth.annotate.changepoint.model import (
-    _CLEAN_T,
-    _LOG_1Q,
-    _LOG_Q,
-    _LOG_SCALE,
-    _NO_SCALE,
-    _POWERS,
+from prm_synth.annotate.changepoint.engine import kernels
+from prm_synth.annotate.changepoint.engine.model import (
     C_GRID,
+    CLEAN_T,
+    LOG_1Q,
+    LOG_Q,
+    LOG_SCALE,
     MAX_STEPS,
+    NO_SCALE,
     P_GRID,
+    POWERS,
     Q_GRID,
     RECENT_STEPS,
+    CountTables,
     Evidence,
     Priors,
-    _CountTables,
-    _reach,
-    _recent_tables,
-    _sigma,
+    recent_tables,
+    run_reach,
+    sigma_at,
 )
 
 ForwardState = tuple[np.ndarray, np.ndarray]  # (msg [d, q, level], log scale [d, q]) before prefix j
@@ -45,9 +45,9 @@ def _advance(msg: np.ndarray, log_acc: np.ndarray, m: int) -> tuple[np.ndarray, 
     """The forward state m unprobed steps on (msg [b, d, q, level]), renormalised."""
     while m > 0:
         k = min(m, MAX_STEPS)
-        msg = np.matmul(msg, _POWERS[k])
+        msg = np.matmul(msg, POWERS[k])
         log_acc = log_acc.copy()
-        _loops.normalise(msg, log_acc, _LOG_SCALE[k])
+        kernels.normalise(msg, log_acc, LOG_SCALE[k])
         m -= k
     return msg, log_acc
 
@@ -86,23 +86,23 @@ class _Terms:
     @classmethod
     def of(cls, correct: np.ndarray, graded: np.ndarray, verdict: str, k: float, recent: float = 0.0) -> _Terms:
         batch, n = correct.shape
-        tables = _CountTables.of(k)
+        tables = CountTables.of(k)
         cols = np.flatnonzero(graded.any(axis=0))
         c, f = correct[:, cols], graded[:, cols] - correct[:, cols]
         clean = tables.loglik(True, c, f).reshape(batch, len(cols), len(Q_GRID), len(C_GRID))
         bad = np.zeros((batch, n, len(Q_GRID)))
         bad[:, cols] = tables.loglik(False, c, f)
         if verdict == "correct":
-            v_clean, v_bad = 0.0, _LOG_Q
+            v_clean, v_bad = 0.0, LOG_Q
         elif verdict == "incorrect":
-            v_clean, v_bad = -np.inf, _LOG_1Q
+            v_clean, v_bad = -np.inf, LOG_1Q
         else:
             v_clean, v_bad = 0.0, np.zeros(len(Q_GRID))
         after = np.concatenate([bad[:, ::-1].cumsum(axis=1)[:, ::-1], np.zeros((batch, 1, len(Q_GRID)))], axis=1)
         if recent > 0:  # the first RECENT_STEPS prefixes of the bad stretch at their raised rates
             for m in range(RECENT_STEPS):
                 at = cols[cols >= m]
-                raised = _recent_tables(k, recent)[m].loglik(correct[:, at], graded[:, at] - correct[:, at])
+                raised = recent_tables(k, recent)[m].loglik(correct[:, at], graded[:, at] - correct[:, at])
                 after[:, at - m] += raised - bad[:, at]
         return cls(cols, clean, bad, after + v_bad, v_clean)
 
@@ -119,7 +119,7 @@ def _log_joint(
     solution (rows of `correct` and `graded` are alternative measurements of the same n prefixes).
 
     The forward pass goes from probed prefix to probed prefix: a run of unprobed ones between is
-    crossed in one product (`_POWERS`), its rows of e scored together (`_reach`), so the work is a
+    crossed in one product (`POWERS`), its rows of e scored together (`run_reach`), so the work is a
     few array operations per probed prefix plus O(n) in one vectorised pass. `cache`: keeps this
     pass's states (batch of one) for passes that start from them (`_row_log_masses`)."""
     batch, n = correct.shape
@@ -137,10 +137,10 @@ def _log_joint(
                 cache.marks.append((j, msg[0], log_acc[0]))
             while j < p:  # unprobed prefixes j..p-1, at most MAX_STEPS at a time
                 m = min(p - j, MAX_STEPS)
-                reach = _reach(n - j - 1)[:m]  # [i, d, level at j]: prefix j + i is the last clean one
+                reach = run_reach(n - j - 1)[:m]  # [i, d, level at j]: prefix j + i is the last clean one
                 # switch[b, i, d, q] = sum over level of msg[b, d, q, level] reach[i, d, level] (BLAS)
                 switch = np.matmul(msg.transpose(1, 0, 2, 3), reach.transpose(1, 2, 0)[:, None])  # [d, b, q, i]
-                _loops.run_errors(switch, log_acc, _LOG_SCALE[:m], bad_after, j, log_e)
+                kernels.run_errors(switch, log_acc, LOG_SCALE[:m], bad_after, j, log_e)
                 msg, log_acc = _advance(msg, log_acc, m)
                 j += m
             if p == n:
@@ -150,15 +150,15 @@ def _log_joint(
             # the prefix's likelihood and its switch to the bad stretch (one compiled pass), one step on
             lik = terms.clean[:, column[p]]  # [b, q, level]
             absorbed, absorbed_acc = np.empty_like(msg), np.empty_like(log_acc)
-            _loops.clean_prefix(msg, log_acc, lik, _sigma(n - p - 1), bad_after, p, log_e, absorbed, absorbed_acc)
-            msg, log_acc = np.matmul(absorbed, _CLEAN_T), absorbed_acc
-            _loops.normalise(msg, log_acc, _NO_SCALE)
+            kernels.clean_prefix(msg, log_acc, lik, sigma_at(n - p - 1), bad_after, p, log_e, absorbed, absorbed_acc)
+            msg, log_acc = np.matmul(absorbed, CLEAN_T), absorbed_acc
+            kernels.normalise(msg, log_acc, NO_SCALE)
             j = p + 1
         log_e[:, n] = log_acc + np.log(msg[..., 0]) + terms.v_clean
     return log_e + priors.log_prior()[None, None]
 
 
-def _mixed_log_joint(
+def mixed_log_joint(
     correct: np.ndarray, graded: np.ndarray, verdict: str, priors: Priors, plain: np.ndarray | None = None
 ) -> np.ndarray:
     """`_log_joint` with every error read both ways: without a fresh error's extra luck, and with it
@@ -195,7 +195,7 @@ def _evidence_and_p_good(log_joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return top + np.log(total), np.clip(1.0 - np.cumsum(p_error, axis=1)[:, :-1], 0.0, 1.0)
 
 
-def _masses_to_p_good(log_mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def masses_to_p_good(log_mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The same from rows of log P(first error e, data) [b, e] (class and luck summed out)."""
     top = log_mass.max(axis=1)
     w = np.exp(log_mass - top[:, None])
@@ -237,7 +237,7 @@ class Posterior:
             self._cache = None
             with np.errstate(divide="ignore"):
                 plain = np.log(self._plain.by_class)[None] + self._plain.log_evidence
-            joint = _mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, plain)
+            joint = mixed_log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, plain)
         else:
             joint = _log_joint(ev.correct[None], ev.graded[None], ev.verdict, priors, self._cache, self.terms)
         _hold_states(self)

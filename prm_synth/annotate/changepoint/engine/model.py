@@ -15,9 +15,9 @@ also writes the rollouts, and both go wrong the same way:
   rate with overdispersion k (`k_choices`); a fresh error may leave extra luck (`recent_choices`).
 Rollouts that cannot be graded are left out of the evidence: unknown is not failure.
 
-The tables here depend on the grids alone (settings.py's model fields, read once): the levels' one-step
+The tables here depend on the model's constants alone (below: its grids and hazards, read once): the levels' one-step
 kernels per class, their powers (a run of unprobed prefixes is crossed in one product), and the run
-tables (`_reach`) every solution with the same steps left shares. Tuning: docs/design/changepoint-tuning.md.
+tables (`run_reach`) every solution with the same steps left shares. Tuning: docs/design/changepoint-tuning.md.
 """
 
 from __future__ import annotations
@@ -31,21 +31,37 @@ from typing import TypeVar
 
 import numpy as np
 
-from prm_synth.annotate.changepoint.settings import DEFAULTS
-
 _T = TypeVar("_T")
 
-Q_GRID = np.array(DEFAULTS.luck_grid)
-C_GRID = np.array(DEFAULTS.level_grid)
-H_GRID = np.array(DEFAULTS.hazard_grid)
-P_GRID = np.array(DEFAULTS.class_grid)
-SPREAD = DEFAULTS.hazard_spread
-SPIKE = DEFAULTS.hard_step_chance
-_LOG_Q = np.log(Q_GRID)
-_LOG_1Q = np.log1p(-Q_GRID)
-K_CHOICES = DEFAULTS.k_choices
-RECENT_CHOICES = DEFAULTS.recent_choices
-RECENT_STEPS = DEFAULTS.recent_steps
+# The model's constants: its grids and hazards. Every table below is built from them once, at import,
+# so they are the model's shape rather than settings of a search (ChangepointSettings): changing one
+# changes rows and needs a labeler revision. Why each has its value: docs/design/changepoint-tuning.md
+# ("The model's constants").
+# Luck rates q a solution may have (a prefix holding the error reaches the answer at q)
+Q_GRID = np.array(
+    (0.001, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.26, 0.32, 0.39, 0.46, 0.53, 0.6, 0.67, 0.74, 0.81, 0.88, 0.94)
+)
+# Levels of a clean prefix's chance to finish without an error: fine near 1 and towards 0
+C_GRID = np.array(
+    (
+        1.0, 0.97, 0.93, 0.88, 0.82, 0.75, 0.68, 0.6, 0.52, 0.44, 0.37, 0.3, 0.24, 0.19, 0.15, 0.11, 0.08,
+        0.055, 0.035, 0.02, 0.01, 0.004, 0.001,
+    )
+)  # fmt: skip
+# Per-step hazards a step may have
+H_GRID = np.array(
+    (0.0003, 0.001, 0.003, 0.01, 0.02, 0.035, 0.055, 0.08, 0.11, 0.15, 0.2, 0.27, 0.35, 0.45, 0.57, 0.7, 0.85)
+)
+# Typical hazards of the difficulty classes (the two lowest: long solutions')
+P_GRID = np.array((0.001, 0.003, 0.01, 0.03, 0.07, 0.14, 0.25, 0.4))
+SPREAD = 0.3  # log-sd of a class's step hazards around its typical one
+SPIKE = 0.03  # chance any step is a hard one (capped by the class's typical hazard)
+HARD_STEP_HAZARD = 0.2  # the hazard from which a step counts as hard
+DEFAULT_LUCK_TILT = 4  # exponent of (1 - q) in the default luck prior: little luck, room for a lot
+RECENT_STEPS = 4  # prefixes past an error that carry a fresh error's extra luck (halving each step)
+DEFAULT_K = 60.0  # the default priors' overdispersion k: every search starts under it
+LOG_Q = np.log(Q_GRID)
+LOG_1Q = np.log1p(-Q_GRID)
 # numerics, not labeling choices: counts are read up to MAX_COUNT rollouts a prefix; the bad stretch's
 # level tables are kept MAX_STEPS long (longer solutions reuse the last)
 MAX_COUNT = 1024
@@ -82,7 +98,7 @@ class _RateTables:
 
 
 @dataclass(frozen=True)
-class _CountTables:
+class CountTables:
     """The rate tables of every clean rate [q * level] and every luck rate, one k."""
 
     clean: _RateTables
@@ -90,7 +106,7 @@ class _CountTables:
 
     @classmethod
     @functools.cache
-    def of(cls, k: float) -> _CountTables:
+    def of(cls, k: float) -> CountTables:
         return cls(_RateTables.at(k, _CLEAN_RATE), _RateTables.at(k, Q_GRID))
 
     def loglik(self, clean: bool, c: np.ndarray, f: np.ndarray) -> np.ndarray:
@@ -99,9 +115,9 @@ class _CountTables:
 
 
 @functools.cache
-def _recent_tables(k: float, r: float) -> tuple[_RateTables, ...]:
+def recent_tables(k: float, r: float) -> tuple[_RateTables, ...]:
     """Per m < RECENT_STEPS: the rate tables of a prefix m steps past the error's own prefix, at rate
-    q + (1 - q) r / 2^m for every luck q (`RECENT_CHOICES`)."""
+    q + (1 - q) r / 2^m for every luck q (r: one of the settings' `recent_choices`)."""
     return tuple(_RateTables.at(k, Q_GRID + (1.0 - Q_GRID) * r / 2**m) for m in range(RECENT_STEPS))
 
 
@@ -124,17 +140,17 @@ def _level_kernel(h: float) -> np.ndarray:
 
 def _hazard_weights(p: float) -> np.ndarray:
     w = np.exp(-0.5 * ((np.log(H_GRID) - math.log(p)) / SPREAD) ** 2)
-    spike = (DEFAULTS.hard_step_hazard <= H_GRID).astype(float)
+    spike = (HARD_STEP_HAZARD <= H_GRID).astype(float)
     chance = min(SPIKE, p)
     return (1.0 - chance) * w / w.sum() + chance * spike / spike.sum()
 
 
-def _clean_weights(k: float, correct: np.ndarray, graded: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def clean_weights(k: float, correct: np.ndarray, graded: np.ndarray, js: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The clean likelihood of each row's counts (correct, graded) scaled to maximum 1 over level,
     exp(loglik - top) [row, q, level], and top [row, q]. Rows come in blocks of one prefix (js sorted:
     a candidate's outcomes, or every count the model check tries), and the same blocks of counts come
     back decision after decision: each block is computed once (`_clean_block`)."""
-    starts = _block_starts(js).tolist()
+    starts = block_starts(js).tolist()
     cs, gs = correct.tolist(), graded.tolist()
     blocks = [
         _clean_block(k, tuple(cs[a:b]), tuple(gs[a:b])) for a, b in zip(starts, [*starts[1:], len(js)], strict=True)
@@ -144,7 +160,7 @@ def _clean_weights(k: float, correct: np.ndarray, graded: np.ndarray, js: np.nda
     return np.concatenate([w for w, _ in blocks]), np.concatenate([t for _, t in blocks])
 
 
-def _block_starts(js: np.ndarray) -> np.ndarray:
+def block_starts(js: np.ndarray) -> np.ndarray:
     """Where each block of equal values of the sorted `js` starts."""
     return np.flatnonzero(np.concatenate(([True], js[1:] != js[:-1])))
 
@@ -152,7 +168,7 @@ def _block_starts(js: np.ndarray) -> np.ndarray:
 @functools.lru_cache(maxsize=256)  # a block is 16 kB (a candidate's 5 outcomes) to 110 kB
 def _clean_block(k: float, correct: tuple[int, ...], graded: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     c, g = np.array(correct), np.array(graded)
-    lik = _CountTables.of(k).loglik(True, c, g - c).reshape(len(c), len(Q_GRID), len(C_GRID))
+    lik = CountTables.of(k).loglik(True, c, g - c).reshape(len(c), len(Q_GRID), len(C_GRID))
     top = lik.max(axis=2)
     with np.errstate(under="ignore"):
         weight = np.exp(lik - top[..., None])
@@ -180,7 +196,7 @@ def _class_kernels() -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(clean.transpose(0, 2, 1)), sigma
 
 
-_CLEAN_T, _SIGMA = _class_kernels()  # _CLEAN_T[d, a, b]: forward, from level a at j to b at j + 1
+CLEAN_T, SIGMA = _class_kernels()  # CLEAN_T[d, a, b]: forward, from level a at j to b at j + 1
 
 
 @dataclass(frozen=True)
@@ -190,11 +206,11 @@ class Priors:
 
     q: np.ndarray = field(default_factory=lambda: _default_q())
     p: np.ndarray = field(default_factory=lambda: np.full(len(P_GRID), 1.0 / len(P_GRID)))
-    k: float = K_CHOICES[0]
+    k: float = DEFAULT_K
     # [luck]: log-likelihood of the same problem's other solutions (they share its luck); None for a
     # solution labeled on its own
     siblings: np.ndarray | None = None
-    recent: float = 0.0  # a fresh error's extra luck r (`RECENT_CHOICES`)
+    recent: float = 0.0  # a fresh error's extra luck r (the settings' `recent_choices`)
     recent_share: float = 0.0  # the share of errors read with it
     # A number no other priors object of this process gets (`replace`, a copy and an unpickled one get
     # new ones: another process's numbers mean nothing here): what names this object in the search's
@@ -210,7 +226,7 @@ class Priors:
 
     @property
     def mixed(self) -> bool:
-        """Errors are read both ways, with and without a fresh error's extra luck (`_mixed_log_joint`)."""
+        """Errors are read both ways, with and without a fresh error's extra luck (`mixed_log_joint`)."""
         return self.recent > 0 and self.recent_share > 0
 
     def log_prior(self) -> np.ndarray:
@@ -232,7 +248,7 @@ _PRIORS_TOKENS = itertools.count()
 def _default_q() -> np.ndarray:
     """A weak prior that leans towards little luck but leaves room for a lot (cell widths x (1 - q)^4)."""
     edges = np.concatenate([[0.0], (Q_GRID[1:] + Q_GRID[:-1]) / 2, [1.0]])
-    w = np.diff(edges) * (1.0 - Q_GRID) ** DEFAULTS.default_luck_tilt
+    w = np.diff(edges) * (1.0 - Q_GRID) ** DEFAULT_LUCK_TILT
     return w / w.sum()
 
 
@@ -270,8 +286,8 @@ class Evidence:
         return Evidence(self.n, c, g, self.verdict, self.stop, self.checked)
 
 
-def _sigma(m: int) -> np.ndarray:
-    return _SIGMA[min(m, MAX_STEPS - 1)]
+def sigma_at(m: int) -> np.ndarray:
+    return SIGMA[min(m, MAX_STEPS - 1)]
 
 
 def _powers() -> tuple[np.ndarray, np.ndarray]:
@@ -282,14 +298,14 @@ def _powers() -> tuple[np.ndarray, np.ndarray]:
     log_scale = np.zeros((MAX_STEPS + 1, len(P_GRID)))
     powers[0] = np.eye(len(C_GRID))[None]
     for m in range(1, MAX_STEPS + 1):
-        step = np.matmul(powers[m - 1], _CLEAN_T)
+        step = np.matmul(powers[m - 1], CLEAN_T)
         scale = step.sum(axis=(1, 2))
         powers[m] = step / scale[:, None, None]
         log_scale[m] = log_scale[m - 1] + np.log(scale)
     return powers, log_scale
 
 
-_POWERS, _LOG_SCALE = _powers()
+POWERS, LOG_SCALE = _powers()
 
 
 _ALWAYS_KEPT = 64  # run tables for runs with fewer steps after them than this are all kept (~3 MB a family)
@@ -315,24 +331,24 @@ def _run_table_cache(build: Callable[[int], _T]) -> Callable[[int], _T]:
 
 
 @_run_table_cache
-def _reach(r: int) -> np.ndarray:
+def run_reach(r: int) -> np.ndarray:
     """REACH[i, d, a]: for a run of unprobed prefixes whose first one, j, has r steps after it
     (r = n - j - 1), the weight of 'prefix j + i is the last clean one' given prefix j at level a
     (POWERS[i] carries the level i steps on, SIGMA sums the bad stretch after it), i = 0..min(r,
     MAX_STEPS - 1). It depends on r alone, so every run, candidate and solution with the same r
     shares one table: a decision no longer rebuilds it (O(n) products) for every pass."""
     m = min(r + 1, MAX_STEPS)
-    sig = _SIGMA[np.minimum(r - np.arange(m), MAX_STEPS - 1)]  # [i, d, level]
-    table = np.matmul(_POWERS[:m], sig[..., None])[..., 0]
+    sig = SIGMA[np.minimum(r - np.arange(m), MAX_STEPS - 1)]  # [i, d, level]
+    table = np.matmul(POWERS[:m], sig[..., None])[..., 0]
     table.flags.writeable = False
     return table
 
 
 @_run_table_cache
-def _reach_flat(r: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_reach(r)` with each class's log scale folded in, flattened to [i, (d, level)] for one matrix
+def run_reach_flat(r: int) -> tuple[np.ndarray, np.ndarray]:
+    """`run_reach(r)` with each class's log scale folded in, flattened to [i, (d, level)] for one matrix
     product over class and level, scaled per i to a maximum of 1 (the log scale per i comes second)."""
-    table = _reach(r) * np.exp(_LOG_SCALE[: min(r + 1, MAX_STEPS)])[:, :, None]
+    table = run_reach(r) * np.exp(LOG_SCALE[: min(r + 1, MAX_STEPS)])[:, :, None]
     top = table.max(axis=(1, 2))
     table = (table / top[:, None, None]).reshape(len(table), -1)
     table[table < 1e-290] = 0.0  # subnormal numbers would make every product with it many times slower
@@ -341,40 +357,40 @@ def _reach_flat(r: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @_run_table_cache
-def _reach_flat_stepped(r: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_reach_flat(r)` with the step out of the probed prefix before the run folded in: it multiplies
-    states taken before that step (`_loops.absorb` sums their luck out there)."""
-    table, log_top = _reach_flat(r)
+def run_reach_flat_stepped(r: int) -> tuple[np.ndarray, np.ndarray]:
+    """`run_reach_flat(r)` with the step out of the probed prefix before the run folded in: it multiplies
+    states taken before that step (`kernels.absorb` sums their luck out there)."""
+    table, log_top = run_reach_flat(r)
     m = len(table)
     by_class = table.reshape(m, len(P_GRID), len(C_GRID)).transpose(1, 0, 2)  # [d, i, level after the step]
-    stepped = np.matmul(by_class, _CLEAN_T.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(m, -1)
-    stepped[stepped < 1e-290] = 0.0  # no subnormal numbers (see `_reach_flat`)
+    stepped = np.matmul(by_class, CLEAN_T.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(m, -1)
+    stepped[stepped < 1e-290] = 0.0  # no subnormal numbers (see `run_reach_flat`)
     stepped.flags.writeable = False
     return stepped, log_top
 
 
 @functools.lru_cache(maxsize=MAX_STEPS + 1)
-def _step_then_run(m: int) -> np.ndarray:
+def step_then_run(m: int) -> np.ndarray:
     """[d, level, level]: the step out of a probed prefix and then m unprobed ones, one kernel (its rows
     sum to at most 1, as both kernels' do, so the states need no renormalising between them)."""
-    kernel = np.ascontiguousarray(np.matmul(_CLEAN_T, _POWERS[m]))
+    kernel = np.ascontiguousarray(np.matmul(CLEAN_T, POWERS[m]))
     kernel.flags.writeable = False
     return kernel
 
 
 # [m, d, level]: the weight of ending at level 0 (c = 1) from each level: after the step out of a probed
-# prefix and m unprobed ones (_END_AFTER_STEP), or after m unprobed ones alone (_END_AFTER_RUN). The
+# prefix and m unprobed ones (END_AFTER_STEP), or after m unprobed ones alone (END_AFTER_RUN). The
 # last state of a row is read there alone: a vector product where a matrix product was.
-_END_AFTER_STEP = np.einsum("dab,mdb->mda", _CLEAN_T, _POWERS[..., 0])
+END_AFTER_STEP = np.einsum("dab,mdb->mda", CLEAN_T, POWERS[..., 0])
 
 
-_END_AFTER_RUN = np.ascontiguousarray(_POWERS[..., 0])
+END_AFTER_RUN = np.ascontiguousarray(POWERS[..., 0])
 
 
-_NO_SCALE = np.zeros(len(P_GRID))  # the one-step kernel's log scale (it is not rescaled)
+NO_SCALE = np.zeros(len(P_GRID))  # the one-step kernel's log scale (it is not rescaled)
 
 
-_CLEAN_T_T = np.ascontiguousarray(_CLEAN_T.transpose(0, 2, 1))  # the one-step kernel, backward
+_CLEAN_T_T = np.ascontiguousarray(CLEAN_T.transpose(0, 2, 1))  # the one-step kernel, backward
 
 
 def _log_comb(n: int, k: int) -> float:
@@ -382,12 +398,12 @@ def _log_comb(n: int, k: int) -> float:
 
 
 @functools.cache
-def _log_combs(n: int) -> np.ndarray:
+def log_combs(n: int) -> np.ndarray:
     """[k]: log C(n, k), k = 0..n."""
     return np.array([_log_comb(n, k) for k in range(n + 1)])
 
 
-def _logsumexp(x: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
+def logsumexp(x: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
     top = x.max(axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(divide="ignore"):

@@ -16,28 +16,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prm_synth.annotate.changepoint import kernels as _loops
-from prm_synth.annotate.changepoint.model import (
-    _CLEAN_T,
-    _END_AFTER_RUN,
-    _END_AFTER_STEP,
-    _LOG_SCALE,
-    _POWERS,
-    _SIGMA,
+from prm_synth.annotate.changepoint.engine import kernels
+from prm_synth.annotate.changepoint.engine.model import (
     C_GRID,
+    CLEAN_T,
+    END_AFTER_RUN,
+    END_AFTER_STEP,
+    LOG_SCALE,
     MAX_STEPS,
     P_GRID,
+    POWERS,
     Q_GRID,
+    SIGMA,
+    CountTables,
     Priors,
-    _block_starts,
-    _clean_weights,
-    _CountTables,
-    _log_combs,
-    _reach_flat,
-    _reach_flat_stepped,
-    _step_then_run,
+    block_starts,
+    clean_weights,
+    log_combs,
+    run_reach_flat,
+    run_reach_flat_stepped,
+    step_then_run,
 )
-from prm_synth.annotate.changepoint.posterior import Posterior, _masses_to_p_good, first_error_entropy
+from prm_synth.annotate.changepoint.engine.posterior import Posterior, first_error_entropy, masses_to_p_good
 
 
 def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded: np.ndarray) -> np.ndarray:
@@ -48,10 +48,10 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     bad-stretch likelihood; rows e >= j are carried forward from the posterior's state before j
     (which prefix j does not touch), all rows in one sweep that each joins at its own j. Only the
     error's place is kept, so inside a run of unprobed prefixes the luck is summed out before the
-    product with the `_reach` table (18 times less work than the full joint)."""
+    product with the `run_reach` table (18 times less work than the full joint)."""
     ev, priors, terms = post.evidence, post.priors, post.terms
     n, rows = ev.n, len(js)
-    tables = _CountTables.of(priors.k)
+    tables = CountTables.of(priors.k)
     # rows in the order of their prefixes (probe_gains asks in that order already)
     order = None if (js[1:] >= js[:-1]).all() else np.argsort(js, kind="stable")
     if order is not None:
@@ -68,7 +68,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         # own counts there, the error at j; (B) each candidate's rows across the unprobed prefixes
         # after j to the next probed one (or the end); (C) one sweep over the probed prefixes, rows
         # joining at the first one after their j. The whole batch meets only at the probed prefixes.
-        new_weight, new_top = _clean_weights(priors.k, correct, graded, js)
+        new_weight, new_top = clean_weights(priors.k, correct, graded, js)
         col_top = terms.clean[0].max(axis=2)  # [col, q]
         col_weight = np.exp(terms.clean[0] - col_top[:, :, None])
     prior = priors.log_prior()  # [d, q]
@@ -77,7 +77,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     arrive = np.append(cols, n)[np.searchsorted(cols, js, side="right")]  # the first probed prefix after j
     msg = np.empty((d_, rows, q_, l_))
     acc = np.empty((d_, rows, q_))
-    firsts = _block_starts(js)
+    firsts = block_starts(js)
     groups = [(int(js[a]), a, b) for a, b in zip(firsts, [*firsts[1:], rows], strict=True)]
     for j, a, b in groups:
         state, state_acc = post.cache.at(j)
@@ -86,7 +86,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     sweep = _Sweep(n, prior, bad_after, terms.v_clean, np.empty((rows, d_, l_)), np.empty(rows))
     run = arrive - js - 1  # the unprobed prefixes after j, up to the next probed one or the end
     first = np.minimum(run, MAX_STEPS)
-    _loops.absorb(
+    kernels.absorb(
         msg,
         acc,
         0,
@@ -95,12 +95,12 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         -1,
         new_weight,
         new_top,
-        _SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)],
+        SIGMA[np.minimum(n - js - 1, MAX_STEPS - 1)],
         prior[None] + bad_after[js + 1][:, None, :],
         js,
         run > 0,
-        _END_AFTER_STEP[first],
-        prior[None] + terms.v_clean + _LOG_SCALE[first][:, :, None],
+        END_AFTER_STEP[first],
+        prior[None] + terms.v_clean + LOG_SCALE[first][:, :, None],
         (arrive == n) & (run <= MAX_STEPS),
         out,
         sweep.summed,
@@ -115,13 +115,13 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         # per class are the same, so are the results.)
         for j, a, b in groups:
             if first[a]:
-                sweep.errors(out, a, b, j + 1, int(first[a]), _reach_flat_stepped(n - j - 2))
+                sweep.errors(out, a, b, j + 1, int(first[a]), run_reach_flat_stepped(n - j - 2))
         flat_msg, flat_waiting = msg.reshape(d_, rows * q_, l_), waiting.reshape(d_, rows * q_, l_)
         for _, a, b in groups:
             m = int(first[a])
-            kernel = _step_then_run(m) if m else _CLEAN_T
+            kernel = step_then_run(m) if m else CLEAN_T
             np.matmul(flat_msg[:, a * q_ : b * q_], kernel, out=flat_waiting[:, a * q_ : b * q_])
-        _loops.settle(waiting, acc, 0, rows, _LOG_SCALE[first], True)
+        kernels.settle(waiting, acc, 0, rows, LOG_SCALE[first], True)
     else:
         for j, a, b in groups:
             sweep.cross(msg, waiting, acc, out, a, b, j + 1, int(arrive[a]))
@@ -131,12 +131,12 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     ends = np.append(positions[1:], n)
     runs = ends - positions - 1
     steps = np.minimum(runs, MAX_STEPS)
-    p_sig = _SIGMA[np.minimum(n - positions - 1, MAX_STEPS - 1)]
+    p_sig = SIGMA[np.minimum(n - positions - 1, MAX_STEPS - 1)]
     p_base = prior[None] + bad_after[positions + 1][:, None, :]
-    p_end_base = prior[None] + terms.v_clean + _LOG_SCALE[steps][:, :, None]
+    p_end_base = prior[None] + terms.v_clean + LOG_SCALE[steps][:, :, None]
     p_ends = (ends == n) & (runs <= MAX_STEPS)
     p_has_run = runs > 0
-    p_end_col = _END_AFTER_STEP[steps]
+    p_end_col = END_AFTER_STEP[steps]
     joined = np.searchsorted(arrive, positions, side="right").tolist()  # rows that arrived by each
     cur, spare = waiting, msg
     hi = 0
@@ -145,7 +145,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         lo, hi = hi, joined[idx]
         if cur is not waiting:
             cur[:, lo:hi] = waiting[:, lo:hi]
-        _loops.absorb(
+        kernels.absorb(
             cur,
             acc,
             0,
@@ -185,7 +185,7 @@ class _Sweep:
     prior: np.ndarray  # [d, q]
     bad_after: np.ndarray  # [j, q]
     v_clean: float
-    summed: np.ndarray  # [row, d, level]: each row's luck summed out before its run (`_loops.absorb`)
+    summed: np.ndarray  # [row, d, level]: each row's luck summed out before its run (`kernels.absorb`)
     shift: np.ndarray  # [row]: its scale
 
     def cross(
@@ -199,20 +199,20 @@ class _Sweep:
         n = self.n
         m = min(end - start, MAX_STEPS)
         if m:
-            self.errors(out, a, b, start, m, _reach_flat_stepped(n - start - 1))
+            self.errors(out, a, b, start, m, run_reach_flat_stepped(n - start - 1))
         if end == n and end - start <= MAX_STEPS:
             return False
-        _product(src, dst, acc, a, b, _step_then_run(m) if m else _CLEAN_T, _LOG_SCALE[m])
+        _product(src, dst, acc, a, b, step_then_run(m) if m else CLEAN_T, LOG_SCALE[m])
         s = start + m
         while s < end:  # a run longer than the tables: the rest in parts
             m = min(end - s, MAX_STEPS)
-            _loops.luck_summed(dst, acc, a, b, self.prior + self.bad_after[end], self.summed, self.shift)
-            self.errors(out, a, b, s, m, _reach_flat(n - s - 1))
+            kernels.luck_summed(dst, acc, a, b, self.prior + self.bad_after[end], self.summed, self.shift)
+            self.errors(out, a, b, s, m, run_reach_flat(n - s - 1))
             if s + m == n:
-                base = self.prior + self.v_clean + _LOG_SCALE[m][:, None]
-                _loops.clean_end(dst, acc, a, b, _END_AFTER_RUN[m], base, out)
+                base = self.prior + self.v_clean + LOG_SCALE[m][:, None]
+                kernels.clean_end(dst, acc, a, b, END_AFTER_RUN[m], base, out)
                 return False
-            _product(dst, dst, acc, a, b, _POWERS[m], _LOG_SCALE[m])
+            _product(dst, dst, acc, a, b, POWERS[m], LOG_SCALE[m])
             s += m
         return True
 
@@ -222,7 +222,7 @@ class _Sweep:
         d_, l_ = len(P_GRID), len(C_GRID)
         summed = self.summed.reshape(len(self.summed), d_ * l_)
         if m <= _SHORT_RUN:
-            _loops.short_run_errors(summed, self.shift, table, table_scale, out, a, b, s, m)
+            kernels.short_run_errors(summed, self.shift, table, table_scale, out, a, b, s, m)
             return
         switch = summed[a:b] @ table[:m].T  # [row, i]
         with np.errstate(divide="ignore"):
@@ -242,7 +242,7 @@ def _product(
         y[...] = np.matmul(x, kernel)
     else:
         np.matmul(x, kernel, out=y)
-    _loops.settle(dst, acc, a, b, log_scale[None], False)
+    kernels.settle(dst, acc, a, b, log_scale[None], False)
 
 
 def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) -> np.ndarray:
@@ -260,9 +260,9 @@ def probe_gains(post: Posterior, priors: Priors, chosen: Sequence[int], b: int) 
         # rows [candidate, outcome] flattened (np.tile, a Python-level function, cost more than the sums)
         js = np.repeat(np.asarray(new, dtype=np.int64), b + 1)
         outcome = np.arange(len(js)) % (b + 1)
-        log_ev, p_good = _masses_to_p_good(_row_log_masses(post, js, ev.correct[js] + outcome, ev.graded[js] + b))
+        log_ev, p_good = masses_to_p_good(_row_log_masses(post, js, ev.correct[js] + outcome, ev.graded[js] + b))
         shape = (len(new), b + 1)
-        pred = np.exp(_log_combs(b) + log_ev.reshape(shape) - post.log_evidence)
+        pred = np.exp(log_combs(b) + log_ev.reshape(shape) - post.log_evidence)
         after = (pred * first_error_entropy(p_good).reshape(shape)).sum(axis=1)
         known.update(zip(new, ((post.uncertainty() - after) / b).tolist(), strict=True))
     return np.array([known[int(j)] for j in chosen])
