@@ -8,13 +8,15 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.protocol import Probe
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.annotate.token_cost import TokenBudget, expected_cost, per_expected_token
 from prm_synth.config.sections import validate_config
-from prm_synth.engines.base import SamplingOptions
+from prm_synth.engines.base import Completion, GenerationResult, SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.pipeline import iter_shards
 from prm_synth.problems import arithmetic
@@ -127,3 +129,74 @@ def test_a_search_that_stops_early_reports_the_interval_the_error_lies_in():
     pinned = [None, None, None, "after_error"]
     mark_open_interval([True, True, False, None], pinned, [0.99, 0.95, 0.02, 0.01], confidence=0.9)
     assert pinned == [None, None, None, "after_error"]
+
+
+class _WritesToTheLimit:
+    """The simulated policy, but every completion generates its request's `max_tokens` (a model that
+    rambles to the limit): the budget's worst case. Texts and finish reasons stay the policy's, so
+    answers still grade. `rollout_limit`: requests allowed more than this (the sampling of solutions)
+    are left as they are."""
+
+    def __init__(self, policy: SimulatedPolicy, rollout_limit: int = 10**9) -> None:
+        self.policy = policy
+        self.model_name = policy.model_name
+        self.rollout_limit = rollout_limit
+
+    def generate(self, requests):
+        out = []
+        for request, result in zip(requests, self.policy.generate(requests), strict=True):
+            if request.sampling.max_tokens > self.rollout_limit:
+                out.append(result)
+                continue
+            cut = tuple(Completion(c.text, request.sampling.max_tokens, "length") for c in result.completions)
+            out.append(GenerationResult(cut, result.prompt_tokens))
+        return out
+
+    def close(self) -> None:
+        self.policy.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(budget=st.integers(1, 3000), k=st.integers(1, 6), max_tokens=st.integers(1, 700))
+def test_no_job_spends_more_rollout_tokens_than_its_budget_however_long_rollouts_run(budget, k, max_tokens):
+    steps = [f"{i} + 1 = {i + 1}\n" for i in range(1, 9)]
+
+    def annotator():
+        for j in range(8):
+            yield [Probe.of_steps(steps, j - 1, k), Probe.of_steps(steps, min(j, 7) - 1, k + 1)]
+        return None
+
+    chain = arithmetic.generate(random.Random(0), 8, 8)
+    user = policy_user_prompt(chain.question())
+    engine = _WritesToTheLimit(SimulatedPolicy())
+    sched = ProbeScheduler(engine, SamplingOptions(max_tokens=max_tokens), budget=TokenBudget(budget))
+    jobs = [SolutionJob(key, "p", user, str(chain.answer), annotator()) for key in ("a", "b")]
+    list(sched.run(jobs))
+    assert all(spend.generated <= budget for spend in sched.spend.values())
+    assert sched.stats.generated_tokens <= 2 * budget
+
+
+@pytest.mark.parametrize(
+    "annotate",
+    [
+        {"method": "binary", "max_rollout_tokens": 1500},
+        {"method": "mc", "k": 4, "max_rollout_tokens": 1500},
+        {"method": "omegaprm", "k": 4, "max_rollout_tokens": 1500},
+    ],
+    ids=["changepoint", "mc", "omegaprm"],
+)
+def test_no_row_spends_more_rollout_tokens_than_the_budget_on_a_model_that_writes_to_max_tokens(annotate):
+    config = validate_config(
+        {
+            "problems": PROBLEMS,
+            "policy": WORLD,
+            "sampling": {"samples_per_problem": 2},
+            "rollouts": {"max_tokens": 256},
+            "annotate": annotate,
+        }
+    )
+    problems = [p for p in next(iter_shards(config)).items if isinstance(p, Problem)]
+    result = make_labeler(config).label(_WritesToTheLimit(SimulatedPolicy(config.policy), 256), problems)
+    assert result.spend and result.stats.generated_tokens > 0
+    spent = {key: s.generated for key, s in result.spend.items()}
+    assert max(spent.values()) <= 1500, spent  # each rollout alone may write 256: six fit, not seven
