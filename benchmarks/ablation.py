@@ -3,21 +3,24 @@
 Every entry of `ABLATIONS` is one setting of the change-point search set to its plainest value (a
 share 0, a cap equal to the budget, two thresholds made one) or one special-case rule switched off
 (benchmarks/labeler_settings.py: `RULES`). Each runs benchmarks/fidelity.py on the same worlds,
-held-out seeds and problems as the unmodified labeler; a world's sampled solutions do not depend on
+seeds and problems as the unmodified labeler: development seeds (fidelity.py `dev`, the default 0-1),
+since a screening chooses what to remove; the pruned labeler is then reported on held-out seeds
+(`heldout`, 1004-1029), which no choice looks at. A world's sampled solutions do not depend on
 the labeler, so the comparison is paired per world-seed. Per entry: the paired difference (removed
 minus default; mean and standard error) of
 - min good / bad precision: the worst world's, per seed (mean and standard error over seeds);
 - mean good / bad precision, first-error accuracy, coverage, rollouts a question: over world-seeds.
 Verdict: "within noise" when every difference is under 2 standard errors and no precision figure
-drops by more than 0.005; "removal better" when what moves beyond noise moves the right way (more
-accuracy or coverage, fewer rollouts) and no precision drops by more than 0.005; else "earns its
-place", followed by the figures that got worse beyond noise or dropped.
+drops by more than 0.005 and more than one standard error (a drop within one standard error is
+noise, however large); "removal better" when what moves beyond noise moves the right way (more
+accuracy or coverage, fewer rollouts) and no precision drops so; else "earns its place", followed by
+the figures that got worse beyond noise or dropped.
 
 Each run's figures go to --out (NAME.json, fidelity's `--per-seed`); a run whose file is there
 already is not run again, so an interrupted ablation resumes. At most --jobs runs at once, each
 under `nice`. Prints a Markdown table, then one JSON line.
 
-    python benchmarks/ablation.py --seeds 1000-1001 --problems 75 [--only NAME ...] [--jobs 2]
+    python benchmarks/ablation.py --seeds 0-1 --problems 75 [--only NAME ...] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ def compare(base: dict[tuple[str, str], Any], other: dict[tuple[str, str], Any])
             continue
         m, se = value
         fig = key.split("_", 1)[1]
-        if fig in PRECISION and m < -DROP:
+        if fig in PRECISION and m < -DROP and -m > se:  # a drop within one standard error is noise
             drops.append(key)
         if abs(m) >= 2 * se and abs(m) > 1e-12:
             moved.append(key)
@@ -205,7 +208,7 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="1000-1001", help="held-out seeds (fidelity.py --seeds)")
+    parser.add_argument("--seeds", default="0-1", help="development seeds (fidelity.py --seeds): a screening chooses")
     parser.add_argument("--problems", type=int, default=75)
     parser.add_argument("--worlds", nargs="*", default=["all"])
     parser.add_argument("--only", nargs="*", default=None, help=f"names from {list(ABLATIONS)}")

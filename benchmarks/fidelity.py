@@ -65,8 +65,10 @@ Last line, one JSON object for the default method:
 "knob_independent"}
 (with --methods, one more JSON line per extra method precedes it, in the same shape).
 
-Seeds: `--seeds dev` (0-17, the seeds every setting so far was chosen on), `--seeds heldout`
-(1000-1029, never used to choose a setting: report these), `--seeds A-B` or `--seeds N` (`--seed N`
+Seeds: `--seeds dev` (0-17, the seeds settings are chosen on: the ablation's screenings too),
+`--seeds used` (1000-1003: once called held-out, then looked at by the 2026-12-05 ablation, which chose
+its removals on 1000-1001 and confirmed them on 1002-1003; neither development nor held-out now),
+`--seeds heldout` (1004-1029, which no choice has looked at: report these), `--seeds A-B` or `--seeds N` (`--seed N`
 alone: one seed, as before). Over several seeds each world's figures are the mean and standard error
 over seeds, the reliability table and diagram pool the seeds, and the last line is
 {"method", "seeds", "worlds": {NAME: {FIGURE: {"mean", "se"}}}, "min_FIGURE" (the worst world's mean),
@@ -79,7 +81,7 @@ names what can be set).
 
     python benchmarks/fidelity.py --worlds all [--problems 150] [--methods default mc8 sprt]
     python benchmarks/fidelity.py --worlds all --seeds heldout
-    python benchmarks/fidelity.py --worlds all --seeds 1000-1003 --set bad_confidence=0.9
+    python benchmarks/fidelity.py --worlds all --seeds 0-3 --set bad_confidence=0.9
 
 `--worlds long`: thinking traces of 100, 300 and 1000 paragraph steps under a token budget, not part of
 `all` (benchmarks/long_worlds.py says what they are and what is reported).
@@ -160,7 +162,9 @@ SHORT = {
     "rollouts_per_question": "ro/question",
 }
 MIN_BIN = 100  # steps a bin needs before its gap counts
-SEED_RANGES = {"dev": range(0, 18), "heldout": range(1000, 1030)}  # heldout: never used to choose a setting
+# dev: choices are made here; used: looked at by the 2026-12-05 ablation's choices (chosen on 1000-1001,
+# confirmed on 1002-1003); heldout: no choice has looked at them (report these; choose nothing on them)
+SEED_RANGES = {"dev": range(0, 18), "used": range(1000, 1004), "heldout": range(1004, 1030)}
 FIGURES = (
     "good_precision",
     "bad_precision",
@@ -390,14 +394,14 @@ def _pooled(runs: dict[int, dict[str, dict[str, Score]]], world: str, method: st
 
 
 def parse_seeds(text: str) -> list[int]:
-    """`dev`, `heldout`, `A-B` (both included) or `N` -> the seeds."""
+    """`dev`, `used`, `heldout`, `A-B` (both included) or `N` -> the seeds."""
     if text in SEED_RANGES:
         return list(SEED_RANGES[text])
     lo, sep, hi = text.partition("-")
     try:
         seeds = list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected dev, heldout, A-B or N") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: expected dev, used, heldout, A-B or N") from None
     if not seeds:
         raise argparse.ArgumentTypeError(f"{text!r}: an empty range")
     return seeds
@@ -488,7 +492,8 @@ def main() -> None:
         "--seeds",
         type=parse_seeds,
         default=None,
-        help="dev (0-17: settings were chosen on these), heldout (1000-1029: report these), A-B or N",
+        help="dev (0-17: settings are chosen on these), used (1000-1003: the 2026-12-05 ablation chose on "
+        "them), heldout (1004-1029: no choice looked at them; report these), A-B or N",
     )
     parser.add_argument(
         "--set",

@@ -580,7 +580,17 @@ class PosteriorConfig(Strict):
     """`changepoint`: a step is labeled only when its label has at least this posterior probability."""
 
 
-class MCConfig(Strict):
+class RolloutTokens(Strict):
+    """The one declaration of every method's token budget (read once: annotate/token_cost.py `TokenBudget`)."""
+
+    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens the rollouts of one solution (OmegaPRM: of one question) may generate at most, beside the
+    rollout budget (None: no limit): each rollout's max_tokens is cut to what is left, so none spends
+    more; the change-point search weighs a probe's worth against its expected tokens; steps left
+    undecided when it is spent are unlabeled with reason `token_budget`."""
+
+
+class MCConfig(RolloutTokens):
     """Per-step Monte Carlo estimation (Math-Shepherd): k rollouts from every prefix."""
 
     method: Literal["mc"] = "mc"
@@ -589,9 +599,6 @@ class MCConfig(Strict):
     """Rollouts per prefix."""
     stop_at_first_zero: bool = False
     """Stop probing after the first prefix with MC 0."""
-    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
-    """Tokens the rollouts of one solution may generate at most (None: no limit); the steps left when it
-    is spent are unlabeled with reason `token_budget`."""
 
 
 _SPRT_KNOBS = frozenset({"bad_rate", "good_rate", "sprt_error", "probe_batch", "probe_max_rollouts"})
@@ -633,7 +640,7 @@ class SearchKnobs(Strict):
         return self.model_dump(mode="json", include=set(used))
 
 
-class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
+class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs, RolloutTokens):
     """Binary search for the first error, each prefix decided by a test.
 
     search_test changepoint (default): the change-point search (confidence, changepoint_max_rollouts);
@@ -662,13 +669,9 @@ class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     """`fixed`/`sprt`: re-test the boundary more strictly and search again if it does not hold."""
     verify_correct: float = Field(0.0, ge=0.0, le=1.0)
     """`fixed`/`sprt`: share of correct solutions checked by per-step MC."""
-    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
-    """Tokens the rollouts of one solution may generate at most, beside the rollout budget (None: no
-    limit). The change-point search then weighs a probe's worth against its expected tokens; steps left
-    undecided when it is spent are unlabeled with reason `token_budget`."""
 
 
-class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
+class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs, RolloutTokens):
     """OmegaPRM (Luo et al. 2024) with the paper's defaults; lengths are measured in generated tokens."""
 
     SEARCH_KNOBS: ClassVar[dict[str, frozenset[str]]] = {
@@ -713,8 +716,6 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
     sequential test (bad_rate / good_rate), `changepoint` the posterior."""
     screen: bool = False
     """Keep a question only if its first rollouts are neither all right nor all wrong."""
-    max_rollout_tokens: int | None = Field(None, ge=1, le=10**12)
-    """Tokens the rollouts of one question may generate at most, beside `rollout_budget` (None: no limit)."""
 
 
 P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
