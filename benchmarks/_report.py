@@ -116,13 +116,14 @@ def render(script: str, result: dict[str, Any], printed: str, when: dt.datetime,
     return "\n".join(lines)
 
 
-def write_report(script: str, result: dict[str, Any]) -> Path | None:
-    """With `--report`: write benchmarks/results/<script>-<date>.md (a second run that day replaces it)."""
+def write_report(script: str, result: dict[str, Any], page: str | None = None) -> Path | None:
+    """With `--report`: write benchmarks/results/<page>-<date>.md (`page`: the script's name unless a
+    script writes several kinds of page; a second run that day replaces it)."""
     if _capture is None:
         return None
     when = dt.datetime.now(dt.UTC)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{script}-{when:%Y-%m-%d}.md"
+    path = RESULTS / f"{page or script}-{when:%Y-%m-%d}.md"
     path.write_text(render(script, result, _capture.kept.getvalue(), when, _capture.revision), encoding="utf-8")
     print(f"report: {path}", file=sys.stderr)
     return path

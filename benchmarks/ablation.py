@@ -18,7 +18,8 @@ the figures that got worse beyond noise or dropped.
 
 Each run's figures go to --out (NAME.json, fidelity's `--per-seed`); a run whose file is there
 already is not run again, so an interrupted ablation resumes. At most --jobs runs at once, each
-under `nice`. Prints a Markdown table, then one JSON line.
+under `nice`. Prints a Markdown table, then one JSON line; `--report` also writes it as a dated page,
+benchmarks/results/ablation-seeds-SEEDS-DATE.md (the tuning table's verdicts point to these).
 
     python benchmarks/ablation.py --seeds 0-1 --problems 75 [--only NAME ...] [--jobs 2]
 """
@@ -207,6 +208,8 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
 
 
 def main() -> None:
+    from _report import ReportFlag, write_report  # beside this file
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-1", help="development seeds (fidelity.py --seeds): a screening chooses")
     parser.add_argument("--problems", type=int, default=75)
@@ -216,6 +219,7 @@ def main() -> None:
     parser.add_argument("--nice", type=int, default=10, help="nice level of each run (0: none)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "ablation")
     parser.add_argument("--no-run", action="store_true", help="only read the runs in --out")
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
     names = args.only if args.only is not None else list(ABLATIONS)
     for name in names:
@@ -237,16 +241,15 @@ def main() -> None:
     print(table(rows))
     if missing:
         print(f"\nnot measured: {', '.join(missing)}")
-    print(
-        json.dumps(
-            {
-                "seeds": args.seeds,
-                "problems": args.problems,
-                "ablations": {n: r | {"plain": ABLATIONS[n][0]} for n, r in rows.items()},
-                "not_measured": missing,
-            }
-        )
-    )
+    head = {
+        "seeds": args.seeds,
+        "problems": args.problems,
+        "ablations": {n: r | {"plain": ABLATIONS[n][0]} for n, r in rows.items()},
+        "not_measured": missing,
+    }
+    print(json.dumps(head))
+    # one page per seed range: the screenings on development seeds and their confirmations apart
+    write_report("ablation", head, page=f"ablation-seeds-{args.seeds}")
 
 
 if __name__ == "__main__":
