@@ -149,7 +149,7 @@ def probed_decision_at(steps: int, probes: int = 8, repeat: int = 5) -> float:
 
     def decision() -> None:
         post = Posterior(ev, priors)
-        best_probe(post, priors, settings.batch, settings.max_rollouts, settings.prefix_cap, (), *candidates)
+        best_probe(post, priors, settings.batch, settings.max_rollouts, settings.max_rollouts, (), *candidates)
         interval = open_interval(post.p_good, settings.confidence) or range(max(0, error - 4), error + 1)
         spread = sorted({interval[round(i * (len(interval) - 1) / 4)] for i in range(5)})
         best_probe(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import pickle
 import random
 from concurrent.futures import Future
@@ -31,7 +32,7 @@ from prm_synth.annotate.changepoint import label as label_again
 from prm_synth.annotate.changepoint.engine.model import Q_GRID
 from prm_synth.annotate.changepoint.memo import DecisionMemo, state_key
 from prm_synth.annotate.changepoint.right_answers import (
-    found_error_spread,
+    found_errors_by,
     hidden_error_positions,
     process_error_rate,
     repaired_slip,
@@ -165,7 +166,7 @@ def test_pooled_priors_depend_on_the_set_of_evidence_not_its_order():
         ev.correct[5], ev.graded[5] = k % 2, 8
         evs.append(ev)
     s = ChangepointSettings()
-    a, b = pool_priors(evs, s, s.recent_choices), pool_priors(list(reversed(evs)), s, s.recent_choices)
+    a, b = pool_priors(evs, s), pool_priors(list(reversed(evs)), s)
     assert np.allclose(a.q, b.q) and np.allclose(a.p, b.p)
 
 
@@ -227,7 +228,7 @@ def test_pooling_picks_the_overdispersion_the_rollouts_show():
         return out
 
     s = ChangepointSettings()
-    shared, independent = pool_priors(shard(True), s, ()).k, pool_priors(shard(False), s, ()).k
+    shared, independent = pool_priors(shard(True), s).k, pool_priors(shard(False), s).k
     assert shared == min(s.k_choices) and independent > shared
 
 
@@ -255,9 +256,9 @@ def test_the_second_phase_pools_the_shards_luck_and_classes_as_the_final_relabel
     for seed in range(4):
         evs = _binomial_shard(seed)  # luck 0.15
         second = second_phase_priors(evs, settings)
-        cautious = pool_priors(evs, replace(settings, pool_strength=settings.k_choice_default_weight * len(evs)), ())
+        cautious = pool_priors(evs, replace(settings, pool_strength=settings.k_choice_default_weight * len(evs)))
         assert second.k == cautious.k and second.recent_share == 0.0  # the search's priors read no fresh-error luck
-        sharp = pool_priors(evs, settings, ())
+        sharp = pool_priors(evs, settings)
         near = np.abs(Q_GRID - 0.15) <= 0.06
         assert second.q[near].sum() > cautious.q[near].sum()
         if sharp.k == second.k:
@@ -473,11 +474,10 @@ def test_the_shards_measured_rate_of_hidden_errors_sets_how_far_unchecked_correc
     assert all(a <= b + 1e-12 for a, b in zip(slipped_p, clean_p, strict=True))
 
 
-def test_slips_found_late_stand_for_slips_earlier_too():
-    # a test of 4 rollouts a prefix finds a slip more easily the later it sits: where the shard's tested
-    # solutions show slips only late in their first half, an untested right answer's early steps are
-    # not trusted as if the slips could only be there (fidelity `repair`: 9 of 49 true slips at step 0
-    # of solutions whose test found them 0.15-0.25 of the way in)
+def test_slips_the_shards_tests_found_cap_an_untested_right_answer_from_where_they_were_found():
+    # the shard's tested solutions show a slip at step 5 (a dip at prefix 6): an untested right answer
+    # of the same length is trusted no further there and after (each found slip counts at its own step;
+    # spreading it over the steps before was removed in revision 2026-12-06.1)
     def run(slipped: bool):  # the untested solution's annotation
         rows = []
         for _ in range(8):  # tested solutions, a dip at prefix 6 (the slip at step 5) or none
@@ -495,20 +495,19 @@ def test_slips_found_late_stand_for_slips_earlier_too():
     trusted, capped = run(slipped=False), run(slipped=True)
     assert all(apply_rule(trusted, "hard").labels)
     labels = apply_rule(capped, "hard").labels
-    assert labels[1] is not True and capped.unlabeled_reason[1] == UNDECIDED_UNLOCATED
-    assert capped.p_good[0] < trusted.p_good[0]
+    assert labels[5] is not True and capped.unlabeled_reason[5] == UNDECIDED_UNLOCATED
+    assert capped.p_good[5] < trusted.p_good[5] and capped.p_good[0] <= trusted.p_good[0]
 
 
 @settings(max_examples=60, deadline=None)
 @given(positions=st.lists(st.floats(0.0, 0.999), max_size=12), n=st.integers(1, 400))
-def test_a_found_error_counts_at_its_step_and_spreads_evenly_before_it(positions, n):
-    spread = found_error_spread(positions, n)
-    at_found = np.array([sum(x <= i / n + 1e-12 for x in positions) for i in range(n)], dtype=float)
-    assert spread.shape == (n,) and np.all(np.diff(spread) >= -1e-12)  # more steps, more of them
-    assert np.all(spread >= at_found - 1e-9)  # never less cautious than counting each where found
-    assert np.all(spread <= len(positions) + 1e-9) and np.isclose(spread[-1], len(positions))
-    if positions:
-        assert spread[0] >= sum(1.0 / (np.floor(x * n + 1e-9) + 1.0) for x in positions) - 1e-9
+def test_a_found_error_counts_at_the_step_it_falls_on(positions, n):
+    counts = found_errors_by(positions, n)
+    # a share x of the length falls on step floor(x n) here (up to rounding: x n a hair under a whole step)
+    at_found = np.array([sum(math.floor(x * n + 1e-9) <= i for x in positions) for i in range(n)], dtype=float)
+    assert counts.shape == (n,) and np.all(np.diff(counts) >= 0)  # more steps, more of them
+    assert np.allclose(counts, at_found)
+    assert counts[-1] == len(positions)
 
 
 def test_a_tested_correct_solution_is_trusted_no_further_than_the_slips_its_test_may_miss():
@@ -947,7 +946,6 @@ def test_the_decisions_of_a_priors_object_go_with_it():
     shard_priors = pool_priors(
         [_searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo)[0].evidence],
         ChangepointSettings(),
-        (),
     )
     _searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo, priors=shard_priors)
     default_only = DecisionMemo()

@@ -52,26 +52,24 @@ def hidden_error_cap(post: Posterior, rate: float, positions: Sequence[float] = 
     """The most p_good of a correct-answer solution whose early steps were not tested may be, when a
     share `rate` of the shard's correct-answer solutions hold a process error: the error, if any, placed where the
     tested ones held theirs (`positions`, each a share of its solution's length: `hidden_error_positions`),
-    each spread evenly over the steps up to it (`found_error_spread`), with the posterior's own
+    each counted at the step it was found on (`found_errors_by`), with the posterior's own
     placement counted as one more; never more trusting than the posterior (whose placement alone is
     a prior, and put a slip the policy repaired late)."""
     n = post.evidence.n
     p_error = post.p_error[:n]
     total = p_error.sum()
     shape = np.cumsum(p_error) / total if total > 0 else np.linspace(1.0 / n, 1.0, n)
-    placed = (found_error_spread(positions, n) + shape) / (len(positions) + 1.0)
+    placed = (found_errors_by(positions, n) + shape) / (len(positions) + 1.0)
     return 1.0 - rate * placed
 
 
-def found_error_spread(positions: Sequence[float], n: int) -> np.ndarray:
+def found_errors_by(positions: Sequence[float], n: int) -> np.ndarray:
     """[step i]: how many of the errors the tested solutions' tests found (`positions`, shares of their
-    length) an n-step solution holds at step i or before, each found at share x standing for one
-    placed evenly over steps 0 .. floor(x n). A test of a few rollouts a prefix finds a repaired slip
-    the more easily the later it sits (a later clean prefix finishes more often, so its dip is deeper):
-    where the found ones sit, the missed ones sit earlier."""
+    length) an n-step solution holds at step i or before, each at the step it falls on here, floor(x n).
+    (Spreading each over the steps before it, for the slips a test misses early, was removed in revision
+    2026-12-06.1: removal raised coverage, precision within noise, docs/design/changepoint-tuning.md.)"""
     last = np.floor(np.asarray(positions, dtype=float) * n + 1e-9)  # the step each one falls on here
-    steps = np.arange(n, dtype=float)[:, None]
-    return np.minimum(1.0, (steps + 1.0) / (last[None, :] + 1.0)).sum(axis=1)
+    return (np.arange(n, dtype=float)[:, None] >= last[None, :]).sum(axis=1).astype(float)
 
 
 def unmodelled_error_position(post: Posterior, settings: ChangepointSettings) -> float | None:

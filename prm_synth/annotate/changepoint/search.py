@@ -193,7 +193,8 @@ def decide(
     value = probe_value_priors(priors)
     candidates = (settings.probe_levels, settings.ambiguous_clean)
     if spent < settings.max_rollouts:
-        j, gain = best_probe(post, value, settings.batch, room, settings.prefix_cap, (), *candidates, token_weighted)
+        # no cap a prefix but the budget outside pinning (a cap of 16 was removed in revision 2026-12-06.1)
+        j, gain = best_probe(post, value, settings.batch, room, settings.max_rollouts, (), *candidates, token_weighted)
     if (j < 0 or gain < settings.min_gain) and interval:
         extra = _spread(interval, settings.interval_probes)
         j, gain = best_probe(
