@@ -1,21 +1,22 @@
-"""The default labels against the truth, on held-out seeds: what the docs claim of the default labeler.
+"""The default labels against the truth, on a held-out seed: the per-seed claim the docs make.
 
-The claim (docs/design/changepoint-tuning.md): good and bad labels are right at least 0.93 of the time
-where rollouts can see the error, on held-out seeds no setting was ever chosen on (1010 and up: the
-ablation chose its removals on 1000-1001 and confirmed them on 1002-1003). Here three worlds of the
-fidelity suite (a hard step with luck per problem, ungradable rollouts and step drift at once; luck 0.15
-everywhere; one hard step with luck) on three such seeds each, through the labeler `prm-synth run` uses.
-Not here: worlds where a right answer follows a wrong step (`repair`): rollouts cannot see that error at
-all (good precision there was 0.81 on one 60-problem held-out draw); the judge can
-(docs/guides/judge-and-consensus.md). The truth is recomputed from the text
+The claim (README, docs/design/changepoint-tuning.md "Held-out figures"): on held-out seeds no choice has
+looked at (fidelity.py `--seeds heldout`, 1004-1029), every world of the fidelity suite, one seed at a
+time, 150 problems a world: good and bad labels right at least CLAIMED of the time, except where a right
+answer follows a wrong step (`repair`, the judge's case: rollouts cannot see that error) and JUDGES_CASE
+says how far. Here every one of the 17 worlds on held-out seed 1004, the same sample as that seed's row
+of the docs' table, through the labeler `prm-synth run` uses. The truth is recomputed from the text
 (`arithmetic.true_first_error`), never taken from a labeler. Each world's policy is copied from
 benchmarks/fidelity.py to tests/_worlds.py, so the benchmark may change its worlds.
 """
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
-from _worlds import world_config
+from _worlds import WORLDS, world_config
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.engines.simulated import SimulatedPolicy
@@ -23,10 +24,10 @@ from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
 
-HELD_OUT_SEEDS = (1010, 1011, 1012)
-PROBLEMS = 100
-CLAIMED_PRECISION = 0.93  # the docs' claim; if this bound must drop, the claim drops with it
-WORLDS = ("mixed", "luck_15", "hard_step_luck")  # of tests/_worlds.py
+HELD_OUT_SEED = 1004  # fidelity.py --seeds heldout: no choice has looked at it
+PROBLEMS = 150  # a world's sample in the docs' held-out table
+CLAIMED_PRECISION = 0.90  # the docs' per-seed claim; if this bound must drop, the claim drops with it
+JUDGES_CASE = {"repair": 0.85}  # good labels where a right answer follows a wrong step: the judge's case
 
 
 def _labels(world: str, seed: int) -> tuple[int, int, int, int]:
@@ -47,11 +48,14 @@ def _labels(world: str, seed: int) -> tuple[int, int, int, int]:
 
 
 @pytest.mark.parametrize("world", sorted(WORLDS))
-def test_default_labels_are_right_as_often_as_the_docs_claim_on_held_out_seeds(world: str) -> None:
-    good = good_right = bad = bad_right = 0
-    for seed in HELD_OUT_SEEDS:
-        g, gr, b, br = _labels(world, seed)
-        good, good_right, bad, bad_right = good + g, good_right + gr, bad + b, bad_right + br
-    assert good >= 200 and bad >= 20, (good, bad)  # enough labels for the shares to mean something
-    assert good_right / good >= CLAIMED_PRECISION, (world, good_right, good)
+def test_default_labels_are_right_as_often_as_the_docs_claim_on_a_held_out_seed(world: str) -> None:
+    good, good_right, bad, bad_right = _labels(world, HELD_OUT_SEED)
+    assert good >= 20 and bad >= 5, (world, good, bad)  # labels enough for a share to mean something
+    assert good_right / good >= JUDGES_CASE.get(world, CLAIMED_PRECISION), (world, good_right, good)
     assert bad_right / bad >= CLAIMED_PRECISION, (world, bad_right, bad)
+
+
+def test_every_world_of_the_fidelity_suite_is_checked_as_the_benchmark_defines_it() -> None:
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "WORLDS")
+    assert ast.literal_eval(node.value) == WORLDS  # all 17, and the same policies
