@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=160)
     args = parser.parse_args()
 
-    from prm_synth.config.sections import VLLMConfig
+    from prm_synth.config import VLLMConfig
     from prm_synth.engines.base import GenerationRequest, SamplingOptions
     from prm_synth.engines.vllm import VLLMEngine
     from prm_synth.grading.math import grade

@@ -44,7 +44,7 @@ from rounds_scheduler import rounds_scheduler
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    from prm_synth.config.sections import validate_config
+    from prm_synth.config import validate_config
 
     return validate_config(
         {

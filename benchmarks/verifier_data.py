@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from prm_synth.config.sections import (
+from prm_synth.config import (
     ConsensusConfig,
     JudgeConfig,
     PipelineConfig,

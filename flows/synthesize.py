@@ -41,7 +41,7 @@ from flows.reporting import (
     retries_since,
 )
 from flows.terminal import progress_line_extra, throttled
-from prm_synth.config.sections import PipelineConfig, VLLMConfig
+from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError

@@ -33,7 +33,7 @@ from typing import Any
 
 from prm_synth.annotate.labeler import Progress, make_labeler, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
-from prm_synth.config.sections import PINNED, ConfigError, PipelineConfig
+from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError

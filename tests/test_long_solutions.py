@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from prm_synth.annotate.budget_interval import interval_of
 from prm_synth.annotate.labeler import LabelResult, make_labeler
-from prm_synth.config.sections import MAX_OPS, BuiltinSource, SimulatedPolicyConfig, validate_config
+from prm_synth.config import MAX_OPS, BuiltinSource, SimulatedPolicyConfig, validate_config
 from prm_synth.engines.base import GenerationRequest
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.grading.math import grade

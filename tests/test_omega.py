@@ -23,7 +23,7 @@ from prm_synth.annotate.omega import (
 from prm_synth.annotate.omega_tree import ROOT, tree_to_json
 from prm_synth.annotate.protocol import Probe, ProbeResult
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
-from prm_synth.config.sections import OmegaConfig, SimulatedPolicyConfig
+from prm_synth.config import OmegaConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.grading.math import grade

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prm_synth.config.sections import PipelineConfig, load_config
+from prm_synth.config import PipelineConfig, load_config
 from prm_synth.sampling.steps import splitter
 from prm_synth.sampling.thinking import resolve_markers
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from prm_synth.config.sections import SimulatedPolicyConfig
+from prm_synth.config import SimulatedPolicyConfig
 from prm_synth.engines.base import GenerationRequest
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems import arithmetic

@@ -22,7 +22,7 @@ from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.protocol import Annotator, Probe
 from prm_synth.annotate.scheduler import JobsAfter, ProbeScheduler, SolutionJob
 from prm_synth.annotate.search import binary_search
-from prm_synth.config.sections import BinaryConfig, SimulatedPolicyConfig
+from prm_synth.config import BinaryConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import (
     Completion,
     EngineError,

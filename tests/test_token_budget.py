@@ -13,7 +13,7 @@ from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.protocol import Probe
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.annotate.token_cost import expected_cost, per_expected_token
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.pipeline import iter_shards

@@ -36,7 +36,7 @@ from prm_synth.annotate.scheduler import (
     Spend,
 )
 from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
-from prm_synth.config.sections import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
+from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading.math import Verdict, grade_answer
 from prm_synth.sampling.prompts import policy_user_prompt

@@ -6,7 +6,7 @@ import atexit
 import threading
 from typing import Any
 
-from prm_synth.config.sections import OpenAIConfig, SimulatedJudgeConfig, SimulatedPolicyConfig, VLLMConfig
+from prm_synth.config import OpenAIConfig, SimulatedJudgeConfig, SimulatedPolicyConfig, VLLMConfig
 from prm_synth.engines.base import Engine
 
 _engines: dict[str, Engine] = {}

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prm_synth.config.sections import OpenAIConfig
+from prm_synth.config import OpenAIConfig
 from prm_synth.engines.base import (
     Completion,
     EngineError,

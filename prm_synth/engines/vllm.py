@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prm_synth.config.sections import VLLMConfig
+from prm_synth.config import VLLMConfig
 from prm_synth.engines.base import (
     Completion,
     EngineError,

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from prm_synth.config.sections import JudgeConfig
+from prm_synth.config import JudgeConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import stream_for
 from prm_synth.grading.math import last_boxed

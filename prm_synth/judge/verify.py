@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from prm_synth.annotate.labels import confident_labels
-from prm_synth.config.sections import VerifyConfig
+from prm_synth.config import VerifyConfig
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, RequestRefused, SamplingOptions
 from prm_synth.grading.math import last_boxed
 from prm_synth.judge.ask import UNPARSEABLE, JudgePrompt, answer_sample, ask, leave_open

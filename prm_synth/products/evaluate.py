@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config.sections import JudgeConfig, PipelineConfig
+from prm_synth.config import JudgeConfig, PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import grade

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prm_synth.config.sections import EngineConfig, PipelineConfig
+from prm_synth.config import EngineConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import Verdict, grade_completion

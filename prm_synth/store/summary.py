@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config.sections import ConfigError, validate_config
+from prm_synth.config import ConfigError, validate_config
 from prm_synth.judge.ask import sample_in
 from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
 from prm_synth.store.shards import dataset_shards, iter_records, iter_tables, read_manifest
