@@ -62,7 +62,7 @@ from prm_synth.annotate.scheduler import SolutionJob  # noqa: E402
 from prm_synth.config import validate_config  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards  # noqa: E402
-from prm_synth.sampling.prompts import policy_user_prompt  # noqa: E402
+from prm_synth.prompting.prompts import policy_user_prompt  # noqa: E402
 from prm_synth.sampling.sample import sample_solutions  # noqa: E402
 from prm_synth.schema import Problem  # noqa: E402
 

@@ -30,7 +30,7 @@ def main() -> None:
     from prm_synth.engines.base import SamplingOptions
     from prm_synth.engines.vllm import VLLMEngine
     from prm_synth.pipeline import iter_shards
-    from prm_synth.sampling.prompts import policy_user_prompt
+    from prm_synth.prompting.prompts import policy_user_prompt
     from prm_synth.sampling.sample import sample_solutions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

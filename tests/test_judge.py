@@ -16,7 +16,7 @@ from prm_synth.engines.base import Completion, Engine, GenerationRequest, Genera
 from prm_synth.engines.simulated import SimulatedJudge
 from prm_synth.judge.ask import UNPARSEABLE, judge_records, judge_solutions, majority_vote, parse_judge_answer
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
+from prm_synth.prompting.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
 from prm_synth.schema import LabeledRecord
 
 FIXTURE = Path(__file__).parent / "fixtures" / "processbench_small.json"

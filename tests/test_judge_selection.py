@@ -15,7 +15,7 @@ from prm_synth.engines.base import Completion, GenerationRequest, GenerationResu
 from prm_synth.judge.accuracy import JudgeCounts, accuracy_by_class, class_accuracy
 from prm_synth.judge.posterior import posterior
 from prm_synth.judge.selection import judge_selected, needs_judge, selected
-from prm_synth.sampling.prompts import parse_judge_prompt
+from prm_synth.prompting.prompts import parse_judge_prompt
 from prm_synth.schema import LabeledRecord
 
 T, F, N = True, False, None

@@ -25,7 +25,7 @@ from prm_synth.grading.math import grade
 from prm_synth.pipeline import iter_shards
 from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import iter_problems
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
 from prm_synth.schema import Problem
 from prm_synth.store.shards import dataset_shards, iter_records, read_manifest, totals

@@ -28,7 +28,7 @@ from prm_synth.engines.base import SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.grading.math import grade
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
 
 split_lines = functools.partial(split_steps, strategy="line")

@@ -35,7 +35,7 @@ from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.engines.stream import BatchAdapter, FutureAdapter, GenerationStream, as_streaming, stream_for
 from prm_synth.grading.math import grade
 from prm_synth.problems.arithmetic import generate as make_chain
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
 
 

@@ -20,7 +20,7 @@ from prm_synth.engines.openai import OpenAIEngine
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.engines.vllm import VLLMEngine
 from prm_synth.grading.math import UNKNOWN_REASONS, Verdict, grade_answer, grade_completion
-from prm_synth.sampling.thinking import (
+from prm_synth.prompting.thinking import (
     TRUNCATED_THINKING,
     ThinkingMarkers,
     apply_template,
@@ -166,7 +166,7 @@ def test_the_simulated_policy_writes_a_trace_and_continues_it():
     import random
 
     from prm_synth.problems import arithmetic
-    from prm_synth.sampling.prompts import policy_user_prompt
+    from prm_synth.prompting.prompts import policy_user_prompt
 
     chain = arithmetic.generate(random.Random(1), 5, 5)
     user = policy_user_prompt(chain.question())

@@ -18,7 +18,7 @@ from prm_synth.engines.base import SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.pipeline import iter_shards
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.schema import Problem
 
 WORLD = {"kind": "simulated", "step_error": 0.08, "recover": 0.05, "seed": 2}

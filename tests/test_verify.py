@@ -21,7 +21,7 @@ from prm_synth.engines.simulated import SimulatedJudge
 from prm_synth.judge.verify import MAX_CHAIN_CHARS, compare, compared_labels, judge_chain, parse_chain, verify_records
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import (
+from prm_synth.prompting.prompts import (
     VERIFY_SYSTEM,
     parse_verify_prompt,
     render_chain_step,

@@ -20,6 +20,7 @@ from prm_synth.config.annotate import (
     PosteriorConfig,
     SearchKnobs,
     SequentialTestConfig,
+    rows_reconcile,
 )
 from prm_synth.config.base import (
     DEMO_MODEL,
@@ -128,5 +129,6 @@ __all__ = [
     "load_config",
     "load_judge_config",
     "read_yaml_mapping",
+    "rows_reconcile",
     "validate_config",
 ]

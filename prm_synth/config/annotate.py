@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from prm_synth.config.base import MAX_ROLLOUTS, RolloutCount, Strict
-from prm_synth.schema import SearchTestName
+from prm_synth.schema import SearchTestName, ShardStats
 
 
 class SequentialTestConfig(Strict):
@@ -48,6 +48,7 @@ class MCConfig(Strict):
     """Per-step Monte Carlo estimation (Math-Shepherd): k rollouts from every prefix."""
 
     ADDED_FIELDS: ClassVar[dict[str, Any]] = {"max_rollout_tokens": None}  # added later; None: no limit, as before
+    ONE_ROW_PER_SOLUTION: ClassVar[bool] = True  # how its rows relate to its inputs (`rows_reconcile`)
 
     method: Literal["mc"] = "mc"
     """Per-step Monte Carlo: k rollouts from every prefix."""
@@ -117,6 +118,8 @@ class BinaryConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
         "sprt": _SPRT_KNOBS | {"k", "recheck", "verify_correct"},  # k: verify_correct's per-step MC
     }
 
+    ONE_ROW_PER_SOLUTION: ClassVar[bool] = True  # how its rows relate to its inputs (`rows_reconcile`)
+
     method: Literal["binary"]
     """Binary search for the first error (the default method)."""
     k: RolloutCount = 8
@@ -181,6 +184,8 @@ class OmegaConfig(SequentialTestConfig, PosteriorConfig, SearchKnobs):
         }
     )
 
+    ONE_ROW_PER_SOLUTION: ClassVar[bool] = False  # a tree gives any number of rows (`rows_reconcile`)
+
     method: Literal["omegaprm"]
     """OmegaPRM's tree search over each question's rollouts."""
     k: RolloutCount = 16
@@ -213,6 +218,18 @@ P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
 # labelers' rows. Bump it with every change that changes a row of `benchmarks/fidelity.py`.
 LABELER_REVISIONS = {"changepoint": "2026-12-05.5"}
 AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
+
+
+def rows_reconcile(
+    annotate: MCConfig | BinaryConfig | OmegaConfig, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int
+) -> bool:
+    """Every input is accounted for under the method's rule: one labeled row per sampled solution, or a
+    rejection (`ONE_ROW_PER_SOLUTION`); or, a tree giving any number of rows, every problem has rows or a
+    rejection. The labelers check it per shard, the summary of a finished folder on its totals."""
+    if annotate.ONE_ROW_PER_SOLUTION:
+        load_rejected = stats.inputs - stats.problems_loaded
+        return rows + rejected == load_rejected + stats.problems_loaded * samples_per_problem
+    return stats.problems_labeled + rejected >= stats.inputs
 
 
 class LabelConfig(Strict):

@@ -11,7 +11,7 @@ from prm_synth.config.base import DEMO_MODEL, Strict
 
 
 class ThinkingConfig(Strict):
-    """A reasoning model that writes a thinking trace before its answer (prm_synth/sampling/thinking.py).
+    """A reasoning model that writes a thinking trace before its answer (prm_synth/prompting/thinking.py).
 
     A prefix inside the trace is rendered so the model goes on thinking, one past the close marker so it
     goes on with the answer; the grader reads only the text after the close marker, and a completion

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from prm_synth.config.base import MAX_SAMPLES, MAX_TEMPERATURE, MAX_TOKENS, Strict
 from prm_synth.config.engines import JudgeEngineConfig
-from prm_synth.sampling.prompts import VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
+from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
 
 # "Pinned": the rollouts put a row's first error at this probability or more, so no vote is needed on
 # it and the judge's accuracy is measured on it (prm_synth/judge/accuracy.py: one definition, one level)

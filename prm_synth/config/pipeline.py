@@ -21,7 +21,7 @@ from prm_synth.config.problems import ProblemSource
 from prm_synth.config.run import OutputConfig, RunConfig
 from prm_synth.config.sampling import RolloutConfig, SamplingConfig, StepsConfig
 from prm_synth.config.upgrade import upgrade
-from prm_synth.sampling.prompts import PROMPT_VERSIONS
+from prm_synth.prompting.prompts import PROMPT_VERSIONS
 
 
 class PipelineConfig(Strict):

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from prm_synth.config.base import MAX_SAMPLES, MAX_TEMPERATURE, MAX_TOKENS, Strict
+
+
+def compile_steps_pattern(pattern: str) -> re.Pattern[str]:
+    """`steps.pattern` compiled, or a ValueError naming the problem (checked when the config loads; the
+    step splitter compiles it the same way, prm_synth/sampling/steps.py)."""
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"invalid steps pattern {pattern!r}: {e}") from None
 
 
 class SamplingConfig(Strict):
@@ -46,9 +56,7 @@ class StepsConfig(Strict):
         if self.strategy == "regex" and not self.pattern:
             raise ValueError("steps.pattern is required when steps.strategy is 'regex'")
         if self.pattern is not None:
-            from prm_synth.sampling.steps import check_pattern
-
-            check_pattern(self.pattern)  # a bad pattern fails here, not in every shard
+            compile_steps_pattern(self.pattern)  # a bad pattern fails here, not in every shard
         return self
 
 

@@ -31,7 +31,7 @@ from prm_synth.judge.consensus import record_from_payload
 from prm_synth.judge.verify import VERIFIER_PROMPT
 from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import gold_from_field
-from prm_synth.sampling.prompts import VERIFY_PROMPT_VERSION
+from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
 from prm_synth.sampling.sample import Solution, check_policy_can_solve
 from prm_synth.schema import Problem
 from prm_synth.store.shards import iter_records, read_manifest
