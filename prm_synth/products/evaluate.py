@@ -34,7 +34,7 @@ from prm_synth.problems.sources import gold_from_field
 from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
 from prm_synth.sampling.sample import Solution, check_policy_can_solve
 from prm_synth.schema import Problem
-from prm_synth.store.shards import iter_records, read_manifest
+from prm_synth.store.readers import iter_records, read_manifest
 
 # ------------------------------------------------------------------ ProcessBench files
 
