@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, list[str]]] = [
     ("commands", ["cli"]),
     ("orchestration", ["flows"]),
-    ("products", ["products", "export"]),
+    ("products", ["products"]),
+    ("export", ["export"]),
     ("shard pipeline", []),
     ("judge", ["judge"]),
     ("label", ["annotate"]),

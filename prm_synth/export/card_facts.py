@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 from prm_synth.export.rows import Marker, SkipRow, supervised_steps, with_min_confidence
 from prm_synth.export.views import VIEWS
 from prm_synth.export.writing import ViewExport
+from prm_synth.problems.arithmetic import parse_question, true_first_error
+from prm_synth.problems.quality import first_error_quality, step_label_quality
 from prm_synth.store.readers import iter_records, iter_tables
 from prm_synth.store.summary import RunSummary
 
@@ -245,9 +247,6 @@ def label_quality(
     (easy to get right) do not pad the accuracy on the rows that matter."""
     if _get(config, "policy", "kind", default=None) != "simulated":
         return None
-    from prm_synth.problems.arithmetic import parse_question, true_first_error
-    from prm_synth.products.evaluate import first_error_quality, step_label_quality
-
     with_error: list[tuple[int, int]] = []
     error_free = error_free_right = 0
     exported: list[tuple[list[bool], int]] = []
