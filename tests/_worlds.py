@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prm_synth.config.sections import PipelineConfig
+from prm_synth.config import PipelineConfig
 
 WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
     "in_model": ({"step_error_range": (0.03, 0.2), "recover": 0.15}, (10, 20)),
