@@ -45,6 +45,8 @@ sys.path.insert(0, str(HERE))
 ABLATIONS: dict[str, tuple[str, str]] = {
     "rule_right_answer_cap": ("off", "right answers' steps capped by the shard's measured hidden-error rate"),
     "check_correct": ("0.0", "no right answers' early prefixes tested (the shard's process-error measurement)"),
+    "recent_choices": ("()", "no reading of an error with a fresh error's extra luck"),
+    "recent_share_prior": ("0.5", "no lean against a fresh error's extra luck before the shard speaks"),
     "pool_after": ("1000000", "one phase: no search goes on under the shard's first-phase pooled priors"),
     "rule_lone_bad": ("off", "a lone bad label need not hold under the default / each luck mode"),
     "rule_repaired_slip": ("off", "no dip test for a repaired slip on tested right answers"),
@@ -52,6 +54,11 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "rule_open_interval": ("off", "no probing inside the open interval between last good and first bad"),
     "rule_unbacked_bad": ("off", "a first bad label needs no measurement of its own prefix"),
     "rule_probe_value_priors": ("off", "probes valued under the shard's k, not capped at the default's"),
+    "mode_rise": ("1e9", "the luck prior is one mode (no per-mode check of wrong answers' lone bad labels)"),
+    "rule_main_mode_only": (
+        "off",
+        "restores mode_share 0.25: a wrong answer's lone bad label holds under each luck mode of a quarter or more",
+    ),
     "k_choices": ("(60.0,)", "one overdispersion k, none chosen per shard"),
     "second_phase_localize_min_gain": ("0.006", "one localization threshold in both phases"),
     "localize_min_gain": ("0.01", "one gain threshold (min_gain) while localizing"),

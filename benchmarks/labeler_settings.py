@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 
 def _patch(name: str, new: Callable[..., Any]) -> None:
     """Replace the labeler's function `name` with `new` wherever a loaded prm_synth module binds it."""
@@ -61,6 +63,27 @@ def _off_open_interval() -> None:
     _patch("open_interval", lambda *args, **kwargs: range(0))
 
 
+def _off_main_mode_only() -> None:
+    # a wrong answer's lone bad label must hold under every luck mode with a quarter of the prior or
+    # more, not the main mode only: `mode_share` 0.25 as before revision 2026-12-05.5 (its confirming run)
+    def every_mode(q: Any, rise: float, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+        import prm_synth.annotate.changepoint.rules as rules
+
+        rest = np.array(q, dtype=float)
+        parts = []
+        while rest.sum() > 0:
+            span = rules._mode_span(rest, rise)
+            part = np.zeros(len(rest))
+            part[span] = rest[span]
+            parts.append(part)
+            rest[span] = 0.0
+        if len(parts) == 1:
+            return []
+        return [rules._alone(part) for i, part in enumerate(parts) if i == 0 or part.sum() >= 0.25]
+
+    _patch("luck_modes", every_mode)
+
+
 # name -> the patch that removes a special-case rule (value `off`; `on` leaves it)
 RULES: dict[str, Callable[[], None]] = {
     "rule_unbacked_bad": _off_unbacked_bad,
@@ -69,6 +92,7 @@ RULES: dict[str, Callable[[], None]] = {
     "rule_repaired_slip": _off_repaired_slip,
     "rule_right_answer_cap": _off_right_answer_cap,
     "rule_open_interval": _off_open_interval,
+    "rule_main_mode_only": _off_main_mode_only,
 }
 
 

@@ -166,7 +166,7 @@ def test_pooled_priors_depend_on_the_set_of_evidence_not_its_order():
         ev.correct[5], ev.graded[5] = k % 2, 8
         evs.append(ev)
     s = ChangepointSettings()
-    a, b = pool_priors(evs, s), pool_priors(list(reversed(evs)), s)
+    a, b = pool_priors(evs, s, s.recent_choices), pool_priors(list(reversed(evs)), s, s.recent_choices)
     assert np.allclose(a.q, b.q) and np.allclose(a.p, b.p)
 
 
@@ -228,7 +228,7 @@ def test_pooling_picks_the_overdispersion_the_rollouts_show():
         return out
 
     s = ChangepointSettings()
-    shared, independent = pool_priors(shard(True), s).k, pool_priors(shard(False), s).k
+    shared, independent = pool_priors(shard(True), s, ()).k, pool_priors(shard(False), s, ()).k
     assert shared == min(s.k_choices) and independent > shared
 
 
@@ -256,9 +256,9 @@ def test_the_second_phase_pools_the_shards_luck_and_classes_as_the_final_relabel
     for seed in range(4):
         evs = _binomial_shard(seed)  # luck 0.15
         second = second_phase_priors(evs, settings)
-        cautious = pool_priors(evs, replace(settings, pool_strength=settings.k_choice_default_weight * len(evs)))
+        cautious = pool_priors(evs, replace(settings, pool_strength=settings.k_choice_default_weight * len(evs)), ())
         assert second.k == cautious.k and second.recent_share == 0.0  # the search's priors read no fresh-error luck
-        sharp = pool_priors(evs, settings)
+        sharp = pool_priors(evs, settings, ())
         near = np.abs(Q_GRID - 0.15) <= 0.06
         assert second.q[near].sum() > cautious.q[near].sum()
         if sharp.k == second.k:
@@ -946,6 +946,7 @@ def test_the_decisions_of_a_priors_object_go_with_it():
     shard_priors = pool_priors(
         [_searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo)[0].evidence],
         ChangepointSettings(),
+        (),
     )
     _searched(8, "incorrect", lambda j: 0.9 if j < 5 else 0.1, 3, 0.0, False, memo, priors=shard_priors)
     default_only = DecisionMemo()

@@ -87,7 +87,7 @@ def test_pooled_priors_equal_em_over_each_solutions_posterior():
         fit = sum(Posterior(ev, priors).log_evidence for ev in evs) + (price if k == max(K_CHOICES) else 0.0)
         if best is None or fit > best[0]:
             best = (fit, priors)
-    pooled = pool_priors(evs, SETTINGS)
+    pooled = pool_priors(evs, SETTINGS, SETTINGS.recent_choices)
     assert pooled.k == best[1].k
     np.testing.assert_allclose(pooled.q, best[1].q, atol=1e-10)
     np.testing.assert_allclose(pooled.p, best[1].p, atol=1e-10)

@@ -16,8 +16,7 @@ from prm_synth.annotate.changepoint import ChangepointSettings, Evidence, Poster
 from prm_synth.annotate.changepoint.engine import Q_GRID, RECENT_STEPS, probe_gains
 
 SETTINGS = ChangepointSettings()
-K_CHOICES = SETTINGS.k_choices
-RECENT_CHOICES = (0.5,)  # the engine's fresh-error reading (the labeler pools none since 2026-12-06.1)
+K_CHOICES, RECENT_CHOICES = SETTINGS.k_choices, SETTINGS.recent_choices
 
 
 def beta_binomial(c: int, f: int, rate: float, k: float) -> float:
@@ -99,11 +98,26 @@ def _shard(raised: float, seed: int = 5) -> list[Evidence]:
     return out
 
 
-def test_the_labelers_pooling_reads_no_fresh_error_luck_even_where_the_rollouts_show_it():
-    """Since revision 2026-12-06.1 the shard's pooling has no second reading (`recent_choices` was
-    within noise on development seeds): a shard whose errors leave extra luck pools plain priors."""
-    assert pool_priors(_shard(0.5), SETTINGS).recent_share == 0.0
-    assert pool_priors(_shard(0.5), SETTINGS).recent == 0.0
+def test_a_shard_reads_errors_with_fresh_luck_only_where_its_rollouts_show_it():
+    noticed = pool_priors(_shard(0.5), SETTINGS, RECENT_CHOICES)
+    assert noticed.recent > 0 and noticed.recent_share > 0.5
+    plain = pool_priors(_shard(0.0), SETTINGS, RECENT_CHOICES)
+    assert plain.recent_share == 0.0
+    assert pool_priors(_shard(0.5), SETTINGS, ()).recent_share == 0.0  # the search's pooling never reads it
+
+
+def test_a_shard_of_a_few_solutions_with_random_counts_is_read_plainly():
+    """A second reading is a shard's feature: one to three solutions with random counts gain up to
+    about 2 nats from it, less than it must pay (ln 8, the base prior's weight). Under ln(solutions)
+    alone a quarter of these shards read it."""
+    rng = np.random.default_rng(0)
+    for t in range(60):
+        n = int(rng.integers(3, 15))
+        ev = Evidence.empty(n, ["correct", "incorrect", "unknown"][t % 3])
+        for j in rng.choice(n, size=min(n, 4), replace=False):
+            ev.graded[j] = 4
+            ev.correct[j] = rng.integers(0, 5)
+        assert pool_priors([ev] * int(rng.integers(1, 4)), SETTINGS, RECENT_CHOICES).recent_share == 0.0
 
 
 def test_the_fresh_error_reading_keeps_the_error_step_unlabeled_where_a_plain_one_would_call_it_good():
@@ -138,9 +152,11 @@ def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
     post = Posterior(ev, Priors(q=q / q.sum()))
     settings = ChangepointSettings()
     first_bad = int(np.flatnonzero(1.0 - post.p_good >= settings.bad_confidence)[0])
-    assert lone_bad_stands_from(post, [None] * 12, first_bad, settings.bad_confidence, True) == 12  # none stands
+    assert (
+        lone_bad_stands_from(post, [None] * 12, first_bad, settings.bad_confidence, True, settings) == 12
+    )  # none stands
     paired = [True] * first_bad + [None] * (12 - first_bad)
-    assert lone_bad_stands_from(post, paired, first_bad, settings.bad_confidence, True) == first_bad
+    assert lone_bad_stands_from(post, paired, first_bad, settings.bad_confidence, True, settings) == first_bad
     ann = Annotation.empty("binary", 12)
     label(ann, post, settings, "undecided_uninformative", "correct")
     assert False not in ann.decided.values()
@@ -151,26 +167,53 @@ def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
     assert any(ann.decided.get(i) is False for i in range(11))  # a bad label before the verdict's own step
 
 
-def test_a_lone_bad_label_on_a_wrong_answer_stands_under_the_shards_luck_whatever_its_modes():
-    """Since revision 2026-12-06.1 a wrong answer's lone bad label is not checked again under the main
-    mode of a two-mode luck prior (the check, `mode_rise`, changed rows within noise on development
-    seeds 0-5: docs/design/changepoint-tuning.md): where the shard's luck has a second mode near 0.5, a
-    wrong answer that reaches the answer half the time from every probed prefix keeps the bad label
-    its posterior gives, while a right answer's lone bad label must still hold under the default luck."""
+def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_the_main_mode_of_the_shards_luck():
+    """A wrong answer that reaches the answer half the time from every probed prefix: clean up to a hard
+    last step, or an early error and a lucky answer. Under a shard's luck with a second mode near 0.5
+    beside its main one at 0.15 (what such rows teach the pooling), step 10 reads as bad; under the main
+    mode alone it does not, so only the last step keeps its bad label (the wrong answer puts the error
+    there or before). Where the shard's luck has one mode (every problem lucky) the label stands."""
     from prm_synth.annotate.annotation import Annotation
     from prm_synth.annotate.changepoint import ChangepointSettings, label
+    from prm_synth.annotate.changepoint.rules import luck_modes
+    from prm_synth.annotate.labels import UNDECIDED_UNLOCATED
 
     main = np.exp(-0.5 * ((Q_GRID - 0.15) / 0.05) ** 2)
     second = np.exp(-0.5 * ((Q_GRID - 0.5) / 0.04) ** 2)
     bimodal = main / main.sum() + 0.15 * second / second.sum()
     bimodal /= bimodal.sum()
+    (core,) = luck_modes(bimodal, SETTINGS.mode_rise)  # the main mode alone
+    assert core[np.abs(Q_GRID - 0.5) < 0.1].sum() < 1e-6
+    assert np.allclose(
+        core[Q_GRID < 0.3] / core[Q_GRID < 0.3].sum(), bimodal[Q_GRID < 0.3] / bimodal[Q_GRID < 0.3].sum()
+    )
+    for one_mode in (main / main.sum(), second / second.sum(), np.full(len(Q_GRID), 1 / len(Q_GRID))):
+        assert luck_modes(one_mode, SETTINGS.mode_rise) == []
+
     ev = Evidence.empty(12, "incorrect")
     for j in (2, 4, 6, 8, 10, 11):
         ev.correct[j], ev.graded[j] = 2, 4
     settings = ChangepointSettings()
     post = Posterior(ev, Priors(q=bimodal))
+    assert 1.0 - post.p_good[10] >= settings.bad_confidence > 1.0 - post.p_good[9]  # a lone bad label at 10
+    ann = Annotation.empty("binary", 12)
+    label(ann, post, settings, "undecided_uninformative", "incorrect")
+    assert [i for i in range(12) if ann.decided.get(i) is False] == [11]
+    assert ann.unlabeled_reason[10] == UNDECIDED_UNLOCATED
+    # moved on to the last step, the bad label rests on the wrong answer, not on the prefix the lone
+    # label at step 10 would have needed measured (prefix 11: not probed here)
+    unprobed = Evidence.empty(12, "incorrect")
+    for j in (2, 4, 6, 8, 10):
+        unprobed.correct[j], unprobed.graded[j] = 4, 8
+    post = Posterior(unprobed, Priors(q=bimodal))
+    assert 1.0 - post.p_good[10] >= settings.bad_confidence and unprobed.graded[11] == 0
+    ann = Annotation.empty("binary", 12)
+    label(ann, post, settings, "undecided_uninformative", "incorrect")
+    assert [i for i in range(12) if ann.decided.get(i) is False] == [11]
+    lucky = second / second.sum()  # every problem's luck near 0.5: the same evidence, one mode
+    post = Posterior(ev, Priors(q=lucky))
     first = int(np.flatnonzero(1.0 - post.p_good >= settings.bad_confidence)[0])
-    assert first < 11 and post.p_good[first - 1] < settings.confidence  # a lone bad label before the last step
+    assert first < 11
     ann = Annotation.empty("binary", 12)
     label(ann, post, settings, "undecided_uninformative", "incorrect")
     assert ann.decided.get(first) is False

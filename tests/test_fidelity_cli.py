@@ -49,8 +49,8 @@ def test_seed_ranges_parse():
 
 def test_set_parses_known_names_and_rejects_the_rest():
     settings = _load("labeler_settings")
-    parsed = settings.parse(["bad_confidence=0.9", "k_choices=(60,)", "rule_lone_bad=off", "pool_after=1000"])
-    assert parsed == {"bad_confidence": 0.9, "k_choices": (60.0,), "rule_lone_bad": "off", "pool_after": 1000}
+    parsed = settings.parse(["bad_confidence=0.9", "recent_choices=()", "rule_lone_bad=off", "pool_after=1000"])
+    assert parsed == {"bad_confidence": 0.9, "recent_choices": (), "rule_lone_bad": "off", "pool_after": 1000}
     with pytest.raises(ValueError, match="unknown setting 'no_such_knob'"):
         settings.parse(["no_such_knob=1"])
     with pytest.raises(ValueError, match="expected a int"):

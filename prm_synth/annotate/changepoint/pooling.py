@@ -9,6 +9,7 @@ never online, keeps rows independent of the order the searches finished in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
@@ -19,12 +20,12 @@ from prm_synth.annotate.changepoint.engine import P_GRID, Q_GRID, Evidence, Prio
 from prm_synth.annotate.changepoint.settings import ChangepointSettings
 
 
-def _class_luck_loglik(evidence: Sequence[Evidence], k: float) -> np.ndarray:
+def _class_luck_loglik(evidence: Sequence[Evidence], k: float, recent: float = 0.0) -> np.ndarray:
     """[solution, d, q]: log P(data | class d, luck q) of each solution (the first error summed out),
     under overdispersion k. Solutions of one length and verdict go through one batched pass."""
     out = np.empty((len(evidence), len(P_GRID), len(Q_GRID)))
-    # log prior 0: the likelihood alone
-    flat = Priors(np.ones(len(Q_GRID)), np.ones(len(P_GRID)), k)
+    # log prior 0: the likelihood alone, every error read with extra luck `recent` (or none)
+    flat = Priors(np.ones(len(Q_GRID)), np.ones(len(P_GRID)), k, recent=recent, recent_share=1.0)
     groups: dict[tuple[int, str], list[int]] = {}
     for i, ev in enumerate(evidence):
         groups.setdefault((ev.n, ev.verdict), []).append(i)
@@ -38,6 +39,7 @@ def _class_luck_loglik(evidence: Sequence[Evidence], k: float) -> np.ndarray:
 def pool_priors(
     evidence: Sequence[Evidence],
     settings: ChangepointSettings,
+    recents: Sequence[float],
     base: Priors | None = None,
     k_strength: float | None = None,
 ) -> Priors:
@@ -50,10 +52,14 @@ def pool_priors(
     luck), so that is computed once per k (`_class_luck_loglik`) and the EM rounds are sums over it.
 
     `k_strength`: the base prior's weight while the k is chosen, where it differs from
-    the weight the luck and class weights are pooled with (`second_phase_priors`). No error is read
-    with a fresh error's extra luck (the shard's second reading, `recent_choices`, was removed in
-    revision 2026-12-06.1: within noise). Tuning: docs/design/changepoint-tuning.md."""
-    rounds, strength = settings.pool_rounds, settings.pool_strength
+    the weight the luck and class weights are pooled with (`second_phase_priors`).
+
+    Then, under the chosen k, each r in `recents` (a fresh error's extra luck): every error read both
+    ways, the share read with r (`recent_share_prior` before the shard speaks) pooled by EM too; kept where
+    its fit beats the plain one's by ln(solutions) (at least ln(strength)), else the plain priors.
+    `recents=()` for priors the search scores probes under (`probe_gains` reads no extra luck).
+    Tuning: docs/design/changepoint-tuning.md."""
+    rounds, strength, share_prior = settings.pool_rounds, settings.pool_strength, settings.recent_share_prior
     base = base or Priors()
     if not evidence:
         return base
@@ -63,15 +69,26 @@ def pool_priors(
         loglik = _class_luck_loglik(evidence, k)  # [solution, d, q]
         fit, priors = _em(loglik[:, None], Priors(base.q, base.p, k), base, rounds, choosing)
         fits.append((fit, priors, loglik))
-    _, plain, plain_loglik = max(fits, key=lambda f: f[0])
+    plain_fit, plain, plain_loglik = max(fits, key=lambda f: f[0])
     if choosing != strength:  # the weights at `strength`, under the k chosen at `k_strength`
-        _, plain = _em(plain_loglik[:, None], Priors(base.q, base.p, plain.k), base, rounds, strength)
-    return plain
+        plain_fit, plain = _em(plain_loglik[:, None], Priors(base.q, base.p, plain.k), base, rounds, strength)
+    # a second reading must pay for itself (BIC-like), and a shard smaller than the base prior's weight
+    # cannot show one
+    chosen = (plain_fit + math.log(max(len(evidence), strength)), plain)
+    for recent in recents:
+        raised = _class_luck_loglik(evidence, plain.k, recent)
+        start = replace(plain, q=base.q, p=base.p, recent=recent, recent_share=share_prior)
+        fit, priors = _em(np.stack([plain_loglik, raised], axis=1), start, base, rounds, strength, share_prior)
+        if fit > chosen[0]:
+            chosen = (fit, priors)
+    return chosen[1]
 
 
-def _em(loglik: np.ndarray, priors: Priors, base: Priors, rounds: int, strength: float) -> tuple[float, Priors]:
-    """EM on the luck and class weights ([solution, reading, d, q]: one reading) from `priors`,
-    `strength` solutions' worth of `base`; (fit, priors)."""
+def _em(
+    loglik: np.ndarray, priors: Priors, base: Priors, rounds: int, strength: float, share_prior: float = 0.0
+) -> tuple[float, Priors]:
+    """EM on the luck and class weights (and the share of the second reading, where loglik has two:
+    [solution, reading, d, q]) from `priors`, `strength` solutions' worth of `base`; (fit, priors)."""
 
     def log_prior(pr: Priors) -> np.ndarray:  # [reading, d, q]
         share = np.array([1.0 - pr.recent_share, pr.recent_share])[: loglik.shape[1]]
@@ -83,7 +100,10 @@ def _em(loglik: np.ndarray, priors: Priors, base: Priors, rounds: int, strength:
         post = np.exp(joint - logsumexp(joint, axis=(1, 2, 3))[:, None, None, None])
         q = strength * base.q + post.sum(axis=(0, 1, 2))
         p = strength * base.p + post.sum(axis=(0, 1, 3))
-        priors = replace(priors, q=q / q.sum(), p=p / p.sum(), recent_share=float(priors.recent_share))
+        share = priors.recent_share
+        if loglik.shape[1] > 1:
+            share = (strength * share_prior + post[:, 1].sum()) / (strength + len(loglik))
+        priors = replace(priors, q=q / q.sum(), p=p / p.sum(), recent_share=float(share))
     return float(logsumexp(loglik + log_prior(priors)[None], axis=(1, 2, 3)).sum()), priors
 
 
@@ -103,7 +123,7 @@ def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSe
     classes pooled from first phases as `relabel` pools them, the rollouts' overdispersion k chosen
     with the default weighing `k_choice_default_weight` solutions per solution of the shard, and no
     fresh-error luck (the search's probe scoring reads none; `relabel` pools it)."""
-    return pool_priors(first_phase, settings, k_strength=settings.k_choice_default_weight * len(first_phase))
+    return pool_priors(first_phase, settings, (), k_strength=settings.k_choice_default_weight * len(first_phase))
 
 
 class FirstPhasePool:

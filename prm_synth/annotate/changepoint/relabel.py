@@ -69,7 +69,7 @@ def relabel(
     kept = [(a, key) for a, key in zip(anns, keys, strict=True) if isinstance(a.evidence, Evidence)]
     evidence = [a.evidence for a, _ in kept]
     steps = [key[1] for _, key in kept]
-    priors = pool_priors(evidence, settings)
+    priors = pool_priors(evidence, settings, settings.recent_choices)
     by_problem: dict[str, list[int]] = {}
     for i, (_, (problem, _)) in enumerate(kept):
         by_problem.setdefault(problem, []).append(i)

@@ -2,8 +2,8 @@
 
 A good label needs p_good >= `confidence`; a bad one P(bad) >= `bad_confidence`, or `confidence` right
 after a good label (`first_bad_step`: the pair pins the first error), and a measurement of its own
-prefix (`unmeasured_bad`: a label from the prior alone is wrong at any length). A lone bad label on a
-right answer must also hold under the default luck prior (`lone_bad_stands_from`). A right
+prefix (`unmeasured_bad`: a label from the prior alone is wrong at any length). A lone bad label must
+also hold under a luck prior without the shard's second modes (`lone_bad_stands_from`). A right
 answer's steps are trusted no further than the shard's measurement of hidden errors allows
 (right_answers.py). Tuning: docs/design/changepoint-tuning.md.
 """
@@ -79,7 +79,7 @@ def label(
     right_answer = final_status != "incorrect"
     first_bad = next((i for i, x in enumerate(lab_labels) if x is False), None)
     if first_bad is not None:
-        stands = lone_bad_stands_from(post, lab_labels, first_bad, settings.bad_confidence, right_answer)
+        stands = lone_bad_stands_from(post, lab_labels, first_bad, settings.bad_confidence, right_answer, settings)
         lab_labels[first_bad:stands] = [None] * (stands - first_bad)
         reasons[first_bad:stands] = [UNDECIDED_UNLOCATED] * (stands - first_bad)
         first_bad = stands if stands < n else None
@@ -113,19 +113,60 @@ def lone_bad_stands_from(
     first_bad: int,
     bad_confidence: float,
     right_answer: bool,
+    settings: ChangepointSettings,
 ) -> int:
     """The step from which a solution's bad labels stand (n: none does), its first bad label at
-    `first_bad`. Paired with a good label right before it, the first one does. Alone on a right (or
-    ungradable) answer, it must also hold under the default luck prior (little luck, room for a lot; the
-    shard's difficulty and overdispersion kept), or none stands: such an error needs luck for the right
-    answer, and the shard's pooled luck can hold a mode that is not luck (a solution that reaches the
-    answer about half the time from every prefix before a hard last step reads as an early error and a
-    lucky answer). On a wrong answer it stands as labeled (a check under the pooled prior's main luck
-    mode alone was removed in revision 2026-12-06.1: within noise, docs/design/changepoint-tuning.md)."""
+    `first_bad`. Paired with a good label right before it, the first one does. Alone, it must also hold
+    under a luck prior without the luck a shard's pooling may have learned from rows that are not luck:
+    a solution that reaches the answer about half the time from every prefix before a hard last step
+    reads as an early error and a lucky answer, and a shard with such rows teaches its pooled luck a
+    mode near 0.5.
+    - A right (or ungradable) answer: the default luck prior (little luck, room for a lot), the shard's
+      difficulty and overdispersion kept; none stands unless the first does.
+    - A wrong answer: the shard's luck prior's main mode alone (`luck_modes`); the labels stand from the
+      first step bad under it too (at the latest the last step, which the wrong answer puts the error in
+      or before). Where the luck prior has one mode nothing changes.
+    Tuning: docs/design/changepoint-tuning.md (`mode_rise`)."""
     n = post.evidence.n
     if first_bad > 0 and labels[first_bad - 1] is True:
         return first_bad
-    if not right_answer or post.priors.q is DEFAULT_PRIORS.q:  # nothing to check, or labeled under it already
+    if right_answer:
+        # none: labeled under it already
+        priors = [] if post.priors.q is DEFAULT_PRIORS.q else [DEFAULT_PRIORS.q]
+    else:
+        # none: one mode, the prior it was labeled under
+        priors = luck_modes(post.priors.q, settings.mode_rise)
+    if not priors:
         return first_bad
-    p_bad = 1.0 - Posterior(post.evidence, replace(post.priors, q=DEFAULT_PRIORS.q)).p_good
-    return first_bad if p_bad[first_bad] >= bad_confidence else n
+    p_bad = np.min([1.0 - Posterior(post.evidence, replace(post.priors, q=q)).p_good for q in priors], axis=0)
+    last = first_bad + 1 if right_answer else n  # a right answer's labels stand with its first or not at all
+    return next((i for i in range(first_bad, last) if p_bad[i] >= bad_confidence), n)
+
+
+def luck_modes(q: np.ndarray, rise: float) -> list[np.ndarray]:
+    """The luck prior's main mode, alone (`_alone`), where the prior has more than one: the grid points
+    reached from its peak while the weights do not rise again (`_mode_span`); none when the main mode
+    is all of it (one mode: a broad or flat prior included)."""
+    q = np.asarray(q, dtype=float)
+    span = _mode_span(q, rise)
+    main, rest = np.zeros(len(q)), q.copy()
+    main[span], rest[span] = q[span], 0.0
+    return [_alone(main)] if rest.sum() > 0 else []
+
+
+def _mode_span(q: np.ndarray, rise: float) -> slice:
+    """The grid points reached from the peak of `q` while the weights do not rise again by more than
+    `rise` times from one point to the next."""
+    peak = int(np.argmax(q))
+    lo, hi = peak, peak
+    while lo > 0 and q[lo - 1] <= rise * q[lo]:
+        lo -= 1
+    while hi < len(q) - 1 and q[hi + 1] <= rise * q[hi]:
+        hi += 1
+    return slice(lo, hi + 1)
+
+
+def _alone(part: np.ndarray) -> np.ndarray:
+    """A mode's weights as a prior of their own: almost nothing elsewhere (never zero: a log prior)."""
+    alone = np.maximum(part, 1e-9)
+    return alone / alone.sum()

@@ -70,8 +70,12 @@ class ChangepointSettings:
     """EM rounds of the shard's pooled priors: convergence against time."""
     pool_strength: float = 8.0
     """Solutions' worth of the default priors in the pooled ones: a small shard's stability against its own reading."""
+    recent_share_prior: float = 0.1
+    """Share of errors read with a fresh error's extra luck before the shard says otherwise."""
     k_choices: tuple[float, ...] = (60.0, 12.0, 400.0)
     """Overdispersion k of a prefix's rollouts a shard's pooling may choose (the searches start at the default's first): fit against caution."""
+    recent_choices: tuple[float, ...] = (0.5,)
+    """A fresh error's extra luck r the shard's relabeling may read errors with (none: never): a noticed error against a hard step."""
 
     # ---- right answers after a wrong step
     check_correct: float = 0.25
@@ -86,6 +90,10 @@ class ChangepointSettings:
     """P(error) from which a tested right answer counts as holding a process error: the measured rate's bias."""
     tested_share_prior: tuple[float, float] = (0.5, 4.5)
     """Beta prior of the shares measured on tested right answers: a small shard's caution against its own reading."""
+
+    # ---- a lone bad label under the shard's main luck mode
+    mode_rise: float = 1.5
+    """A luck weight this many times its neighbour's starts another mode: how readily the luck prior splits."""
 
     def __post_init__(self) -> None:
         # the decision memo hashes the settings at every decision: hashed once (the object is frozen)

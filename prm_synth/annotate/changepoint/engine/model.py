@@ -12,8 +12,7 @@ also writes the rollouts, and both go wrong the same way:
 - hazards are drawn per step from the solution's difficulty class (`class_grid`, `hazard_spread`,
   `hard_step_chance`), so no curve shape is assumed: a hard step, uneven difficulty, any length fit;
 - the rollouts of one prefix share more than their rate: counts are beta-binomial around the model's
-  rate with overdispersion k (`k_choices`); a fresh error may leave extra luck
-  (`Priors.recent`: the engine reads it; the labeler has pooled none since revision 2026-12-06.1).
+  rate with overdispersion k (`k_choices`); a fresh error may leave extra luck (`recent_choices`).
 Rollouts that cannot be graded are left out of the evidence: unknown is not failure.
 
 The tables here depend on the model's constants alone (below: its grids and hazards, read once): the levels' one-step
@@ -118,7 +117,7 @@ class CountTables:
 @functools.cache
 def recent_tables(k: float, r: float) -> tuple[_RateTables, ...]:
     """Per m < RECENT_STEPS: the rate tables of a prefix m steps past the error's own prefix, at rate
-    q + (1 - q) r / 2^m for every luck q (r: `Priors.recent`)."""
+    q + (1 - q) r / 2^m for every luck q (r: one of the settings' `recent_choices`)."""
     return tuple(_RateTables.at(k, Q_GRID + (1.0 - Q_GRID) * r / 2**m) for m in range(RECENT_STEPS))
 
 
@@ -211,7 +210,7 @@ class Priors:
     # [luck]: log-likelihood of the same problem's other solutions (they share its luck); None for a
     # solution labeled on its own
     siblings: np.ndarray | None = None
-    recent: float = 0.0  # a fresh error's extra luck r (none in the labeler's priors)
+    recent: float = 0.0  # a fresh error's extra luck r (the settings' `recent_choices`)
     recent_share: float = 0.0  # the share of errors read with it
     # A number no other priors object of this process gets (`replace`, a copy and an unpickled one get
     # new ones: another process's numbers mean nothing here): what names this object in the search's
