@@ -72,7 +72,6 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "slip_min_later": ("1000000", "no prefix read by the dip test"),
     "process_error_odds": ("1.0", "a tested right answer holds a process error only when certain"),
     "tested_share_prior": ("(0.0,1e-9)", "no prior on the shares measured on tested right answers"),
-    "interval_probes": ("2", "the open interval's two ends only"),
     "probe_levels": ("(0.5,)", "one probe level"),
     "ambiguous_clean": ("(0.5,0.5)", "a probed prefix is never a candidate again"),
     "batch": ("2", "two rollouts a probe"),

@@ -39,7 +39,7 @@ from prm_synth.annotate.changepoint.right_answers import (
     unmodelled_error_rate,
 )
 from prm_synth.annotate.changepoint.search import (
-    _spread,
+    _ends,
     best_probe,
     decide,
     early_prefixes,
@@ -993,7 +993,7 @@ def test_probes_are_valued_under_no_more_overdispersion_than_the_default() -> No
     room = settings.localize_max_rollouts - int(samples.sum())
     candidates = (settings.probe_levels, settings.ambiguous_clean, False)
     _, under_own = best_probe(
-        post, overdispersed, settings.batch, room, settings.localize_cap, _spread(interval), *candidates
+        post, overdispersed, settings.batch, room, settings.localize_cap, _ends(interval), *candidates
     )
     assert under_own < settings.localize_min_gain
     decision = decide(post, samples, int(samples.sum()), settings, may_wait=False)

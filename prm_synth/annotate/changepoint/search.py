@@ -43,11 +43,17 @@ def open_interval(p_good: np.ndarray, confidence: float, bad_confidence: float |
     return range(last_good + 1, first_bad + 1)  # prefixes last_good+1 (clean-ish) .. first_bad
 
 
-def _spread(prefixes: range, most: int = 5) -> list[int]:
+def _spread(prefixes: range, most: int) -> list[int]:
     """At most `most` prefixes of an interval, its ends included and the rest evenly between."""
     if len(prefixes) <= most:
         return list(prefixes)
     return sorted({prefixes[round(i * (len(prefixes) - 1) / (most - 1))] for i in range(most)})
+
+
+def _ends(prefixes: range) -> list[int]:
+    """The two ends of an interval of prefixes: the candidates it adds to a decision (five spread over
+    it, `interval_probes`, were removed in revision 2026-12-06.1: within noise)."""
+    return sorted({prefixes[0], prefixes[-1]}) if prefixes else []
 
 
 def early_prefixes(n: int, most: int) -> list[int]:
@@ -196,7 +202,7 @@ def decide(
         # no cap a prefix but the budget outside pinning (a cap of 16 was removed in revision 2026-12-06.1)
         j, gain = best_probe(post, value, settings.batch, room, settings.max_rollouts, (), *candidates, token_weighted)
     if (j < 0 or gain < settings.min_gain) and interval:
-        extra = _spread(interval, settings.interval_probes)
+        extra = _ends(interval)
         j, gain = best_probe(
             post, value, settings.batch, room, settings.localize_cap, extra, *candidates, token_weighted
         )

@@ -55,8 +55,6 @@ class ChangepointSettings:
     """P(prefix clean) levels whose prefixes are candidate probes: decision cost against probe choice."""
     ambiguous_clean: tuple[float, float] = (0.05, 0.95)
     """A probed prefix with P(clean) inside this band is a candidate again: re-probing against cost."""
-    interval_probes: int = 5
-    """Candidate probes spread over the open interval between the last good and first bad label: cost against choice."""
 
     prefix_batch_min: int = 3
     """Rollouts OmegaPRM's bisection asks of a prefix at a time, at least (else `probe_batch`): decisions against stopping sooner."""
