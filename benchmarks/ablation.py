@@ -5,7 +5,7 @@ share 0, a cap equal to the budget, two thresholds made one) or one special-case
 (benchmarks/labeler_settings.py: `RULES`). Each runs benchmarks/fidelity.py on the same worlds,
 seeds and problems as the unmodified labeler: development seeds (fidelity.py `dev`, the default 0-1),
 since a screening chooses what to remove; the pruned labeler is then reported on held-out seeds
-(`heldout`, 1004-1029), which no choice looks at. A world's sampled solutions do not depend on
+(`heldout`, 1006-1029), which no choice looks at. A world's sampled solutions do not depend on
 the labeler, so the comparison is paired per world-seed. Per entry: the paired difference (removed
 minus default; mean and standard error) of
 - min good / bad precision: the worst world's, per seed (mean and standard error over seeds);
