@@ -120,6 +120,11 @@ def export(
     if plan.soft:
         typer.echo(f"soft targets from {plan.soft} (floats in place of labels)")
     if result.tokenizer:
-        typer.echo(f"checked with tokenizer {result.tokenizer}; step marker {result.marker.as_dict()}")
+        # The marker only where a view puts it in the text (math-shepherd, openrlhf): qwen and trl have none.
+        marked = any(VIEWS[name].marked for name in result.views)
+        typer.echo(
+            f"checked with tokenizer {result.tokenizer}"
+            + (f"; step marker {json.dumps(result.marker.shown(), ensure_ascii=False)}" if marked else "")
+        )
     typer.echo(f"\nwrote {len(result.files)} files to {where}")
     typer.echo(f"load: datasets.load_dataset({str(repo_id or to_dir)!r}, {next(iter(result.views))!r})")

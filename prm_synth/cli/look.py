@@ -143,6 +143,17 @@ def literal(text: object, style: str = "") -> Text:
     return Text(visible(text), style=style)
 
 
+def first_error_words(labels: list[bool | None], first: int) -> str:
+    """What the labels say about the first error: the first bad label is where the error was found, not
+    necessarily where it is when unlabeled steps come before it (the error may lie among them)."""
+    if first < 0:
+        return "no error found" if all(label is True for label in labels) else "no bad label (some steps unlabeled)"
+    open_before = [str(i) for i in range(first) if labels[i] is None]
+    if not open_before:
+        return f"first error at step {first}"
+    return f"first bad label at step {first} (the error may be earlier: step {', '.join(open_before)} unlabeled)"
+
+
 def row_table(row: Mapping[str, Any]) -> Group:
     """One record: a header line (answer, first error, cost), then a table row per step (text, label,
     its source, MC counts, p_good, why unlabeled) and the question."""
@@ -150,7 +161,7 @@ def row_table(row: Mapping[str, Any]) -> Group:
     first = row["first_error_mc"]
     header = literal(
         f"{row['id']}  answer {row['final_answer']} ({correct}, gold {row['gold_answer']})  "
-        f"first error {'none' if first < 0 else f'at step {first}'}  "
+        f"{first_error_words(row['labels'], first)}  "
         f"cost {row['rollouts']} rollouts, {row['tokens']} tokens",
         style="bold",
     )

@@ -53,7 +53,7 @@ def train(
     max_length: Annotated[int, typer.Option(min=16, help="Tokens a row (longer rows lose their last steps).")] = 512,
     bf16: Annotated[bool, typer.Option(help="bfloat16 mixed precision (GPU).")] = False,
     lora: Annotated[
-        bool, typer.Option(help="Train LoRA adapters (needs peft: prm-synth[train]); merged on save.")
+        bool, typer.Option(help="Train LoRA adapters (needs peft: prm-synth\\[train]); merged on save.")
     ] = False,
     test_fraction: Annotated[
         float, typer.Option(min=0.0, max=0.99, help="Run folder only: share of problems held out.")

@@ -45,15 +45,15 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_summary(summary: RunSummary) -> None:
-    from prm_synth.store.summary import judge_cost_text
+    from prm_synth.store.summary import counts_text, judge_accuracy_short, judge_cost_text
 
     run = summary.run
     assert run is not None  # the flow's summary says what the run did
     lines = [
         ("problems in", summary.problems_in),
         ("rows out", summary.rows),
-        ("rejected", f"{summary.rejected} {summary.rejected_by_reason or ''}".strip()),
-        ("reconciles", summary.reconciles),
+        ("rejected", f"{summary.rejected} ({counts_text(summary.rejected_by_reason)})" if summary.rejected else "0"),
+        ("counts", "add up" if summary.reconciles else "DO NOT add up: inputs, rows and rejections differ"),
         ("shards", f"{summary.shards} ({run.shards_run} run, {run.shards_skipped} resumed)"),
         ("rollouts", f"{summary.rollouts} ({summary.unknown_rollouts} ungradable)"),
         (
@@ -74,12 +74,17 @@ def _print_summary(summary: RunSummary) -> None:
         ("bad step fraction", summary.labels.get("bad_step_fraction")),
         *([("judge cost", cost)] if (cost := judge_cost_text(summary)) is not None else []),
         *(
-            [("kept by consensus", c.kept_text()), ("judge accuracy", c.judge_accuracy_text())]
+            [("kept by consensus", c.kept_text()), ("judge accuracy", judge_accuracy_short(c))]
             if (c := summary.consensus) and c.rows
             else []
         ),
         *(
-            [("verification chains", f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}) {v.dropped_by_reason}")]
+            [
+                (
+                    "verification chains",
+                    f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}) {counts_text(v.dropped_by_reason)}",
+                )
+            ]
             if (v := summary.verify) and v.chains
             else []
         ),
@@ -123,7 +128,7 @@ def run(
     """Run a pipeline as a one-off local Prefect flow run and print a summary.
 
     Ctrl-C (or SIGTERM) stops the run and its engine; finished shards are kept and the same command
-    resumes. The work runs in a child process that cannot outlive the command (see prm_synth.lifeline).
+    resumes. The work runs in a child process that cannot outlive the command.
     """
     started = supervise.started_at() or COMMAND_STARTED_AT
     if verbose:

@@ -190,8 +190,9 @@ def _made_rows(
     judge = _get(config, "judge", default=None)
     consensus = _get(config, "consensus", default=None)
     rollout_tokens = _get(config, "rollouts", "max_tokens", default=_get(config, "annotate", "rollout_max_tokens"))
+    samples = _get(config, "sampling", "samples_per_problem")
     budgets = (
-        f"{_get(config, 'sampling', 'samples_per_problem')} solutions a problem, sampling max_tokens "
+        f"{samples} solution{'' if samples == 1 else 's'} a problem, sampling max_tokens "
         f"{_get(config, 'sampling', 'max_tokens')}, rollout max_tokens {rollout_tokens}"
     )
     if judge:
@@ -274,7 +275,9 @@ def _example(row: Mapping[str, Any] | None, width: int = 160) -> str:
 
     def cut(v: Any) -> Any:
         if isinstance(v, str) and len(v) > width:
-            return v[:width] + "…"
+            # Head and tail: a view that puts the question before the steps (math-shepherd's `input`)
+            # still shows its steps and markers, not only the question.
+            return v[: width // 2] + " … " + v[-(width // 2) :]
         if isinstance(v, list):
             return [cut(x) for x in v]
         return v
@@ -511,6 +514,7 @@ def render_card(
         "problems_line": problems_line(summary, config, manifest),
         "made": _made_rows(config, facts, source["description"], manifest, how),
         "method_text": how["text"],
+        "has_judge": bool(config.get("judge")),
         "source_text": {k: v for k, v in SOURCE_TEXT.items() if any(k in row["label_sources"] for row in views)},
         "summary": summary,
         "rejected_by_reason": sorted(summary.rejected_by_reason.items()),

@@ -32,6 +32,7 @@ from prm_synth.export.card import REDACTED, render_card
 from prm_synth.export.consumers import load_tokenizer, tokenizer_name
 from prm_synth.export.token_check import choose_marker, verify_views
 from prm_synth.export.views import (
+    CHAINS_COLUMN,
     CONFIDENCE_COLUMN,
     DEFAULT_MARKER,
     SOFT_SOURCES,
@@ -121,6 +122,16 @@ def has_p_good(dataset_dir: str | Path) -> bool:
     )
 
 
+def has_chains(dataset_dir: str | Path) -> bool:
+    """Whether any row of the run holds a kept verification chain (what the verifier view is made of)."""
+    for table in iter_tables(dataset_dir, "data"):
+        if CHAINS_COLUMN in table.column_names:
+            lengths = pc.list_value_length(table[CHAINS_COLUMN])
+            if pc.max(lengths).as_py() or 0:
+                return True
+    return False
+
+
 def default_formats(with_tokenizer: bool, with_chains: bool = False) -> list[str]:
     """Every PRM view with a tokenizer; without one, those whose consumer does not depend on it; and the
     verifier view when the run made verification chains."""
@@ -152,8 +163,14 @@ def plan_export(
     if unknown or not chosen:
         raise ExportRequestError(f"unknown view(s) {unknown or chosen}; choose from {', '.join(VIEWS)}")
     manifest = read_manifest(dataset_dir)  # fail before writing anything when this is not a dataset folder
-    if formats is None and manifest.get("config", {}).get("verify"):
+    if formats is None and manifest.get("config", {}).get("verify") and has_chains(dataset_dir):
         chosen = default_formats(tokenizer is not None, with_chains=True)
+    if VERIFIER_VIEW in chosen and not has_chains(dataset_dir):
+        # An empty verifier view loads in no library (`datasets`: "train" corresponds to no data).
+        raise ExportRequestError(
+            "the verifier view needs verification chains, and no row of this run has one: run with a `verify` "
+            "section (see docs/guides/verifier-data.md), or export the PRM views without -f verifier"
+        )
     if soft is not None:
         chosen, soft = _soft_request(dataset_dir, chosen, formats is not None, soft)
     if min_confidence is None:
@@ -192,9 +209,7 @@ def _soft_request(dataset_dir: str | Path, chosen: list[str], explicit: bool, so
     if soft not in SOFT_SOURCES:
         raise ExportRequestError(f"soft targets come from {' or '.join(SOFT_SOURCES)}, not {soft!r}")
     if soft == "p_good" and not has_p_good(dataset_dir):
-        raise ExportRequestError(
-            "--soft-from p_good: this run has no p_good (only `search_test: changepoint` has)"
-        )
+        raise ExportRequestError("--soft-from p_good: this run has no p_good (only `search_test: changepoint` has)")
     hard_only = [f for f in chosen if f not in SOFT_VIEWS]
     if explicit and hard_only:
         raise ExportRequestError(

@@ -7,6 +7,7 @@ raises `shards.CorruptShardError`); a marker's own row counts are not trusted. T
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,25 @@ def judge_cost_text(summary: RunSummary) -> str | None:
         f"{summary.judge_requests} requests (votes asked) on {summary.rows_judged} rows{skipped}; "
         f"{summary.judge_tokens} tokens, {summary.judge_tokens_per_kept_row} a kept row"
     )
+
+
+def judge_accuracy_short(consensus: ConsensusStats) -> str:
+    """The judge's measured accuracy in one short line for the run summary (`inspect` and the card give
+    it whole): per answer class, how often it named the pinned error and said -1 on clean rows."""
+    parts = []
+    for name in ("right", "wrong"):
+        c = (consensus.by_answer or {}).get(name) or {}
+        pinned, clean = c.get("pinned_votes", 0), c.get("clean_votes", 0)
+        bits = [f"names the error {c.get('pinned_named', 0) / pinned:.0%} of {pinned}"] if pinned else []
+        bits += [f"says clean {c.get('clean_said_clean', 0) / clean:.0%} of {clean}"] if clean else []
+        if bits:
+            parts.append(f"{name} answers: {', '.join(bits)}")
+    return "; ".join(parts) or consensus.judge_accuracy_text().split(";")[0]
+
+
+def counts_text(counts: Mapping[str, int] | None) -> str:
+    """`{'low_confidence': 2}` in words: "low_confidence 2"."""
+    return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items()))
 
 
 UNKNOWN_WARN_RATE = 0.05  # above this share of ungradable rollouts the summary warns
