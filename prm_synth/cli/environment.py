@@ -18,6 +18,8 @@ INTERRUPT_CRASH = "Crash detected! Execution was aborted by an interrupt signal"
 
 VLLM_LEVEL_ENV = "VLLM_LOGGING_LEVEL"
 QUIET_VLLM_LEVEL = "WARNING"
+PREFECT_LEVEL_ENV = "PREFECT_LOGGING_LEVEL"
+QUIET_PREFECT_LEVEL = "WARNING"
 
 DEFAULTS = {
     # No network here or in CI: neither Prefect's server nor its client may phone home, and the
@@ -30,6 +32,9 @@ DEFAULTS = {
     # vLLM's INFO lines (engine arguments, memory profiling, every worker's start) bury the run's own
     # progress: only its warnings and errors, unless --verbose (or the user's own setting).
     VLLM_LEVEL_ENV: QUIET_VLLM_LEVEL,
+    # Prefect's INFO lines (its temporary server, every task run's state, a docs link) are not what a
+    # user runs the command for: the summary says what happened. --verbose brings them back.
+    PREFECT_LEVEL_ENV: QUIET_PREFECT_LEVEL,
 }
 
 
@@ -39,9 +44,11 @@ def prepare_environment() -> None:
 
 
 def verbose_engines() -> None:
-    """--verbose: vLLM's INFO logs too (a level the user set stays). Before vLLM is imported."""
+    """--verbose: vLLM's and Prefect's INFO logs too (a level the user set stays). Before either is imported."""
     if os.environ.get(VLLM_LEVEL_ENV) == QUIET_VLLM_LEVEL:
         os.environ[VLLM_LEVEL_ENV] = "INFO"
+    if os.environ.get(PREFECT_LEVEL_ENV) == QUIET_PREFECT_LEVEL:
+        os.environ[PREFECT_LEVEL_ENV] = "INFO"
 
 
 class _NoTracebackFor(logging.Filter):

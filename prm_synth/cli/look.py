@@ -110,7 +110,7 @@ def summary_table(summary: RunSummary, title: str) -> Table:
 # ---------------------------------------------------------------- show
 def show(
     directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
-    n: Annotated[int, typer.Option("--n", min=1, help="How many rows.")] = 3,
+    n: Annotated[int, typer.Option("--n", "-n", min=1, help="How many rows.")] = 3,
     bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
 ) -> None:
     """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""

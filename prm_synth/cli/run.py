@@ -22,6 +22,7 @@ from prm_synth.cli.environment import (
     quiet_expected_failures,
     verbose_engines,
 )
+from prm_synth.cli.finished import nothing_left
 
 if TYPE_CHECKING:
     from prm_synth.config.sections import PipelineConfig
@@ -102,9 +103,12 @@ def run(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file (see pipelines/).")],
     out: Annotated[Path | None, typer.Option(help="Output folder (default: runs/<name>).")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N problems.")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace an output folder made with another config.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an output folder made with another config.")
+    ] = False,
     dry_run: Annotated[
-        bool, typer.Option(help="Label one small shard end to end in a temporary folder; write nothing final.")
+        bool,
+        typer.Option("--dry-run", help="Label one small shard end to end in a temporary folder; write nothing final."),
     ] = False,
     runner: Annotated[Runner, typer.Option(help="Task runner.")] = Runner.threads,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
@@ -120,8 +124,8 @@ def run(
     verbose: Annotated[
         bool,
         typer.Option(
-            help="Show vLLM's own INFO logs too (default: its warnings only), and the tracebacks of the failures "
-            "the command reports in one line."
+            help="Show Prefect's and vLLM's INFO logs too (default: their warnings only), and the tracebacks of "
+            "the failures the command reports in one line."
         ),
     ] = False,
 ) -> None:
@@ -140,6 +144,9 @@ def run(
         if not overwrite:
             config = preflight.check_same_config(out_dir, config)
     preflight.check_problem_source(config, limit)
+    if not (dry_run or overwrite) and (done := nothing_left(config, out_dir, limit, retry_refused)) is not None:
+        _report(done, started, json_out, dry_run, out_dir)  # every shard finished: no Prefect to start
+        return
     if supervise.should_supervise():
         raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))
     if supervise.is_worker():
@@ -150,6 +157,10 @@ def run(
         )
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
+    _report(summary, started, json_out, dry_run, out_dir)
+
+
+def _report(summary: RunSummary, started: float, json_out: bool, dry_run: bool, out_dir: Path) -> None:
     assert summary.run is not None
     summary.run.startup_seconds = round(max(0.0, summary.run.started_at - started), 3)
     summary.run.wall_seconds = round(time.time() - started, 3)
@@ -285,7 +296,9 @@ def serve(
     cron: Annotated[str, typer.Option(help='Schedule, e.g. "0 3 * * *".')],
     out: Annotated[Path | None, typer.Option(help="Output folder every scheduled run resumes into.")] = None,
     name: Annotated[str | None, typer.Option(help="Deployment name (default: the pipeline name).")] = None,
-    verbose: Annotated[bool, typer.Option(help="Show vLLM's own INFO logs too (default: its warnings only).")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show Prefect's and vLLM's INFO logs too (default: their warnings only).")
+    ] = False,
 ) -> None:
     """Serve the synthesis flow on a schedule from this process (Prefect's flow.serve).
 
