@@ -15,6 +15,8 @@ STARTUP_TIMEOUT_S = 300
 EPHEMERAL_TIMEOUT = "Timed out while attempting to connect to ephemeral Prefect API server"
 # Prefect's log line when a run stops on KeyboardInterrupt (prefect.states.exception_to_crashed_state).
 INTERRUPT_CRASH = "Crash detected! Execution was aborted by an interrupt signal"
+# Prefect's log line when a flow run raises (prefect.flow_engine): the exception follows it.
+FLOW_FAILED = "Encountered exception during execution"
 
 VLLM_LEVEL_ENV = "VLLM_LOGGING_LEVEL"
 QUIET_VLLM_LEVEL = "WARNING"
@@ -62,9 +64,19 @@ class _NoTracebackFor(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and isinstance(exc, self.expected):
+            if record.name == "prefect.flow_runs" and record.getMessage().startswith(FLOW_FAILED):
+                return False  # the flow's own failure: the command's `error:` line says the same, last
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+class _NoRetryChatter(logging.Filter):
+    """huggingface_hub logs two lines a retry of a Hub request (about 12 when the Hub cannot be reached,
+    each printed twice through Prefect's handler): the run's one `error:` line says what failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
 
 
 class _CalmInterrupt(logging.Filter):
@@ -90,6 +102,7 @@ def quiet_expected_failures() -> None:
     # one line too. Anything else is a bug, and keeps its traceback.
     expected = (PrmSynthError, KeyboardInterrupt, OSError, MemoryError)
     quiet = _NoTracebackFor(expected)
+    logging.getLogger("huggingface_hub.utils._http").addFilter(_NoRetryChatter())
     for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.flow_engine", "prefect.task_engine"):
         logging.getLogger(name).addFilter(quiet)
         logging.getLogger(name).addFilter(CALM_INTERRUPT)
