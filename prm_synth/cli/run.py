@@ -124,8 +124,9 @@ def run(
     verbose: Annotated[
         bool,
         typer.Option(
+            "--verbose",
             help="Show Prefect's and vLLM's INFO logs too (default: their warnings only), and the tracebacks of "
-            "the failures the command reports in one line."
+            "the failures the command reports in one line.",
         ),
     ] = False,
 ) -> None:
