@@ -187,3 +187,69 @@ def test_a_resume_with_work_left_is_not_answered_from_the_markers(judged):
     assert nothing_left(config, run, None, False) is None  # shards 1..7 not made
     changed = config.model_copy(update={"run": config.run.model_copy(update={"max_parallel_shards": 3})})
     assert nothing_left(changed, run, 20, False) is None  # the manifest would change: the flow records it
+
+
+# ---------------------------------------------------------------- pictures
+def _drawn(path: Path) -> Any:
+    """The PNG's pixels (RGB floats), checked to be a picture with something drawn on it."""
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pixels = matplotlib.image.imread(path)[..., :3]
+    assert pixels.std() > 0.05, path  # not one flat colour
+    return pixels
+
+
+def _has_colour(pixels: Any, rgb: tuple[int, int, int]) -> bool:
+    import numpy as np
+
+    return bool((np.abs(pixels * 255 - np.array(rgb)).max(axis=-1) < 30).sum() > 50)
+
+
+def test_inspect_plots_draws_the_quickstart_data(quickstart, tmp_path):
+    result = CliRunner().invoke(app, ["inspect", str(quickstart), "--plots", str(tmp_path / "p")], env=WIDE)
+    assert result.exit_code == 0, result.output
+    written = sorted((tmp_path / "p").glob("*.png"))
+    assert len(written) >= 5, result.output
+    for path in written:
+        _drawn(path)
+        assert f"wrote {path}" in " ".join(result.output.split())
+    green, red = (44, 160, 44), (214, 39, 40)  # good and bad (matplotlib's tab:green, tab:red)
+    share = _drawn(tmp_path / "p" / "label_share_by_step.png")
+    assert _has_colour(share, green) and _has_colour(share, red)
+    assert "not drawn: judge_accuracy.png (no judge" in result.output
+
+
+def test_a_judged_run_gets_the_judges_accuracy_picture_and_the_card_shows_the_pictures(judged, tmp_path):
+    run, _ = judged
+    result = CliRunner().invoke(app, ["export", str(run), "--to-dir", str(tmp_path / "e"), "-f", "trl", "--plots"])
+    assert result.exit_code == 0, result.output
+    _drawn(tmp_path / "e" / "plots" / "judge_accuracy.png")
+    card = (tmp_path / "e" / "README.md").read_text()
+    for path in sorted((tmp_path / "e" / "plots").glob("*.png")):
+        assert f"(plots/{path.name})" in card
+    plain = CliRunner().invoke(app, ["export", str(run), "--to-dir", str(tmp_path / "f"), "-f", "trl"])
+    assert plain.exit_code == 0 and not (tmp_path / "f" / "plots").exists()
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_telemetry_picture_draws_a_line_for_a_run_of_any_length(tmp_path, rows):
+    from prm_synth.telemetry import plot_series
+
+    series = [
+        {
+            "t": float(i),
+            "running": 0.3 + i,
+            "capacity": 256,
+            "occupancy": 0.0,
+            "tokens_per_s": 2000.0 + i,
+            "sequences": 9,
+        }
+        for i in range(rows)
+    ]
+    path = tmp_path / "engine.png"
+    assert plot_series(series, path, end=rows - 0.6)
+    pixels = _drawn(path)
+    blue, green = (31, 119, 180), (44, 160, 44)  # running sequences, tokens/s
+    height = pixels.shape[0]
+    assert _has_colour(pixels[: height // 2], blue) and _has_colour(pixels[height // 2 :], green)

@@ -72,6 +72,10 @@ def export(
     license: Annotated[
         str | None, typer.Option(help="License for the card (default: from the problem source).")
     ] = None,
+    plots: Annotated[
+        bool,
+        typer.Option("--plots", help="Also pictures of the data (PNG, in plots/), linked from the card."),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen, verifier) as Parquet with a dataset card."""
@@ -91,7 +95,7 @@ def export(
         # The Hub's errors (HubExportError) come scrubbed of the token.
         if to_dir is not None:
             result = export_to_dir(
-                directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan
+                directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan, plots=plots
             )
         else:
             assert repo_id is not None
@@ -103,6 +107,7 @@ def export(
                 seed=seed,
                 license=license,
                 plan=plan,
+                plots=plots,
             )
     if json_out:
         typer.echo(json.dumps(result.as_dict(), sort_keys=True, default=str))

@@ -38,6 +38,14 @@ def register(app: typer.Typer) -> None:
 def inspect(
     directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    plots: Annotated[
+        Path | None,
+        typer.Option(
+            "--plots",
+            help="Also write pictures of the data to this folder (PNG): label share by step position, first "
+            "error positions, p_good, unlabeled and rejected reasons, cost a row, and the judge's accuracy.",
+        ),
+    ] = None,
 ) -> None:
     """Counts and label statistics of a dataset."""
     from prm_synth.store.shards import reading
@@ -45,10 +53,27 @@ def inspect(
 
     with reading(directory):  # never a folder a run is writing: its counts would not add up
         summary = summarize(directory)
+        pictures = _draw(directory, plots) if plots is not None else None
     if json_out:
         typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
         return
     Console().print(summary_table(summary, str(directory)))
+    if pictures is not None:
+        for path in pictures.written.values():
+            typer.echo(f"wrote {path}")
+        for file, why in pictures.skipped.items():
+            typer.echo(f"not drawn: {file} ({why})")
+
+
+def _draw(directory: Path, plots: Path) -> Any:
+    from prm_synth.products.data_plots import PlotsUnavailableError, draw
+
+    if plots.exists() and not plots.is_dir():
+        fail(f"--plots {plots} is a file, not a folder")
+    try:
+        return draw(directory, plots)
+    except PlotsUnavailableError as e:
+        fail(str(e))
 
 
 def _counts(counts: Mapping[str, int] | None) -> str:

@@ -30,6 +30,7 @@ from prm_synth.export.views import (
     supervised_steps,
     with_min_confidence,
 )
+from prm_synth.products.data_plots import TITLES
 from prm_synth.schema import LabelSource
 from prm_synth.store.shards import iter_records, iter_tables, read_manifest
 from prm_synth.store.summary import RunSummary, judge_cost_text, summarize
@@ -488,10 +489,12 @@ def render_card(
     license: str | None = None,
     template: str | Path | None = None,
     consumers: Mapping[str, Any] | None = None,
+    pictures: Mapping[str, str] | None = None,
 ) -> str:
     """The README.md for the exported views: rendered from the template, merged into `existing`.
 
     `consumers`: the tokenizer check of the export (`ExportPlan.card_facts()`), or None when none ran.
+    `pictures`: the data's pictures in the export (file name: path in the repo), linked from the card.
     """
     manifest = read_manifest(dataset_dir)
     config = manifest.get("config") or {}
@@ -547,6 +550,7 @@ def render_card(
             )
         },
         "verification": verification_facts(summary, facts),
+        "pictures": [(TITLES.get(name, name), path) for name, path in (pictures or {}).items()],
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
     fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)

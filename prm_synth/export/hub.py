@@ -274,8 +274,11 @@ def export_to_dir(
     tokenizer: Any = None,
     placeholder: str | None = None,
     plan: ExportPlan | None = None,
+    plots: bool = False,
 ) -> ExportResult:
     """Write the Hub repo layout (views + README.md) to `out_dir`; a README.md already there is merged.
+
+    `plots`: also the pictures of the data (prm_synth.products.data_plots) in `plots/`, linked from the card.
 
     `existing_card` (the text of a card to merge into) overrides the README.md found in `out_dir`.
     `tokenizer` / `placeholder`: see `plan_export` (or pass a `plan` it made).
@@ -304,6 +307,13 @@ def export_to_dir(
         text = json.dumps(view_config(export, plan), indent=2, ensure_ascii=False) + "\n"
         (out / fmt / VIEW_CONFIG).write_text(text, encoding="utf-8")  # the marker may be any script
         files += [p for split in export.splits.values() for p in split.files] + [f"{fmt}/{VIEW_CONFIG}"]
+    pictures: dict[str, str] = {}
+    if plots:
+        from prm_synth.products.data_plots import PICTURES_FOLDER, draw
+
+        drawn = draw(dataset_dir, out / PICTURES_FOLDER).written
+        pictures = {name: f"{PICTURES_FOLDER}/{name}" for name in drawn}
+        files += list(pictures.values())
     card = render_card(
         dataset_dir,
         exports,
@@ -312,6 +322,7 @@ def export_to_dir(
         license=license,
         template=template,
         consumers=plan.card_facts(),
+        pictures=pictures,
     )
     readme.write_text(card, encoding="utf-8")
     return ExportResult(
@@ -350,6 +361,7 @@ def export_to_hub(
     tokenizer: Any = None,
     placeholder: str | None = None,
     plan: ExportPlan | None = None,
+    plots: bool = False,
 ) -> ExportResult:
     """Create (or reuse) the dataset repo, merge its card, and upload views + card in one commit.
 
@@ -384,6 +396,7 @@ def export_to_hub(
                 existing_card=existing or "",
                 template=template,
                 plan=plan,
+                plots=plots,
             )
             logger.info("uploading %d files to %s", len(result.files), repo_id)
             api.upload_folder(
