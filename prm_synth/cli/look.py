@@ -66,14 +66,11 @@ def inspect(
 
 
 def _draw(directory: Path, plots: Path) -> Any:
-    from prm_synth.products.data_plots import PlotsUnavailableError, draw
+    from prm_synth.products.data_plots import draw
 
     if plots.exists() and not plots.is_dir():
         fail(f"--plots {plots} is a file, not a folder")
-    try:
-        return draw(directory, plots)
-    except PlotsUnavailableError as e:
-        fail(str(e))
+    return draw(directory, plots)  # without matplotlib: one error line (PlotsUnavailableError)
 
 
 def _counts(counts: Mapping[str, int] | None) -> str:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prm_synth.errors import PrmSynthError
+
 PICTURES_FOLDER = "plots"  # in an export: the card links the pictures there
 MAX_POSITIONS = 30  # step positions drawn one bar each; later steps share the last bar
 COLORS = {"good": "tab:green", "bad": "tab:red", "unlabeled": "tab:gray"}
@@ -120,7 +122,7 @@ def draw(root: str | Path, out: str | Path) -> Pictures:
     return pictures
 
 
-class PlotsUnavailableError(RuntimeError):
+class PlotsUnavailableError(PrmSynthError, RuntimeError):
     """matplotlib is not installed."""
 
 
