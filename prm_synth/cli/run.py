@@ -23,6 +23,7 @@ from prm_synth.cli.environment import (
     verbose_engines,
 )
 from prm_synth.cli.finished import nothing_left
+from prm_synth.products.estimate import DEFAULT_TOKENS_PER_S, Estimate, estimate
 
 if TYPE_CHECKING:
     from prm_synth.config.sections import PipelineConfig
@@ -113,6 +114,15 @@ def run(
     runner: Annotated[Runner, typer.Option(help="Task runner.")] = Runner.threads,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    gpu_tokens_per_s: Annotated[
+        float,
+        typer.Option(
+            "--gpu-tokens-per-s",
+            min=1.0,
+            help="With --dry-run: the throughput (tokens processed a second, one GPU) the cost estimate's GPU hours "
+            "assume.",
+        ),
+    ] = DEFAULT_TOKENS_PER_S,
     retry_refused: Annotated[
         bool,
         typer.Option(
@@ -146,7 +156,7 @@ def run(
             config = preflight.check_same_config(out_dir, config)
     preflight.check_problem_source(config, limit)
     if not (dry_run or overwrite) and (done := nothing_left(config, out_dir, limit, retry_refused)) is not None:
-        _report(done, started, json_out, dry_run, out_dir)  # every shard finished: no Prefect to start
+        _report(done, started, json_out, out_dir)  # every shard finished: no Prefect to start
         return
     if supervise.should_supervise():
         raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))
@@ -158,18 +168,36 @@ def run(
         )
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
-    _report(summary, started, json_out, dry_run, out_dir)
+    cost = estimate(summary, config, gpu_tokens_per_s) if dry_run else None
+    _report(summary, started, json_out, out_dir, cost, config.policy.kind == "simulated")
 
 
-def _report(summary: RunSummary, started: float, json_out: bool, dry_run: bool, out_dir: Path) -> None:
+def _report(
+    summary: RunSummary,
+    started: float,
+    json_out: bool,
+    out_dir: Path,
+    cost: Estimate | None = None,
+    simulated: bool = False,
+) -> None:
+    """The summary (and, after a dry run, the cost estimate) as text or JSON."""
+    from dataclasses import asdict
+
+    from prm_synth.products.estimate import estimate_lines
+
     assert summary.run is not None
     summary.run.startup_seconds = round(max(0.0, summary.run.started_at - started), 3)
     summary.run.wall_seconds = round(time.time() - started, 3)
     if json_out:
-        typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
+        extra = {"estimate": asdict(cost)} if cost is not None else {}
+        typer.echo(json.dumps(summary.to_dict() | extra, sort_keys=True))
         return
     _print_summary(summary)
-    if dry_run:
+    if summary.run.dry_run:
+        if cost is not None:
+            typer.echo("")
+            for line in estimate_lines(cost, simulated):
+                typer.echo(line)
         typer.echo("\ndry run: nothing was written")
     else:
         typer.echo(f"\ndataset: {out_dir}  (load: datasets.load_dataset('arrow', data_files='{out_dir}/data/*.arrow'))")
