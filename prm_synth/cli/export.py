@@ -129,7 +129,7 @@ def export(
         marked = any(VIEWS[name].marked for name in result.views)
         typer.echo(
             f"checked with tokenizer {result.tokenizer}"
-            + (f"; step marker {json.dumps(result.marker.shown(), ensure_ascii=False)}" if marked else "")
+            + (f'; step marker "{result.marker.shown()}"' if marked else "")
         )
     typer.echo(f"\nwrote {len(result.files)} files to {where}")
     typer.echo(f"load: datasets.load_dataset({str(repo_id or to_dir)!r}, {next(iter(result.views))!r})")

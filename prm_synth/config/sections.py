@@ -736,7 +736,8 @@ AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discrimi
 class LabelConfig(Strict):
     rule: Literal["hard", "majority", "relative"] = "hard"  # `soft` before: config_upgrade
     """How measured MC values become labels: `hard` (MC > 0 good), `majority` (MC >= 0.5 good), `relative`
-    (bad when MC falls significantly below the previous prefix's, or is 0)."""
+    (bad when MC falls significantly below the previous prefix's, or is 0). Under every rule a step after
+    the first bad step is bad whatever its MC (its prefix still holds that error)."""
     significance: float = Field(0.05, gt=0.0, lt=1.0)
     """`rule: relative`: significance of the one-sided binomial test against the previous prefix's MC."""
     min_confidence: float = Field(0.0, ge=0.0, le=1.0)
