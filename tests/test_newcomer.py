@@ -271,3 +271,41 @@ def test_the_estimate_scales_the_measured_figures_and_states_its_throughput(quic
     row = next(line for line in lines if line.strip().startswith("10,000"))
     assert row.split()[-1] == f"{est.gpu_hours(10_000):.2f}"
     assert f"at most {config.annotate.changepoint_max_rollouts} rollouts a problem" in "\n".join(lines)
+
+
+# ---------------------------------------------------------------- quiet runs
+def test_prefect_info_is_off_by_default_verbose_brings_it_back_and_a_users_level_stays(monkeypatch):
+    from prm_synth.cli import environment
+
+    monkeypatch.delenv("PREFECT_LOGGING_LEVEL", raising=False)
+    environment.prepare_environment()
+    assert os.environ["PREFECT_LOGGING_LEVEL"] == "WARNING"
+    environment.verbose_engines()
+    assert os.environ["PREFECT_LOGGING_LEVEL"] == "INFO"
+    monkeypatch.setenv("PREFECT_LOGGING_LEVEL", "DEBUG")
+    environment.prepare_environment()
+    environment.verbose_engines()
+    assert os.environ["PREFECT_LOGGING_LEVEL"] == "DEBUG"
+
+
+def test_offline_the_hub_retries_and_the_flows_own_failure_line_are_not_printed():
+    """Offline, huggingface_hub logged two lines a retry, and Prefect echoed the failure the command's one
+    `error:` line then says: neither reaches the terminal; an error of the Hub client itself does."""
+    import logging
+
+    from prm_synth.cli.environment import FLOW_FAILED, quiet_expected_failures
+    from prm_synth.problems.sources import ProblemSourceError
+
+    quiet_expected_failures()
+    hub = logging.getLogger("huggingface_hub.utils._http")
+
+    def record(name: str, level: int, msg: str, exc: BaseException | None = None) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, msg, (), (type(exc), exc, None) if exc else None)
+
+    assert not hub.filter(record(hub.name, logging.WARNING, "Retrying in 1s [Retry 1/5]."))
+    assert hub.filter(record(hub.name, logging.ERROR, "something else"))
+    flow_runs = logging.getLogger("prefect.flow_runs")
+    failure = ProblemSourceError("cannot load Hugging Face dataset 'openai/gsm8k'")
+    assert not flow_runs.filter(record(flow_runs.name, logging.ERROR, f"{FLOW_FAILED}: {failure!r}", failure))
+    shard = record(flow_runs.name, logging.ERROR, "shard 0 failed: EngineError: ...", failure)
+    assert flow_runs.filter(shard) and shard.exc_info is None  # kept, without its traceback
