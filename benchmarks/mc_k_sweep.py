@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from prm_synth.config.sections import validate_config  # noqa: E402
+from prm_synth.config import validate_config  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
 from prm_synth.problems import arithmetic  # noqa: E402

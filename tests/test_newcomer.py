@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from prm_synth.cli import app
 from prm_synth.cli.look import first_error_words
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.store.shards import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ def test_a_resume_with_nothing_left_answers_without_prefect_and_in_words(judged)
 def test_a_resume_with_work_left_is_not_answered_from_the_markers(judged):
     """Without --limit the source holds 400 problems: the flow must run (here it cannot reach Prefect)."""
     from prm_synth.cli.finished import nothing_left
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
 
     run, pipeline = judged
     config = load_config(pipeline)

@@ -15,7 +15,7 @@ from _simulated_run import pipeline_data, write_run
 from typer.testing import CliRunner
 
 from prm_synth.cli import app
-from prm_synth.config.sections import load_config, validate_config
+from prm_synth.config import load_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "guides" / "walkthrough.md").read_text()

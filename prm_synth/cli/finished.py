@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from prm_synth.config.sections import PipelineConfig
+    from prm_synth.config import PipelineConfig
     from prm_synth.store.summary import RunSummary
 
 

@@ -26,7 +26,7 @@ from prm_synth.cli.finished import nothing_left
 from prm_synth.products.estimate import DEFAULT_TOKENS_PER_S, Estimate, estimate
 
 if TYPE_CHECKING:
-    from prm_synth.config.sections import PipelineConfig
+    from prm_synth.config import PipelineConfig
     from prm_synth.store.summary import RunSummary
 
 
@@ -204,7 +204,7 @@ def _report(
 
 
 def _load(pipeline: Path) -> PipelineConfig:
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
 
     preflight.check_pipeline_path(pipeline)
     try:
@@ -333,7 +333,7 @@ def serve(
 
     One run at a time: every scheduled run resumes into the same folder, so a run that outlasts the
     cron's interval makes the next one wait, as `concurrency_limit: 1` does in prefect.yaml."""
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
 
     if verbose:
         verbose_engines()
