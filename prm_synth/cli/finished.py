@@ -10,6 +10,8 @@ rows left open to ask again) leaves the decision to the flow, which does the wor
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +22,6 @@ if TYPE_CHECKING:
 
 def nothing_left(config: PipelineConfig, out_dir: Path, limit: int | None, retry_refused: bool) -> RunSummary | None:
     """The summary of `out_dir` when a run of `config` would label nothing there, else None."""
-    from prm_synth.pipeline import iter_shards
     from prm_synth.store.resume import run_fingerprint
     from prm_synth.store.shards import DatasetError, ShardStore, read_manifest
     from prm_synth.store.summary import RunFacts, summarize
@@ -41,9 +42,9 @@ def nothing_left(config: PipelineConfig, out_dir: Path, limit: int | None, retry
     try:
         finished = store.finished()
         shards = 0
-        for shard in iter_shards(config, limit):
-            entry = finished.get(shard.index)
-            if entry is None or entry.problems != len(shard.items):
+        for index, size in enumerate(_shard_sizes(config, limit)):
+            entry = finished.get(index)
+            if entry is None or entry.problems != size:
                 return None
             if store.refused_problems(entry, permanent=retry_refused) or store.open_rows(entry):
                 return None
@@ -63,3 +64,21 @@ def nothing_left(config: PipelineConfig, out_dir: Path, limit: int | None, retry
         dry_run=False,
     )
     return summary
+
+
+def _shard_sizes(config: PipelineConfig, limit: int | None) -> Iterator[int]:
+    """The source rows of each shard, cut as `prm_synth.pipeline.iter_shards` cuts them (shards of
+    `output.shard_size` source rows of the first `limit`), without importing the labelers it brings
+    (a second of imports, most of what this answer would cost)."""
+    from prm_synth.problems.sources import iter_problems
+
+    items = iter(iter_problems(config.problems))
+    left = limit
+    while left is None or left > 0:
+        size = sum(
+            1 for _ in islice(items, config.output.shard_size if left is None else min(left, config.output.shard_size))
+        )
+        if size == 0:
+            return
+        yield size
+        left = None if left is None else left - size
