@@ -30,22 +30,12 @@ import pyarrow.compute as pc
 from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.export.card import REDACTED, render_card
 from prm_synth.export.consumers import load_tokenizer, tokenizer_name
+from prm_synth.export.rows import CHAINS_COLUMN, CONFIDENCE_COLUMN, DEFAULT_MARKER, SOFT_SOURCES, Marker
 from prm_synth.export.token_check import choose_marker, verify_views
-from prm_synth.export.views import (
-    CHAINS_COLUMN,
-    CONFIDENCE_COLUMN,
-    DEFAULT_MARKER,
-    SOFT_SOURCES,
-    SOFT_VIEWS,
-    VERIFIER_VIEW,
-    VIEW_NAMES,
-    VIEWS,
-    Marker,
-    ViewExport,
-    export_view,
-)
+from prm_synth.export.views import SOFT_VIEWS, VERIFIER_VIEW, VIEW_NAMES, VIEWS
+from prm_synth.export.writing import ViewExport, export_view
 from prm_synth.key_scrub import scrub as scrub_key
-from prm_synth.store.shards import iter_tables, read_manifest
+from prm_synth.store.readers import iter_tables, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -278,7 +268,7 @@ def export_to_dir(
 ) -> ExportResult:
     """Write the Hub repo layout (views + README.md) to `out_dir`; a README.md already there is merged.
 
-    `plots`: also the pictures of the data (prm_synth.products.data_plots) in `plots/`, linked from the card.
+    `plots`: also the pictures of the data (prm_synth.export.plots) in `plots/`, linked from the card.
 
     `existing_card` (the text of a card to merge into) overrides the README.md found in `out_dir`.
     `tokenizer` / `placeholder`: see `plan_export` (or pass a `plan` it made).
@@ -309,7 +299,7 @@ def export_to_dir(
         files += [p for split in export.splits.values() for p in split.files] + [f"{fmt}/{VIEW_CONFIG}"]
     pictures: dict[str, str] = {}
     if plots:
-        from prm_synth.products.data_plots import PICTURES_FOLDER, draw
+        from prm_synth.export.plots import PICTURES_FOLDER, draw
 
         drawn = draw(dataset_dir, out / PICTURES_FOLDER).written
         pictures = {name: f"{PICTURES_FOLDER}/{name}" for name in drawn}
