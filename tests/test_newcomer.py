@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from prm_synth.cli import app
 from prm_synth.cli.look import first_error_words
 from prm_synth.config import validate_config
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDE = {"COLUMNS": "250"}
@@ -168,7 +168,7 @@ def test_a_resume_with_nothing_left_answers_without_prefect_and_in_words(judged)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "0 run, 1 resumed" in out and "temporary server" not in done.stderr + out
-    assert "{'" not in out and "True" not in out and re.search(r"counts +add up", out)
+    assert "{'" not in out and "True" not in out and re.search(r"reconciles +yes", out)
     judge = next(line for line in out.splitlines() if line.strip().startswith("judge accuracy"))
     assert len(judge) < 160, judge  # `inspect` and the card give it whole
     assert re.search(r"rejected +\d+ \((low_confidence|[a-z_]+) \d+", out) or re.search(r"rejected +0\n", out)

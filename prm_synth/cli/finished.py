@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 def nothing_left(config: PipelineConfig, out_dir: Path, limit: int | None, retry_refused: bool) -> RunSummary | None:
     """The summary of `out_dir` when a run of `config` would label nothing there, else None."""
+    from prm_synth.store.readers import read_manifest
     from prm_synth.store.resume import run_fingerprint
-    from prm_synth.store.shards import DatasetError, ShardStore, read_manifest
+    from prm_synth.store.shards import DatasetError, ShardStore
     from prm_synth.store.summary import RunFacts, summarize
 
     started = time.time()

@@ -64,7 +64,7 @@ def _kind(label: bool | None) -> str:
 
 def gather(root: str | Path) -> RunFigures:
     """The run's figures from its data and rejected shards."""
-    from prm_synth.store.shards import iter_records
+    from prm_synth.store.readers import iter_records
 
     figures = RunFigures()
     for row in iter_records(root, "data"):
