@@ -15,6 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource
+from prm_synth.config.grader import GraderConfig, check_grader
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.sampling.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
 from prm_synth.schema import SearchTestName
@@ -119,7 +121,9 @@ class HFSource(_MappedSource):
     """Stream the rows instead of downloading the whole data set first."""
 
 
-ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discriminator="kind")]
+ProblemSource = Annotated[
+    BuiltinSource | FileSource | HFSource | HumanEvalSource | ChoiceFileSource, Field(discriminator="kind")
+]
 
 
 # ---------------------------------------------------------------- engines
@@ -775,7 +779,9 @@ class PipelineConfig(Strict):
     name: str = Field("prm-synth", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     """The run's name; the default output folder is runs/<name> (a plain folder name, never a path)."""
     problems: ProblemSource
-    """Where the problems come from: `builtin`, `file` or `hf` (by `kind`)."""
+    """Where the problems come from: `builtin`, `file`, `hf`, `humaneval` or `choice-file` (by `kind`)."""
+    grader: GraderConfig = GraderConfig()
+    """How a solution's final outcome is checked: `math` (default), `choice`, `exact`, `code`, `majority`."""
     policy: EngineConfig
     """The model whose solutions are labeled: `simulated`, `vllm` or `openai` (by `kind`)."""
     sampling: SamplingConfig = SamplingConfig()
@@ -821,6 +827,11 @@ class PipelineConfig(Strict):
     def _consensus_needs_a_judge(self) -> PipelineConfig:
         if self.consensus is not None and self.consensus.policy != "mc-only" and self.judge is None:
             raise ValueError(f"consensus.policy {self.consensus.policy!r} needs a judge section")
+        return self
+
+    @model_validator(mode="after")
+    def _grader_fits_problems(self) -> PipelineConfig:
+        check_grader(self.grader, self.problems.kind)
         return self
 
     @model_validator(mode="after")
@@ -871,6 +882,8 @@ class PipelineConfig(Strict):
     def _hash(self, transport: bool) -> str:
         versions = dict(PROMPT_VERSIONS)
         exclude = {"run"}
+        if self.grader.is_default():  # added later: at its default (math) the rows are as before
+            exclude.add("grader")
         if self.verify is None:
             exclude.add("verify")
         else:
@@ -1064,7 +1077,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Pi
     path = Path(path)
     data = read_yaml_mapping(path)
     src = data.get("problems")
-    if isinstance(src, dict) and src.get("kind") == "file" and "path" in src:
+    if isinstance(src, dict) and src.get("kind") in ("file", "choice-file") and "path" in src:
         p = Path(str(src["path"])).expanduser()
         if not p.is_absolute():  # like other config files: relative to the file that names it
             src["path"] = str((path.parent / p).resolve())
