@@ -46,6 +46,8 @@ RejectReason = Literal[
     "verify_unreadable",
     # split: the policy wrote nothing to split
     "empty_solution",
+    # sample (grader.kind majority): the policy's answers reached no majority to serve as the gold
+    "no_majority",
     # annotate (OmegaPRM): a question without a row
     "screened_out",
     "no_paths",
@@ -106,6 +108,9 @@ class Problem:
     question: str
     gold_answer: str
     source: str
+    # JSON of what a grader other than math needs (options, aliases, tests, entry point); None for math.
+    # A majority's pseudo-gold sets `pseudo_gold` in it (prm_synth/grading/majority.py).
+    grading: str | None = None
 
 
 RECORD_SCHEMA = pa.schema(
@@ -156,6 +161,9 @@ RECORD_SCHEMA = pa.schema(
         pa.field("consensus_p_good", pa.list_(pa.float64())),
         # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
         pa.field("labels_before_consensus", pa.list_(pa.bool_())),
+        # Where the gold answer came from: null = the problem's own; "majority <share>" = a pseudo-gold, the
+        # policy's most common answer with that share of the votes (grader.kind majority). Added later.
+        pa.field("gold_origin", pa.string()),
     ]
 )
 
@@ -211,6 +219,7 @@ class LabeledRecord:
     mc_unknown: list[int] | None = None  # per step, ungradable rollouts (not in mc_total)
     consensus_p_good: list[float] | None = None  # per step, P(prefix correct) under soft's posterior
     labels_before_consensus: list[bool | None] | None = None  # the labels before consensus changed them
+    gold_origin: str | None = None  # None: the problem's gold; "majority 0.75": a pseudo-gold (grading/majority.py)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

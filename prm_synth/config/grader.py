@@ -46,8 +46,6 @@ class GraderConfig(_Strict):
     """`exact`: two numeric answers within this absolute tolerance are equal (None: exact match only)."""
     case_sensitive: bool = False
     """`exact`: compare letter case too."""
-    code_steps: Literal["statements", "whole"] = "statements"
-    """`code`: a fenced code block is split into steps at top-level statements, or kept as one step."""
     sandbox: SandboxLimits = SandboxLimits()
     """`code`: limits on each run of a program under test."""
     of: InnerKind = "math"
@@ -85,6 +83,8 @@ def check_grader(grader: GraderConfig, problems_kind: str) -> None:
             f"not problems.kind {problems_kind!r}"
         )
     if problems_kind == "choice-file" and grader.inner_kind != "choice":
-        raise ValueError(f"problems.kind 'choice-file' needs grader.kind 'choice' (or majority of choice), not {grader.kind!r}")
+        raise ValueError(
+            f"problems.kind 'choice-file' needs grader.kind 'choice' (or majority of choice), not {grader.kind!r}"
+        )
     if problems_kind == "humaneval" and grader.kind != "code":
         raise ValueError(f"problems.kind 'humaneval' needs grader.kind 'code', not {grader.kind!r}")

@@ -516,10 +516,11 @@ class SamplingConfig(Strict):
 
 
 class StepsConfig(Strict):
-    strategy: Literal["paragraph", "line", "step-marker", "regex", "thinking"] = "line"
+    strategy: Literal["paragraph", "line", "step-marker", "regex", "thinking", "code", "code-whole"] = "line"
     """How a solution is split into steps: one a line, one a paragraph, at "Step N" markers, at the end of
     each match of `pattern`, or `thinking`: the paragraphs of a thinking trace, then the answer after its
-    close marker as the last step (the policy's `thinking` markers)."""
+    close marker as the last step (the policy's `thinking` markers); `code`: prose paragraphs, and each
+    fenced code block split at its top-level statements (`code-whole`: each block one step)."""
     pattern: str | None = None
     """The regular expression steps are split at (required by `strategy: regex`)."""
     min_chars: int = Field(0, ge=0, le=100_000)

@@ -6,6 +6,7 @@ exits early (sys.exit, os._exit) before the tests ran never reads as a pass.
 Standard library only, and run with `python -I -S`: nothing of the pipeline's environment is loaded.
 """
 
+import contextlib
 import os
 import resource
 import sys
@@ -21,10 +22,8 @@ def _limit(cpu_s: int, memory: int, processes: int, file_bytes: int) -> None:
 
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BaseException):
             stream.flush()
-        except BaseException:
-            pass
 
 
 def main() -> None:
