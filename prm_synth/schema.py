@@ -450,6 +450,9 @@ class ShardStats:
     judge: JudgeStats | None = None  # None without a judge
     consensus: ConsensusStats | None = None  # None without consensus
     verify: VerifyStats | None = None  # None without a verify stage
+    # grader.kind majority: "kept", "rejected", and per agreement level L "right@L" / "total@L" (majority
+    # answers that matched the held-out gold / problems with one); empty under any other grader.
+    majority: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens(self) -> int:
@@ -458,7 +461,10 @@ class ShardStats:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"tokens": self.tokens}
+        data = asdict(self) | {"tokens": self.tokens}
+        if not self.majority:  # written only under a majority grader: other runs' markers are as before
+            del data["majority"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:

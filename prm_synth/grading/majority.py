@@ -62,8 +62,18 @@ class MajorityAudit:
             cell[0] += right
             cell[1] += total
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kept": self.kept, "rejected": self.rejected, "levels": dict(sorted(self.levels.items()))}
+    def to_counts(self) -> dict[str, int]:
+        """Flat counts for ShardStats.majority (summed key by key across shards)."""
+        out = {"kept": self.kept, "rejected": self.rejected}
+        for level, (right, total) in self.levels.items():
+            out[f"right@{level}"], out[f"total@{level}"] = right, total
+        return out
+
+
+def accuracy_table(counts: dict[str, int]) -> list[tuple[str, int, int]]:
+    """(agreement level, majority right, problems with a held-out gold) per level, from ShardStats.majority."""
+    levels = sorted({k.split("@", 1)[1] for k in counts if k.startswith("total@")})
+    return [(level, counts.get(f"right@{level}", 0), counts[f"total@{level}"]) for level in levels]
 
 
 @dataclass

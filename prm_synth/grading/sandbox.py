@@ -25,6 +25,7 @@ run unsandboxed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -180,10 +181,8 @@ def _supervise(command: list[str], limits: SandboxLimits) -> RunResult:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # bwrap is the group's leader; its pid namespace dies with it
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 _SIGNAL_REASONS = {signal.SIGXCPU: "cpu_limit", signal.SIGKILL: "cpu_limit", signal.SIGXFSZ: "file_limit"}
