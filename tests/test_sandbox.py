@@ -74,11 +74,7 @@ def test_allocates_10_gb() -> None:
 
 
 def test_opens_a_socket() -> None:
-    program = (
-        "import socket\n"
-        "socket.create_connection(('127.0.0.1', 22), timeout=2)\n"
-        "def inc(x):\n    return x + 1\n"
-    )
+    program = "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)\ndef inc(x):\n    return x + 1\n"
     status, reason, _ = grade(program)
     assert status == "incorrect" and reason is not None and reason.startswith("failed:")
     still_works()
