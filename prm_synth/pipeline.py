@@ -37,12 +37,12 @@ from prm_synth.config.sections import ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError
-from prm_synth.grading.majority import pseudo_gold
 from prm_synth.judge.ask import judge_records, sample_in
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_selected
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
+from prm_synth.sampling.votes import pseudo_gold
 from prm_synth.schema import (
     ConsensusStats,
     Item,

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("orchestration", {"flows"}),
     ("products", {"prm_synth.export", "prm_synth.products", "prm_synth.store.summary"}),
     ("shard pipeline", {"prm_synth.pipeline"}),
-    ("stages", {"prm_synth.annotate", "prm_synth.judge", "prm_synth.sampling.sample"}),
+    ("stages", {"prm_synth.annotate", "prm_synth.judge", "prm_synth.sampling.sample", "prm_synth.sampling.votes"}),
     (
         "parts",
         {

@@ -30,7 +30,7 @@ class SandboxLimits(_Strict):
     memory_mb: int = Field(1024, ge=64, le=65536)
     """Address space (RLIMIT_AS) in MiB."""
     processes: int = Field(32, ge=1, le=4096)
-    """Processes and threads (RLIMIT_NPROC) inside the sandbox's own user namespace."""
+    """Processes and threads (RLIMIT_NPROC) of the program's user (`nobody` when the run is root's)."""
     output_bytes: int = Field(1 << 20, ge=1024, le=1 << 30)
     """Bytes of stdout and stderr read back; more is a limit hit ("output_limit")."""
     file_mb: int = Field(16, ge=1, le=4096)
