@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import yaml
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from prm_synth.export.grader_card import grader_facts
 from prm_synth.export.views import (
     DEFAULT_MARKER,
     VIEWS,
@@ -543,6 +544,7 @@ def render_card(
             )
         },
         "verification": verification_facts(summary, facts),
+        "grader": grader_facts(dataset_dir, config),
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
     fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)
