@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from _simulated_run import pipeline_data, write_run
+
 from prm_synth.export.card import render_card
 from prm_synth.export.grader_card import level_span, majority_counts
 from prm_synth.store.shards import iter_records
 from prm_synth.store.summary import summarize
-
-from _simulated_run import pipeline_data, write_run
 
 
 def test_majority_run_marks_rows_rejects_and_states_it_on_the_card(tmp_path: Path) -> None:
