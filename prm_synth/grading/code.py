@@ -25,23 +25,26 @@ def last_code_block(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
+@functools.lru_cache(maxsize=8192)
+def _run(program: str, tests: str, entry_point: str, limits: SandboxLimits) -> Verdict:
+    """One program's verdict, cached for the process's life (the sampled solution and the rollouts that
+    end on the same program, across every grader of the run, run it once)."""
+    result = run_tests(program, tests, entry_point, limits)
+    if result.status == "pass":
+        return Verdict("correct", None, "passed")
+    if result.status == "fail":
+        return Verdict("incorrect", None, result.reason)
+    return Verdict("unknown", None, result.reason)
+
+
 class CodeGrader:
     kind = "code"
 
     def __init__(self, limits: SandboxLimits) -> None:
         self.limits = limits
-        self._run = functools.lru_cache(maxsize=8192)(self._run_uncached)
 
     def key(self, problem: Problem) -> str:
         return dump_key(json_key(problem))
-
-    def _run_uncached(self, program: str, tests: str, entry_point: str) -> Verdict:
-        result = run_tests(program, tests, entry_point, self.limits)
-        if result.status == "pass":
-            return Verdict("correct", None, "passed")
-        if result.status == "fail":
-            return Verdict("incorrect", None, result.reason)
-        return Verdict("unknown", None, result.reason)
 
     def grade(self, text: str, key: str) -> Verdict:
         data = load_key(key)
@@ -54,9 +57,9 @@ class CodeGrader:
         if len(program) > MAX_PROGRAM_CHARS:
             return Verdict("unknown", None, "too_long")
         prefix = str(data.get("prefix") or "")  # HumanEval's prompt (imports, helpers) before the solution
-        verdict = self._run(prefix + "\n" + program, tests, entry_point)
+        verdict = _run(prefix + "\n" + program, tests, entry_point, self.limits)
         if verdict.reason == "sandbox_unavailable":
-            self._run.cache_clear()
+            _run.cache_clear()  # never remembered: the next program tries to make a sandbox again
         return verdict
 
     def canonical(self, text: str, key: str) -> str | None:
