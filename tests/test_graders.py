@@ -162,3 +162,21 @@ def test_majority_keeps_agreed_gold_marks_it_and_audits_held_out_gold() -> None:
     assert [(r.problem_id, r.reason) for r in out.rejected] == [("d", "no_majority")]
     assert accuracy_table(out.audit.to_counts()) == [("0.7", 1, 1), ("1.0", 0, 1)]
     assert gold_origin(problems[0]) is None
+
+
+@pytest.mark.parametrize(
+    "grader, says",
+    [({"kind": "sql"}, "grader.kind: Input should be"), ({"kind": "code"}, "needs problems with tests")],
+)
+def test_prm_synth_run_refuses_a_bad_grader_before_any_work(tmp_path: Path, grader: dict[str, str], says: str) -> None:
+    from typer.testing import CliRunner
+
+    from prm_synth.cli import app
+
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps(BASE | {"grader": grader}))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(out)])
+    assert result.exit_code != 0
+    assert result.output.startswith("error: invalid pipeline config") and says in result.output
+    assert not out.exists()  # nothing was started
