@@ -139,3 +139,23 @@ def test_code_split_is_lossless_and_cuts_only_at_line_starts(lines: list[str], w
         assert step  # no empty step
         offset += len(step)
         assert text[offset - 1] == "\n", (offset, text)  # every cut falls at the start of a line
+
+
+def test_a_file_source_reads_aliases_for_the_exact_grader(tmp_path: Path) -> None:
+    path = tmp_path / "qa.jsonl"
+    rows = [
+        {"question": "Capital of France?", "answer": "Paris", "also": ["Paris, France", "City of Light"]},
+        {"question": "Bad aliases", "answer": "x", "also": "not a list"},
+        {"question": "None given", "answer": "y"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    source = FileSource(path=path, fields={"aliases": "also"})
+    items = list(iter_problems(source))
+    assert isinstance(items[1], RejectedRecord) and items[1].reason == "unparseable_answer"
+    first, third = items[0], items[2]
+    assert isinstance(first, Problem) and isinstance(third, Problem) and third.grading is None
+    grader = make_grader(GraderConfig(kind="exact"))
+    assert grader.grade("The answer is City of Light.", grader.key(first)).status == "correct"
+    assert grader.grade("The answer is Lyon.", grader.key(first)).status == "incorrect"
+    plain = FileSource(path=path)
+    assert [i.grading for i in iter_problems(plain) if isinstance(i, Problem)] == [None, None, None]

@@ -180,3 +180,13 @@ def test_prm_synth_run_refuses_a_bad_grader_before_any_work(tmp_path: Path, grad
     assert result.exit_code != 0
     assert result.output.startswith("error: invalid pipeline config") and says in result.output
     assert not out.exists()  # nothing was started
+
+
+def test_an_aliases_column_left_at_its_default_keeps_the_fingerprint(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question": "q", "answer": "1"}\n')
+    data = BASE | {"problems": {"kind": "file", "path": str(path), "fields": {"question": "question"}}}
+    with_default = data | {"problems": data["problems"] | {"fields": {"question": "question", "aliases": None}}}
+    assert validate_config(data).fingerprint() == validate_config(with_default).fingerprint()
+    named = data | {"problems": data["problems"] | {"fields": {"question": "question", "aliases": "also"}}}
+    assert validate_config(data).fingerprint() != validate_config(named).fingerprint()

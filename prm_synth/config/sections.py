@@ -51,6 +51,8 @@ class FieldMapping(Strict):
     """Column holding a problem id (None: ids are made from the row's position)."""
     answer_format: Literal["plain", "gsm8k", "boxed"] = "plain"
     """How to read the answer column: `gsm8k` takes what follows "####", `boxed` the last \\boxed{}, `plain` it as is."""
+    aliases: str | None = None
+    """Column holding other accepted answers (a list of strings) for `grader.kind: exact` (None: none)."""
 
 
 PRESETS: dict[str, FieldMapping] = {
@@ -935,6 +937,7 @@ _ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("annotate", "max_rollout_tokens"), None),
     (("sampling", "top_k"), None),
     (("rollouts", "top_k"), None),
+    (("problems", "fields", "aliases"), None),
 )
 
 

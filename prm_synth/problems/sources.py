@@ -195,8 +195,13 @@ class _RowReader:
                 return reject("bad_text", f"row {index}: {name!r} cannot be stored as UTF-8: {why}")
         if pid in self.seen:
             return reject("duplicate_id", f"row {index}: id {pid!r} was already used by an earlier row")
+        grading = None
+        if m.aliases is not None and (aliases := row.get(m.aliases)) is not None:
+            if not isinstance(aliases, list) or not all(isinstance(a, str) and _bad_text(a) is None for a in aliases):
+                return reject("unparseable_answer", f"row {index}: {m.aliases!r} is not a list of strings")
+            grading = json.dumps({"aliases": aliases}, ensure_ascii=False)
         self.seen.add(pid)
-        return Problem(id=pid, question=question, gold_answer=gold, source=self.source)
+        return Problem(id=pid, question=question, gold_answer=gold, source=self.source, grading=grading)
 
     def read_all(self, rows: Iterable[tuple[int, Any]]) -> Iterator[Item]:
         for index, row in rows:
