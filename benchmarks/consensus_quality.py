@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from prm_synth.config.sections import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_selected

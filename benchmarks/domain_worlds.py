@@ -21,7 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prm_synth.annotate.labeler import make_labeler  # noqa: E402
-from prm_synth.config.sections import PipelineConfig  # noqa: E402
+from prm_synth.config import PipelineConfig  # noqa: E402
 from prm_synth.engines.simulated_domains import (  # noqa: E402
     DomainPolicy,
     DomainWorld,
@@ -41,7 +41,7 @@ WORLDS: dict[str, dict[str, Any]] = {
     "no_gold_strict": {"form": "math", "step_error": 0.06, "recover": 0.05, "trap": 0.3, "trap_error": 0.7},
 }
 GRADERS: dict[str, dict[str, Any]] = {
-    "code": {"kind": "code", "sandbox": {"cpu_s": 2, "wall_s": 10}},
+    "code": {"kind": "code", "sandbox": {"cpu_s": 2, "wall_s": 60}},
     "choice": {"kind": "choice"},
     "no_gold": {"kind": "majority", "of": "math", "votes": 8, "min_agreement": 0.5},
     # the same world, keeping only the pseudo-golds with 7 of 8 votes: the misconception rarely gets them

@@ -77,7 +77,7 @@ UnlabeledReason = Literal[
 ]
 # The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's
-# bisection; `calibrated` (an older posterior) is upgraded to it (config_upgrade).
+# bisection; `calibrated` (an older posterior) is upgraded to it (config/upgrade.py).
 SearchTestName = Literal["fixed", "sprt", "changepoint"]
 # The nodes of an OmegaPRM tree: the question, a measured prefix, a complete rollout (a leaf).
 NodeKind = Literal["root", "state", "rollout"]

@@ -12,7 +12,7 @@ from _prm_helpers import labeled_row
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config.sections import ConsensusConfig, validate_config
+from prm_synth.config import ConsensusConfig, validate_config
 from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.judge.consensus import (

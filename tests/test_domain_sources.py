@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from prm_synth.config import FileSource
 from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource
 from prm_synth.config.grader import GraderConfig, SandboxLimits
-from prm_synth.config.sections import FileSource
 from prm_synth.grading import sandbox
 from prm_synth.grading.registry import make_grader
 from prm_synth.problems.sources import iter_problems
@@ -33,7 +33,7 @@ def test_humaneval_ships_164_problems_with_tests() -> None:
 
 @pytest.mark.skipif(sandbox.bwrap_binary() is None, reason="bubblewrap is not installed")
 def test_humaneval_reference_solutions_pass_and_a_stub_fails() -> None:
-    grader = make_grader(GraderConfig(kind="code", sandbox=SandboxLimits(cpu_s=5, wall_s=30)))
+    grader = make_grader(GraderConfig(kind="code", sandbox=SandboxLimits(cpu_s=5, wall_s=60)))
     for problem in iter_problems(HumanEvalSource(count=3)):
         assert isinstance(problem, Problem)
         key = grader.key(problem)

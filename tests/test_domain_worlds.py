@@ -23,14 +23,14 @@ from prm_synth.engines.simulated_domains import (
 )
 from prm_synth.grading import sandbox
 from prm_synth.grading.registry import make_grader
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import domain_worlds  # noqa: E402
 
 needs_sandbox = pytest.mark.skipif(sandbox.bwrap_binary() is None, reason="bubblewrap is not installed")
-CODE = make_grader(GraderConfig(kind="code", sandbox=SandboxLimits(cpu_s=2, wall_s=10)))
+CODE = make_grader(GraderConfig(kind="code", sandbox=SandboxLimits(cpu_s=2, wall_s=60)))
 
 
 def _program(lines: list[str]) -> str:

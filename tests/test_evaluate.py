@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from prm_synth.cli.eval import register
-from prm_synth.config.sections import JudgeConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.simulated import SimulatedJudge
 from prm_synth.products.evaluate import (

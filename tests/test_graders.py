@@ -10,13 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from prm_synth.config import ConfigError, load_config, validate_config
 from prm_synth.config.grader import GraderConfig
-from prm_synth.config.sections import ConfigError, load_config, validate_config
 from prm_synth.engines.base import Completion, GenerationResult
 from prm_synth.grading.choice import ChoiceGrader
 from prm_synth.grading.exact import ExactGrader
+from prm_synth.grading.keys import dump_key
 from prm_synth.grading.majority import accuracy_table, gold_origin
-from prm_synth.grading.registry import dump_key, make_grader
+from prm_synth.grading.registry import make_grader
 from prm_synth.sampling.votes import pseudo_gold
 from prm_synth.schema import Problem
 

@@ -406,7 +406,7 @@ def test_cli_push_uses_the_environment_token_and_scrubs_it(dataset, planted, mon
 
 
 def test_the_cards_k_and_budget_come_from_the_labeler():
-    from prm_synth.config.sections import ConfigError
+    from prm_synth.config import ConfigError
     from prm_synth.export.card import labeling
 
     base = {"problems": {"kind": "builtin", "count": 4}, "policy": {"kind": "simulated"}}

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.config.sections import (
+from prm_synth.config import (
     EngineConfig,
     EngineFields,
     JudgeEngineConfig,

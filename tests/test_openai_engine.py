@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fault_proxy import FakeCompletionsServer, FaultProxy
 
-from prm_synth.config.sections import OpenAIConfig
+from prm_synth.config import OpenAIConfig
 from prm_synth.engines.base import (
     Engine,
     EngineError,

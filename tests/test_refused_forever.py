@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import flows.synthesize
 from prm_synth.cli import app
-from prm_synth.config.sections import RunConfig, load_config
+from prm_synth.config import RunConfig, load_config
 from prm_synth.store.refusals import PERMANENT, REFUSED, count_refusals, make_permanent
 from prm_synth.store.shards import iter_records
 

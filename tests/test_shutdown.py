@@ -192,7 +192,7 @@ class SilentThenSimulated(SimulatedCompletionsServer):
     the requests it gets (`asked`); once not silent, it answers as the simulated policy."""
 
     def __init__(self) -> None:
-        from prm_synth.config.sections import SimulatedPolicyConfig
+        from prm_synth.config import SimulatedPolicyConfig
 
         super().__init__(config=SimulatedPolicyConfig(step_error=0.2, seed=0))
         self.silent = True

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.config.sections import load_config, validate_config
+from prm_synth.config import load_config, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, GenerationResult
 from prm_synth.engines.simulated import SimulatedJudge

@@ -26,7 +26,7 @@ from prm_synth.export.views import (
     to_qwen,
     to_trl,
 )
-from prm_synth.sampling.prompts import render_chain_step
+from prm_synth.prompting.prompts import render_chain_step
 
 ROW = {
     "id": "r1",

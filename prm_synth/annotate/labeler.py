@@ -36,15 +36,15 @@ from prm_synth.annotate.scheduler import (
     Spend,
 )
 from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
-from prm_synth.config.sections import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
+from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig, rows_reconcile
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading.majority import gold_origin
 from prm_synth.grading.math import Verdict
 from prm_synth.grading.registry import grade_answer, make_grader
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.thinking import engine_markers
 from prm_synth.sampling.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
 from prm_synth.sampling.steps import splitter
-from prm_synth.sampling.thinking import engine_markers
 from prm_synth.schema import (
     LabeledRecord,
     Problem,
@@ -158,6 +158,9 @@ class _Base:
         self.config = config
         self.fingerprint = fingerprint
         self.grader = make_grader(config.grader)
+
+    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
+        return rows_reconcile(self.config.annotate, stats, rows, rejected, samples_per_problem)
 
     def _record(
         self,
@@ -334,11 +337,6 @@ class SolutionLabeler(_Base):
             records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled, spend=scheduler.spend
         )
 
-    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
-        # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
-        load_rejected = stats.inputs - stats.problems_loaded
-        return rows + rejected == load_rejected + stats.problems_loaded * samples_per_problem
-
 
 class MCLabeler(SolutionLabeler):
     """mc: k rollouts from every step prefix of every sampled solution."""
@@ -508,9 +506,6 @@ class OmegaLabeler(_Base):
             "root-to-leaf path is one row."
         )
 
-    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
-        # A tree gives any number of rows: every problem has rows or a rejection (checked per shard).
-        return stats.problems_labeled + rejected >= stats.inputs
 
 
 # The labeler of each annotate config class: one entry per method.

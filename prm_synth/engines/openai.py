@@ -9,7 +9,7 @@ The prompt is rendered with the chat template of a local tokenizer (`config.toke
 exactly the templated question plus the prefix (the chat endpoint cannot continue a partial assistant
 turn: it would close the turn, or a thinking trace, before generating). For a thinking model
 (`thinking`) the template renders its thinking mode, and a prefix from inside the trace continues it
-(prm_synth/sampling/thinking.py). Without any tokenizer a plain rendering is used.
+(prm_synth/prompting/thinking.py). Without any tokenizer a plain rendering is used.
 
 Retries are ours, not the client's (`max_retries=0` on the client), so they are tested: 408, 409,
 429, 5xx, timeouts, dropped connections and malformed replies are retried with capped exponential
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prm_synth.config.sections import OpenAIConfig
+from prm_synth.config import OpenAIConfig
 from prm_synth.engines.base import (
     Completion,
     EngineError,
@@ -54,7 +54,7 @@ from prm_synth.engines.base import (
 )
 from prm_synth.engines.chat import count_tokens, render_plain, render_prompt, strip_duplicate_bos
 from prm_synth.key_scrub import scrub
-from prm_synth.sampling.thinking import resolve_markers
+from prm_synth.prompting.thinking import resolve_markers
 
 log = logging.getLogger(__name__)
 

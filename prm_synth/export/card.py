@@ -170,10 +170,10 @@ SOFT_TEXT = {  # what a soft view's float targets are
 
 def labeling(config: Mapping[str, Any]) -> dict[str, str]:
     """How the labels were made, in the labeler's own words (prm_synth.annotate: the one place that knows
-    each method). A stored config of an older layout is upgraded on the way in (config_upgrade); one that
+    each method). A stored config of an older layout is upgraded on the way in (config/upgrade.py); one that
     still does not validate stops the export with the config error: the card never re-describes a method."""
     from prm_synth.annotate.labeler import make_labeler
-    from prm_synth.config.sections import validate_config
+    from prm_synth.config import validate_config
 
     stored = validate_config(dict(config), where="(the dataset's stored config)", check_paths=False)
     labeler = make_labeler(stored)

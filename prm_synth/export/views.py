@@ -60,7 +60,7 @@ from prm_synth.export.consumers import (
     trl_labels,
 )
 from prm_synth.judge.verify import parse_chain
-from prm_synth.sampling.prompts import VERIFY_SYSTEM, render_verify_prompt
+from prm_synth.prompting.prompts import VERIFY_SYSTEM, render_verify_prompt
 from prm_synth.store.shards import iter_tables
 
 STEP_TAG = "ки"  # Math-Shepherd's step tag; also OpenRLHF's placeholder token in its Math-Shepherd example

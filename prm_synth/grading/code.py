@@ -10,8 +10,8 @@ import functools
 import re
 
 from prm_synth.config.grader import SandboxLimits
+from prm_synth.grading.keys import dump_key, json_key, load_key
 from prm_synth.grading.math import Verdict
-from prm_synth.grading.registry import dump_key, json_key, load_key
 from prm_synth.grading.sandbox import run_tests
 from prm_synth.schema import Problem
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 from prm_synth.grading import math as math_grading
+from prm_synth.grading.keys import dump_key, json_key, load_key
 from prm_synth.grading.math import Verdict
-from prm_synth.grading.registry import dump_key, json_key, load_key
 from prm_synth.schema import Problem
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")

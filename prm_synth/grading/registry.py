@@ -10,14 +10,15 @@ field. `canonical` reads a solution's final answer as the value votes are counte
 
 from __future__ import annotations
 
-import functools
-import json
-from typing import Any, Protocol
+from typing import Protocol
 
 from prm_synth.config.grader import GraderConfig
 from prm_synth.grading import math as math_grading
+from prm_synth.grading.choice import ChoiceGrader
+from prm_synth.grading.code import CodeGrader
+from prm_synth.grading.exact import ExactGrader
 from prm_synth.grading.math import Verdict
-from prm_synth.sampling.thinking import TRUNCATED_THINKING, ThinkingMarkers
+from prm_synth.prompting.thinking import TRUNCATED_THINKING, ThinkingMarkers
 from prm_synth.schema import Problem
 
 
@@ -61,42 +62,16 @@ class MathGrader:
         return answer
 
 
-def json_key(problem: Problem) -> dict[str, Any]:
-    """The problem's grading data (`Problem.grading`, JSON) with its gold answer as `answer`."""
-    data = json.loads(problem.grading) if problem.grading else {}
-    return {**data, "answer": problem.gold_answer}
-
-
-def dump_key(data: dict[str, Any]) -> str:
-    return json.dumps(data, ensure_ascii=False, sort_keys=True)
-
-
-@functools.lru_cache(maxsize=4096)
-def load_key(key: str) -> dict[str, Any]:
-    """A JSON key back as a mapping; a key that is not one is a bare answer."""
-    try:
-        data = json.loads(key)
-    except ValueError:
-        return {"answer": key}
-    return data if isinstance(data, dict) else {"answer": key}
-
-
 def make_grader(config: GraderConfig, inner: bool = False) -> Grader:
     """The grader of `config.kind` (`inner`: the kind a majority's votes are read with)."""
     kind = config.inner_kind if inner else config.kind
     if kind == "math":
         return MathGrader()
     if kind == "choice":
-        from prm_synth.grading.choice import ChoiceGrader
-
         return ChoiceGrader()
     if kind == "exact":
-        from prm_synth.grading.exact import ExactGrader
-
         return ExactGrader(config.tolerance, config.case_sensitive)
     if kind == "code":
-        from prm_synth.grading.code import CodeGrader
-
         return CodeGrader(config.sandbox)
     if kind == "majority":
         return make_grader(config, inner=True)  # against the pseudo-gold, a majority grades as its inner kind

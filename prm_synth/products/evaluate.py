@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config.sections import JudgeConfig, PipelineConfig
+from prm_synth.config import JudgeConfig, PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import grade
@@ -31,7 +31,7 @@ from prm_synth.judge.consensus import record_from_payload
 from prm_synth.judge.verify import VERIFIER_PROMPT
 from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import gold_from_field
-from prm_synth.sampling.prompts import VERIFY_PROMPT_VERSION
+from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
 from prm_synth.sampling.sample import Solution, check_policy_can_solve
 from prm_synth.schema import Problem
 from prm_synth.store.shards import iter_records, read_manifest
