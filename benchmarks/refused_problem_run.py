@@ -32,7 +32,7 @@ from fault_proxy import FaultProxy, SimulatedCompletionsServer  # noqa: E402
 from prm_synth.config import SimulatedPolicyConfig, validate_config  # noqa: E402
 from prm_synth.problems.sources import iter_problems  # noqa: E402
 from prm_synth.prompting.prompts import policy_user_prompt  # noqa: E402
-from prm_synth.store.shards import iter_tables  # noqa: E402
+from prm_synth.store.readers import iter_tables  # noqa: E402
 
 
 def main() -> None:

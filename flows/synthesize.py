@@ -61,8 +61,9 @@ from prm_synth.pipeline import (
 from prm_synth.problems.sources import count_hint
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
+from prm_synth.store.layout import ShardEntry
 from prm_synth.store.resume import run_fingerprint
-from prm_synth.store.shards import ShardEntry, ShardStore
+from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
 DRY_RUN_PROBLEMS = 8

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from prm_synth.annotate.labeler import Progress, make_labeler, quiet
+from prm_synth.annotate.labeler import make_labeler
+from prm_synth.annotate.result import Progress, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
 from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
@@ -52,10 +53,11 @@ from prm_synth.schema import (
     ShardStats,
     VerifyStats,
 )
+from prm_synth.store.layout import ShardEntry
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.refusals import count_refusals, make_permanent, reasons_of
 from prm_synth.store.resume import servers
-from prm_synth.store.shards import ShardEntry, ShardStore
+from prm_synth.store.shards import ShardStore
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 The record and rejected-row schemas are Arrow schemas; shards are Arrow IPC stream files with exactly
 these columns. Adding a column is a compatible change; renaming or retyping one is not.
-The vocabularies (label sources, stages, verdict statuses) are `Literal`s shared by the annotators,
-the stages, the card and the tests, so a new word is added in one place.
+The vocabularies (label sources, stages, verdicts) are `Literal`s shared by annotators, stages, card and
+tests, so a new word is added in one place.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ RejectReason = Literal[
     "verify_unreadable",
     # split: the policy wrote nothing to split
     "empty_solution",
-    # sample (grader.kind majority): the policy's answers reached no majority to serve as the gold
-    "no_majority",
+    "no_majority",  # sample (grader.kind majority): the policy's answers reached no majority to be the gold
     # annotate (OmegaPRM): a question without a row
     "screened_out",
     "no_paths",
@@ -60,8 +59,7 @@ RejectReason = Literal[
     "unencodable_text",
 ]
 REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
-# Rows rejected for now because a stage's engine failed on them, not for their content: the next run
-# of the same command finishes them from their payload (the row as that stage got it).
+# Rejected for now (a stage's engine failed on them, not their content): the next run finishes them from their payload.
 LEFT_OPEN_REASONS = frozenset({"judge_unreadable", "verify_unreadable"})
 # Why a step has no label (a row's `unlabeled_reason`).
 UnlabeledReason = Literal[
@@ -108,9 +106,7 @@ class Problem:
     question: str
     gold_answer: str
     source: str
-    # JSON of what a grader other than math needs (options, aliases, tests, entry point); None for math.
-    # A majority's pseudo-gold sets `pseudo_gold` in it (prm_synth/grading/majority.py).
-    grading: str | None = None
+    grading: str | None = None  # JSON: what a grader other than math needs (options, aliases, tests, ...)
 
 
 RECORD_SCHEMA = pa.schema(
@@ -161,9 +157,7 @@ RECORD_SCHEMA = pa.schema(
         pa.field("consensus_p_good", pa.list_(pa.float64())),
         # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
         pa.field("labels_before_consensus", pa.list_(pa.bool_())),
-        # Where the gold answer came from: null = the problem's own; "majority <share>" = a pseudo-gold, the
-        # policy's most common answer with that share of the votes (grader.kind majority). Added later.
-        pa.field("gold_origin", pa.string()),
+        pa.field("gold_origin", pa.string()),  # null: the problem's gold; "majority 0.750": a pseudo-gold. Added later.
     ]
 )
 
@@ -420,10 +414,9 @@ class VerifyStats:
 class ShardStats:
     """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object.
 
-    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is
-    not a rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy
-    and the judge processed: sampling, rollouts and judging.
-    """
+    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is not a
+    rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy and the
+    judge processed: sampling, rollouts and judging. `majority`: grader.kind majority's counts."""
 
     inputs: int = 0  # source rows in the shard (problems + load rejections)
     problems_loaded: int = 0
@@ -450,9 +443,7 @@ class ShardStats:
     judge: JudgeStats | None = None  # None without a judge
     consensus: ConsensusStats | None = None  # None without consensus
     verify: VerifyStats | None = None  # None without a verify stage
-    # grader.kind majority: "kept", "rejected", and per agreement level L "right@L" / "total@L" (majority
-    # answers that matched the held-out gold / problems with one); empty under any other grader.
-    majority: dict[str, int] = field(default_factory=dict)
+    majority: dict[str, int] = field(default_factory=dict)  # MajorityAudit.to_counts (grading/majority.py)
 
     @property
     def tokens(self) -> int:
@@ -461,10 +452,7 @@ class ShardStats:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self) | {"tokens": self.tokens}
-        if not self.majority:  # written only under a majority grader: other runs' markers are as before
-            del data["majority"]
-        return data
+        return {k: v for k, v in (asdict(self) | {"tokens": self.tokens}).items() if k != "majority" or v}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:

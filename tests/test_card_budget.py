@@ -9,7 +9,7 @@ import pytest
 from _simulated_run import pipeline_data, write_run
 
 from prm_synth.export.hub import export_to_dir
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 LIMIT = 40
 BOUND = re.compile(r"within (\d+) rollouts a solution")

@@ -26,7 +26,7 @@ from prm_synth.judge.consensus import (
 )
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior
 from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats
-from prm_synth.store.shards import ShardEntry, totals
+from prm_synth.store.layout import ShardEntry, totals
 
 
 def rec(

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.scheduler import JobsAfter, Probe, ProbeScheduler, Refused, SolutionJob
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.engines.adapters import BatchAdapter, FutureAdapter
 from prm_synth.engines.base import (
     Completion,
     EngineError,
@@ -31,7 +32,7 @@ from prm_synth.engines.base import (
     StreamingEngine,
 )
 from prm_synth.engines.simulated import SimulatedJudge, SimulatedPolicy
-from prm_synth.engines.stream import BatchAdapter, FutureAdapter, GenerationStream, as_streaming
+from prm_synth.engines.stream import GenerationStream, as_streaming
 from prm_synth.judge.ask import judge_records
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.store.summary import _reconciles
@@ -558,7 +559,7 @@ def test_a_run_against_a_server_that_refuses_one_problem_rejects_it_and_labels_t
 
     from prm_synth.config import SimulatedPolicyConfig
     from prm_synth.problems.sources import iter_problems
-    from prm_synth.store.shards import iter_tables
+    from prm_synth.store.readers import iter_tables
 
     root = Path(__file__).resolve().parents[1]
     problems = {"kind": "builtin", "count": 12, "seed": 0, "min_ops": 2, "max_ops": 5}

@@ -22,7 +22,7 @@ from prm_synth.config import ConfigError, HFSource, validate_config
 from prm_synth.export.hub import export_to_dir, plan_export
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 SIM = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}
 

@@ -20,7 +20,8 @@ from prm_synth.cli import app
 from prm_synth.config import load_config
 from prm_synth.problems import arithmetic
 from prm_synth.schema import ShardStats
-from prm_synth.store.shards import ShardStore, iter_records, read_manifest
+from prm_synth.store.readers import iter_records, read_manifest
+from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunSummary, summarize
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
 from prm_synth.grading import sandbox
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 pytestmark = pytest.mark.skipif(sandbox.bwrap_binary() is None, reason="bubblewrap is not installed")
 

@@ -21,7 +21,8 @@ from prm_synth.problems import arithmetic
 from prm_synth.problems import sources as problems
 from prm_synth.problems.sources import ProblemSourceError, iter_problems
 from prm_synth.schema import Problem, RejectedRecord
-from prm_synth.store.shards import ShardStore, iter_records
+from prm_synth.store.readers import iter_records
+from prm_synth.store.shards import ShardStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ import pytest
 
 from prm_synth.export.card import render_card
 from prm_synth.grading import sandbox
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ from _simulated_run import pipeline_data, write_run
 
 from prm_synth.export.card import render_card
 from prm_synth.export.grader_card import level_span, majority_counts
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 from prm_synth.store.summary import summarize
 
 

@@ -93,7 +93,8 @@ def test_order_concurrency_and_plain_fallback(fake, caplog):
 
 
 def test_per_request_futures_feed_the_engine_stream(fake):
-    from prm_synth.engines.stream import FutureAdapter, stream_for
+    from prm_synth.engines.adapters import FutureAdapter
+    from prm_synth.engines.stream import stream_for
 
     engine = _engine(fake.url, max_concurrency=4)
     try:

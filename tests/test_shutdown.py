@@ -25,7 +25,7 @@ from _simulated_run import openai_policy, small_pipeline
 from aiohttp import web
 from fault_proxy import SimulatedCompletionsServer
 
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = 8

@@ -33,7 +33,7 @@ from prm_synth.pipeline import (
     process_shard,
 )
 from prm_synth.problems.sources import iter_problems
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 ROWS = 8  # 4 problems x 2 samples
 UNREADABLE = "I have looked at every paragraph\x1b[31m carefully and I believe it is fine."

@@ -324,7 +324,7 @@ def verified_run(tmp_path_factory):
 
 
 def test_chains_survive_the_shard_and_the_summary(verified_run):
-    from prm_synth.store.shards import iter_records
+    from prm_synth.store.readers import iter_records
 
     rows = list(iter_records(verified_run))
     assert rows and all(isinstance(r["verify_chains"], list) for r in rows)
@@ -388,7 +388,7 @@ def test_default_export_adds_the_verifier_view_only_for_runs_with_chains(verifie
 
 def test_shards_written_before_the_verify_columns_still_read(tmp_path, monkeypatch):
     import prm_synth.store.shards as shards_module
-    from prm_synth.export.views import export_view
+    from prm_synth.export.writing import export_view
 
     old_schema = pa.schema([f for f in RECORD_SCHEMA if not f.name.startswith("verify_")])
     monkeypatch.setattr(shards_module, "RECORD_SCHEMA", old_schema)

@@ -13,8 +13,7 @@ entry there. `make_labeler` is the only dispatch on the annotate method in the c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from functools import partial
 from typing import Any, Protocol
 
@@ -26,12 +25,12 @@ from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
 from prm_synth.annotate.omega_tree import tree_to_json
 from prm_synth.annotate.protocol import Annotator
+from prm_synth.annotate.result import LabelResult, Progress, quiet
 from prm_synth.annotate.scheduler import (
     JobsAfter,
     ProbeScheduler,
     ProgressCallback,
     Refused,
-    SchedulerStats,
     SolutionJob,
     Spend,
 )
@@ -55,24 +54,6 @@ from prm_synth.schema import (
     VerdictStatus,
     reject,
 )
-
-Progress = Callable[[str], None]
-
-
-def quiet(_: str) -> None:
-    pass
-
-
-@dataclass
-class LabelResult:
-    """What a labeler returns: rows in input order, rejections, the search trees, and the spend."""
-
-    records: list[LabeledRecord] = field(default_factory=list)
-    rejected: list[RejectedRecord] = field(default_factory=list)
-    trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
-    stats: SchedulerStats = field(default_factory=SchedulerStats)
-    sampled: Sampled = field(default_factory=Sampled)  # the solutions sampled for it (none per question)
-    spend: dict[str, Spend] = field(default_factory=dict)  # per solution (or question) key: what its probes cost
 
 
 class Labeler(Protocol):
@@ -505,7 +486,6 @@ class OmegaLabeler(_Base):
             "each prefix's MC value comes from rollouts, a bisection locates first errors, and every "
             "root-to-leaf path is one row."
         )
-
 
 
 # The labeler of each annotate config class: one entry per method.

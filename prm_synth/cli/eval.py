@@ -156,7 +156,7 @@ def dataset_cmd(
 ) -> None:
     """Bad-label precision/recall of a simulated-policy dataset against the recomputed truth."""
     from prm_synth.products.evaluate import evaluate_dataset
-    from prm_synth.store.shards import reading
+    from prm_synth.store.lock import reading
 
     with reading(directory):
         report = evaluate_dataset(directory)

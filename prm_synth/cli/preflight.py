@@ -10,7 +10,8 @@ from pathlib import Path
 from prm_synth.config import FileSource, HFSource, PipelineConfig
 from prm_synth.config.identity import resume_decision
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.store.shards import DatasetError, read_manifest
+from prm_synth.store.layout import DatasetError
+from prm_synth.store.readers import read_manifest
 
 OUTPUT_SUBFOLDERS = ("data", "rejected", "shards", "trees")
 MANIFEST = "manifest.json"

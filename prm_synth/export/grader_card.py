@@ -10,7 +10,7 @@ from typing import Any
 
 from prm_synth.grading.majority import AGREEMENT_BINS, accuracy_table
 from prm_synth.schema import ShardStats
-from prm_synth.store.shards import dataset_shards
+from prm_synth.store.readers import dataset_shards
 
 KIND_TEXT = {
     "choice": "a multiple-choice grader: the solution's final choice (a letter or an option's text) against "

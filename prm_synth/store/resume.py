@@ -9,7 +9,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from prm_synth.config import OpenAIConfig, PipelineConfig
 from prm_synth.config.identity import resume_fingerprint
-from prm_synth.store.shards import DatasetError, read_manifest
+from prm_synth.store.layout import DatasetError
+from prm_synth.store.readers import read_manifest
 
 
 def run_fingerprint(config: PipelineConfig, root: str | Path) -> str:

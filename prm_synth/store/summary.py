@@ -14,7 +14,7 @@ from typing import Any
 from prm_synth.config import ConfigError, rows_reconcile, validate_config
 from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
 from prm_synth.store.left_open import sample_in
-from prm_synth.store.shards import dataset_shards, iter_records, iter_tables, read_manifest
+from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, read_manifest
 
 
 def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
