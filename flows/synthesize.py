@@ -135,6 +135,7 @@ def label_shard(
             store.read_rows(entry, "rejected"),
             entry.stats,
             store.read_trees(entry),
+            store.read_canaries(entry),
         )
         source_rows = entry.problems
         previous_refusals = entry.refusals
@@ -199,6 +200,7 @@ def label_shard(
         problems=source_rows,
         stats=rows.stats,
         trees=rows.trees,
+        canaries=rows.canaries,
         servers=servers(config),
         refusals=refusals,
     )

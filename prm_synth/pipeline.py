@@ -33,11 +33,13 @@ from typing import Any
 
 from prm_synth.annotate.labeler import Progress, make_labeler, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
+from prm_synth.canary_stats import CanaryStats
 from prm_synth.config.sections import ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError
 from prm_synth.judge.ask import judge_records, sample_in
+from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_selected
 from prm_synth.judge.verify import verify_records
@@ -66,6 +68,7 @@ class ShardOutput:
     rejected: list[RejectedRecord] = field(default_factory=list)
     stats: ShardStats = field(default_factory=ShardStats)
     trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
+    canaries: list[dict[str, Any]] = field(default_factory=list)  # written apart (OUT/canaries/), never data
 
 
 def iter_shards(config: PipelineConfig, limit: int | None = None) -> Iterator[ShardInput]:
@@ -97,7 +100,10 @@ def process_shard(
     labeled = make_labeler(config, fingerprint).label(engine, problems, progress, on_progress)
     sampled = labeled.sampled
     clock.lap("sample_and_label")
-    tail = judge_onwards(config, labeled.records, judge_engine, verify_engine, clock)
+    # before the judge: what the canaries measure is what the judge's accuracy is read from
+    canaries = run_canaries(engine, judge_engine, config, labeled.records, problems, shard.index)
+    clock.lap("canaries")
+    tail = judge_onwards(config, labeled.records, judge_engine, verify_engine, clock, canaries=canaries.stats)
     records, judge_stats, consensus_stats, verify_stats = tail.records, tail.judge, tail.consensus, tail.verify
 
     rejected = load_rejected + sampled.rejected + labeled.rejected + tail.rejected
@@ -130,18 +136,21 @@ def process_shard(
         judge=judge_stats,
         consensus=consensus_stats,
         verify=verify_stats,
+        canaries=canaries.stats,
     )
-    return ShardOutput(records, rejected, stats, labeled.trees)
+    return ShardOutput(records, rejected, stats, labeled.trees, canaries.rows)
 
 
 def _judge(
-    engine: Engine, records: list[LabeledRecord], config: PipelineConfig
+    engine: Engine, records: list[LabeledRecord], config: PipelineConfig, canaries: CanaryStats | None = None
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage: under `soft`, only the rows a vote can change, votes asked until settled
     (judge_selection.py); under any other policy (or none), every row with `samples` votes."""
     assert config.judge is not None
     if config.consensus is not None and config.consensus.policy == "soft":
-        return judge_selected(engine, records, config.judge, config.consensus, config.run.max_batch_requests)
+        return judge_selected(
+            engine, records, config.judge, config.consensus, config.run.max_batch_requests, canaries=canaries
+        )
     return judge_records(engine, records, config.judge, config.run.max_batch_requests)
 
 
@@ -163,19 +172,20 @@ def judge_onwards(
     verify_engine: Engine | None,
     clock: _Clock,
     verify_only: list[LabeledRecord] | None = None,
+    canaries: CanaryStats | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
     that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
     those alone, judge and consensus do not run."""
     judging = bool(records) or verify_only is None
     judged, judge_rejected, judge_stats = (
-        _judge(_engine_for("judge", judge_engine), records, config)
+        _judge(_engine_for("judge", judge_engine), records, config, canaries)
         if config.judge is not None and judging
         else (records, [], None)
     )
     clock.lap("judge")
     kept, consensus_rejected, consensus_stats = (
-        apply_consensus(judged, config.consensus, config.labels.min_confidence)
+        apply_consensus(judged, config.consensus, config.labels.min_confidence, canaries=canaries)
         if config.consensus and judging
         else (judged, [], None)
     )
@@ -284,10 +294,12 @@ class ShardRows:
     rejected: list[dict[str, Any]]
     stats: ShardStats
     trees: dict[str, Any] = field(default_factory=dict)
+    canaries: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, out: ShardOutput) -> ShardRows:
-        return cls([r.to_row() for r in out.records], [r.to_row() for r in out.rejected], out.stats, out.trees)
+        rows, rejected = [r.to_row() for r in out.records], [r.to_row() for r in out.rejected]
+        return cls(rows, rejected, out.stats, out.trees, out.canaries)
 
 
 def redo_items(items: list[Item], redo: set[str]) -> list[Item]:
@@ -316,7 +328,7 @@ def merge_redo(
     stats.final_correct = sum(1 for r in records if r.get("final_correct") is True)
     stats.final_unknown = sum(1 for r in records if r.get("final_correct") is None)
     trees = {k: v for k, v in previous.trees.items() if k not in redo} | new.trees
-    return ShardRows(records, rejected, stats, trees)
+    return ShardRows(records, rejected, stats, trees, previous.canaries + new.canaries)  # earlier canaries stay
 
 
 class ShardRefusedError(EngineError):

@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args
 
 import pyarrow as pa
 
+from prm_synth.canary_stats import CanaryStats, precision_report
+
 # Where a step's label came from (see annotate/annotation.py for each meaning).
 LabelSource = Literal["mc", "verdict", "test", "inferred", "consensus", "none"]
 LABEL_SOURCES: tuple[str, ...] = get_args(LabelSource)
@@ -314,6 +316,7 @@ class ConsensusStats:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     agreement: dict[str, int] = field(default_factory=dict)  # "mc=i,judge=j" -> rows (judge=none: no verdict)
     by_source: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> rows, kept, rejected, agree
+    estimate: dict[str, float] = field(default_factory=dict)  # kept labels' expected precision (judge/estimate.py)
 
     def fractions(self) -> dict[str, Any]:
         """kept / rows, agree / judged, and kept / rows per source, recomputed from the counts."""
@@ -343,8 +346,7 @@ class ConsensusStats:
         return f"{text}; by answer class (what soft reads): {self.by_answer_text()}" if self.by_answer else text
 
     def by_answer_text(self) -> str:
-        """Each answer class's measured accuracy in words, and in how many shards the prior stood in for
-        it (too few pinned rows of the class there: judge_accuracy.py)."""
+        """Each answer class's measured accuracy in words, and in how many shards the prior stood in."""
         parts = []
         for name in ("right", "wrong"):
             c = self.by_answer.get(name) or {}
@@ -371,7 +373,7 @@ class ConsensusStats:
 
     def as_dict(self) -> dict[str, Any]:
         """The counts with the fractions (the run summary's `consensus`)."""
-        return asdict(self) | self.fractions()
+        return asdict(self) | self.fractions() | {"estimated_precision": precision_report(self.estimate)}
 
 
 @dataclass
@@ -441,6 +443,7 @@ class ShardStats:
     judge: JudgeStats | None = None  # None without a judge
     consensus: ConsensusStats | None = None  # None without consensus
     verify: VerifyStats | None = None  # None without a verify stage
+    canaries: CanaryStats | None = None  # None without canaries (prm_synth/canary_stats.py)
 
     @property
     def tokens(self) -> int:
@@ -453,12 +456,12 @@ class ShardStats:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:
-        """Read stats written by any version: unknown keys are ignored, missing ones are zero; a stage
-        that did not run is None (older markers wrote an empty object)."""
+        """Read stats of any version: unknown keys ignored, missing ones zero, a stage that did not run None."""
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in (data or {}).items() if k in names}
         for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats), ("verify", VerifyStats)):
             values[name] = _read(stage, values.get(name))
+        values["canaries"] = _read(CanaryStats, values.get("canaries"))
         return cls(**values)
 
     def moved_to_rejected(self, reasons: list[str]) -> ShardStats:
@@ -485,7 +488,7 @@ def _read(stage: type[Any], data: dict[str, Any] | None) -> Any:
 def _add(a: Any, b: Any) -> Any:
     if a is None or b is None:
         return b if a is None else a
-    if isinstance(a, JudgeStats | ConsensusStats | VerifyStats):
+    if isinstance(a, JudgeStats | ConsensusStats | VerifyStats | CanaryStats):
         return type(a)(**{f.name: _add(getattr(a, f.name), getattr(b, f.name)) for f in fields(a)})
     if isinstance(a, dict):
         out = dict(a)

@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "=prm_synth",  # "=": this module only, not the package below it
             "prm_synth.config",
             "prm_synth.schema",
+            "prm_synth.canary_stats",
             "prm_synth.sampling",
             "prm_synth.errors",
         },

@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from prm_synth.config.canaries import CanariesConfig
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.sampling.prompts import PROMPT_VERSIONS, VERIFY_PROMPT_VERSION, JudgePromptVersion, VerifyPromptVersion
 from prm_synth.schema import SearchTestName
@@ -451,6 +452,11 @@ class ConsensusConfig(Strict):
     """`soft`: the judge's accuracy assumed before the shard's own measurement."""
     prior_votes: float = Field(4.0, ge=0.0, le=1e6)
     """`soft`: how many votes `prior_accuracy` weighs against the shard's measurement."""
+    target_precision: float = Field(0.97, gt=0.0, lt=1.0)
+    """`soft`: the precision a kept row's labels must reach: kept where the posterior puts its labels all
+    right at this probability or more (the stricter of this and `confidence`); votes are asked while they
+    can still move a row across it. 0.97: the step precision PRM training data is held to in the issue
+    that set it (#49); a row's all-right probability bounds its steps' precision from below."""
     class_min_votes: int = Field(20, ge=0, le=1_000_000)
     """`soft`: the judge's accuracy on one answer class (right-answer or wrong-answer rows) is measured from
     the readable votes on that class's rows the rollouts pinned; with fewer votes than this, the class reads
@@ -460,7 +466,7 @@ class ConsensusConfig(Strict):
     def _soft_knobs_only_for_soft(self) -> ConsensusConfig:
         # a stored config holds every field: only a value off its default is a setting
         changed = {name for name, f in type(self).model_fields.items() if getattr(self, name) != f.default}
-        unused = {"confidence", "prior_accuracy", "prior_votes", "class_min_votes"} & changed
+        unused = {"confidence", "prior_accuracy", "prior_votes", "class_min_votes", "target_precision"} & changed
         if self.policy != "soft" and unused:
             raise ValueError(f"{sorted(unused)} are read by the `soft` policy only, not by `{self.policy}`")
         if self.policy == "soft" and "tolerance" in changed:
@@ -795,6 +801,8 @@ class PipelineConfig(Strict):
     gets the default (`soft`); `consensus: null` records the judge's verdicts without combining them."""
     verify: VerifyConfig | None = None
     """Verification chains for generative verifiers (None: none written)."""
+    canaries: CanariesConfig = CanariesConfig()
+    """Planted-error canaries that measure the labels on the run's own model (written apart, never data)."""
     output: OutputConfig = OutputConfig()
     """Shard size and what is written with a shard."""
     run: RunConfig = RunConfig()
@@ -871,6 +879,8 @@ class PipelineConfig(Strict):
     def _hash(self, transport: bool) -> str:
         versions = dict(PROMPT_VERSIONS)
         exclude = {"run"}
+        if self.judge is None:  # without a judge the canaries only measure: they change no row
+            exclude.add("canaries")
         if self.verify is None:
             exclude.add("verify")
         else:

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
+from prm_synth.canary_stats import CanaryStats
 from prm_synth.config.sections import ConsensusConfig
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
@@ -168,6 +169,12 @@ class JudgeAccuracy:
     recall: float
     clean: float
     miss: float = 0.0
+    # how much a row's votes repeat one reading (canaries' agreement beyond chance, 0..1): m votes weigh as
+    # m / (1 + (m - 1) * dependence) independent ones
+    dependence: float = 0.0
+    # the share of the class's rows holding an error the rollouts' prior cannot see (right answers: the
+    # run's own estimate, judge.estimate.hidden_error_rate), spread over the steps in the prior
+    hidden: float = 0.0
 
     def likelihood(self, vote: int, first_error: int, n_steps: int) -> float:
         """P(vote | first error), -1 for none; the remaining mass spread over the other steps. Never 0:
@@ -231,14 +238,18 @@ def posterior(record: LabeledRecord, accuracy: JudgeAccuracy) -> list[float]:
     """P(first error = k | rollouts, votes) for k = 0..n-1 and, at index n, no error."""
     n = len(record.labels)
     prior = first_error_prior(record)
+    if accuracy.hidden > 0.0 and n:
+        prior = [(1.0 - accuracy.hidden) * p + (accuracy.hidden / n if k < n else 0.0) for k, p in enumerate(prior)]
     votes = [v for v in record.judge_votes if v != UNPARSEABLE and -1 <= v < n]
+    weight = 1.0 / (1.0 + (len(votes) - 1) * accuracy.dependence) if len(votes) > 1 else 1.0
     logs = []
     for k, mass in enumerate(prior):
         if mass <= 0.0:
             logs.append(-math.inf)
             continue
         first_error = -1 if k == n else k
-        logs.append(math.log(mass) + sum(math.log(accuracy.likelihood(v, first_error, n)) for v in votes))
+        evidence = sum(math.log(accuracy.likelihood(v, first_error, n)) for v in votes)
+        logs.append(math.log(mass) + weight * evidence)
     top = max(logs)
     if top == -math.inf:
         return [1.0 / (n + 1)] * (n + 1)
@@ -316,8 +327,9 @@ def _decide_soft(
     n = len(record.labels)
     best = max(range(len(post)), key=post.__getitem__)
     first_error = -1 if best == n else best
-    if post[best] < config.confidence:
-        detail = f"the most likely first error {first_error} has posterior {post[best]:.3f} < {config.confidence}"
+    level = max(config.confidence, config.target_precision)
+    if post[best] < level:
+        detail = f"the most likely first error {first_error} has posterior {post[best]:.3f} < {level}"
         return Decision(False, "low_confidence", detail, prefix_confidence=confidence)
     least = post[n] if best == n else min(sum(post[best:]), sum(post[: best + 1]))
     if least < min_confidence:
@@ -340,7 +352,10 @@ def _position(index: int | None) -> str:
 
 
 def apply_consensus(
-    records: list[LabeledRecord], config: ConsensusConfig, min_confidence: float = 0.0
+    records: list[LabeledRecord],
+    config: ConsensusConfig,
+    min_confidence: float = 0.0,
+    canaries: CanaryStats | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
     ties, complete (or relabel) the kept rows the policy says.
@@ -354,11 +369,13 @@ def apply_consensus(
     by_reason: Counter[str] = Counter()
     by_source: dict[str, dict[str, int]] = {}
     # the judge's accuracy per answer class (judge_accuracy.py, which builds on this module)
-    from prm_synth.judge.accuracy import answer_class, class_accuracy, counts_dict, measure_by_class
+    from prm_synth.judge.accuracy import accuracy_by_class, answer_class, counts_dict, measure_by_class
+    from prm_synth.judge.estimate import estimate_kept
 
     counts = measure_judge(records)
     class_counts = measure_by_class(records)
-    by_class = {c: class_accuracy(n, config) for c, n in class_counts.items()}
+    by_class = accuracy_by_class(records, config, canaries)
+    estimate: Counter[str] = Counter()
     completed = ties_broken = 0
     for record in records:
         if record.judge_first_error is None and (winner := break_tie(record)) is not None:
@@ -374,6 +391,8 @@ def apply_consensus(
         source["rows"] += 1
         source["agree"] += bool(record.consensus)
         if decision.keep:
+            if config.policy == "soft" and decision.first_error is not None:
+                estimate.update(estimate_kept(record, decision.first_error, by_class[answer_class(record)]))
             if decision.first_error is not None:
                 before = list(record.labels)
                 if follow(record, decision.first_error) > 0:
@@ -414,6 +433,7 @@ def apply_consensus(
         rejected_by_reason=dict(by_reason),
         agreement=dict(agreement),
         by_source=by_source,
+        estimate=dict(estimate),
     )
     return kept, rejected, stats
 

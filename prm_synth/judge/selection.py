@@ -23,6 +23,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 
+from prm_synth.canary_stats import CanaryStats
 from prm_synth.config.sections import ConsensusConfig, JudgeConfig
 from prm_synth.engines.base import Engine, RequestRefused
 from prm_synth.judge.accuracy import ClassAccuracy, accuracy_by_class, answer_class
@@ -64,9 +65,19 @@ def selected(records: Sequence[LabeledRecord], config: JudgeConfig, consensus: C
     return [needs_judge(r, level) or calibrates(r, config.calibrate) for r in records]
 
 
-def settled(record: LabeledRecord, accuracy: ClassAccuracy, confidence: float) -> bool:
-    """The stopping rule: the posterior's most likely first error has reached the confidence."""
-    return max(posterior(record, accuracy.accuracy)) >= confidence
+def settled(record: LabeledRecord, accuracy: ClassAccuracy, confidence: float, votes_left: int = 0) -> bool:
+    """The stopping rule: the posterior's most likely first error has reached the confidence, or no
+    `votes_left` more votes can take the row there (each of its two likeliest first errors tried with
+    every vote left naming it): votes go only where they can still move a row across the target."""
+    post = posterior(record, accuracy.accuracy)
+    if max(post) >= confidence:
+        return True
+    n = len(record.labels)
+    for k in sorted(range(len(post)), key=post.__getitem__, reverse=True)[:2]:
+        more = replace(record, judge_votes=[*record.judge_votes, *([-1 if k == n else k] * votes_left)])
+        if max(posterior(more, accuracy.accuracy)) >= confidence:
+            return False
+    return True
 
 
 def judge_selected(
@@ -75,6 +86,7 @@ def judge_selected(
     config: JudgeConfig,
     consensus: ConsensusConfig,
     max_batch_requests: int,
+    canaries: CanaryStats | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage under `soft`: `select: all` asks every row `samples` votes at once (judge_records);
     `needed` asks the selected rows in rounds until each is settled (see the module doc). Same contract as
@@ -108,11 +120,12 @@ def judge_selected(
             texts[i].append(completion.text)
             tokens[i] += answer.prompt_tokens + answer.generated_tokens
         so_far = [replace(r, judge_votes=v) for r, v in zip(records, votes, strict=True)]
-        accuracy = accuracy_by_class(so_far, consensus)
+        accuracy = accuracy_by_class(so_far, consensus, canaries)
+        level, left = max(consensus.confidence, consensus.target_precision), config.samples - round_index - 1
         open_rows = [
             i
             for i in open_rows
-            if refused[i] is None and not settled(so_far[i], accuracy[answer_class(so_far[i])], consensus.confidence)
+            if refused[i] is None and not settled(so_far[i], accuracy[answer_class(so_far[i])], level, left)
         ]
     verdicts: list[JudgeVerdict | None] = []
     for i, was_sent in enumerate(sent):
