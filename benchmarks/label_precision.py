@@ -13,9 +13,9 @@ whether the interval holds the measured precision. Cases (world, judge profile):
   votes on one row repeat one reading;
 - plain, oracle: an always-right judge.
 
-Settings were chosen on seeds 0-2; report on held-out seeds (`--seeds 100 101 102`).
+Settings were chosen on seeds 0-3; the figures reported are on held-out seeds 200-202 (the default).
 
-    .venv/bin/python benchmarks/label_precision.py [--problems 60] [--seeds 100 101 102]
+    .venv/bin/python benchmarks/label_precision.py [--problems 60] [--seeds 200 201 202]
 
 The last line is one JSON object: per case, per seed and on average, the figures above.
 """
@@ -102,7 +102,7 @@ def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, An
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=60)
-    parser.add_argument("--seeds", type=int, nargs="*", default=[100, 101, 102])
+    parser.add_argument("--seeds", type=int, nargs="*", default=[200, 201, 202])
     parser.add_argument("--cases", nargs="*", default=[f"{w}/{p}" for w, p in CASES])
     args = parser.parse_args()
     started = time.perf_counter()
@@ -117,12 +117,17 @@ def main() -> None:
                 for k in ("good", "bad")
             },
             "inside": sum(bool(v) for r in runs.values() for v in r["inside"].values()),
-            "judge_requests_per_row": round(sum(r["judge_requests_per_row"] or 0 for r in runs.values()) / len(runs), 3),
+            "judge_requests_per_row": round(
+                sum(r["judge_requests_per_row"] or 0 for r in runs.values()) / len(runs), 3
+            ),
         }
         for seed, r in runs.items():
-            print(f"{case:22} seed {seed}: kept {r['kept']:3}  measured {r['measured']}  "
-                  f"estimated good {r['estimated']['good']} bad {r['estimated']['bad']}  inside {r['inside']}  "
-                  f"right hiding {r['kept_right_hiding_error']}", flush=True)
+            print(
+                f"{case:22} seed {seed}: kept {r['kept']:3}  measured {r['measured']}  "
+                f"estimated good {r['estimated']['good']} bad {r['estimated']['bad']}  inside {r['inside']}  "
+                f"right hiding {r['kept_right_hiding_error']}",
+                flush=True,
+            )
         print(f"{case:22} mean: {mean}", flush=True)
         result["cases"][case] = {"mean": mean, "runs": runs}
     result["seconds"] = round(time.perf_counter() - started, 1)

@@ -182,7 +182,8 @@ def label_shard(
             else ShardOutput()
         )
         if open_rows:
-            out = combine(out, finish_open_rows(config, open_rows, fingerprint, judge_engine, verify_engine))
+            canaries = previous.stats.canaries if previous is not None else None
+            out = combine(out, finish_open_rows(config, open_rows, fingerprint, judge_engine, verify_engine, canaries))
     reopened = frozenset(r["id"] for r in open_rows)
     rows = merge_redo(previous, set(redo or ()), out, reopened) if previous is not None else ShardRows.of(out)
     # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").

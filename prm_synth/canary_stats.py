@@ -30,6 +30,7 @@ CLASS_KEYS = (
     "unreadable",
     "pairs",
     "pairs_agree",
+    "pairs_missed",
 )
 
 
@@ -62,9 +63,29 @@ class CanaryStats:
             return None
         return max(0.0, min(1.0, (agree / pairs - chance) / (1.0 - chance)))
 
+    def miss_dependence(self) -> float:
+        """How much a row's misses come together (the intraclass correlation of "says -1" among the votes
+        on one canary, per answer class, weighed by pairs; 0 when misses are independent): what a run of
+        -1 votes is worth as evidence of a clean row (consensus.JudgeAccuracy.dependence)."""
+        weighted = pairs_total = 0.0
+        for answer in ("right", "wrong"):
+            c = self.of(answer)
+            if not c["pairs"] or not c["votes"]:
+                continue
+            p = c["missed"] / c["votes"]
+            if 0.0 < p < 1.0:
+                rho = (c["pairs_missed"] / c["pairs"] - p * p) / (p * (1.0 - p))
+                weighted += c["pairs"] * max(0.0, min(1.0, rho))
+                pairs_total += c["pairs"]
+        return weighted / pairs_total if pairs_total else 0.0
+
     def summary(self) -> dict[str, Any]:
         """The derived rates (inspect --json, the summary, the card)."""
-        out: dict[str, Any] = {"planted": self.planted, "vote_agreement_beyond_chance": self.agreement_beyond_chance()}
+        out: dict[str, Any] = {
+            "planted": self.planted,
+            "vote_agreement_beyond_chance": self.agreement_beyond_chance(),
+            "miss_dependence": round(self.miss_dependence(), 4),
+        }
         for answer in ("right", "wrong"):
             c = self.of(answer)
             n, v = c["canaries"], c["votes"]

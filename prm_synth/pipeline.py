@@ -208,6 +208,7 @@ def finish_open_rows(
     fingerprint: str,
     judge_engine: Engine | None = None,
     verify_engine: Engine | None = None,
+    canaries: CanaryStats | None = None,
 ) -> ShardOutput:
     """Rows an earlier run left open because its judge or verifier could not be read (rejected rows with
     a reason in LEFT_OPEN_REASONS): a `judge_unreadable` row goes through judge, consensus and verify
@@ -216,7 +217,8 @@ def finish_open_rows(
     clock = _Clock()
     to_judge = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "judge_unreadable"]
     to_verify = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "verify_unreadable"]
-    tail = judge_onwards(config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify)
+    # read under what the shard's own canaries measured, as its other rows were
+    tail = judge_onwards(config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify, canaries=canaries)
     for r in tail.rejected:
         r.config_fingerprint = fingerprint
     ended = {r.id for r in tail.records} | {r.id for r in tail.rejected}

@@ -98,6 +98,8 @@ def summary_table(summary: RunSummary, title: str) -> Table:
     if summary.consensus is not None and summary.consensus.rows:
         rows.append(("kept by consensus", summary.consensus.kept_text()))
         rows.append(("judge accuracy", summary.consensus.judge_accuracy_text()))
+    if (precision := summary.precision_text()) is not None:
+        rows.append(("estimated precision", precision))
     rows.append(("config fingerprint", summary.config_fingerprint))
     table = Table(title=literal(title), show_header=False, title_justify="left")
     table.add_column(style="bold", no_wrap=True)

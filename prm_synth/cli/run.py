@@ -78,6 +78,7 @@ def _print_summary(summary: RunSummary) -> None:
             if (c := summary.consensus) and c.rows
             else []
         ),
+        *([("estimated precision", p)] if (p := summary.precision_text()) is not None else []),
         *(
             [("verification chains", f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}) {v.dropped_by_reason}")]
             if (v := summary.verify) and v.chains

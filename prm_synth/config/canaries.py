@@ -8,7 +8,7 @@ with the same prompts; they are written apart (OUT/canaries/), never to the data
 reads the judge's accuracy from and what `estimated_precision` rests on.
 
 Cost: a canary is labeled and judged like a row, so a share s costs about s more rollouts and judge
-requests per shard (the default 0.1 with at least 8 a shard: about 10% on shards of 80 rows or more,
+requests per shard (the default 0.1 with at least 12 a shard: about 10% on shards of 120 rows or more,
 more on small shards).
 """
 
@@ -28,9 +28,9 @@ class CanariesConfig(BaseModel):
     share: float = Field(0.1, ge=0.0, le=1.0)
     """The share of a shard's solutions planted with an error (at least `min_per_shard`, at most all the
     eligible ones: right-answer solutions whose rollouts found no error)."""
-    min_per_shard: int = Field(8, ge=0, le=100_000)
+    min_per_shard: int = Field(12, ge=0, le=100_000)
     """The fewest canaries a shard plants, where it has that many eligible solutions."""
-    wrong_answer_share: float = Field(0.5, ge=0.0, le=1.0)
+    wrong_answer_share: float = Field(0.3, ge=0.0, le=1.0)
     """The share of canaries planted in the step that states the final answer (the answer turns wrong);
     the others are planted in an earlier step, so the final answer stays right and hides the error."""
     seed: int = 0

@@ -18,8 +18,13 @@ from typing import Literal
 from prm_synth.canary_stats import CanaryStats
 from prm_synth.config.sections import ConsensusConfig
 from prm_synth.judge.consensus import JudgeAccuracy, JudgeCounts, estimated_accuracy, measure_judge
-from prm_synth.judge.estimate import hidden_error_rate, step_votes, wilson
+from prm_synth.judge.estimate import Z, fit_hidden, step_votes, wilson
 from prm_synth.schema import LabeledRecord
+
+# The target is held one standard error towards the pessimistic end of the judge's measured rates: a
+# shard's rates are measured on few rows, and keeping at the point estimate keeps the rows a too-low
+# estimate of hidden errors lets through (chosen on seeds 0-2 of benchmarks/label_precision.py).
+CAUTIOUS_Z = 1.0
 
 AnswerClass = Literal["right", "wrong"]
 ANSWER_CLASSES: tuple[AnswerClass, ...] = ("right", "wrong")
@@ -45,6 +50,8 @@ class ClassAccuracy:
     # the same rates at the pessimistic and the optimistic end of their intervals (estimated_precision)
     low: JudgeAccuracy | None = None
     high: JudgeAccuracy | None = None
+    # one standard error towards the pessimistic end: what `consensus.target_precision` is held at
+    cautious: JudgeAccuracy | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self.accuracy) | {"errors_from": self.errors_from, "clean_from": self.clean_from}
@@ -58,9 +65,10 @@ def class_accuracy(
     rows: Sequence[LabeledRecord] = (),
 ) -> ClassAccuracy:
     """The class's shrunk measured rates (consensus.estimated_accuracy), each replaced by the prior where
-    fewer than `class_min_votes` votes measured it. With that many canary votes of the class, its recall
-    and misses are the canaries' (a planted error's first step is known); on right answers the share of
-    rows hiding an error and the false alarms are then fitted to the class's votes (judge.estimate)."""
+    fewer than `class_min_votes` votes measured it. Where the shard's canaries hold votes of the class,
+    its recall and misses are theirs (a planted error's first step is known), shrunk towards those rates
+    by `prior_votes`. On right answers (`rows`: the class's rows), the share of rows hiding an error and
+    the false alarms are fitted to the class's votes under that recall (judge.estimate)."""
     least = max(config.class_min_votes, 1)
     enough_errors = counts.pinned_votes >= least
     enough_clean = counts.clean_votes >= least
@@ -68,38 +76,60 @@ def class_accuracy(
     prior = estimated_accuracy(JudgeCounts(), config)
     recall, miss = (measured.recall, measured.miss) if enough_errors else (prior.recall, prior.miss)
     clean = measured.clean if enough_clean else prior.clean
-    dependence = (canaries.agreement_beyond_chance() or 0.0) if canaries else 0.0
+    dependence = canaries.miss_dependence() if canaries else 0.0
     c = canaries.of(answer) if canaries else None
-    if c is None or c["votes"] < least:
-        return ClassAccuracy(
-            JudgeAccuracy(recall, clean, min(miss, 1.0 - recall), dependence),
-            "measured" if enough_errors else "prior",
-            "measured" if enough_clean else "prior",
-        )
+    from_canaries = c is not None and c["votes"] > 0
+    w = config.prior_votes
 
     def rates(named: float, missed: float, votes: float) -> JudgeAccuracy:
-        recall = min(0.99, max(0.01, named / votes))
-        miss = min(1.0 - recall, max(0.01, missed / votes))
-        if answer != "right":
-            return JudgeAccuracy(recall, clean, miss, dependence)
-        hidden, alarm = hidden_error_rate(step_votes(rows), 1.0 - miss)
-        return JudgeAccuracy(recall, min(0.99, max(0.01, 1.0 - alarm)), miss, dependence, hidden)
+        r = min(0.99, max(0.01, (named + w * recall) / (votes + w)))
+        m = min(1.0 - r, max(0.01, (missed + w * miss) / (votes + w)))
+        if answer != "right" or not rows:
+            return JudgeAccuracy(r, clean, m, dependence)
+        base = JudgeAccuracy(r, clean, m, dependence, 0.0, vote_shape(rows))
+        hidden, fitted_clean = fit_hidden(rows, base)
+        return replace(base, hidden=hidden, clean=fitted_clean)
 
-    votes = c["votes"]
-    lo_miss, hi_miss = wilson(c["missed"], votes)
-    lo_named, hi_named = wilson(c["named"], votes)
-    point = rates(c["named"], c["missed"], votes)
-    low = rates(lo_named * votes, hi_miss * votes, votes)
-    high = rates(hi_named * votes, lo_miss * votes, votes)
-    if answer == "right":  # the share of hidden errors is itself counted on the class's rows
-        n = len(step_votes(rows))
-        low = replace(low, hidden=max(low.hidden, wilson(point.hidden * n, n)[1] if n else 1.0))
-        high = replace(high, hidden=min(high.hidden, wilson(point.hidden * n, n)[0] if n else 0.0))
-    return ClassAccuracy(point, "canaries", "votes" if answer == "right" else clean_from(enough_clean), low, high)
+    named, missed, votes = (c["named"], c["missed"], c["votes"]) if c and from_canaries else (0, 0, 0)
+    point = rates(named, missed, votes)
+
+    def ends(z: float) -> tuple[JudgeAccuracy, JudgeAccuracy]:
+        """The rates at the pessimistic and the optimistic end of their `z` intervals."""
+        low, high = point, point
+        if from_canaries:
+            lo_miss, hi_miss = wilson(missed, votes, z)
+            lo_named, hi_named = wilson(named, votes, z)
+            low = rates(lo_named * votes, hi_miss * votes, votes)
+            high = rates(hi_named * votes, lo_miss * votes, votes)
+        if answer == "right" and rows:  # the share of hidden errors is itself counted on the class's rows
+            n = len(step_votes(rows))
+            lo_hidden, hi_hidden = wilson(point.hidden * n, n, z)
+            low, high = (
+                replace(low, hidden=max(low.hidden, hi_hidden)),
+                replace(high, hidden=min(high.hidden, lo_hidden)),
+            )
+        return low, high
+
+    (low, high), (cautious, _) = ends(Z), ends(CAUTIOUS_Z)
+    errors_from: Literal["measured", "prior", "canaries"] = (
+        "canaries" if from_canaries else "measured" if enough_errors else "prior"
+    )
+    clean_from: Literal["measured", "prior", "votes"] = (
+        "votes" if answer == "right" and rows else "measured" if enough_clean else "prior"
+    )
+    return ClassAccuracy(point, errors_from, clean_from, low, high, cautious)
 
 
-def clean_from(enough: bool) -> Literal["measured", "prior"]:
-    return "measured" if enough else "prior"
+def vote_shape(rows: Sequence[LabeledRecord], parts: int = 5) -> tuple[float, ...]:
+    """Where the judge's step votes fall in the rows (counts per equal part of a solution, one added to
+    each): where the errors the rollouts cannot see are likeliest."""
+    counts = [1.0] * parts
+    for r in rows:
+        n = len(r.steps)
+        for v in r.judge_votes:
+            if 0 <= v < n:
+                counts[min(parts - 1, v * parts // n)] += 1
+    return tuple(counts)
 
 
 def accuracy_by_class(

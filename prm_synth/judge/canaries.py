@@ -71,13 +71,14 @@ def _changed_number(text: str, rng: random.Random) -> str:
 def result_span(step: str) -> tuple[str, list[tuple[int, int]]] | None:
     """The step's result and where it stands: the first number after the last "=" (else the step's last
     number), and each occurrence of that number from there on. None: the step states no number."""
-    anchor = step.rfind("=") + 1
-    found = [m for m in NUMBER.finditer(step) if m.start() >= anchor] or list(NUMBER.finditer(step))[-1:]
-    if not found:
+    numbers = list(NUMBER.finditer(step))
+    anchor = step.rfind("=")
+    after = [m for m in numbers if m.start() > anchor] if anchor >= 0 else []
+    first = after[0] if after else (numbers[-1] if numbers else None)
+    if first is None:
         return None
-    value = found[0].group()
-    start = found[0].start() if anchor else found[-1].start()
-    return value, [(m.start(), m.end()) for m in NUMBER.finditer(step) if m.start() >= start and m.group() == value]
+    value = first.group()
+    return value, [(m.start(), m.end()) for m in numbers if m.start() >= first.start() and m.group() == value]
 
 
 def plant(steps: Sequence[str], step: int, rng: random.Random, operator: bool = False) -> Planted | None:

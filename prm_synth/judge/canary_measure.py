@@ -46,5 +46,6 @@ def measure(rows: Sequence[tuple[LabeledRecord, int]]) -> CanaryStats:
         row_keys = Counter(vote_key(v, planted) for v in votes)
         c["pairs"] += len(votes) * (len(votes) - 1) // 2
         c["pairs_agree"] += sum(n * (n - 1) // 2 for n in row_keys.values())
+        c["pairs_missed"] += row_keys["miss"] * (row_keys["miss"] - 1) // 2
     stats.vote_keys = dict(keys)
     return stats

@@ -173,8 +173,17 @@ class JudgeAccuracy:
     # m / (1 + (m - 1) * dependence) independent ones
     dependence: float = 0.0
     # the share of the class's rows holding an error the rollouts' prior cannot see (right answers: the
-    # run's own estimate, judge.estimate.hidden_error_rate), spread over the steps in the prior
+    # run's own estimate, judge.estimate.hidden_error_rate), spread over the steps in the prior by
+    # `hidden_shape` (weights of equal fifths of a solution, where the judge's step votes fall; None: even)
     hidden: float = 0.0
+    hidden_shape: tuple[float, ...] | None = None
+
+    def hidden_prior(self, n: int) -> list[float]:
+        """P(first error = k) for k = 0..n-1 of a hidden error in a row of n steps."""
+        shape = self.hidden_shape or (1.0,)
+        weights = [shape[min(len(shape) - 1, k * len(shape) // max(n, 1))] for k in range(n)]
+        total = sum(weights)
+        return [w / total for w in weights] if total > 0 else [1.0 / n] * n
 
     def likelihood(self, vote: int, first_error: int, n_steps: int) -> float:
         """P(vote | first error), -1 for none; the remaining mass spread over the other steps. Never 0:
@@ -239,7 +248,8 @@ def posterior(record: LabeledRecord, accuracy: JudgeAccuracy) -> list[float]:
     n = len(record.labels)
     prior = first_error_prior(record)
     if accuracy.hidden > 0.0 and n:
-        prior = [(1.0 - accuracy.hidden) * p + (accuracy.hidden / n if k < n else 0.0) for k, p in enumerate(prior)]
+        spread = [*accuracy.hidden_prior(n), 0.0]
+        prior = [(1.0 - accuracy.hidden) * p + accuracy.hidden * q for p, q in zip(prior, spread, strict=True)]
     votes = [v for v in record.judge_votes if v != UNPARSEABLE and -1 <= v < n]
     weight = 1.0 / (1.0 + (len(votes) - 1) * accuracy.dependence) if len(votes) > 1 else 1.0
     logs = []
@@ -306,6 +316,18 @@ def decide(
     return Decision(True, first_error=judge if inside else None)
 
 
+def expected_precision(post: Sequence[float], first_error: int) -> float:
+    """The share of a row's labels that are right, expected under the posterior `post`, when its labels
+    follow `first_error` (steps before it good, it and the steps after bad; -1: every step good)."""
+    n = len(post) - 1
+    end = n if first_error == -1 else first_error
+    later, right = 1.0, 0.0
+    for i in range(n):
+        later -= post[i]  # P(first error after step i)
+        right += later if i < end else 1.0 - later
+    return min(1.0, max(0.0, right / n)) if n else 1.0
+
+
 def prefix_confidence(post: Sequence[float]) -> list[float]:
     """Per step, P(its prefix is still correct) = P(first error after it), from a posterior over the first
     error (index n: no error): what `consensus_p_good` stores."""
@@ -327,9 +349,8 @@ def _decide_soft(
     n = len(record.labels)
     best = max(range(len(post)), key=post.__getitem__)
     first_error = -1 if best == n else best
-    level = max(config.confidence, config.target_precision)
-    if post[best] < level:
-        detail = f"the most likely first error {first_error} has posterior {post[best]:.3f} < {level}"
+    if post[best] < config.confidence:
+        detail = f"the most likely first error {first_error} has posterior {post[best]:.3f} < {config.confidence}"
         return Decision(False, "low_confidence", detail, prefix_confidence=confidence)
     least = post[n] if best == n else min(sum(post[best:]), sum(post[: best + 1]))
     if least < min_confidence:
@@ -370,13 +391,14 @@ def apply_consensus(
     by_source: dict[str, dict[str, int]] = {}
     # the judge's accuracy per answer class (judge_accuracy.py, which builds on this module)
     from prm_synth.judge.accuracy import accuracy_by_class, answer_class, counts_dict, measure_by_class
-    from prm_synth.judge.estimate import estimate_kept
+    from prm_synth.judge.estimate import estimate_kept, hold_to_target
 
     counts = measure_judge(records)
     class_counts = measure_by_class(records)
     by_class = accuracy_by_class(records, config, canaries)
     estimate: Counter[str] = Counter()
     completed = ties_broken = 0
+    decisions: list[Decision] = []
     for record in records:
         if record.judge_first_error is None and (winner := break_tie(record)) is not None:
             record.judge_first_error = winner
@@ -384,7 +406,10 @@ def apply_consensus(
         judge = record.judge_first_error
         record.consensus = None if judge is None else agrees_with_labels(record.labels, judge, config.tolerance)
         agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
-        decision = decide(record, config, min_confidence, by_class[answer_class(record)].accuracy)
+        decisions.append(decide(record, config, min_confidence, by_class[answer_class(record)].accuracy))
+    if config.policy == "soft":  # the kept rows' labels, together, at the precision asked
+        decisions = hold_to_target(records, decisions, [by_class[answer_class(r)] for r in records], config)
+    for record, decision in zip(records, decisions, strict=True):
         if decision.prefix_confidence is not None:
             record.consensus_p_good = decision.prefix_confidence
         source = by_source.setdefault(record.source, {"rows": 0, "kept": 0, "rejected": 0, "agree": 0})

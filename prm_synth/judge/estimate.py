@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.schema import LabeledRecord
 
 if TYPE_CHECKING:
+    from prm_synth.config.sections import ConsensusConfig
     from prm_synth.judge.accuracy import ClassAccuracy
+    from prm_synth.judge.consensus import Decision, JudgeAccuracy
 
 Z = 1.96  # the intervals' normal quantile (95%)
 
@@ -70,21 +73,21 @@ def hidden_error_rate(rows: Sequence[tuple[int, int]], detect: float, iterations
 
 
 def label_expectations(post: Sequence[float], first_error: int) -> dict[str, float]:
-    """For one kept row whose labels follow `first_error` (-1: none): its good and bad labels, how many
-    of each the posterior expects right, and that count's variance (labels as independent draws)."""
+    """For one kept row whose labels follow `first_error` (-1: none): its good labels (the steps before
+    it) and bad labels (it and the steps after), how many of each the posterior expects right, and the
+    variance of that count over the posterior: a row's labels stand or fall together (one missed error
+    makes every good label after it wrong), so they are never counted as independent draws."""
     n = len(post) - 1
     end = n if first_error == -1 else first_error
-    later = [sum(post[i + 1 :]) for i in range(n)]  # P(first error after step i)
-    good = [min(1.0, max(0.0, later[i])) for i in range(end)]
-    bad = [min(1.0, max(0.0, 1.0 - later[i])) for i in range(end, n)] if first_error != -1 else []
-    return {
-        "good_labels": float(len(good)),
-        "good_expected": sum(good),
-        "good_var": sum(p * (1 - p) for p in good),
-        "bad_labels": float(len(bad)),
-        "bad_expected": sum(bad),
-        "bad_var": sum(p * (1 - p) for p in bad),
-    }
+    out: dict[str, float] = {"good_labels": float(end), "bad_labels": float(n - end)}
+    for kind, right in (
+        ("good", lambda k: min(k, end)),  # good labels before the true first error k (n: none) are right
+        ("bad", lambda k: n - max(end, k) if k < n else 0),  # bad labels at or after it are right
+    ):
+        mean = sum(p * right(k) for k, p in enumerate(post))
+        out[f"{kind}_expected"] = mean
+        out[f"{kind}_var"] = max(0.0, sum(p * right(k) ** 2 for k, p in enumerate(post)) - mean * mean)
+    return out
 
 
 def estimate_kept(record: LabeledRecord, first_error: int, accuracy: ClassAccuracy) -> dict[str, float]:
@@ -99,3 +102,75 @@ def estimate_kept(record: LabeledRecord, first_error: int, accuracy: ClassAccura
         out |= {f"{kind}_{end}": ends[f"{kind}_expected"] for kind in ("good", "bad")}
     prefix = f"{answer_class(record)}:"
     return out | {prefix + k: v for k, v in out.items()}
+
+
+def hold_to_target(
+    records: Sequence[LabeledRecord],
+    decisions: Sequence[Decision],
+    rates: Sequence[ClassAccuracy],
+    config: ConsensusConfig,
+) -> list[Decision]:
+    """`consensus.target_precision`: the rows soft would keep, taken from the surest down (by the expected
+    precision of their labels), each kept only while the kept good labels and the kept bad labels each
+    stay at the target expected precision; the others rejected with their reason. The target holds
+    for the shard's kept labels together (and so for the run's), not row by row: a row whose labels
+    are 0.95 sure may be kept beside surer ones, never below `confidence`."""
+    from prm_synth.judge.consensus import Decision, expected_precision, posterior
+
+    out = list(decisions)
+    candidates = []
+    for i, (record, decision) in enumerate(zip(records, decisions, strict=True)):
+        if decision.keep and decision.first_error is not None:
+            post = posterior(record, rates[i].cautious or rates[i].accuracy)  # held towards the pessimistic end
+            candidates.append((-expected_precision(post, decision.first_error), record.id, i, post))
+    sums = dict.fromkeys(("good_labels", "good_expected", "bad_labels", "bad_expected"), 0.0)
+    for surest, _, i, post in sorted(candidates):
+        first_error = decisions[i].first_error
+        assert first_error is not None
+        e = label_expectations(post, first_error)
+        after = {k: sums[k] + e[k] for k in sums}
+        ok = all(
+            after[f"{kind}_labels"] == 0
+            or after[f"{kind}_expected"] >= config.target_precision * after[f"{kind}_labels"]
+            for kind in ("good", "bad")
+        )
+        if ok:
+            sums = after
+            continue
+        detail = (
+            f"its labels' expected precision {-surest:.3f} would take the shard's kept labels below "
+            f"consensus.target_precision {config.target_precision}"
+        )
+        out[i] = Decision(False, "low_confidence", detail, prefix_confidence=decisions[i].prefix_confidence)
+    return out
+
+
+def fit_hidden(rows: Sequence[LabeledRecord], rates: JudgeAccuracy, iterations: int = 60) -> tuple[float, float]:
+    """(share of right-answer rows hiding an error, the judge's clean rate), fitted by EM to the rows'
+    votes under the posterior's own model (consensus.posterior): each row's prior is the rollouts'
+    (1 - share) mixed with a hidden error (share, spread by `rates.hidden_shape`), its votes read under
+    `rates` (recall and misses from canaries). Which step two votes name matters: false alarms scatter,
+    a real error draws votes to one step, so the two rates are told apart by more than counts."""
+    from prm_synth.judge.consensus import first_error_prior, posterior
+
+    voted = [r for r in rows if any(v != UNPARSEABLE for v in r.judge_votes) and r.labels]
+    if not voted:
+        return 0.0, rates.clean
+    share, clean = 0.2, rates.clean
+    for _ in range(iterations):
+        current = replace(rates, hidden=share, clean=clean)
+        hidden_mass = clean_votes = clean_minus = 0.0
+        for r in voted:
+            n = len(r.labels)
+            post = posterior(r, current)
+            rollout = first_error_prior(r)
+            spread = current.hidden_prior(n)
+            # P(hidden component | votes) = posterior mass the hidden part of the prior explains
+            mixed = [(1 - share) * p + share * q for p, q in zip(rollout, [*spread, 0.0], strict=True)]
+            hidden_mass += sum(post[k] * share * spread[k] / mixed[k] for k in range(n) if mixed[k] > 0)
+            votes = [v for v in r.judge_votes if v != UNPARSEABLE]
+            clean_votes += post[n] * len(votes)
+            clean_minus += post[n] * votes.count(-1)
+        share = min(0.95, hidden_mass / len(voted))
+        clean = min(0.99, max(0.01, (clean_minus + 1.0) / (clean_votes + 2.0)))
+    return share, clean

@@ -37,7 +37,7 @@ from prm_synth.judge.ask import (
     majority_vote,
     read_votes,
 )
-from prm_synth.judge.consensus import first_error_prior, posterior
+from prm_synth.judge.consensus import expected_precision, first_error_prior, posterior
 from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord
 
 
@@ -65,17 +65,26 @@ def selected(records: Sequence[LabeledRecord], config: JudgeConfig, consensus: C
     return [needs_judge(r, level) or calibrates(r, config.calibrate) for r in records]
 
 
-def settled(record: LabeledRecord, accuracy: ClassAccuracy, confidence: float, votes_left: int = 0) -> bool:
-    """The stopping rule: the posterior's most likely first error has reached the confidence, or no
-    `votes_left` more votes can take the row there (each of its two likeliest first errors tried with
-    every vote left naming it): votes go only where they can still move a row across the target."""
+def reaches(record: LabeledRecord, accuracy: ClassAccuracy, consensus: ConsensusConfig) -> bool:
+    """Soft would keep the row as it stands: its most likely first error at `confidence`, its labels'
+    expected precision at `target_precision`."""
     post = posterior(record, accuracy.accuracy)
-    if max(post) >= confidence:
+    best = max(range(len(post)), key=post.__getitem__)
+    first_error = -1 if best == len(record.labels) else best
+    return post[best] >= consensus.confidence and expected_precision(post, first_error) >= consensus.target_precision
+
+
+def settled(record: LabeledRecord, accuracy: ClassAccuracy, consensus: ConsensusConfig, votes_left: int = 0) -> bool:
+    """The stopping rule: soft keeps the row (`reaches`), or no `votes_left` more votes can take it there
+    (each of its two likeliest first errors tried with every vote left naming it): votes go only where
+    they can still move a row across the target."""
+    if reaches(record, accuracy, consensus):
         return True
+    post = posterior(record, accuracy.accuracy)
     n = len(record.labels)
     for k in sorted(range(len(post)), key=post.__getitem__, reverse=True)[:2]:
         more = replace(record, judge_votes=[*record.judge_votes, *([-1 if k == n else k] * votes_left)])
-        if max(posterior(more, accuracy.accuracy)) >= confidence:
+        if votes_left and reaches(more, accuracy, consensus):
             return False
     return True
 
@@ -121,11 +130,11 @@ def judge_selected(
             tokens[i] += answer.prompt_tokens + answer.generated_tokens
         so_far = [replace(r, judge_votes=v) for r, v in zip(records, votes, strict=True)]
         accuracy = accuracy_by_class(so_far, consensus, canaries)
-        level, left = max(consensus.confidence, consensus.target_precision), config.samples - round_index - 1
+        left = config.samples - round_index - 1
         open_rows = [
             i
             for i in open_rows
-            if refused[i] is None and not settled(so_far[i], accuracy[answer_class(so_far[i])], level, left)
+            if refused[i] is None and not settled(so_far[i], accuracy[answer_class(so_far[i])], consensus, left)
         ]
     verdicts: list[JudgeVerdict | None] = []
     for i, was_sent in enumerate(sent):
