@@ -34,14 +34,14 @@ from typing import Any
 from prm_synth.annotate.labeler import Progress, make_labeler, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
 from prm_synth.canary_stats import CanaryStats
-from prm_synth.config.sections import ConfigError, PipelineConfig
+from prm_synth.config.sections import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError
-from prm_synth.judge.ask import judge_records, sample_in
+from prm_synth.judge.ask import sample_in
 from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
-from prm_synth.judge.selection import judge_selected
+from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import (
@@ -141,19 +141,6 @@ def process_shard(
     return ShardOutput(records, rejected, stats, labeled.trees, canaries.rows)
 
 
-def _judge(
-    engine: Engine, records: list[LabeledRecord], config: PipelineConfig, canaries: CanaryStats | None = None
-) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
-    """The judge stage: under `soft`, only the rows a vote can change, votes asked until settled
-    (judge_selection.py); under any other policy (or none), every row with `samples` votes."""
-    assert config.judge is not None
-    if config.consensus is not None and config.consensus.policy == "soft":
-        return judge_selected(
-            engine, records, config.judge, config.consensus, config.run.max_batch_requests, canaries=canaries
-        )
-    return judge_records(engine, records, config.judge, config.run.max_batch_requests)
-
-
 @dataclass
 class Tail:
     """What the stages after labeling made of some rows: kept rows, rejections, each stage's counters."""
@@ -179,13 +166,21 @@ def judge_onwards(
     those alone, judge and consensus do not run."""
     judging = bool(records) or verify_only is None
     judged, judge_rejected, judge_stats = (
-        _judge(_engine_for("judge", judge_engine), records, config, canaries)
+        judge_stage(
+            _engine_for("judge", judge_engine),
+            records,
+            config.judge,
+            config.consensus,
+            config.run.max_batch_requests,
+            canaries=canaries,
+        )
         if config.judge is not None and judging
         else (records, [], None)
     )
     clock.lap("judge")
+    pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
     kept, consensus_rejected, consensus_stats = (
-        apply_consensus(judged, config.consensus, config.labels.min_confidence, canaries=canaries)
+        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned, canaries=canaries)
         if config.consensus and judging
         else (judged, [], None)
     )

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from prm_synth.config.sections import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
-from prm_synth.judge.accuracy import accuracy_by_class, class_accuracy
-from prm_synth.judge.consensus import JudgeCounts
+from prm_synth.judge.accuracy import JudgeCounts, accuracy_by_class, class_accuracy
+from prm_synth.judge.estimate import rates_by_class
 from prm_synth.judge.selection import judge_selected, needs_judge, selected, settled
 from prm_synth.sampling.prompts import parse_judge_prompt
 from prm_synth.schema import LabeledRecord
@@ -131,7 +131,7 @@ def test_the_stopping_rule_stops_exactly_when_settled_or_out_of_votes(p_good, sc
 
     def settled_after(k: int) -> bool:  # the rule, under the accuracy measured on the votes so far
         so_far = _with_votes(record, votes[:k])
-        return settled(so_far, accuracy_by_class([so_far], SOFT)["right" if right else "wrong"], SOFT, samples - k)
+        return settled(so_far, rates_by_class([so_far], SOFT)["right" if right else "wrong"], SOFT, samples - k)
 
     for k in range(1, asked):
         assert not settled_after(k)

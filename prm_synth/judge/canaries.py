@@ -11,7 +11,8 @@ answer right, so the error hides behind it, as a policy's repaired slip does.
 
 The canaries go through the same labeler (`Labeler.label_solutions`, its own scheduler, so no row of
 the data shares a probe with them) and the same judge with every sample (`judge_records`), and are
-measured against the planted step (prm_synth.judge.canary_measure). They are rows of their own, written
+measured against the planted step (`measure`; the counts: prm_synth.canary_stats). A canary's answer
+class is its own graded final answer (planted in the answer step: "wrong"; earlier: "right"). They are rows of their own, written
 apart (OUT/canaries/), never into data or rejected: a data row is the same with canaries on or off.
 """
 
@@ -20,14 +21,18 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from prm_synth.canary_stats import CanaryStats
+from prm_synth.annotate.labeler import make_labeler  # the stage that labels the data labels the canaries
+from prm_synth.canary_stats import CLASS_KEYS, CanaryStats
 from prm_synth.config.canaries import CanariesConfig
 from prm_synth.config.sections import PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.grading.math import grade_completion
+from prm_synth.judge.accuracy import answer_class
+from prm_synth.judge.ask import UNPARSEABLE, judge_records
 from prm_synth.sampling.sample import Solution
 from prm_synth.sampling.thinking import engine_markers
 from prm_synth.schema import LabeledRecord, Problem
@@ -159,6 +164,43 @@ def canary_rows(canaries: Sequence[Canary], labeled: Sequence[LabeledRecord]) ->
     return [replace(r, id=CANARY_PREFIX + by_solution[r.id].source_id) for r in labeled if r.id in by_solution]
 
 
+# ------------------------------------------------------------------ what they measure
+def vote_key(vote: int, planted: int) -> str:
+    """A vote's reading relative to the planted step: "miss" for -1, else its offset."""
+    return "miss" if vote == -1 else str(vote - planted)
+
+
+def measure(rows: Sequence[tuple[LabeledRecord, int]]) -> CanaryStats:
+    """Counts over (labeled and judged canary, planted step) pairs."""
+    stats = CanaryStats(planted=len(rows))
+    keys: Counter[str] = Counter()
+    for record, planted in rows:
+        c = stats.by_answer.setdefault(answer_class(record), {k: 0 for k in CLASS_KEYS})
+        c["canaries"] += 1
+        stats.rollouts += record.rollouts
+        stats.tokens += record.tokens
+        f = record.first_error_mc
+        c["mc_clean" if f == -1 else "mc_at" if f == planted else "mc_before" if f < planted else "mc_after"] += 1
+        votes = [v for v in record.judge_votes if v != UNPARSEABLE]
+        c["unreadable"] += len(record.judge_votes) - len(votes)
+        c["votes"] += len(votes)
+        for v in votes:
+            if v == planted:
+                c["named"] += 1
+            elif v == -1:
+                c["missed"] += 1
+            else:
+                c["before" if v < planted else "after"] += 1
+                c["offset_sum"] += abs(v - planted)
+            keys[vote_key(v, planted)] += 1
+        row_keys = Counter(vote_key(v, planted) for v in votes)
+        c["pairs"] += len(votes) * (len(votes) - 1) // 2
+        c["pairs_agree"] += sum(n * (n - 1) // 2 for n in row_keys.values())
+        c["pairs_missed"] += row_keys["miss"] * (row_keys["miss"] - 1) // 2
+    stats.vote_keys = dict(keys)
+    return stats
+
+
 @dataclass
 class CanaryRun:
     """A shard's canaries: their rows as written apart (OUT/canaries/), and what they measured."""
@@ -176,10 +218,6 @@ def run_canaries(
     shard: int,
 ) -> CanaryRun:
     """Plant, label (the shard's labeler, its own scheduler) and judge (every sample) the shard's canaries."""
-    from prm_synth.annotate.labeler import make_labeler  # the stage that labels the data labels the canaries
-    from prm_synth.judge.ask import judge_records
-    from prm_synth.judge.canary_measure import measure
-
     canaries = choose(records, problems, config, shard, engine)
     if not canaries:
         return CanaryRun([], None)
