@@ -460,10 +460,11 @@ class ConsensusConfig(Strict):
     prior_votes: float = Field(4.0, ge=0.0, le=1e6)
     """`soft`: how many votes `prior_accuracy` weighs against the shard's measurement."""
     target_precision: float = Field(0.97, gt=0.0, lt=1.0)
-    """`soft`: the precision a kept row's labels must reach: kept where the posterior puts its labels all
-    right at this probability or more (the stricter of this and `confidence`); votes are asked while they
-    can still move a row across it. 0.97: the step precision PRM training data is held to in the issue
-    that set it (#49); a row's all-right probability bounds its steps' precision from below."""
+    """`soft`: the precision the kept labels must reach: rows are kept from the surest down while a shard's
+    kept good labels and kept bad labels each stay at this expected precision (under the posterior, one
+    standard error towards the pessimistic end of the judge's measured rates); votes are asked while they
+    can still move a row across it. 0.97: the step precision the issue that set it (#49) holds PRM
+    training data to; the run reports what it reached (`estimated_precision`)."""
     class_min_votes: int = Field(20, ge=0, le=1_000_000)
     """`soft`: the judge's accuracy on one answer class (right-answer or wrong-answer rows) is measured from
     the readable votes on that class's rows the rollouts pinned; with fewer votes than this, the class reads
