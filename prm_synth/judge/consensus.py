@@ -53,7 +53,13 @@ from prm_synth.judge.accuracy import (
     measure_judge,
 )
 from prm_synth.judge.ask import UNPARSEABLE
-from prm_synth.judge.estimate import estimate_kept, expected_precision, label_expectations, rates_by_class
+from prm_synth.judge.estimate import (
+    bad_steps_after,
+    estimate_kept,
+    expected_precision,
+    label_expectations,
+    rates_by_class,
+)
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior, prefix_confidence
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
 
@@ -229,7 +235,7 @@ def hold_to_target(
     for surest, _, i, post in sorted(candidates):
         first_error = decisions[i].first_error
         assert first_error is not None
-        expected = label_expectations(post, first_error)
+        expected = label_expectations(post, first_error, bad_steps_after(records[i], first_error))
         after = {k: sums[k] + expected[k] for k in sums}
         if all(
             after[f"{kind}_expected"] >= config.target_precision * after[f"{kind}_labels"] for kind in ("good", "bad")

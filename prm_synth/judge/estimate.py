@@ -100,17 +100,21 @@ def fit_hidden(rows: Sequence[LabeledRecord], rates: JudgeAccuracy, iterations: 
     return share, clean
 
 
-def label_expectations(post: Sequence[float], first_error: int) -> dict[str, float]:
+def label_expectations(
+    post: Sequence[float], first_error: int, bad_steps: Sequence[int] | None = None
+) -> dict[str, float]:
     """For one kept row whose labels follow `first_error` (-1: none): its good labels (the steps before
-    it) and bad labels (it and the steps after), how many of each the posterior expects right, and the
-    variance of that count over the posterior: a row's labels stand or fall together (one missed error
-    makes every good label after it wrong), so they are never counted as independent draws."""
+    it) and bad labels (`bad_steps`: the ones consensus.follow labels bad, it and the labeled steps after
+    it; None: it and every step after), how many of each the posterior expects right, and the variance of
+    that count over the posterior: a row's labels stand or fall together (one missed error makes every
+    good label after it wrong), so they are never counted as independent draws."""
     n = len(post) - 1
     end = n if first_error == -1 else first_error
-    out: dict[str, float] = {"good_labels": float(end), "bad_labels": float(n - end)}
+    bad = list(range(end, n)) if bad_steps is None else [i for i in bad_steps if end <= i < n]
+    out: dict[str, float] = {"good_labels": float(end), "bad_labels": float(len(bad))}
     for kind, right in (
         ("good", lambda k: min(k, end)),  # good labels before the true first error k (n: none) are right
-        ("bad", lambda k: n - max(end, k) if k < n else 0),  # bad labels at or after it are right
+        ("bad", lambda k: sum(1 for i in bad if i >= k) if k < n else 0),  # bad ones at or after it are
     ):
         mean = sum(p * right(k) for k, p in enumerate(post))
         out[f"{kind}_expected"] = mean
@@ -130,12 +134,21 @@ def expected_precision(post: Sequence[float], first_error: int) -> float:
     return min(1.0, max(0.0, right / n)) if n else 1.0
 
 
+def bad_steps_after(record: LabeledRecord, first_error: int) -> list[int]:
+    """The steps consensus.follow labels bad when a row's labels follow `first_error` (-1: none): it, and
+    the steps after it that were labeled (unlabeled ones after an error stay unlabeled)."""
+    if first_error == -1:
+        return []
+    return [first_error, *(i for i in range(first_error + 1, len(record.labels)) if record.labels[i] is not None)]
+
+
 def estimate_kept(record: LabeledRecord, first_error: int, accuracy: ClassAccuracy) -> dict[str, float]:
     """One kept row's expected right labels (overall and under its answer class's key), and the same at
     the pessimistic and the optimistic end of the judge's rates (`low`, `high`)."""
-    out = label_expectations(posterior(record, accuracy.accuracy), first_error)
+    bad = bad_steps_after(record, first_error)
+    out = label_expectations(posterior(record, accuracy.accuracy), first_error, bad)
     for end, rates in (("low", accuracy.low), ("high", accuracy.high)):
-        ends = label_expectations(posterior(record, rates or accuracy.accuracy), first_error)
+        ends = label_expectations(posterior(record, rates or accuracy.accuracy), first_error, bad)
         out |= {f"{kind}_{end}": ends[f"{kind}_expected"] for kind in ("good", "bad")}
     prefix = f"{answer_class(record)}:"
     return out | {prefix + k: v for k, v in out.items()}
