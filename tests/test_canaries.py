@@ -174,3 +174,28 @@ def test_canary_counts_sum_over_shards_and_read_back():
     assert total.canaries.planted == 4 and total.canaries.of("right")["named"] == 6
     assert ShardStats.from_dict(total.to_dict()).canaries == total.canaries
     assert re.search(r"4 planted errors", total.canaries.text())
+
+
+def test_inspect_the_summary_and_the_card_say_how_right_the_labels_are(tmp_path):
+    """`inspect --json` carries estimated_precision (good and bad: point and interval, per answer class,
+    what it rests on and its limit); `inspect`, the run summary's words and the card say it too."""
+    from typer.testing import CliRunner
+
+    from prm_synth.cli import app
+    from prm_synth.export.hub import export_to_dir
+    from prm_synth.store.summary import PRECISION_LIMIT, summarize
+
+    root = _judged_run(tmp_path)
+    report = json.loads(CliRunner().invoke(app, ["inspect", str(root), "--json"]).output)["estimated_precision"]
+    for kind in ("good", "bad"):
+        e = report[kind]
+        assert 0.0 <= e["low"] <= e["point"] <= e["high"] <= 1.0 and e["labels"] > 0
+    assert set(report["by_answer"]) == {"right", "wrong"}
+    assert report["rests_on"]["planted"] > 0 and report["limit"] == PRECISION_LIMIT
+    text = summarize(root).precision_text()
+    assert text is not None and "planted errors" in text and "upper bound" in text
+    shown = " ".join(CliRunner().invoke(app, ["inspect", str(root)], env={"COLUMNS": "300"}).output.split())
+    assert "estimated precision" in shown and "upper bound" in shown
+    export_to_dir(root, tmp_path / "out", ["trl"])
+    card = " ".join((tmp_path / "out" / "README.md").read_text(encoding="utf-8").split())
+    assert "estimated precision of the kept labels" in card and "upper bound" in card
