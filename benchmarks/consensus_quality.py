@@ -32,8 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from prm_synth.canary_stats import precision_report
-from prm_synth.config.sections import (
+from prm_synth.config import (
     ConsensusConfig,
     JudgeConfig,
     PipelineConfig,
@@ -46,8 +45,9 @@ from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_selected
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems.arithmetic import true_first_error
-from prm_synth.products.evaluate import step_label_quality
+from prm_synth.problems.quality import step_label_quality
 from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, Problem, ShardStats
+from prm_synth.store.canary_counts import precision_report
 
 PROFILES = JUDGE_PROFILES
 POLICIES = ("agree", "soft", "judge-only", "mc-only")  # every row judged with m votes (`select: all`)

@@ -27,12 +27,12 @@ import json
 import time
 from typing import Any
 
-from prm_synth.canary_stats import precision_report
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.problems.arithmetic import true_first_error
 from prm_synth.schema import LabeledRecord, ShardStats
+from prm_synth.store.canary_counts import CanaryStats, precision_report
 
 WORLDS: dict[str, dict[str, Any]] = {
     "plain": {"step_error": 0.1, "recover": 0.05, "recover_in_sample": True},
@@ -94,7 +94,7 @@ def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, An
         "judge_requests_per_row": round(stats.judge.samples / max(stats.rows + stats.rejected, 1), 3)
         if stats.judge
         else None,
-        "canaries": stats.canaries.summary() if stats.canaries else None,
+        "canaries": c.summary() if (c := CanaryStats.read(stats.canaries)) else None,
         "kept_right_hiding_error": f"{hidden}/{len(right)}",
     }
 

@@ -41,7 +41,7 @@ from flows.reporting import (
     retries_since,
 )
 from flows.terminal import progress_line_extra, throttled
-from prm_synth.config.sections import PipelineConfig, VLLMConfig
+from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
@@ -49,23 +49,22 @@ from prm_synth.pipeline import (
     ShardInput,
     ShardOutput,
     ShardRefusedError,
-    ShardRows,
     UnreadableJudgeError,
     check_judges_readable,
-    check_not_all_refused,
     combine,
     finish_open_rows,
     iter_shards,
-    merge_redo,
+    plan_shard,
     process_shard,
-    redo_items,
+    write_shard_rows,
 )
 from prm_synth.problems.sources import count_hint
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
-from prm_synth.store.refusals import count_refusals, make_permanent, reasons_of
-from prm_synth.store.resume import run_fingerprint, servers
-from prm_synth.store.shards import ShardEntry, ShardStore
+from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.store.layout import ShardEntry
+from prm_synth.store.resume import run_fingerprint
+from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
 DRY_RUN_PROBLEMS = 8
@@ -115,38 +114,16 @@ def label_shard(
     reopen: list[str] | None = None,
     fingerprint: str | None = None,
 ) -> ShardEntry:
-    """Label one shard and write it. `redo`: the shard is written already, and only these problems (the
-    ones the engine refused last time) are asked again; `reopen`: the ids of its rows left open because
-    the judge or verifier could not be read, finished from their payloads; the rest of the shard is kept
-    as it was. A shard where most judge votes are unreadable is written, then fails the run
-    (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
+    """Label one shard and write it: what to ask (`redo`, `reopen`: pipeline.plan_shard) and how the rows
+    made are written with the shard as it was (pipeline.write_shard_rows) are the library's. A shard where
+    most judge votes are unreadable is written, then fails the run (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
     config's fingerprint when not given."""
     fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
-    previous: ShardRows | None = None
-    previous_refusals: dict[str, int] = {}
-    source_rows = len(items)
-    if redo or reopen:
-        entry = store.finished_shard(shard_index)
-        if entry is None:  # changed since the run looked: nothing to merge into, so the shard is redone whole
-            raise ShardsFailedError(f"shard {shard_index} changed on disk during the run; the next run redoes it")
-        previous = ShardRows(
-            store.read_rows(entry, "data"),
-            store.read_rows(entry, "rejected"),
-            entry.stats,
-            store.read_trees(entry),
-            store.read_canaries(entry),
-        )
-        source_rows = entry.problems
-        previous_refusals = entry.refusals
-        items = redo_items(items, set(redo or ()))
-    # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
-    reopened_ids, redone = set(reopen or ()), set(redo or ())
-    open_rows = [
-        r
-        for r in (previous.rejected if previous else [])
-        if r.get("id") in reopened_ids and r.get("problem_id") not in redone
-    ]
+    work = plan_shard(store, shard_index, items, redo or (), reopen or ())
+    if work is None:  # changed since the run looked: nothing to merge into, so the shard is redone whole
+        raise ShardsFailedError(f"shard {shard_index} changed on disk during the run; the next run redoes it")
+    items, open_rows = work.items, work.open_rows
     limit = config.run.gpu_concurrency_limit
     logger = get_run_logger()
     # Where a shard ran (a Ray worker on some node, or this process), for the flow run's logs.
@@ -178,33 +155,13 @@ def label_shard(
                 on_progress=active_shard_callback(shard_index),
                 verify_engine=verify_engine,
             )
-            if items or previous is None
+            if items or work.previous is None
             else ShardOutput()
         )
         if open_rows:
-            canaries = previous.stats.canaries if previous is not None else None
+            canaries = CanaryStats.read(work.previous.stats.canaries) if work.previous is not None else None
             out = combine(out, finish_open_rows(config, open_rows, fingerprint, judge_engine, verify_engine, canaries))
-    reopened = frozenset(r["id"] for r in open_rows)
-    rows = merge_redo(previous, set(redo or ()), out, reopened) if previous is not None else ShardRows.of(out)
-    # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
-    check_not_all_refused(rows.records, rows.rejected)
-    # Refused again and again: after run.refused_runs runs in a row, rejected for good.
-    asked = set(redo or ()) if previous is not None else None  # None: the whole shard was asked
-    refusals = count_refusals(rows.rejected, asked, previous_refusals)
-    rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
-    if rejected != rows.rejected:
-        rows.stats.rejected_by_reason = reasons_of(rejected)
-    entry = store.write_shard(
-        shard_index,
-        rows.records,
-        rejected,
-        problems=source_rows,
-        stats=rows.stats,
-        trees=rows.trees,
-        canaries=rows.canaries,
-        servers=servers(config),
-        refusals=refusals,
-    )
+    entry = write_shard_rows(store, config, shard_index, work, out)
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
     check_judges_readable(out, judge_engine, verify_engine)
     return entry

@@ -27,18 +27,17 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
-from prm_synth.annotate.labeler import Progress, make_labeler, quiet
+from prm_synth.annotate.labeler import make_labeler
+from prm_synth.annotate.result import Progress, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
-from prm_synth.canary_stats import CanaryStats
-from prm_synth.config.sections import PINNED, ConfigError, PipelineConfig
+from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError
-from prm_synth.judge.ask import sample_in
 from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_stage
@@ -54,6 +53,12 @@ from prm_synth.schema import (
     ShardStats,
     VerifyStats,
 )
+from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.store.layout import ShardEntry
+from prm_synth.store.left_open import sample_in
+from prm_synth.store.refusals import count_refusals, make_permanent, reasons_of
+from prm_synth.store.resume import servers
+from prm_synth.store.shards import ShardStore
 
 
 @dataclass
@@ -136,7 +141,7 @@ def process_shard(
         judge=judge_stats,
         consensus=consensus_stats,
         verify=verify_stats,
-        canaries=canaries.stats,
+        canaries=asdict(canaries.stats) if canaries.stats else {},
     )
     return ShardOutput(records, rejected, stats, labeled.trees, canaries.rows)
 
@@ -354,6 +359,73 @@ def check_not_all_refused(records: list[Any], rejected: list[Any]) -> None:
     raise ShardRefusedError(
         f"the engine refused every request ({problems} problem(s), no row made): {reason}; fix the server "
         "(or the config) and run the same command again: refused problems are redone"
+    )
+
+
+# ------------------------------------------------------------------ a shard written again
+@dataclass
+class ShardWork:
+    """What a run asks of one shard (`plan_shard`): the problems to label (`items`), the rows left open
+    last time to finish (`open_rows`), and the shard as written already (`previous`, None: a new shard)."""
+
+    items: list[Item]
+    open_rows: list[dict[str, Any]] = field(default_factory=list)
+    previous: ShardRows | None = None
+    source_rows: int = 0  # the shard's source rows (what the written shard says it was made from)
+    previous_refusals: dict[str, int] = field(default_factory=dict)
+    redo: set[str] = field(default_factory=set)
+
+
+def plan_shard(
+    store: ShardStore, shard_index: int, items: list[Item], redo: Iterable[str] = (), reopen: Iterable[str] = ()
+) -> ShardWork | None:
+    """The work of one shard. `redo`: the shard is written already, and only these problems (the ones the
+    engine refused last time) are asked again; `reopen`: the ids of its rows left open because the judge
+    or verifier could not be read, finished from their payloads; the rest of the shard is kept as it was.
+    None: the shard changed on disk since the run looked (nothing to merge into: the next run redoes it)."""
+    redone, reopened = set(redo), set(reopen)
+    if not (redone or reopened):
+        return ShardWork(items, source_rows=len(items))
+    entry = store.finished_shard(shard_index)
+    if entry is None:
+        return None
+    previous = ShardRows(
+        store.read_rows(entry, "data"),
+        store.read_rows(entry, "rejected"),
+        entry.stats,
+        store.read_trees(entry),
+        store.read_canaries(entry),  # kept as planted: a resumed shard keeps its canaries
+    )
+    # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
+    open_rows = [r for r in previous.rejected if r.get("id") in reopened and r.get("problem_id") not in redone]
+    return ShardWork(redo_items(items, redone), open_rows, previous, entry.problems, entry.refusals, redone)
+
+
+def write_shard_rows(
+    store: ShardStore, config: PipelineConfig, shard_index: int, work: ShardWork, out: ShardOutput
+) -> ShardEntry:
+    """Write what a run made of a shard's work: merged into the shard as written (`merge_redo`), refused
+    problems counted (rejected for good after `run.refused_runs` runs in a row), and the shard refused
+    whole where the engine refused everything it was asked (`check_not_all_refused`: nothing written)."""
+    reopened = frozenset(r["id"] for r in work.open_rows)
+    rows = merge_redo(work.previous, work.redo, out, reopened) if work.previous is not None else ShardRows.of(out)
+    # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
+    check_not_all_refused(rows.records, rows.rejected)
+    asked = work.redo if work.previous is not None else None  # None: the whole shard was asked
+    refusals = count_refusals(rows.rejected, asked, work.previous_refusals)
+    rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
+    if rejected != rows.rejected:
+        rows.stats.rejected_by_reason = reasons_of(rejected)
+    return store.write_shard(
+        shard_index,
+        rows.records,
+        rejected,
+        problems=work.source_rows,
+        stats=rows.stats,
+        trees=rows.trees,
+        canaries=rows.canaries,
+        servers=servers(config),
+        refusals=refusals,
     )
 
 

@@ -14,8 +14,6 @@ from typing import Any, Literal, get_args
 
 import pyarrow as pa
 
-from prm_synth.canary_stats import CanaryStats, precision_report
-
 # Where a step's label came from (see annotate/annotation.py for each meaning).
 LabelSource = Literal["mc", "verdict", "test", "inferred", "consensus", "none"]
 LABEL_SOURCES: tuple[str, ...] = get_args(LabelSource)
@@ -77,7 +75,7 @@ UnlabeledReason = Literal[
 ]
 # The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's
-# bisection; `calibrated` (an older posterior) is upgraded to it (config_upgrade).
+# bisection; `calibrated` (an older posterior) is upgraded to it (config/upgrade.py).
 SearchTestName = Literal["fixed", "sprt", "changepoint"]
 # The nodes of an OmegaPRM tree: the question, a measured prefix, a complete rollout (a leaf).
 NodeKind = Literal["root", "state", "rollout"]
@@ -373,7 +371,7 @@ class ConsensusStats:
 
     def as_dict(self) -> dict[str, Any]:
         """The counts with the fractions (the run summary's `consensus`)."""
-        return asdict(self) | self.fractions() | {"estimated_precision": precision_report(self.estimate)}
+        return asdict(self) | self.fractions()
 
 
 @dataclass
@@ -443,7 +441,8 @@ class ShardStats:
     judge: JudgeStats | None = None  # None without a judge
     consensus: ConsensusStats | None = None  # None without consensus
     verify: VerifyStats | None = None  # None without a verify stage
-    canaries: CanaryStats | None = None  # None without canaries (prm_synth/canary_stats.py)
+    # what the planted errors measured (store/canary_counts.CanaryStats as a dict; summed key by key)
+    canaries: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens(self) -> int:
@@ -461,7 +460,6 @@ class ShardStats:
         values = {k: v for k, v in (data or {}).items() if k in names}
         for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats), ("verify", VerifyStats)):
             values[name] = _read(stage, values.get(name))
-        values["canaries"] = _read(CanaryStats, values.get("canaries"))
         return cls(**values)
 
     def moved_to_rejected(self, reasons: list[str]) -> ShardStats:
@@ -488,7 +486,7 @@ def _read(stage: type[Any], data: dict[str, Any] | None) -> Any:
 def _add(a: Any, b: Any) -> Any:
     if a is None or b is None:
         return b if a is None else a
-    if isinstance(a, JudgeStats | ConsensusStats | VerifyStats | CanaryStats):
+    if isinstance(a, JudgeStats | ConsensusStats | VerifyStats):
         return type(a)(**{f.name: _add(getattr(a, f.name), getattr(b, f.name)) for f in fields(a)})
     if isinstance(a, dict):
         out = dict(a)

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.canary_stats import CanaryStats
 from prm_synth.judge.canaries import CANARY_PREFIX, NUMBER, OPERATOR, plant
+from prm_synth.store.canary_counts import CanaryStats
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -122,7 +122,7 @@ def test_a_killed_run_resumed_keeps_the_same_canaries_and_the_same_estimate(tmp_
     import yaml
 
     from flows.synthesize import synthesize
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
     from prm_synth.engines.simulated import JUDGE_PROFILES
     from prm_synth.store.summary import summarize
 
@@ -163,6 +163,8 @@ def test_the_runs_estimate_holds_the_measured_precision():
 
 
 def test_canary_counts_sum_over_shards_and_read_back():
+    from dataclasses import asdict
+
     from prm_synth.schema import ShardStats
 
     one = CanaryStats(
@@ -170,10 +172,12 @@ def test_canary_counts_sum_over_shards_and_read_back():
         by_answer={"right": {"canaries": 2, "votes": 6, "named": 3, "missed": 3}},
         vote_keys={"0": 3, "miss": 3},
     )
-    total = ShardStats(canaries=one) + ShardStats(canaries=one)
-    assert total.canaries.planted == 4 and total.canaries.of("right")["named"] == 6
-    assert ShardStats.from_dict(total.to_dict()).canaries == total.canaries
-    assert re.search(r"4 planted errors", total.canaries.text())
+    total = ShardStats(canaries=asdict(one)) + ShardStats(canaries=asdict(one))
+    summed = CanaryStats.read(total.canaries)
+    assert summed is not None and summed.planted == 4 and summed.of("right")["named"] == 6
+    assert CanaryStats.read(ShardStats.from_dict(total.to_dict()).canaries) == summed
+    assert CanaryStats.read(ShardStats().canaries) is None
+    assert re.search(r"4 planted errors", summed.text())
 
 
 def test_inspect_the_summary_and_the_card_say_how_right_the_labels_are(tmp_path):

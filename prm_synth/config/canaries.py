@@ -14,13 +14,13 @@ more on small shards).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from prm_synth.config.base import Strict
 
 
-class CanariesConfig(BaseModel):
+class CanariesConfig(Strict):
     """Planted-error canaries: how many per shard, and from which seed they are drawn."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
     enabled: bool = True
     """Plant canaries in every shard (off: the judge's accuracy on right answers reads the pinned rows and

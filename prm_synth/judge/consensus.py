@@ -40,8 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
-from prm_synth.canary_stats import CanaryStats
-from prm_synth.config.sections import PINNED, ConsensusConfig
+from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.accuracy import (
     ClassAccuracy,
     JudgeAccuracy,
@@ -62,6 +61,7 @@ from prm_synth.judge.estimate import (
 )
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior, prefix_confidence
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
+from prm_synth.store.canary_counts import CanaryStats
 
 # A tie the rollouts decided completes the row only where they alone put the winner at least this likely
 # (the labeler's default confidence): the judge adds nothing net on a tie, so the labels it would set

@@ -29,8 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
-from prm_synth.canary_stats import CanaryStats, Z
-from prm_synth.config.sections import PINNED, ConsensusConfig
+from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.accuracy import (
     ANSWER_CLASSES,
     AnswerClass,
@@ -44,6 +43,7 @@ from prm_synth.judge.accuracy import (
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.judge.posterior import first_error_prior, posterior
 from prm_synth.schema import LabeledRecord
+from prm_synth.store.canary_counts import CanaryStats, Z
 
 # The target is held one standard error towards the pessimistic end of the judge's measured rates: a
 # shard's rates are measured on few rows, and keeping at the point estimate keeps the rows a too-low

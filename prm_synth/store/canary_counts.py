@@ -1,4 +1,5 @@
-"""What a run's canaries measured (counts only, summed key by key over shards; prm_synth/judge/canaries.py).
+"""What a run's canaries measured (counts only; prm_synth/judge/canaries.py). A shard marker holds them as
+a dict (`ShardStats.canaries`, summed key by key over shards); `CanaryStats.read` gives them back.
 
 Per answer class of the canary ("right": the planted error hides behind a right answer; "wrong"):
 - the rollouts' first error against the planted step: `mc_at`, `mc_before`, `mc_after`, `mc_clean`;
@@ -41,6 +42,13 @@ class CanaryStats:
     tokens: int = 0  # rollout and judge tokens spent on canaries
     by_answer: dict[str, dict[str, int]] = field(default_factory=dict)
     vote_keys: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, data: dict[str, Any] | None) -> CanaryStats | None:
+        """The counts as ShardStats.canaries holds them (summed key by key); None where none were planted."""
+        if not data:
+            return None
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def of(self, answer: str) -> dict[str, int]:
         return {k: 0 for k in CLASS_KEYS} | self.by_answer.get(answer, {})
