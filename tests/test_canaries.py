@@ -81,8 +81,9 @@ def _judged_run(tmp_path: Path, **sections) -> Path:
 
 
 def test_canaries_are_written_apart_and_never_reach_an_export_view(tmp_path):
-    from prm_synth.export.views import VIEWS, export_view
-    from prm_synth.store.shards import iter_records, read_manifest
+    from prm_synth.export.views import VIEWS
+    from prm_synth.export.writing import export_view
+    from prm_synth.store.readers import iter_records, read_manifest
 
     root = _judged_run(tmp_path)
     canaries = [json.loads(p.read_text()) for p in sorted((root / "canaries").glob("shard-*.json"))]
@@ -105,7 +106,7 @@ def test_data_rows_are_the_same_with_canaries_on_or_off(tmp_path):
     """Canaries are extra solutions labeled apart: a run without a judge writes the same rows either way."""
     from _simulated_run import pipeline_data, write_run
 
-    from prm_synth.store.shards import iter_records
+    from prm_synth.store.readers import iter_records
 
     on = write_run(tmp_path / "on", pipeline_data(output={"shard_size": 20}), limit=40)
     off = write_run(tmp_path / "off", pipeline_data(output={"shard_size": 20}, canaries={"enabled": False}), limit=40)
