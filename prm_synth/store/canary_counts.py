@@ -91,6 +91,8 @@ class CanaryStats:
         """The derived rates (inspect --json, the summary, the card)."""
         out: dict[str, Any] = {
             "planted": self.planted,
+            "rollouts": self.rollouts,  # their cost, beside the data's (the engine served both)
+            "tokens": self.tokens,
             "vote_agreement_beyond_chance": self.agreement_beyond_chance(),
             "miss_dependence": round(self.miss_dependence(), 4),
         }
