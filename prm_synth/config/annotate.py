@@ -221,7 +221,11 @@ AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discrimi
 
 
 def rows_reconcile(
-    annotate: MCConfig | BinaryConfig | OmegaConfig, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int
+    annotate: MCConfig | BinaryConfig | OmegaConfig,
+    stats: ShardStats,
+    rows: int,
+    rejected: int,
+    samples_per_problem: int,
 ) -> bool:
     """Every input is accounted for under the method's rule: one labeled row per sampled solution, or a
     rejection (`ONE_ROW_PER_SOLUTION`); or, a tree giving any number of rows, every problem has rows or a
