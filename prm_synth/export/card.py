@@ -29,6 +29,7 @@ from prm_synth.export.card_facts import (
     verification_facts,
     view_row,
 )
+from prm_synth.export.grader_card import grader_facts
 from prm_synth.export.rows import DEFAULT_MARKER, Marker
 from prm_synth.export.writing import ViewExport
 from prm_synth.schema import LabelSource
@@ -247,6 +248,7 @@ def render_card(
             )
         },
         "verification": verification_facts(summary, facts),
+        "grader": grader_facts(dataset_dir, config),
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
     fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)
