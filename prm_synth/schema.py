@@ -317,6 +317,7 @@ class ConsensusStats:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     agreement: dict[str, int] = field(default_factory=dict)  # "mc=i,judge=j" -> rows (judge=none: no verdict)
     by_source: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> rows, kept, rejected, agree
+    estimate: dict[str, float] = field(default_factory=dict)  # kept labels' expected precision (judge/estimate.py)
 
     def fractions(self) -> dict[str, Any]:
         """kept / rows, agree / judged, and kept / rows per source, recomputed from the counts."""
@@ -346,8 +347,7 @@ class ConsensusStats:
         return f"{text}; by answer class (what soft reads): {self.by_answer_text()}" if self.by_answer else text
 
     def by_answer_text(self) -> str:
-        """Each answer class's measured accuracy in words, and in how many shards the prior stood in for
-        it (too few pinned rows of the class there: judge/accuracy.py)."""
+        """Each answer class's measured accuracy in words, and in how many shards the prior stood in."""
         parts = []
         for name in ("right", "wrong"):
             c = self.by_answer.get(name) or {}
@@ -444,6 +444,7 @@ class ShardStats:
     consensus: ConsensusStats | None = None  # None without consensus
     verify: VerifyStats | None = None  # None without a verify stage
     majority: dict[str, int] = field(default_factory=dict)  # MajorityAudit.to_counts (grading/majority.py)
+    canaries: dict[str, Any] = field(default_factory=dict)  # planted errors: store/canary_counts.CanaryStats
 
     @property
     def tokens(self) -> int:
@@ -456,8 +457,7 @@ class ShardStats:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:
-        """Read stats written by any version: unknown keys are ignored, missing ones are zero; a stage
-        that did not run is None (older markers wrote an empty object)."""
+        """Read stats of any version: unknown keys ignored, missing ones zero, a stage that did not run None."""
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in (data or {}).items() if k in names}
         for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats), ("verify", VerifyStats)):

@@ -35,7 +35,7 @@ def write_run(root: Path, data: dict[str, Any], limit: int | None = None) -> Pat
     for shard in iter_shards(config, limit):
         out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge)
         rows, rejected = [r.to_row() for r in out.records], [r.to_row() for r in out.rejected]
-        store.write_shard(shard.index, rows, rejected, len(shard.items), out.stats)
+        store.write_shard(shard.index, rows, rejected, len(shard.items), out.stats, canaries=out.canaries)
     store.write_manifest()
     return root
 

@@ -15,6 +15,7 @@ from prm_synth.config.annotate import (
     LabelConfig,
 )
 from prm_synth.config.base import Strict, digest
+from prm_synth.config.canaries import CanariesConfig
 from prm_synth.config.engines import EngineConfig, EngineFields
 from prm_synth.config.grader import GraderConfig, check_grader
 from prm_synth.config.judge import ConsensusConfig, JudgeConfig, VerifyConfig
@@ -51,6 +52,8 @@ class PipelineConfig(Strict):
     gets the default (`soft`); `consensus: null` records the judge's verdicts without combining them."""
     verify: VerifyConfig | None = None
     """Verification chains for generative verifiers (None: none written)."""
+    canaries: CanariesConfig = CanariesConfig()
+    """Planted-error canaries that measure the labels on the run's own model (written apart, never data)."""
     output: OutputConfig = OutputConfig()
     """Shard size and what is written with a shard."""
     run: RunConfig = RunConfig()
@@ -139,6 +142,8 @@ class PipelineConfig(Strict):
         data["prompt_versions"] = versions
         if (revision := self.labeler_revision()) is not None:
             data["labeler_revision"] = revision
+        if self.judge is None or self.consensus is None or self.consensus.policy != "soft":
+            data.pop("canaries", None)  # only soft reads what canaries measure; elsewhere they change no row
         if self.consensus is None or self.consensus.policy != "soft":
             for name in ("judge", "consensus"):
                 if (section := getattr(self, name)) is not None:

@@ -241,6 +241,7 @@ def render_card(
         if summary.consensus and config.get("consensus")
         else None,
         "judge_cost": judge_cost_text(summary),
+        "estimated_precision": summary.precision_text(),
         "cost": {
             k: "n/a" if cost is None else f"{cost:.1f}"
             for k, cost in (

@@ -13,8 +13,15 @@ from typing import Any
 
 from prm_synth.config import ConfigError, rows_reconcile, validate_config
 from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
+from prm_synth.store.canary_counts import CanaryStats, precision_report
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, read_manifest
+
+# What `estimated_precision` cannot promise, said wherever it is shown.
+PRECISION_LIMIT = (
+    "Planted errors are easier to find than natural ones, so this is an upper bound on how right the labels "
+    "are; where a human-labeled set exists, `prm-synth eval labels` compares."
+)
 
 
 def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
@@ -107,10 +114,37 @@ class RunSummary:
     rollout_tokens_per_labeled_step: float | None = None
     rollout_tokens_per_located_error: float | None = None
 
+    canaries: CanaryStats | None = None  # what the planted errors measured (OUT/canaries/); None without
+
+    def estimated_precision(self) -> dict[str, Any] | None:
+        """How right the kept labels are, as the run estimates it (judge/estimate.py): good and bad, point
+        and interval, overall and per answer class, and what it rests on; None where soft consensus did
+        not keep a row with an estimate."""
+        if self.consensus is None or not self.consensus.estimate:
+            return None
+        return precision_report(self.consensus.estimate) | {
+            "rests_on": self.canaries.summary() if self.canaries else None,
+            "limit": PRECISION_LIMIT,
+        }
+
+    def precision_text(self) -> str | None:
+        """`estimated_precision` in words (the run summary, `inspect`, the flow artifact, the card)."""
+        report = self.estimated_precision()
+        if report is None:
+            return None
+        parts = []
+        for kind in ("good", "bad"):
+            if (e := report[kind]) is not None:
+                parts.append(f"{kind} labels {e['point']:.3f} (95% interval {e['low']:.3f}-{e['high']:.3f})")
+        rests = self.canaries.text() if self.canaries else "no planted errors (canaries off)"
+        return f"{', '.join(parts) or 'no labels kept'}; rests on {rests}. {PRECISION_LIMIT}"
+
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON: the counts, judge, consensus and verify counts ({} without), the run's facts."""
-        nested = ("judge", "consensus", "verify", "run")
+        nested = ("judge", "consensus", "verify", "run", "canaries")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested}
+        out["canaries"] = self.canaries.summary() if self.canaries else {}
+        out["estimated_precision"] = self.estimated_precision()
         out["judge"] = self.judge.as_dict() if self.judge else {}
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
         out["verify"] = self.verify.as_dict() if self.verify else {}
@@ -158,6 +192,7 @@ def summarize(root: str | Path) -> RunSummary:
         labels=labels,
         rollout_tokens_per_labeled_step=_per(stats.rollout_tokens, labels["labeled_steps"]),
         rollout_tokens_per_located_error=_per(stats.rollout_tokens, labels["rows_with_error"]),
+        canaries=CanaryStats.read(stats.canaries),
         **judge_cost(stats, totals["rows"]),
     )
 
@@ -252,6 +287,8 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
         # the run's summary says it in one line; `inspect`'s table (no `run`) gives it whole
         accuracy = judge_accuracy_short(c) if run is not None else c.judge_accuracy_text()
         rows += [("kept by consensus", c.kept_text()), ("judge accuracy", accuracy)]
+    if (precision := summary.precision_text()) is not None:
+        rows.append(("estimated precision", precision))
     if (v := summary.verify) is not None and v.chains:
         rows.append(
             (
