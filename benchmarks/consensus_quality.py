@@ -32,14 +32,22 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.config import (
+    ConsensusConfig,
+    JudgeConfig,
+    PipelineConfig,
+    SimulatedJudgeConfig,
+    validate_config,
+)
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
+from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_selected
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems.arithmetic import true_first_error
 from prm_synth.problems.quality import step_label_quality
-from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, ShardStats
+from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, Problem, ShardStats
+from prm_synth.store.canary_counts import precision_report
 
 PROFILES = JUDGE_PROFILES
 POLICIES = ("agree", "soft", "judge-only", "mc-only")  # every row judged with m votes (`select: all`)
@@ -47,8 +55,25 @@ ROWS = (*POLICIES, "soft-needed")  # soft-needed: soft with `select: needed` (th
 
 
 def label(args: argparse.Namespace) -> tuple[list[list[LabeledRecord]], float]:
-    """The rows the default labeler makes, shard by shard (consensus measures the judge per shard)."""
-    config = validate_config(
+    """The rows the default labeler makes, shard by shard (consensus measures the judge per shard); each
+    shard's problems are kept in `args.shard_problems` (its canaries are planted from them)."""
+    config = pipeline(args)
+    policy = SimulatedPolicy(config.policy)
+    started = time.perf_counter()
+    shards: list[list[LabeledRecord]] = []
+    args.shard_problems = []
+    for shard in iter_shards(config):
+        assert isinstance(shard, ShardInput)
+        out = process_shard(policy, config, shard, config.fingerprint())
+        shards.append(out.records)
+        args.shard_problems.append([p for p in shard.items if isinstance(p, Problem)])
+    return shards, time.perf_counter() - started
+
+
+def pipeline(args: argparse.Namespace, judge: SimulatedJudgeConfig | None = None) -> PipelineConfig:
+    """The benchmark's pipeline (with `judge`: its judge section, for the canaries)."""
+    judge_section = {"judge": {"engine": judge.model_dump(mode="json"), "samples": args.judge_samples}} if judge else {}
+    return validate_config(
         {
             "name": "consensus-quality",
             "problems": {"kind": "builtin", "count": args.problems, "seed": args.seed, "min_ops": 5, "max_ops": 12},
@@ -62,15 +87,16 @@ def label(args: argparse.Namespace) -> tuple[list[list[LabeledRecord]], float]:
             "sampling": {"samples_per_problem": args.samples},
             "output": {"shard_size": args.shard_size},
         }
+        | judge_section
     )
-    policy = SimulatedPolicy(config.policy)
-    started = time.perf_counter()
-    shards: list[list[LabeledRecord]] = []
-    for shard in iter_shards(config):
-        assert isinstance(shard, ShardInput)
-        out = process_shard(policy, config, shard, config.fingerprint())
-        shards.append(out.records)
-    return shards, time.perf_counter() - started
+
+
+def canaries_of(shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, args: argparse.Namespace) -> list:
+    """Each shard's canaries (the default `canaries` section), labeled and judged under `judge`."""
+    config = pipeline(args, judge)
+    policy, engine = SimulatedPolicy(config.policy), SimulatedJudge(judge)
+    problems = args.shard_problems
+    return [run_canaries(policy, engine, config, rows, problems[i], i).stats for i, rows in enumerate(shards)]
 
 
 def pinned_first_error(labels: Sequence[bool | None]) -> int | None:
@@ -118,25 +144,35 @@ def judge_shards(
     engine = SimulatedJudge(judge)
     judged: list[list[LabeledRecord]] = []
     total = JudgeStats()
-    for rows in shards:
-        kept, refused, stats = judge_selected(engine, copy.deepcopy(rows), judge_cfg, soft_config(args), 256)
-        assert not refused
+    canaries = getattr(args, "canary_stats", [None] * len(shards))
+    for i, rows in enumerate(shards):
+        kept, left_open, stats = judge_selected(
+            engine, copy.deepcopy(rows), judge_cfg, soft_config(args), 256, canaries=canaries[i]
+        )
+        # a row none of whose votes could be read is left open for the next run (judge_unreadable), as a
+        # run leaves it: it is neither kept nor rejected by consensus here
+        assert all(r.reason == "judge_unreadable" for r in left_open)
         judged.append(kept)
         total = _add(total, stats)
     return judged, total
 
 
 def soft_config(args: argparse.Namespace) -> ConsensusConfig:
-    return ConsensusConfig(policy="soft", confidence=args.confidence)
+    return ConsensusConfig(
+        policy="soft", confidence=args.confidence, target_precision=getattr(args, "target_precision", 0.97)
+    )
 
 
-def filter_rows(judged: list[list[LabeledRecord]], config: ConsensusConfig, rows: int) -> tuple[dict, ConsensusStats]:
+def filter_rows(
+    judged: list[list[LabeledRecord]], config: ConsensusConfig, rows: int, args: argparse.Namespace
+) -> tuple[dict, ConsensusStats]:
     """One policy over every shard: the kept rows' quality, and the stage's counters summed."""
     kept_rows: list[LabeledRecord] = []
     rejected_right = 0
     total = ConsensusStats()
-    for shard in judged:
-        kept, rejected, stats = apply_consensus(copy.deepcopy(shard), config)
+    canaries = getattr(args, "canary_stats", [None] * len(judged))
+    for i, shard in enumerate(judged):
+        kept, rejected, stats = apply_consensus(copy.deepcopy(shard), config, canaries=canaries[i])
         kept_rows += kept
         total = _add(total, stats)
         rejected_right += sum(all_right(record_from_payload(r.payload)) for r in rejected if r.payload)
@@ -153,14 +189,19 @@ def run_profile(shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, 
     out: dict[str, Any] = {"all": quality([r for s in judged for r in s])}
     for policy in POLICIES:
         config = soft_config(args) if policy == "soft" else ConsensusConfig(policy=policy)
-        out[policy], stats = filter_rows(judged, config, rows)
+        out[policy], stats = filter_rows(judged, config, rows, args)
         out[policy] |= cost(every, rows)
     out["judge_recall_pinned"] = _r(stats.pinned_named / stats.pinned_votes if stats.pinned_votes else None)
     out["judge_clean_rate"] = _r(stats.clean_said_clean / stats.clean_votes if stats.clean_votes else None)
     out["judge_by_answer"] = stats.by_answer_text()
     needed, spent = judge_shards(shards, judge, args, "needed")
-    out["soft-needed"], _ = filter_rows(needed, soft_config(args), rows)
+    out["soft-needed"], soft_stats = filter_rows(needed, soft_config(args), rows, args)
     out["soft-needed"] |= cost(spent, rows)
+    estimate = precision_report(soft_stats.estimate)
+    out["target_precision"] = soft_config(args).target_precision
+    out["measured_precision"] = {k: out["soft-needed"][f"{k}_precision"] for k in ("good", "bad")}
+    out["estimated_precision"] = {k: estimate[k] for k in ("good", "bad")}
+    out["kept_rows"] = soft_stats.kept
     return out
 
 
@@ -175,9 +216,11 @@ def cost(stats: JudgeStats, rows: int) -> dict[str, Any]:
 
 
 def _add(a: Any, b: Any) -> Any:
-    return (ShardStats(judge=a) + ShardStats(judge=b)).judge if isinstance(a, JudgeStats) else (
-        ShardStats(consensus=a) + ShardStats(consensus=b)
-    ).consensus
+    return (
+        (ShardStats(judge=a) + ShardStats(judge=b)).judge
+        if isinstance(a, JudgeStats)
+        else (ShardStats(consensus=a) + ShardStats(consensus=b)).consensus
+    )
 
 
 def _r(x: float | None) -> float | None:
@@ -199,6 +242,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profiles", nargs="*", default=list(PROFILES), choices=list(PROFILES))
     parser.add_argument("--confidence", type=float, default=0.9, help="soft's consensus.confidence")
+    parser.add_argument("--target-precision", type=float, default=0.97, help="consensus.target_precision")
     parser.add_argument("--calibrate", type=float, default=0.1, help="judge.calibrate under select: needed")
     parser.add_argument("--skip-confidence", type=float, default=0.99, help="judge.skip_confidence (needed)")
     from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
@@ -222,6 +266,7 @@ def main() -> None:
     summary: dict[str, Any] = {}
     for name in args.profiles:
         judge = PROFILES[name]
+        args.canary_stats = canaries_of(shards, judge, args)  # the default canaries, judged by this judge
         result = run_profile(shards, judge, args)
         summary[name] = result
         a = result["all"]
@@ -237,6 +282,12 @@ def main() -> None:
                 f"{r['completed']:>10}{r['rejected_all_right']:>11}{_f(r['judge_requests_per_row'], 8)}"
                 f"{r['judge_tokens_per_row']:>8.0f}"
             )
+        e = result["estimated_precision"]
+        print(
+            f"{'':<12}soft-needed at target {result['target_precision']}: measured good/bad "
+            f"{result['measured_precision']['good']}/{result['measured_precision']['bad']}, the run's estimate "
+            + ", ".join(f"{k} {v['point']} [{v['low']}, {v['high']}]" for k, v in e.items() if v)
+        )
         print(
             f"{'':<12}judge measured in the run: names pinned errors {_f(result['judge_recall_pinned'], 0)}, "
             f"says -1 on clean rows {_f(result['judge_clean_rate'], 0)}; {result['judge_by_answer']}"

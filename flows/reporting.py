@@ -260,6 +260,12 @@ def publish_run_artifacts(summary: RunSummary, config: PipelineConfig) -> None:
         {"count": "rejected", "value": summary.rejected},
         *({"count": f"rejected: {k}", "value": v} for k, v in sorted(summary.rejected_by_reason.items())),
         {"count": "kept by consensus", "value": consensus.get("kept", "n/a")},
+        *([{"count": "estimated precision", "value": text}] if (text := summary.precision_text()) is not None else []),
+        *(
+            [{"count": "canaries (planted errors, written apart)", "value": summary.canaries.planted}]
+            if summary.canaries is not None
+            else []
+        ),
         *(
             [
                 {"count": "judge requests (votes asked)", "value": summary.judge_requests},

@@ -61,6 +61,7 @@ from prm_synth.pipeline import (
 from prm_synth.problems.sources import count_hint
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
+from prm_synth.store.canary_counts import CanaryStats
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.resume import run_fingerprint
 from prm_synth.store.shards import ShardStore
@@ -158,7 +159,8 @@ def label_shard(
             else ShardOutput()
         )
         if open_rows:
-            out = combine(out, finish_open_rows(config, open_rows, fingerprint, judge_engine, verify_engine))
+            canaries = CanaryStats.read(work.previous.stats.canaries) if work.previous is not None else None
+            out = combine(out, finish_open_rows(config, open_rows, fingerprint, judge_engine, verify_engine, canaries))
     entry = write_shard_rows(store, config, shard_index, work, out)
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
     check_judges_readable(out, judge_engine, verify_engine)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -38,10 +38,12 @@ from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError
+from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
+from prm_synth.sampling.votes import pseudo_gold
 from prm_synth.schema import (
     ConsensusStats,
     Item,
@@ -52,6 +54,7 @@ from prm_synth.schema import (
     ShardStats,
     VerifyStats,
 )
+from prm_synth.store.canary_counts import CanaryStats
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.refusals import count_refusals, make_permanent, reasons_of
@@ -71,11 +74,12 @@ class ShardOutput:
     rejected: list[RejectedRecord] = field(default_factory=list)
     stats: ShardStats = field(default_factory=ShardStats)
     trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
+    canaries: list[dict[str, Any]] = field(default_factory=list)  # written apart (OUT/canaries/), never data
 
 
 def iter_shards(config: PipelineConfig, limit: int | None = None) -> Iterator[ShardInput]:
     """Cut the problem stream into shards of `output.shard_size` source rows, lazily."""
-    items: Iterable[Item] = iter_problems(config.problems)
+    items: Iterable[Item] = iter_problems(config.problems, gold_optional=config.grader.kind == "majority")
     if limit is not None:
         items = islice(items, limit)
     it = iter(items)
@@ -98,11 +102,18 @@ def process_shard(
     clock = _Clock()
     problems = [it for it in shard.items if isinstance(it, Problem)]
     load_rejected = [it for it in shard.items if isinstance(it, RejectedRecord)]
+    majority = None
+    if config.grader.kind == "majority":  # no gold: the policy's own majority answer is the gold
+        majority = pseudo_gold(engine, problems, config)
+        problems, load_rejected = majority.problems, load_rejected + majority.rejected
 
     labeled = make_labeler(config, fingerprint).label(engine, problems, progress, on_progress)
     sampled = labeled.sampled
     clock.lap("sample_and_label")
-    tail = judge_onwards(config, labeled.records, judge_engine, verify_engine, clock)
+    # before the judge: what the canaries measure is what the judge's accuracy is read from
+    canaries = run_canaries(engine, judge_engine, config, labeled.records, problems, shard.index)
+    clock.lap("canaries")
+    tail = judge_onwards(config, labeled.records, judge_engine, verify_engine, clock, canaries=canaries.stats)
     records, judge_stats, consensus_stats, verify_stats = tail.records, tail.judge, tail.consensus, tail.verify
 
     rejected = load_rejected + sampled.rejected + labeled.rejected + tail.rejected
@@ -112,7 +123,7 @@ def process_shard(
     sched = labeled.stats
     stats = ShardStats(
         inputs=len(shard.items),
-        problems_loaded=len(problems),
+        problems_loaded=len(problems),  # under majority the ones with a pseudo-gold (reconciles as before)
         problems_labeled=with_rows,
         solutions_sampled=sampled.completions,
         rows=len(records),
@@ -135,8 +146,12 @@ def process_shard(
         judge=judge_stats,
         consensus=consensus_stats,
         verify=verify_stats,
+        majority=majority.audit.to_counts() if majority is not None else {},
+        canaries=asdict(canaries.stats) if canaries.stats else {},
     )
-    return ShardOutput(records, rejected, stats, labeled.trees)
+    if majority is not None:
+        stats.sampling_tokens += majority.tokens
+    return ShardOutput(records, rejected, stats, labeled.trees, canaries.rows)
 
 
 @dataclass
@@ -157,6 +172,7 @@ def judge_onwards(
     verify_engine: Engine | None,
     clock: _Clock,
     verify_only: list[LabeledRecord] | None = None,
+    canaries: CanaryStats | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
     that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
@@ -164,7 +180,12 @@ def judge_onwards(
     judging = bool(records) or verify_only is None
     judged, judge_rejected, judge_stats = (
         judge_stage(
-            _engine_for("judge", judge_engine), records, config.judge, config.consensus, config.run.max_batch_requests
+            _engine_for("judge", judge_engine),
+            records,
+            config.judge,
+            config.consensus,
+            config.run.max_batch_requests,
+            canaries=canaries,
         )
         if config.judge is not None and judging
         else (records, [], None)
@@ -172,7 +193,7 @@ def judge_onwards(
     clock.lap("judge")
     pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
     kept, consensus_rejected, consensus_stats = (
-        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned)
+        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned, canaries=canaries)
         if config.consensus and judging
         else (judged, [], None)
     )
@@ -195,6 +216,7 @@ def finish_open_rows(
     fingerprint: str,
     judge_engine: Engine | None = None,
     verify_engine: Engine | None = None,
+    canaries: CanaryStats | None = None,
 ) -> ShardOutput:
     """Rows an earlier run left open because its judge or verifier could not be read (rejected rows with
     a reason in LEFT_OPEN_REASONS): a `judge_unreadable` row goes through judge, consensus and verify
@@ -203,7 +225,8 @@ def finish_open_rows(
     clock = _Clock()
     to_judge = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "judge_unreadable"]
     to_verify = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "verify_unreadable"]
-    tail = judge_onwards(config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify)
+    # read under what the shard's own canaries measured, as its other rows were
+    tail = judge_onwards(config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify, canaries=canaries)
     for r in tail.rejected:
         r.config_fingerprint = fingerprint
     ended = {r.id for r in tail.records} | {r.id for r in tail.rejected}
@@ -281,10 +304,12 @@ class ShardRows:
     rejected: list[dict[str, Any]]
     stats: ShardStats
     trees: dict[str, Any] = field(default_factory=dict)
+    canaries: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, out: ShardOutput) -> ShardRows:
-        return cls([r.to_row() for r in out.records], [r.to_row() for r in out.rejected], out.stats, out.trees)
+        rows, rejected = [r.to_row() for r in out.records], [r.to_row() for r in out.rejected]
+        return cls(rows, rejected, out.stats, out.trees, out.canaries)
 
 
 def redo_items(items: list[Item], redo: set[str]) -> list[Item]:
@@ -313,7 +338,7 @@ def merge_redo(
     stats.final_correct = sum(1 for r in records if r.get("final_correct") is True)
     stats.final_unknown = sum(1 for r in records if r.get("final_correct") is None)
     trees = {k: v for k, v in previous.trees.items() if k not in redo} | new.trees
-    return ShardRows(records, rejected, stats, trees)
+    return ShardRows(records, rejected, stats, trees, previous.canaries + new.canaries)  # earlier canaries stay
 
 
 class ShardRefusedError(EngineError):
@@ -373,7 +398,11 @@ def plan_shard(
     if entry is None:
         return None
     previous = ShardRows(
-        store.read_rows(entry, "data"), store.read_rows(entry, "rejected"), entry.stats, store.read_trees(entry)
+        store.read_rows(entry, "data"),
+        store.read_rows(entry, "rejected"),
+        entry.stats,
+        store.read_trees(entry),
+        store.read_canaries(entry),  # kept as planted: a resumed shard keeps its canaries
     )
     # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
     open_rows = [r for r in previous.rejected if r.get("id") in reopened and r.get("problem_id") not in redone]
@@ -402,6 +431,7 @@ def write_shard_rows(
         problems=work.source_rows,
         stats=rows.stats,
         trees=rows.trees,
+        canaries=rows.canaries,
         servers=servers(config),
         refusals=refusals,
     )

@@ -2,8 +2,8 @@
 
 The record and rejected-row schemas are Arrow schemas; shards are Arrow IPC stream files with exactly
 these columns. Adding a column is a compatible change; renaming or retyping one is not.
-The vocabularies (label sources, stages, verdict statuses) are `Literal`s shared by the annotators,
-the stages, the card and the tests, so a new word is added in one place.
+The vocabularies (label sources, stages, verdicts) are `Literal`s shared by annotators, stages, card and
+tests, so a new word is added in one place.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ RejectReason = Literal[
     "verify_unreadable",
     # split: the policy wrote nothing to split
     "empty_solution",
+    "no_majority",  # sample (grader.kind majority): the policy's answers reached no majority to be the gold
     # annotate (OmegaPRM): a question without a row
     "screened_out",
     "no_paths",
@@ -58,8 +59,7 @@ RejectReason = Literal[
     "unencodable_text",
 ]
 REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
-# Rows rejected for now because a stage's engine failed on them, not for their content: the next run
-# of the same command finishes them from their payload (the row as that stage got it).
+# Rejected for now (a stage's engine failed on them, not their content): the next run finishes them from their payload.
 LEFT_OPEN_REASONS = frozenset({"judge_unreadable", "verify_unreadable"})
 # Why a step has no label (a row's `unlabeled_reason`).
 UnlabeledReason = Literal[
@@ -106,6 +106,7 @@ class Problem:
     question: str
     gold_answer: str
     source: str
+    grading: str | None = None  # JSON: what a grader other than math needs (options, aliases, tests, ...)
 
 
 RECORD_SCHEMA = pa.schema(
@@ -156,6 +157,7 @@ RECORD_SCHEMA = pa.schema(
         pa.field("consensus_p_good", pa.list_(pa.float64())),
         # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
         pa.field("labels_before_consensus", pa.list_(pa.bool_())),
+        pa.field("gold_origin", pa.string()),  # null: the problem's gold; "majority 0.750": a pseudo-gold. Added later.
     ]
 )
 
@@ -211,6 +213,7 @@ class LabeledRecord:
     mc_unknown: list[int] | None = None  # per step, ungradable rollouts (not in mc_total)
     consensus_p_good: list[float] | None = None  # per step, P(prefix correct) under soft's posterior
     labels_before_consensus: list[bool | None] | None = None  # the labels before consensus changed them
+    gold_origin: str | None = None  # None: the problem's gold; "majority 0.75": a pseudo-gold (grading/majority.py)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -314,6 +317,7 @@ class ConsensusStats:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     agreement: dict[str, int] = field(default_factory=dict)  # "mc=i,judge=j" -> rows (judge=none: no verdict)
     by_source: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> rows, kept, rejected, agree
+    estimate: dict[str, float] = field(default_factory=dict)  # kept labels' expected precision (judge/estimate.py)
 
     def fractions(self) -> dict[str, Any]:
         """kept / rows, agree / judged, and kept / rows per source, recomputed from the counts."""
@@ -343,8 +347,7 @@ class ConsensusStats:
         return f"{text}; by answer class (what soft reads): {self.by_answer_text()}" if self.by_answer else text
 
     def by_answer_text(self) -> str:
-        """Each answer class's measured accuracy in words, and in how many shards the prior stood in for
-        it (too few pinned rows of the class there: judge/accuracy.py)."""
+        """Each answer class's measured accuracy in words, and in how many shards the prior stood in."""
         parts = []
         for name in ("right", "wrong"):
             c = self.by_answer.get(name) or {}
@@ -411,10 +414,9 @@ class VerifyStats:
 class ShardStats:
     """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object.
 
-    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is
-    not a rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy
-    and the judge processed: sampling, rollouts and judging.
-    """
+    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is not a
+    rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy and the
+    judge processed: sampling, rollouts and judging. `majority`: grader.kind majority's counts."""
 
     inputs: int = 0  # source rows in the shard (problems + load rejections)
     problems_loaded: int = 0
@@ -441,6 +443,8 @@ class ShardStats:
     judge: JudgeStats | None = None  # None without a judge
     consensus: ConsensusStats | None = None  # None without consensus
     verify: VerifyStats | None = None  # None without a verify stage
+    majority: dict[str, int] = field(default_factory=dict)  # MajorityAudit.to_counts (grading/majority.py)
+    canaries: dict[str, Any] = field(default_factory=dict)  # planted errors: store/canary_counts.CanaryStats
 
     @property
     def tokens(self) -> int:
@@ -449,12 +453,11 @@ class ShardStats:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"tokens": self.tokens}
+        return {k: v for k, v in (asdict(self) | {"tokens": self.tokens}).items() if k != "majority" or v}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:
-        """Read stats written by any version: unknown keys are ignored, missing ones are zero; a stage
-        that did not run is None (older markers wrote an empty object)."""
+        """Read stats of any version: unknown keys ignored, missing ones zero, a stage that did not run None."""
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in (data or {}).items() if k in names}
         for name, stage in (("judge", JudgeStats), ("consensus", ConsensusStats), ("verify", VerifyStats)):

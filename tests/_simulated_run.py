@@ -17,6 +17,10 @@ from prm_synth.store.shards import ShardStore
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Per-step MC (Math-Shepherd), what pipelines/simulated.yaml ran before it showed the default labeler.
+MC_ANNOTATE = {"method": "mc", "k": 8}
+
+
 def pipeline_data(name: str = "simulated", **sections: Any) -> dict[str, Any]:
     """A pipeline of pipelines/, with whole sections replaced."""
     return yaml.safe_load((ROOT / "pipelines" / f"{name}.yaml").read_text()) | sections
@@ -31,7 +35,7 @@ def write_run(root: Path, data: dict[str, Any], limit: int | None = None) -> Pat
     for shard in iter_shards(config, limit):
         out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge)
         rows, rejected = [r.to_row() for r in out.records], [r.to_row() for r in out.rejected]
-        store.write_shard(shard.index, rows, rejected, len(shard.items), out.stats)
+        store.write_shard(shard.index, rows, rejected, len(shard.items), out.stats, canaries=out.canaries)
     store.write_manifest()
     return root
 

@@ -413,7 +413,7 @@ def test_consensus_benchmark_meets_its_claims_on_a_small_run():
     assert real["mc-only"]["kept_fraction"] == 1.0 and real["mc-only"]["completed"] == 0
     # judging only where a vote can change a label, one vote at a time: far fewer requests, same quality
     needed, every = real["soft-needed"], real["soft"]
-    assert needed["judge_requests_per_row"] <= 1.5 < every["judge_requests_per_row"] == 3.0
+    assert needed["judge_requests_per_row"] <= 2.0 < every["judge_requests_per_row"] == 3.0  # issue #49: at most 2
     assert needed["step_precision"] >= every["step_precision"] - 0.01
 
 

@@ -29,7 +29,7 @@ SIMULATED = ROOT / "pipelines" / "simulated.yaml"
 
 
 def write_pipeline(tmp_path: Path, **changes) -> Path:
-    data = yaml.safe_load(SIMULATED.read_text())
+    data = yaml.safe_load(SIMULATED.read_text()) | {"annotate": {"method": "mc", "k": 8}}  # labels to check by rule
     for dotted, value in changes.items():
         node = data
         *parents, leaf = dotted.split("__")
@@ -74,7 +74,9 @@ def test_flow_labels_simulated_problems_and_resumes(tmp_path):
     check_dataset(out)
     picture = json.loads((out / "telemetry" / "simulated-arithmetic.json").read_text())  # the run's engine
     # sampling and rollouts share the engine's stream: the picture counts both
-    assert picture["summary"]["sequences"] == summary.rollouts + summary.solutions_sampled
+    # (and the canaries' rollouts: planted errors labeled by the same engine, written apart)
+    canary_rollouts = summary.canaries.rollouts if summary.canaries else 0
+    assert picture["summary"]["sequences"] == summary.rollouts + summary.solutions_sampled + canary_rollouts
     assert picture["series"]
     rows = list(iter_records(out))
     truth = [arithmetic.true_first_error(r["steps"]) for r in rows]

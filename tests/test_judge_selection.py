@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
 from prm_synth.judge.accuracy import JudgeCounts, accuracy_by_class, class_accuracy
-from prm_synth.judge.posterior import posterior
-from prm_synth.judge.selection import judge_selected, needs_judge, selected
+from prm_synth.judge.estimate import rates_by_class
+from prm_synth.judge.selection import judge_selected, needs_judge, selected, settled
 from prm_synth.prompting.prompts import parse_judge_prompt
 from prm_synth.schema import LabeledRecord
 
@@ -110,8 +110,8 @@ def test_votes_are_asked_in_rounds_until_the_posterior_settles():
 )
 @settings(max_examples=60, deadline=None)
 def test_the_stopping_rule_stops_exactly_when_settled_or_out_of_votes(p_good, script, right, samples):
-    """For every row and vote script: a row gets another vote only while its posterior (under the accuracy
-    measured so far) is below the confidence, and never more than `samples`."""
+    """For every row and vote script: a row gets another vote only while soft would not keep it yet and
+    the votes left can still take it there (`settled`), and never more than `samples`."""
     n = len(p_good)
     record = row("r", right, [N] * n, sorted(p_good, reverse=True))
     votes = [v if v < n else -1 for v in script]
@@ -128,11 +128,15 @@ def test_the_stopping_rule_stops_exactly_when_settled_or_out_of_votes(p_good, sc
         assert asked == 0
         return
     assert 1 <= asked <= samples and kept.judge_votes == votes[:asked]
-    accuracy = accuracy_by_class([kept], SOFT)["right" if right else "wrong"].accuracy
+
+    def settled_after(k: int) -> bool:  # the rule, under the accuracy measured on the votes so far
+        so_far = _with_votes(record, votes[:k])
+        return settled(so_far, rates_by_class([so_far], SOFT)["right" if right else "wrong"], SOFT, samples - k)
+
     for k in range(1, asked):
-        assert max(posterior(_with_votes(record, votes[:k]), accuracy)) < SOFT.confidence
+        assert not settled_after(k)
     if asked < samples:
-        assert max(posterior(_with_votes(record, votes[:asked]), accuracy)) >= SOFT.confidence
+        assert settled_after(asked)
 
 
 def _with_votes(record: LabeledRecord, votes: list[int]) -> LabeledRecord:

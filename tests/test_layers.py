@@ -102,7 +102,9 @@ def imports_of(module: str, path: Path) -> list[tuple[str, int]]:
 
 def test_every_module_has_a_layer():
     unplaced = [m for m, _ in modules() if layer_of(m) is None]
-    assert not unplaced, f"place these folders in tests/test_layers.py LAYERS (or top modules in TOP_MODULES): {unplaced}"
+    assert not unplaced, (
+        f"place these folders in tests/test_layers.py LAYERS (or top modules in TOP_MODULES): {unplaced}"
+    )
 
 
 def test_every_folder_is_on_one_floor_and_every_named_folder_exists():
@@ -112,7 +114,9 @@ def test_every_folder_is_on_one_floor_and_every_named_folder_exists():
 
 
 def test_few_modules_at_the_top_of_the_package():
-    top = sorted(f"prm_synth.{p.stem}" if p.stem != "__init__" else "prm_synth" for p in (ROOT / "prm_synth").glob("*.py"))
+    top = sorted(
+        f"prm_synth.{p.stem}" if p.stem != "__init__" else "prm_synth" for p in (ROOT / "prm_synth").glob("*.py")
+    )
     assert len(top) <= 8, f"at most 8 modules at the top of prm_synth/ (a stage is a folder): {top}"
     assert sorted(TOP_MODULES) == top, f"place each top module in TOP_MODULES: {top}"
 
@@ -279,8 +283,9 @@ def test_no_module_over_500_lines():
 
 
 # The judge room, one way: each module imports only the ones before it (asking, the judge's accuracy and
-# what "pinned" means, the posterior over the first error, which rows to ask, consensus, verification).
-JUDGE_ORDER = ("ask", "accuracy", "posterior", "selection", "consensus", "verify")
+# what "pinned" means, the posterior over the first error, planted-error canaries, the rates and precision
+# the run estimates from them, which rows to ask, consensus, verification).
+JUDGE_ORDER = ("ask", "accuracy", "posterior", "canaries", "estimate", "selection", "consensus", "verify")
 
 
 @pytest.mark.parametrize("index", range(len(JUDGE_ORDER)), ids=JUDGE_ORDER)

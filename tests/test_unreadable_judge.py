@@ -62,6 +62,7 @@ def _pipeline(tmp_path, url: str, policy: str = "agree") -> str:
             "select": "all",  # every row asked, one request (n=3) a row; `needed`: the stage-level test
         },
         consensus={"policy": policy},
+        canaries={"enabled": False},  # the prompts counted here are the rows' own
     )
 
 
@@ -144,6 +145,7 @@ def test_rows_without_a_readable_vote_or_chain_are_left_open_with_their_row_as_p
             "annotate": {"method": "mc", "k": 2},
             "judge": {"engine": {"kind": "simulated-judge"}, "samples": 3},
             "verify": {"engine": {"kind": "simulated-judge"}, "votes": 2},
+            "canaries": {"enabled": False},  # the votes counted here are the rows' own
         }
     )
 

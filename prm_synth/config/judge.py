@@ -56,7 +56,8 @@ class ConsensusConfig(Strict):
     votes), kept where its most likely first error has probability >= `confidence`.
     """
 
-    SOFT_ONLY: ClassVar[tuple[str, ...]] = ("class_min_votes",)  # added with per-class accuracy (JudgeConfig)
+    # added with per-class accuracy (JudgeConfig), and with canaries (#49)
+    SOFT_ONLY: ClassVar[tuple[str, ...]] = ("class_min_votes", "target_precision")
 
     # `agree` before: a folder made under that default resumes with it (identity.with_former_defaults)
     policy: Literal["agree", "judge-only", "mc-only", "soft"] = "soft"
@@ -69,6 +70,12 @@ class ConsensusConfig(Strict):
     """`soft`: the judge's accuracy assumed before the shard's own measurement."""
     prior_votes: float = Field(4.0, ge=0.0, le=1e6)
     """`soft`: how many votes `prior_accuracy` weighs against the shard's measurement."""
+    target_precision: float = Field(0.97, gt=0.0, lt=1.0)
+    """`soft`: the precision the kept labels must reach: rows are kept from the surest down while a shard's
+    kept good labels and kept bad labels each stay at this expected precision (under the posterior, one
+    standard error towards the pessimistic end of the judge's measured rates); votes are asked while they
+    can still move a row across it. 0.97: the step precision the issue that set it (#49) holds PRM
+    training data to; the run reports what it reached (`estimated_precision`)."""
     class_min_votes: int = Field(20, ge=0, le=1_000_000)
     """`soft`: the judge's accuracy on one answer class (right-answer or wrong-answer rows) is measured from
     the readable votes on that class's rows the rollouts pinned; with fewer votes than this, the class reads
@@ -78,7 +85,7 @@ class ConsensusConfig(Strict):
     def _soft_knobs_only_for_soft(self) -> ConsensusConfig:
         # a stored config holds every field: only a value off its default is a setting
         changed = {name for name, f in type(self).model_fields.items() if getattr(self, name) != f.default}
-        unused = {"confidence", "prior_accuracy", "prior_votes", "class_min_votes"} & changed
+        unused = {"confidence", "prior_accuracy", "prior_votes", "class_min_votes", "target_precision"} & changed
         if self.policy != "soft" and unused:
             raise ValueError(f"{sorted(unused)} are read by the `soft` policy only, not by `{self.policy}`")
         if self.policy == "soft" and "tolerance" in changed:

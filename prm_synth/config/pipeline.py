@@ -15,7 +15,9 @@ from prm_synth.config.annotate import (
     LabelConfig,
 )
 from prm_synth.config.base import Strict, digest
+from prm_synth.config.canaries import CanariesConfig
 from prm_synth.config.engines import EngineConfig, EngineFields
+from prm_synth.config.grader import GraderConfig, check_grader
 from prm_synth.config.judge import ConsensusConfig, JudgeConfig, VerifyConfig
 from prm_synth.config.problems import ProblemSource
 from prm_synth.config.run import OutputConfig, RunConfig
@@ -28,7 +30,9 @@ class PipelineConfig(Strict):
     name: str = Field("prm-synth", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     """The run's name; the default output folder is runs/<name> (a plain folder name, never a path)."""
     problems: ProblemSource
-    """Where the problems come from: `builtin`, `file` or `hf` (by `kind`)."""
+    """Where the problems come from: `builtin`, `file`, `hf`, `humaneval` or `choice-file` (by `kind`)."""
+    grader: GraderConfig = GraderConfig()
+    """How a solution's final outcome is checked: `math` (default), `choice`, `exact`, `code`, `majority`."""
     policy: EngineConfig
     """The model whose solutions are labeled: `simulated`, `vllm` or `openai` (by `kind`)."""
     sampling: SamplingConfig = SamplingConfig()
@@ -48,14 +52,16 @@ class PipelineConfig(Strict):
     gets the default (`soft`); `consensus: null` records the judge's verdicts without combining them."""
     verify: VerifyConfig | None = None
     """Verification chains for generative verifiers (None: none written)."""
+    canaries: CanariesConfig = CanariesConfig()
+    """Planted-error canaries that measure the labels on the run's own model (written apart, never data)."""
     output: OutputConfig = OutputConfig()
     """Shard size and what is written with a shard."""
     run: RunConfig = RunConfig()
     """How the run is executed (parallelism, retries, warnings); changes no row."""
 
     # A field added after datasets were written, at the value that means "as before" (Strict): a config
-    # without a `verify` section hashes as configs written before the stage existed.
-    ADDED_FIELDS = {"verify": None}
+    # without a `verify` section, or with the default (math) grader, hashes as configs written before.
+    ADDED_FIELDS = {"verify": None, "grader": GraderConfig().fingerprint_part()}
 
     @model_validator(mode="before")
     @classmethod
@@ -76,6 +82,11 @@ class PipelineConfig(Strict):
     def _consensus_needs_a_judge(self) -> PipelineConfig:
         if self.consensus is not None and self.consensus.policy != "mc-only" and self.judge is None:
             raise ValueError(f"consensus.policy {self.consensus.policy!r} needs a judge section")
+        return self
+
+    @model_validator(mode="after")
+    def _grader_fits_problems(self) -> PipelineConfig:
+        check_grader(self.grader, self.problems.kind)
         return self
 
     @model_validator(mode="after")
@@ -131,6 +142,8 @@ class PipelineConfig(Strict):
         data["prompt_versions"] = versions
         if (revision := self.labeler_revision()) is not None:
             data["labeler_revision"] = revision
+        if self.judge is None or self.consensus is None or self.consensus.policy != "soft":
+            data.pop("canaries", None)  # only soft reads what canaries measure; elsewhere they change no row
         if self.consensus is None or self.consensus.policy != "soft":
             for name in ("judge", "consensus"):
                 if (section := getattr(self, name)) is not None:

@@ -73,6 +73,21 @@ class JudgeAccuracy:
     recall: float
     clean: float
     miss: float = 0.0
+    # how much a row's misses come together (canaries' CanaryStats.miss_dependence, 0..1): m votes weigh
+    # as m / (1 + (m - 1) * dependence) independent ones
+    dependence: float = 0.0
+    # the share of the class's rows holding an error the rollouts' prior cannot see (right answers: the
+    # run's own estimate, estimate.fit_hidden), spread over the steps by `hidden_shape` (weights of equal
+    # fifths of a solution, where the judge's step votes fall; None: even)
+    hidden: float = 0.0
+    hidden_shape: tuple[float, ...] | None = None
+
+    def hidden_prior(self, n: int) -> list[float]:
+        """P(first error = k) for k = 0..n-1 of a hidden error in a row of n steps."""
+        shape = self.hidden_shape or (1.0,)
+        weights = [shape[min(len(shape) - 1, k * len(shape) // max(n, 1))] for k in range(n)]
+        total = sum(weights)
+        return [w / total for w in weights] if total > 0 else [1.0 / n] * n
 
     def likelihood(self, vote: int, first_error: int, n_steps: int) -> float:
         """P(vote | first error), -1 for none; the remaining mass spread over the other steps. Never 0:
@@ -135,7 +150,7 @@ def estimated_accuracy(counts: JudgeCounts, config: ConsensusConfig) -> JudgeAcc
 
 # ------------------------------------------------------------------ per answer class
 def answer_class(record: LabeledRecord) -> AnswerClass:
-    """"right" for a row whose final answer was graded correct; every other row (wrong, ungraded) "wrong"."""
+    """ "right" for a row whose final answer was graded correct; every other row (wrong, ungraded) "wrong"."""
     return "right" if record.final_correct is True else "wrong"
 
 
@@ -149,8 +164,15 @@ class ClassAccuracy:
     """One class's rates as the soft posterior reads them, and where each came from."""
 
     accuracy: JudgeAccuracy
-    errors_from: Literal["measured", "prior"]  # recall and miss: the class's pinned errors, or the prior
-    clean_from: Literal["measured", "prior"]  # clean: the class's rows found clean, or the prior
+    # recall and miss: the shard's canaries (estimate.rates_by_class), the class's pinned errors, or the prior
+    errors_from: Literal["measured", "prior", "canaries"]
+    # clean: the class's rows found clean, the prior, or (right answers) fitted to the class's votes
+    clean_from: Literal["measured", "prior", "votes"]
+    # the same rates at the pessimistic and the optimistic end of their intervals (estimated_precision),
+    # and one standard error towards the pessimistic end (what consensus.target_precision is held at)
+    low: JudgeAccuracy | None = None
+    high: JudgeAccuracy | None = None
+    cautious: JudgeAccuracy | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self.accuracy) | {"errors_from": self.errors_from, "clean_from": self.clean_from}
@@ -185,5 +207,6 @@ def counts_dict(counts: JudgeCounts, accuracy: ClassAccuracy) -> dict[str, int]:
     return asdict(counts) | {
         "shards": 1,
         "errors_on_prior": int(accuracy.errors_from == "prior"),
+        "errors_on_canaries": int(accuracy.errors_from == "canaries"),
         "clean_on_prior": int(accuracy.clean_from == "prior"),
     }

@@ -42,18 +42,26 @@ from dataclasses import dataclass
 from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
 from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.accuracy import (
+    ClassAccuracy,
     JudgeAccuracy,
     JudgeCounts,
     answer_class,
-    class_accuracy,
     counts_dict,
     estimated_accuracy,
     measure_by_class,
     measure_judge,
 )
 from prm_synth.judge.ask import UNPARSEABLE
+from prm_synth.judge.estimate import (
+    bad_steps_after,
+    estimate_kept,
+    expected_precision,
+    label_expectations,
+    rates_by_class,
+)
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior, prefix_confidence
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
+from prm_synth.store.canary_counts import CanaryStats
 
 # A tie the rollouts decided completes the row only where they alone put the winner at least this likely
 # (the labeler's default confidence): the judge adds nothing net on a tie, so the labels it would set
@@ -205,8 +213,49 @@ def _position(index: int | None) -> str:
     return "none" if index is None else str(index)
 
 
+def hold_to_target(
+    records: Sequence[LabeledRecord],
+    decisions: Sequence[Decision],
+    rates: Sequence[ClassAccuracy],
+    config: ConsensusConfig,
+) -> list[Decision]:
+    """`consensus.target_precision`: the rows soft would keep, taken from the surest down (by the expected
+    precision of their labels), each kept only while the kept good labels and the kept bad labels each
+    stay at the target expected precision, read one standard error towards the pessimistic end of the
+    judge's rates (`ClassAccuracy.cautious`); the others rejected with their reason. The target holds for
+    the shard's kept labels together (and so for the run's), not row by row: a row whose labels are 0.95
+    sure may be kept beside surer ones, never below `confidence`."""
+    out = list(decisions)
+    candidates = []
+    for i, (record, decision) in enumerate(zip(records, decisions, strict=True)):
+        if decision.keep and decision.first_error is not None:
+            post = posterior(record, rates[i].cautious or rates[i].accuracy)
+            candidates.append((-expected_precision(post, decision.first_error), record.id, i, post))
+    sums = dict.fromkeys(("good_labels", "good_expected", "bad_labels", "bad_expected"), 0.0)
+    for surest, _, i, post in sorted(candidates):
+        first_error = decisions[i].first_error
+        assert first_error is not None
+        expected = label_expectations(post, first_error, bad_steps_after(records[i], first_error))
+        after = {k: sums[k] + expected[k] for k in sums}
+        if all(
+            after[f"{kind}_expected"] >= config.target_precision * after[f"{kind}_labels"] for kind in ("good", "bad")
+        ):
+            sums = after
+            continue
+        detail = (
+            f"its labels' expected precision {-surest:.3f} would take the shard's kept labels below "
+            f"consensus.target_precision {config.target_precision}"
+        )
+        out[i] = Decision(False, "low_confidence", detail, prefix_confidence=decisions[i].prefix_confidence)
+    return out
+
+
 def apply_consensus(
-    records: list[LabeledRecord], config: ConsensusConfig, min_confidence: float = 0.0, pinned: float = PINNED
+    records: list[LabeledRecord],
+    config: ConsensusConfig,
+    min_confidence: float = 0.0,
+    pinned: float = PINNED,
+    canaries: CanaryStats | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
     ties, complete (or relabel) the kept rows the policy says. The judge's accuracy is measured on the rows
@@ -222,8 +271,10 @@ def apply_consensus(
     by_source: dict[str, dict[str, int]] = {}
     counts = measure_judge(records, pinned)
     class_counts = measure_by_class(records, pinned)  # the judge's accuracy per answer class
-    by_class = {c: class_accuracy(n, config) for c, n in class_counts.items()}
+    by_class = rates_by_class(records, config, pinned, canaries)  # from the canaries where the shard has them
+    estimate: Counter[str] = Counter()
     completed = ties_broken = 0
+    decisions: list[Decision] = []
     for record in records:
         if record.judge_first_error is None and (winner := break_tie(record)) is not None:
             record.judge_first_error = winner
@@ -231,13 +282,18 @@ def apply_consensus(
         judge = record.judge_first_error
         record.consensus = None if judge is None else agrees_with_labels(record.labels, judge, config.tolerance)
         agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
-        decision = decide(record, config, min_confidence, by_class[answer_class(record)].accuracy)
+        decisions.append(decide(record, config, min_confidence, by_class[answer_class(record)].accuracy))
+    if config.policy == "soft":  # the kept rows' labels, together, at the precision asked
+        decisions = hold_to_target(records, decisions, [by_class[answer_class(r)] for r in records], config)
+    for record, decision in zip(records, decisions, strict=True):
         if decision.prefix_confidence is not None:
             record.consensus_p_good = decision.prefix_confidence
         source = by_source.setdefault(record.source, {"rows": 0, "kept": 0, "rejected": 0, "agree": 0})
         source["rows"] += 1
         source["agree"] += bool(record.consensus)
         if decision.keep:
+            if config.policy == "soft" and decision.first_error is not None:
+                estimate.update(estimate_kept(record, decision.first_error, by_class[answer_class(record)]))
             if decision.first_error is not None:
                 before = list(record.labels)
                 if follow(record, decision.first_error) > 0:
@@ -278,6 +334,7 @@ def apply_consensus(
         rejected_by_reason=dict(by_reason),
         agreement=dict(agreement),
         by_source=by_source,
+        estimate=dict(estimate),
     )
     return kept, rejected, stats
 

@@ -46,14 +46,20 @@ def posterior(record: LabeledRecord, accuracy: JudgeAccuracy) -> list[float]:
     """P(first error = k | rollouts, votes) for k = 0..n-1 and, at index n, no error."""
     n = len(record.labels)
     prior = first_error_prior(record)
+    if accuracy.hidden > 0.0 and n:  # errors the rollouts cannot see (right answers): the run's own share
+        spread = [*accuracy.hidden_prior(n), 0.0]
+        prior = [(1.0 - accuracy.hidden) * p + accuracy.hidden * q for p, q in zip(prior, spread, strict=True)]
     votes = [v for v in record.judge_votes if v != UNPARSEABLE and -1 <= v < n]
+    # votes that repeat one reading are worth fewer independent ones (accuracy.JudgeAccuracy.dependence)
+    weight = 1.0 / (1.0 + (len(votes) - 1) * accuracy.dependence) if len(votes) > 1 else 1.0
     logs = []
     for k, mass in enumerate(prior):
         if mass <= 0.0:
             logs.append(-math.inf)
             continue
         first_error = -1 if k == n else k
-        logs.append(math.log(mass) + sum(math.log(accuracy.likelihood(v, first_error, n)) for v in votes))
+        evidence = sum(math.log(accuracy.likelihood(v, first_error, n)) for v in votes)
+        logs.append(math.log(mass) + weight * evidence)
     top = max(logs)
     if top == -math.inf:
         return [1.0 / (n + 1)] * (n + 1)

@@ -11,9 +11,10 @@ accuracy on wrong answers is measured on (accuracy.py).
 
 Stopping: votes are asked one at a time, in rounds over every row still open (each round one engine
 request of n=1 per row, batched across rows as every stage's requests are: the one request loop, `ask.judge_solutions`). After each
-round the judge's accuracy per answer class is measured on the votes so far, and a row whose posterior
-over the first error (posterior.py) has reached the confidence is closed; the others get another
-vote, up to `samples`. An unreadable vote counts as asked. Round r asks sample index r of the prompt
+round the judge's rates per answer class are measured on the votes so far and the shard's canaries
+(estimate.rates_by_class), and a row soft would keep (its most likely first error at `consensus.confidence`,
+its labels' expected precision at `consensus.target_precision`) is closed, as is one that the votes left
+cannot take there; the others get another vote, up to `samples`. An unreadable vote counts as asked. Round r asks sample index r of the prompt
 (`first_sample_index`), so a row's votes are the ones one request of n=samples would have drawn.
 """
 
@@ -25,10 +26,12 @@ from dataclasses import replace
 
 from prm_synth.config import ConsensusConfig, JudgeConfig
 from prm_synth.engines.base import Engine
-from prm_synth.judge.accuracy import ClassAccuracy, accuracy_by_class, answer_class
+from prm_synth.judge.accuracy import ClassAccuracy, answer_class
 from prm_synth.judge.ask import judge_records
+from prm_synth.judge.estimate import expected_precision, rates_by_class
 from prm_synth.judge.posterior import first_error_prior, posterior
 from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord
+from prm_synth.store.canary_counts import CanaryStats
 
 __all__ = ["calibrates", "judge_selected", "judge_stage", "needs_judge", "pinned_at", "selected", "settled"]
 
@@ -57,9 +60,28 @@ def selected(records: Sequence[LabeledRecord], config: JudgeConfig, consensus: C
     return [needs_judge(r, level) or calibrates(r, config.calibrate) for r in records]
 
 
-def settled(record: LabeledRecord, accuracy: ClassAccuracy, confidence: float) -> bool:
-    """The stopping rule: the posterior's most likely first error has reached the confidence."""
-    return max(posterior(record, accuracy.accuracy)) >= confidence
+def reaches(record: LabeledRecord, accuracy: ClassAccuracy, consensus: ConsensusConfig) -> bool:
+    """Soft would keep the row as it stands: its most likely first error at `confidence`, its labels'
+    expected precision at `target_precision`."""
+    post = posterior(record, accuracy.accuracy)
+    best = max(range(len(post)), key=post.__getitem__)
+    first_error = -1 if best == len(record.labels) else best
+    return post[best] >= consensus.confidence and expected_precision(post, first_error) >= consensus.target_precision
+
+
+def settled(record: LabeledRecord, accuracy: ClassAccuracy, consensus: ConsensusConfig, votes_left: int = 0) -> bool:
+    """The stopping rule: soft keeps the row (`reaches`), or no `votes_left` more votes can take it there
+    (each of its two likeliest first errors tried with every vote left naming it): votes go only where
+    they can still move a row across the target."""
+    if reaches(record, accuracy, consensus):
+        return True
+    post = posterior(record, accuracy.accuracy)
+    n = len(record.labels)
+    for k in sorted(range(len(post)), key=post.__getitem__, reverse=True)[:2]:
+        more = replace(record, judge_votes=[*record.judge_votes, *([-1 if k == n else k] * votes_left)])
+        if votes_left and reaches(more, accuracy, consensus):
+            return False
+    return True
 
 
 def judge_selected(
@@ -68,6 +90,7 @@ def judge_selected(
     config: JudgeConfig,
     consensus: ConsensusConfig,
     max_batch_requests: int,
+    canaries: CanaryStats | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage under `soft`: `select: all` asks every row `samples` votes at once (judge_records);
     `needed` asks the selected rows in rounds until each is settled (see the module doc), through the same
@@ -78,8 +101,11 @@ def judge_selected(
 
     def settled_rows(votes: list[list[int]], rows: list[int]) -> list[bool]:
         so_far = [replace(r, judge_votes=v) for r, v in zip(records, votes, strict=True)]
-        accuracy = accuracy_by_class(so_far, consensus, config.skip_confidence)
-        return [settled(so_far[i], accuracy[answer_class(so_far[i])], consensus.confidence) for i in rows]
+        accuracy = rates_by_class(so_far, consensus, config.skip_confidence, canaries)
+        return [
+            settled(so_far[i], accuracy[answer_class(so_far[i])], consensus, config.samples - len(votes[i]))
+            for i in rows
+        ]
 
     sent = selected(records, config, consensus)
     return judge_records(engine, records, config, max_batch_requests, sent=sent, settled=settled_rows)
@@ -91,9 +117,10 @@ def judge_stage(
     config: JudgeConfig,
     consensus: ConsensusConfig | None,
     max_batch_requests: int,
+    canaries: CanaryStats | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage as the pipeline runs it: under `soft`, only the rows a vote can change, votes asked
     until settled (`judge_selected`); under any other policy (or none), every row with `samples` votes."""
     if consensus is not None and consensus.policy == "soft":
-        return judge_selected(engine, records, config, consensus, max_batch_requests)
+        return judge_selected(engine, records, config, consensus, max_batch_requests, canaries)
     return judge_records(engine, records, config, max_batch_requests)

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from prm_synth.schema import LEFT_OPEN_REASONS, RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 from prm_synth.store.layout import (
+    CANARIES,
     FORMAT,
     MANIFEST,
     DatasetError,
@@ -217,7 +218,7 @@ class ShardStore:
         return None
 
     def _clear(self) -> None:
-        for sub in ("data", "rejected", "shards", "trees"):
+        for sub in ("data", "rejected", "shards", "trees", CANARIES):
             for p in (self.root / sub).glob("*"):
                 p.unlink()
         (self.root / MANIFEST).unlink(missing_ok=True)
@@ -233,11 +234,14 @@ class ShardStore:
         trees: dict[str, Any] | None = None,
         servers: dict[str, str] | None = None,
         refusals: dict[str, int] | None = None,
+        canaries: list[Mapping[str, Any]] | None = None,
     ) -> ShardEntry:
         """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
         JSON) go to trees/shard-NNNNN.json and are part of the shard (hashed in its marker)."""
         name = shard_name(index)
         extra_files = {f"trees/{name}.json": _tree_bytes(trees)} if trees else {}
+        if canaries:  # planted errors: part of the shard (hashed), never read as data (CANARIES)
+            extra_files[f"{CANARIES}/{name}.json"] = json.dumps(list(canaries), ensure_ascii=False).encode()
         try:
             data_bytes = _table_bytes(records, RECORD_SCHEMA)
             rej_bytes = _table_bytes(rejected, REJECTED_SCHEMA)
@@ -316,6 +320,13 @@ class ShardStore:
         """The rows of one finished shard (kind "data" or "rejected"), checked against its marker."""
         rel = shard_file(entry, kind)
         return read_stream(verified_buffer(self.root, entry, rel), self.root / rel).to_pylist()
+
+    def read_canaries(self, entry: ShardEntry) -> list[dict[str, Any]]:
+        """The canaries of one finished shard (checked against its marker), [] when it planted none."""
+        rel = f"{CANARIES}/{shard_name(entry.shard)}.json"
+        if rel not in entry.sha256:
+            return []
+        return list(json.loads(verified_buffer(self.root, entry, rel).to_pybytes()))
 
     def read_trees(self, entry: ShardEntry) -> dict[str, Any]:
         """The OmegaPRM trees of one finished shard (problem id -> tree), {} when it saved none."""

@@ -13,8 +13,15 @@ from typing import Any
 
 from prm_synth.config import ConfigError, rows_reconcile, validate_config
 from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
+from prm_synth.store.canary_counts import CanaryStats, precision_report
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, read_manifest
+
+# What `estimated_precision` cannot promise, said wherever it is shown.
+PRECISION_LIMIT = (
+    "Planted errors are easier to find than natural ones, so this is an upper bound on how right the labels "
+    "are; where a human-labeled set exists, `prm-synth eval labels` compares."
+)
 
 
 def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
@@ -107,10 +114,37 @@ class RunSummary:
     rollout_tokens_per_labeled_step: float | None = None
     rollout_tokens_per_located_error: float | None = None
 
+    canaries: CanaryStats | None = None  # what the planted errors measured (OUT/canaries/); None without
+
+    def estimated_precision(self) -> dict[str, Any] | None:
+        """How right the kept labels are, as the run estimates it (judge/estimate.py): good and bad, point
+        and interval, overall and per answer class, and what it rests on; None where soft consensus did
+        not keep a row with an estimate."""
+        if self.consensus is None or not self.consensus.estimate:
+            return None
+        return precision_report(self.consensus.estimate) | {
+            "rests_on": self.canaries.summary() if self.canaries else None,
+            "limit": PRECISION_LIMIT,
+        }
+
+    def precision_text(self) -> str | None:
+        """`estimated_precision` in words (the run summary, `inspect`, the flow artifact, the card)."""
+        report = self.estimated_precision()
+        if report is None:
+            return None
+        parts = []
+        for kind in ("good", "bad"):
+            if (e := report[kind]) is not None:
+                parts.append(f"{kind} labels {e['point']:.3f} (95% interval {e['low']:.3f}-{e['high']:.3f})")
+        rests = self.canaries.text() if self.canaries else "no planted errors (canaries off)"
+        return f"{', '.join(parts) or 'no labels kept'}; rests on {rests}. {PRECISION_LIMIT}"
+
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON: the counts, judge, consensus and verify counts ({} without), the run's facts."""
-        nested = ("judge", "consensus", "verify", "run")
+        nested = ("judge", "consensus", "verify", "run", "canaries")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested}
+        out["canaries"] = self.canaries.summary() if self.canaries else {}
+        out["estimated_precision"] = self.estimated_precision()
         out["judge"] = self.judge.as_dict() if self.judge else {}
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
         out["verify"] = self.verify.as_dict() if self.verify else {}
@@ -158,6 +192,7 @@ def summarize(root: str | Path) -> RunSummary:
         labels=labels,
         rollout_tokens_per_labeled_step=_per(stats.rollout_tokens, labels["labeled_steps"]),
         rollout_tokens_per_located_error=_per(stats.rollout_tokens, labels["rows_with_error"]),
+        canaries=CanaryStats.read(stats.canaries),
         **judge_cost(stats, totals["rows"]),
     )
 
@@ -186,6 +221,93 @@ def judge_cost_text(summary: RunSummary) -> str | None:
         f"{summary.judge_requests} requests (votes asked) on {summary.rows_judged} rows{skipped}; "
         f"{summary.judge_tokens} tokens, {summary.judge_tokens_per_kept_row} a kept row"
     )
+
+
+def judge_accuracy_short(consensus: ConsensusStats) -> str:
+    """The judge's measured accuracy in one short line for the run summary (`inspect` and the card give
+    it whole): per answer class, how often it named the pinned error and said -1 on clean rows."""
+    parts = []
+    for name in ("right", "wrong"):
+        c = (consensus.by_answer or {}).get(name) or {}
+        pinned, clean = c.get("pinned_votes", 0), c.get("clean_votes", 0)
+        bits = [f"names the error {c.get('pinned_named', 0) / pinned:.0%} of {pinned}"] if pinned else []
+        bits += [f"says clean {c.get('clean_said_clean', 0) / clean:.0%} of {clean}"] if clean else []
+        if bits:
+            parts.append(f"{name} answers: {', '.join(bits)}")
+    return "; ".join(parts) or consensus.judge_accuracy_text().split(";")[0]
+
+
+def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
+    """The run summary as text, row by row: the one text rendering of the summary (`prm-synth run` prints
+    it, `prm-synth inspect` draws it as a table; `to_dict` is its JSON, the card and the flow's artifact
+    have their own). What only the run that wrote the folder knows is shown where `run` is set."""
+    run, labels = summary.run, summary.labels
+    bad = labels.get("bad_step_fraction")
+    rows: list[tuple[str, str]] = [
+        ("problems in", f"{summary.problems_in} ({summary.problems_loaded} loaded)"),
+        ("rows out", str(summary.rows)),
+        ("rejected", f"{summary.rejected} ({_counts(summary.rejected_by_reason)})"),
+        ("reconciles", "yes" if summary.reconciles else "NO: counts do not add up"),
+        ("shards", str(summary.shards) + (f" ({run.shards_run} run, {run.shards_skipped} resumed)" if run else "")),
+        ("rollouts", f"{summary.rollouts} ({summary.unknown_rollouts} ungradable)"),
+    ]
+    if run is not None:
+        rows.append(
+            (
+                "engine requests",
+                f"{summary.requests_refused} refused, {run.requests_retried} retried, "
+                f"{len(run.shards_failed)} shard(s) failed",
+            )
+        )
+    rows += [
+        ("tokens", str(summary.tokens)),
+        (
+            "cost per labeled step",
+            f"{_one_decimal(summary.rollouts_per_labeled_step)} rollouts, "
+            f"{_one_decimal(summary.tokens_per_labeled_step)} tokens",
+        ),
+        (
+            "rollout tokens",
+            f"{_one_decimal(summary.rollout_tokens_per_labeled_step)} a labeled step, "
+            f"{_one_decimal(summary.rollout_tokens_per_located_error)} a located first error",
+        ),
+        ("steps", f"{labels.get('steps', 0)} ({labels.get('labeled_steps', 0)} labeled)"),
+        ("bad steps", f"{labels.get('bad_steps', 0)}" + ("" if bad is None else f" ({bad:.1%} of labeled)")),
+        ("label sources", _counts(labels.get("label_sources"))),
+        ("final answers", _counts(labels.get("final"))),
+        ("rows with an error", str(labels.get("rows_with_error", 0))),
+        (
+            "first error at step",
+            ", ".join(f"{k}: {v}" for k, v in (labels.get("first_error_histogram") or {}).items()) or "none",
+        ),
+    ]
+    if (cost := judge_cost_text(summary)) is not None:
+        rows.append(("judge cost", cost))
+    if (c := summary.consensus) is not None and c.rows:
+        # the run's summary says it in one line; `inspect`'s table (no `run`) gives it whole
+        accuracy = judge_accuracy_short(c) if run is not None else c.judge_accuracy_text()
+        rows += [("kept by consensus", c.kept_text()), ("judge accuracy", accuracy)]
+    if (precision := summary.precision_text()) is not None:
+        rows.append(("estimated precision", precision))
+    if (v := summary.verify) is not None and v.chains:
+        rows.append(
+            (
+                "verification chains",
+                f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}; dropped: {_counts(v.dropped_by_reason)})",
+            )
+        )
+    rows.append(("config fingerprint", summary.config_fingerprint))
+    if run is not None:
+        rows.append(("wall time", f"{run.wall_seconds:.1f} s ({run.startup_seconds:.1f} s start-up)"))
+    return rows
+
+
+def _counts(counts: dict[str, int] | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items())) or "none"
+
+
+def _one_decimal(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
 
 
 UNKNOWN_WARN_RATE = 0.05  # above this share of ungradable rollouts the summary warns

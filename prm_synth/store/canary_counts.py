@@ -1,0 +1,154 @@
+"""What a run's canaries measured (counts only; prm_synth/judge/canaries.py). A shard marker holds them as
+a dict (`ShardStats.canaries`, summed key by key over shards); `CanaryStats.read` gives them back.
+
+Per answer class of the canary ("right": the planted error hides behind a right answer; "wrong"):
+- the rollouts' first error against the planted step: `mc_at`, `mc_before`, `mc_after`, `mc_clean`;
+- the judge's readable votes: `named` (the planted step), `missed` (-1), `before`/`after` (another step),
+  `offset_sum` (the summed distance of those step votes), `unreadable`;
+- vote dependence within a row: `pairs` of readable votes on one row and how many of them are equal
+  (`pairs_agree`); `vote_keys` counts each vote by its reading (offset from the planted step, or "miss")
+  over all rows, the chance level a row's pairs are compared with.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+CLASS_KEYS = (
+    "canaries",
+    "mc_at",
+    "mc_before",
+    "mc_after",
+    "mc_clean",
+    "votes",
+    "named",
+    "missed",
+    "before",
+    "after",
+    "offset_sum",
+    "unreadable",
+    "pairs",
+    "pairs_agree",
+    "pairs_missed",
+)
+
+
+@dataclass
+class CanaryStats:
+    planted: int = 0
+    rollouts: int = 0  # what labeling the canaries cost
+    tokens: int = 0  # rollout and judge tokens spent on canaries
+    by_answer: dict[str, dict[str, int]] = field(default_factory=dict)
+    vote_keys: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, data: dict[str, Any] | None) -> CanaryStats | None:
+        """The counts as ShardStats.canaries holds them (summed key by key); None where none were planted."""
+        if not data:
+            return None
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def of(self, answer: str) -> dict[str, int]:
+        return {k: 0 for k in CLASS_KEYS} | self.by_answer.get(answer, {})
+
+    def judge_recall(self, answer: str) -> tuple[int, int]:
+        """(votes naming the planted step, readable votes) on canaries of the class."""
+        c = self.of(answer)
+        return c["named"], c["votes"]
+
+    def agreement_beyond_chance(self) -> float | None:
+        """Cohen-style kappa of the votes within a row: 0 when a row's votes agree no more than votes
+        drawn from the run's pooled readings would, 1 when every row repeats one reading."""
+        pairs = sum(self.of(a)["pairs"] for a in ("right", "wrong"))
+        agree = sum(self.of(a)["pairs_agree"] for a in ("right", "wrong"))
+        total = sum(self.vote_keys.values())
+        if not pairs or not total:
+            return None
+        chance = sum((n / total) ** 2 for n in self.vote_keys.values())
+        if chance >= 1.0:
+            return None
+        return max(0.0, min(1.0, (agree / pairs - chance) / (1.0 - chance)))
+
+    def miss_dependence(self) -> float:
+        """How much a row's misses come together (the intraclass correlation of "says -1" among the votes
+        on one canary, per answer class, weighed by pairs; 0 when misses are independent): what a run of
+        -1 votes is worth as evidence of a clean row (consensus.JudgeAccuracy.dependence)."""
+        weighted = pairs_total = 0.0
+        for answer in ("right", "wrong"):
+            c = self.of(answer)
+            if not c["pairs"] or not c["votes"]:
+                continue
+            p = c["missed"] / c["votes"]
+            if 0.0 < p < 1.0:
+                rho = (c["pairs_missed"] / c["pairs"] - p * p) / (p * (1.0 - p))
+                weighted += c["pairs"] * max(0.0, min(1.0, rho))
+                pairs_total += c["pairs"]
+        return weighted / pairs_total if pairs_total else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The derived rates (inspect --json, the summary, the card)."""
+        out: dict[str, Any] = {
+            "planted": self.planted,
+            "rollouts": self.rollouts,  # their cost, beside the data's (the engine served both)
+            "tokens": self.tokens,
+            "vote_agreement_beyond_chance": self.agreement_beyond_chance(),
+            "miss_dependence": round(self.miss_dependence(), 4),
+        }
+        for answer in ("right", "wrong"):
+            c = self.of(answer)
+            n, v = c["canaries"], c["votes"]
+            steps = c["before"] + c["after"] + c["named"]
+            out[answer] = {
+                "canaries": n,
+                "rollouts": {k: c[f"mc_{k}"] / n if n else None for k in ("at", "before", "after", "clean")},
+                "judge_recall": c["named"] / v if v else None,
+                "judge_missed": c["missed"] / v if v else None,
+                "judge_mean_location_error": c["offset_sum"] / steps if steps else None,
+                "judge_votes": v,
+            }
+        return out
+
+    def text(self) -> str:
+        """One line in words: how many planted errors, and how the rollouts and the judge found them."""
+        s = self.summary()
+        parts = [f"{self.planted} planted errors"]
+        for answer in ("right", "wrong"):
+            c = s[answer]
+            if not c["canaries"]:
+                continue
+            bit = f"{c['canaries']} behind a {answer} answer: rollouts placed {c['rollouts']['at']:.0%} at the step"
+            if c["judge_recall"] is not None:
+                bit += f", the judge named {c['judge_recall']:.0%} of {c['judge_votes']} votes"
+            parts.append(bit)
+        if (kappa := s["vote_agreement_beyond_chance"]) is not None:
+            parts.append(f"a row's votes agree {kappa:.2f} beyond chance")
+        return "; ".join(parts)
+
+
+Z = 1.96  # the intervals' normal quantile (95%)
+
+
+def precision_report(sums: dict[str, float]) -> dict[str, object]:
+    """`estimated_precision` from the summed expectations (ConsensusStats.estimate): good and bad, point
+    and interval, overall and per answer class."""
+
+    def one(prefix: str, kind: str) -> dict[str, float | int] | None:
+        labels = sums.get(f"{prefix}{kind}_labels", 0.0)
+        if labels <= 0:
+            return None
+        point = sums.get(f"{prefix}{kind}_expected", 0.0) / labels
+        spread = Z * math.sqrt(sums.get(f"{prefix}{kind}_var", 0.0)) / labels
+        ends = [sums.get(f"{prefix}{kind}_{end}", point * labels) / labels for end in ("low", "high")]
+        low, high = min([point, *ends]) - spread, max([point, *ends]) + spread
+        return {
+            "point": round(point, 4),
+            "low": round(max(0.0, low), 4),
+            "high": round(min(1.0, high), 4),
+            "labels": int(labels),
+        }
+
+    out: dict[str, object] = {"good": one("", "good"), "bad": one("", "bad")}
+    out["by_answer"] = {c: {"good": one(f"{c}:", "good"), "bad": one(f"{c}:", "bad")} for c in ("right", "wrong")}
+    return out
