@@ -59,11 +59,12 @@ from prm_synth.pipeline import (
     merge_redo,
     process_shard,
     redo_items,
+    unreadable_message,
 )
 from prm_synth.problems.sources import count_hint
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
-from prm_synth.store.refusals import count_refusals, make_permanent, reasons_of
+from prm_synth.store.refusals import count_open, count_refusals, make_open_permanent, make_permanent, reasons_of
 from prm_synth.store.resume import run_fingerprint, servers
 from prm_synth.store.shards import ShardEntry, ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
@@ -125,6 +126,7 @@ def label_shard(
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
     previous: ShardRows | None = None
     previous_refusals: dict[str, int] = {}
+    previous_unreadable: dict[str, int] = {}  # open rows: on how many runs in a row (1 where not said)
     source_rows = len(items)
     if redo or reopen:
         entry = store.finished_shard(shard_index)
@@ -138,6 +140,7 @@ def label_shard(
         )
         source_rows = entry.problems
         previous_refusals = entry.refusals
+        previous_unreadable = {row_id: 1 for row_id in reopen or ()} | entry.unreadable
         items = redo_items(items, set(redo or ()))
     # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
     reopened_ids, redone = set(reopen or ()), set(redo or ())
@@ -181,7 +184,10 @@ def label_shard(
             else ShardOutput()
         )
         if open_rows:
-            out = combine(out, finish_open_rows(config, open_rows, fingerprint, judge_engine, verify_engine))
+            finished = finish_open_rows(
+                config, open_rows, fingerprint, judge_engine, verify_engine, asked_before=previous_unreadable
+            )
+            out = combine(out, finished)
     reopened = frozenset(r["id"] for r in open_rows)
     rows = merge_redo(previous, set(redo or ()), out, reopened) if previous is not None else ShardRows.of(out)
     # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
@@ -190,6 +196,10 @@ def label_shard(
     asked = set(redo or ()) if previous is not None else None  # None: the whole shard was asked
     refusals = count_refusals(rows.rejected, asked, previous_refusals)
     rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
+    # Rows the judge (or verifier) could not read, the same way: recorded for good after as many runs.
+    made = {r.id for r in out.records} | {r.id for r in out.rejected}  # the rows this attempt asked
+    unreadable = count_open(rejected, made, previous_unreadable)
+    rejected, _ = make_open_permanent(rejected, unreadable, config.run.refused_runs)
     if rejected != rows.rejected:
         rows.stats.rejected_by_reason = reasons_of(rejected)
     entry = store.write_shard(
@@ -201,9 +211,10 @@ def label_shard(
         trees=rows.trees,
         servers=servers(config),
         refusals=refusals,
+        unreadable=unreadable,
     )
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
-    check_judges_readable(out, judge_engine, verify_engine)
+    check_judges_readable(out, judge_engine, verify_engine, earlier=previous.stats if previous else None)
     return entry
 
 
@@ -248,9 +259,10 @@ class ShardsOutcome:
     skipped: int = 0
     redone: int = 0  # problems refused by the engine in an earlier run, asked again
     refused_for_good: int = 0  # problems this run found refused on run.refused_runs runs in a row
+    unreadable_for_good: int = 0  # rows this run left unreadable on run.refused_runs runs in a row
     failed: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # failed because the engine refused everything
-    unreadable: dict[int, str] = field(default_factory=dict)  # written, but its judge could not be read
+    unreadable: dict[int, UnreadableJudgeError] = field(default_factory=dict)  # written, judge unreadable
     disk: OSError | None = None  # a shard could not be written: the disk is full (no later shard is started)
 
 
@@ -291,12 +303,12 @@ def _label_shards(
     finished = store.finished()
     if finished:
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
-    window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None]] = deque()
+    window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None, list[str] | None]] = deque()
     outcome = ShardsOutcome()
     label_task = label_shard.with_options(retry_delay_seconds=list(config.run.shard_retry_delays_s))
 
     def drain_one() -> None:
-        index, future, redo = window.popleft()
+        index, future, redo, reopen = window.popleft()
         tokens = 0
         try:
             entry = future.result()
@@ -304,13 +316,15 @@ def _label_shards(
             tokens = entry.stats.tokens
             asked = entry.refusals if redo is None else {p: entry.refusals[p] for p in redo if p in entry.refusals}
             outcome.refused_for_good += sum(1 for n in asked.values() if n == config.run.refused_runs)
+            reopened = entry.unreadable if redo is None else {r: entry.unreadable.get(r) for r in reopen or ()}
+            outcome.unreadable_for_good += sum(1 for n in reopened.values() if n == config.run.refused_runs)
             logger.info("shard %d finished: %d rows, %d rejected", index, entry.rows, entry.rejected)
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             outcome.failed[index] = f"{type(e).__name__}: {e}"
             if isinstance(e, ShardRefusedError):
                 outcome.refused[index] = str(e)
             if isinstance(e, UnreadableJudgeError):
-                outcome.unreadable[index] = str(e)
+                outcome.unreadable[index] = e
             if _disk_error(e) and outcome.disk is None:
                 outcome.disk = e  # type: ignore[assignment]
             logger.error("shard %d failed: %s", index, outcome.failed[index])
@@ -327,7 +341,7 @@ def _label_shards(
             # Problems the engine refused are not done: only they are asked again, the rest is kept; so
             # are rows whose judge (or verifier) could not be read: only they are judged again.
             redo = sorted(store.refused_problems(entry, permanent=retry_refused))
-            reopen = sorted(store.open_rows(entry))
+            reopen = sorted(store.open_rows(entry, permanent=retry_refused))
             if not redo and not reopen:
                 outcome.skipped += 1
                 progress.advance(entry.stats.tokens, resumed=True)
@@ -346,7 +360,7 @@ def _label_shards(
             break
         with _ray_options(config):
             future = label_task.submit(config, target, shard.index, shard.items, redo, reopen, store.fingerprint)
-        window.append((shard.index, future, redo))
+        window.append((shard.index, future, redo, reopen))
     while window:
         drain_one()
     return outcome
@@ -392,6 +406,13 @@ def synthesize(
                 "row are now rejected for good (engine_refused_permanent) and will not be asked again; "
                 "`prm-synth run --retry-refused` asks them once more"
             )
+        if outcome.unreadable_for_good:
+            summary.warnings.append(
+                f"{outcome.unreadable_for_good} row(s) whose judge (or verifier) answers could not be read on "
+                f"{config.run.refused_runs} runs in a row are now recorded for good (judge_unreadable_permanent, "
+                "verify_unreadable_permanent) and will not be asked again; `prm-synth run --retry-refused` asks "
+                "them once more"
+            )
         summary.run = RunFacts(
             started_at=started,
             wall_seconds=round(time.time() - started, 3),
@@ -415,8 +436,8 @@ def synthesize(
         raise outcome.disk
     if outcome.failed and outcome.unreadable.keys() == outcome.failed.keys():
         # One cause, said once: the judge named, one of its answers shown (the shards are written).
-        first = outcome.unreadable[min(outcome.unreadable)]
-        raise ShardsFailedError(f"{len(outcome.unreadable)} shard(s) written with rows left open: {first}")
+        said = unreadable_message(outcome.unreadable[i] for i in sorted(outcome.unreadable))
+        raise ShardsFailedError(f"{len(outcome.unreadable)} shard(s) written with rows left open: {said}")
     if outcome.failed and outcome.refused.keys() == outcome.failed.keys():
         # One cause, said once: the server's words, not one copy per shard.
         first = outcome.refused[min(outcome.refused)]

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -43,6 +43,7 @@ from prm_synth.judge.selection import judge_selected
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import (
+    OPEN_FOR_GOOD,
     ConsensusStats,
     Item,
     JudgeStats,
@@ -135,14 +136,16 @@ def process_shard(
 
 
 def _judge(
-    engine: Engine, records: list[LabeledRecord], config: PipelineConfig
+    engine: Engine, records: list[LabeledRecord], config: PipelineConfig, asked_before: Mapping[str, int]
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage: under `soft`, only the rows a vote can change, votes asked until settled
-    (judge_selection.py); under any other policy (or none), every row with `samples` votes."""
+    (judge_selection.py); under any other policy (or none), every row with `samples` votes. A row asked on
+    earlier runs (`asked_before`, by id) starts at the first sample index those runs did not use."""
     assert config.judge is not None
+    firsts = [asked_before.get(r.id, 0) * config.judge.samples for r in records]
     if config.consensus is not None and config.consensus.policy == "soft":
-        return judge_selected(engine, records, config.judge, config.consensus, config.run.max_batch_requests)
-    return judge_records(engine, records, config.judge, config.run.max_batch_requests)
+        return judge_selected(engine, records, config.judge, config.consensus, config.run.max_batch_requests, firsts)
+    return judge_records(engine, records, config.judge, config.run.max_batch_requests, firsts)
 
 
 @dataclass
@@ -163,13 +166,15 @@ def judge_onwards(
     verify_engine: Engine | None,
     clock: _Clock,
     verify_only: list[LabeledRecord] | None = None,
+    asked_before: Mapping[str, int] | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
     that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
-    those alone, judge and consensus do not run."""
+    those alone, judge and consensus do not run. `asked_before`: runs that already asked a row (by id)."""
+    asked_before = asked_before or {}
     judging = bool(records) or verify_only is None
     judged, judge_rejected, judge_stats = (
-        _judge(_engine_for("judge", judge_engine), records, config)
+        _judge(_engine_for("judge", judge_engine), records, config, asked_before)
         if config.judge is not None and judging
         else (records, [], None)
     )
@@ -185,8 +190,9 @@ def judge_onwards(
     verify_stats: VerifyStats | None = None
     if config.verify is not None:
         engine_for_verify = _engine_for("verify", verify_engine)
+        firsts = [asked_before.get(r.id, 0) * config.verify.votes for r in kept]
         kept, verify_rejected, verify_stats = verify_records(
-            engine_for_verify, kept, config.verify, config.run.max_batch_requests
+            engine_for_verify, kept, config.verify, config.run.max_batch_requests, firsts
         )
         clock.lap("verify")
     return Tail(kept, judge_rejected + consensus_rejected + verify_rejected, judge_stats, consensus_stats, verify_stats)
@@ -198,15 +204,21 @@ def finish_open_rows(
     fingerprint: str,
     judge_engine: Engine | None = None,
     verify_engine: Engine | None = None,
+    asked_before: Mapping[str, int] | None = None,
 ) -> ShardOutput:
     """Rows an earlier run left open because its judge or verifier could not be read (rejected rows with
-    a reason in LEFT_OPEN_REASONS): a `judge_unreadable` row goes through judge, consensus and verify
-    again from its labeled payload, a `verify_unreadable` one through verify. Nothing is sampled or
-    rolled out again: the rollouts' labels were kept in the payload."""
+    a reason in LEFT_OPEN_REASONS, or LEFT_OPEN_FOR_GOOD on request): a `judge_unreadable` row goes
+    through judge, consensus and verify again from its labeled payload, a `verify_unreadable` one through
+    verify. Nothing is sampled or rolled out again: the rollouts' labels were kept in the payload.
+    `asked_before`: on how many runs each row (by id) was asked already (1 where not said): its samples
+    start past theirs, so a judge that honours seeds does not repeat the answer it could not read."""
     clock = _Clock()
-    to_judge = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "judge_unreadable"]
-    to_verify = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "verify_unreadable"]
-    tail = judge_onwards(config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify)
+    stage_of = {"judge_unreadable": "judge", "verify_unreadable": "verify"}
+    stage_of |= {OPEN_FOR_GOOD[r]: stage for r, stage in stage_of.items()}
+    to_judge = [record_from_payload(r["payload"]) for r in rows if stage_of.get(r["reason"]) == "judge"]
+    to_verify = [record_from_payload(r["payload"]) for r in rows if stage_of.get(r["reason"]) == "verify"]
+    runs = {str(r["id"]): (asked_before or {}).get(str(r["id"]), 1) for r in rows}
+    tail = judge_onwards(config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify, asked_before=runs)
     for r in tail.rejected:
         r.config_fingerprint = fingerprint
     ended = {r.id for r in tail.records} | {r.id for r in tail.rejected}
@@ -237,28 +249,91 @@ def combine(first: ShardOutput, second: ShardOutput) -> ShardOutput:
     )
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """What a stage's engine left unread in a shard: the counts an `UnreadableJudgeError` reports."""
+
+    who: str  # "judge" or "verifier"
+    engine: str  # its model and server (describe_engine)
+    unreadable: int
+    asked: int
+    what: str  # "votes" or "chains"
+    open_rows: int
+    said: str  # one of its answers, quoted ('' where none)
+
+    def __add__(self, other: Unreadable) -> Unreadable:
+        return replace(
+            self,
+            unreadable=self.unreadable + other.unreadable,
+            asked=self.asked + other.asked,
+            open_rows=self.open_rows + other.open_rows,
+            said=self.said or other.said,
+        )
+
+    def message(self) -> str:
+        return (
+            f"the {self.who} ({self.engine}) gave {self.unreadable} of {self.asked} {self.what} that cannot be read"
+            + (f", e.g. {self.said}" if self.said else "")
+            + f"; {self.open_rows} row(s) are left open and the rest is kept: fix the {self.who} (its model name, "
+            "chat template or answer format) and run the same command again: only the open rows are asked again"
+        )
+
+
 class UnreadableJudgeError(PrmSynthError, RuntimeError):
     """Most of a shard's judge votes (or verification chains) could not be read: the judge is broken (a
     wrong model, a chat template it does not follow, another answer format), not the rows. The shard is
     written first, its unreadable rows left open, so the rollouts' labels are kept and the next run of
-    the same command asks the judge again for exactly those rows."""
+    the same command asks the judge again for exactly those rows. `counts`: what it left unread (a run
+    of several such shards says their sums, not one shard's)."""
+
+    def __init__(self, message: str, counts: Unreadable | None = None) -> None:
+        super().__init__(message)
+        self.counts = counts
+
+    def __reduce__(self) -> tuple[Any, ...]:  # kept when a task's exception is pickled (Ray)
+        return (type(self), (str(self), self.counts))
+
+
+def unreadable_message(errors: Iterable[UnreadableJudgeError]) -> str:
+    """One line for the shards of a run that failed this way: per engine, the sums over its shards."""
+    errors = list(errors)
+    by_who: dict[str, Unreadable] = {}
+    for e in errors:
+        if e.counts is None:
+            return str(e)
+        by_who[e.counts.who] = by_who[e.counts.who] + e.counts if e.counts.who in by_who else e.counts
+    return "; ".join(counts.message() for counts in by_who.values())
 
 
 # More than this share of a shard's votes (or chains) unreadable: the judge is broken, and the run fails.
 UNREADABLE_FAILS = 0.5
 
 
-def check_judges_readable(out: ShardOutput, judge_engine: Engine | None, verify_engine: Engine | None) -> None:
-    """Raise `UnreadableJudgeError` when more than half of this attempt's judge votes, or verification
-    chains, could not be read, naming the engine (its model and server) and one of its answers."""
+def check_judges_readable(
+    out: ShardOutput, judge_engine: Engine | None, verify_engine: Engine | None, earlier: ShardStats | None = None
+) -> None:
+    """Raise `UnreadableJudgeError` when more than half of the shard's judge votes, or verification
+    chains, could not be read, naming the engine (its model and server) and one of its answers.
+
+    The share is over the votes that stand in the shard: this attempt's, and the readable ones of the
+    attempts before it (`earlier`: the shard as written before, when this attempt only finished some of
+    its rows). Over a re-ask alone, one row's one unreadable vote would be "1 of 1", every run, forever."""
     j, v = out.stats.judge, out.stats.verify
+    ej, ev = (earlier.judge, earlier.verify) if earlier is not None else (None, None)
     checks = [
-        ("judge", judge_engine, j.unparseable if j else 0, j.samples if j else 0, "votes", "judge_unreadable"),
+        (
+            "judge",
+            judge_engine,
+            j.unparseable if j else 0,
+            (j.samples if j else 0) + (ej.samples - ej.unparseable if ej else 0),
+            "votes",
+            "judge_unreadable",
+        ),
         (
             "verifier",
             verify_engine,
             v.unreadable_chains if v else 0,
-            v.chains if v else 0,
+            (v.chains if v else 0) + (ev.chains - ev.unreadable_chains if ev else 0),
             "chains",
             "verify_unreadable",
         ),
@@ -268,12 +343,8 @@ def check_judges_readable(out: ShardOutput, judge_engine: Engine | None, verify_
             continue
         open_rows = [r for r in out.rejected if r.reason == reason]
         said = sample_in(open_rows[0].detail) if open_rows else ""
-        raise UnreadableJudgeError(
-            f"the {name} ({describe_engine(engine)}) gave {unreadable} of {asked} {what} that cannot be read"
-            + (f", e.g. {said}" if said else "")
-            + f"; {len(open_rows)} row(s) are left open and the rest is kept: fix the {name} (its model name, "
-            "chat template or answer format) and run the same command again: only the open rows are asked again"
-        )
+        counts = Unreadable(name, describe_engine(engine), unreadable, asked, what, len(open_rows), said)
+        raise UnreadableJudgeError(counts.message(), counts)
 
 
 @dataclass

@@ -128,12 +128,25 @@ CRITIQUE = JudgePrompt()
 
 
 def judge_requests(
-    items: Sequence[tuple[str, Sequence[str]]], config: JudgeConfig, prompt: JudgePrompt = CRITIQUE
+    items: Sequence[tuple[str, Sequence[str]]],
+    config: JudgeConfig,
+    prompt: JudgePrompt = CRITIQUE,
+    first_samples: Sequence[int] | None = None,
 ) -> list[GenerationRequest]:
+    """One request (n=samples) per item; `first_samples`: per item, the index of its first sample (a row
+    asked again after its answers could not be read gets indices no earlier run used: a judge that
+    honours seeds would repeat the unreadable answer)."""
     sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
+    firsts = first_samples if first_samples is not None else [0] * len(items)
     return [
-        GenerationRequest(user=prompt.render(q, steps), system=prompt.system, n=config.samples, sampling=sampling)
-        for q, steps in items
+        GenerationRequest(
+            user=prompt.render(q, steps),
+            system=prompt.system,
+            n=config.samples,
+            sampling=sampling,
+            first_sample_index=first,
+        )
+        for (q, steps), first in zip(items, firsts, strict=True)
     ]
 
 
@@ -170,10 +183,12 @@ def judge_solutions(
     config: JudgeConfig,
     max_batch_requests: int,
     prompt: JudgePrompt = CRITIQUE,
+    first_samples: Sequence[int] | None = None,
 ) -> tuple[list[JudgeVerdict], JudgeStats]:
     """Judge (question, steps) pairs: one request of n=samples each (`ask`; a refused request fails
     alone: its verdict says so)."""
-    answers, calls = ask(engine, judge_requests(items, config, prompt), max_batch_requests, "judge")
+    requests = judge_requests(items, config, prompt, first_samples)
+    answers, calls = ask(engine, requests, max_batch_requests, "judge")
     stats = JudgeStats(engine_calls=calls, requests=len(items))
     verdicts: list[JudgeVerdict] = []
     for (_, steps), answer in zip(items, answers, strict=True):
@@ -211,7 +226,11 @@ def count_verdict(stats: JudgeStats, votes: list[int], winner: int | None, tie: 
 
 
 def judge_records(
-    engine: Engine, records: list[LabeledRecord], config: JudgeConfig, max_batch_requests: int
+    engine: Engine,
+    records: list[LabeledRecord],
+    config: JudgeConfig,
+    max_batch_requests: int,
+    first_samples: Sequence[int] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage: (the judged rows, the rejected, its counters). The stage contract it shares with
     verify (verify.verify_records): the input rows are not changed; the rows returned are copies with the
@@ -220,9 +239,10 @@ def judge_records(
     A record whose judge request the engine refused is rejected (stage "judge", "engine_refused"); one
     whose every vote is unreadable is left open ("judge_unreadable", the labeled row as its payload, so
     the next run judges it alone). The judge's tokens are added to the row's `tokens` (what labeling
-    this row cost).
+    this row cost). `first_samples`: per row, the index of its first sample (judge_requests).
     """
-    verdicts, stats = judge_solutions(engine, [(r.question, r.steps) for r in records], config, max_batch_requests)
+    items = [(r.question, r.steps) for r in records]
+    verdicts, stats = judge_solutions(engine, items, config, max_batch_requests, first_samples=first_samples)
     kept, rejected = apply_verdicts(engine, records, verdicts, config, stats)
     return kept, rejected, stats
 

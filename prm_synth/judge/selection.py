@@ -75,12 +75,15 @@ def judge_selected(
     config: JudgeConfig,
     consensus: ConsensusConfig,
     max_batch_requests: int,
+    first_samples: Sequence[int] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage under `soft`: `select: all` asks every row `samples` votes at once (judge_records);
     `needed` asks the selected rows in rounds until each is settled (see the module doc). Same contract as
-    judge_records: input rows unchanged, copies returned, refused rows rejected."""
+    judge_records: input rows unchanged, copies returned, refused rows rejected. `first_samples`: per row,
+    the sample index its round 0 asks (a row asked again after unreadable answers: indices not used yet)."""
     if config.select == "all":
-        return judge_records(engine, records, config, max_batch_requests)
+        return judge_records(engine, records, config, max_batch_requests, first_samples)
+    firsts = list(first_samples) if first_samples is not None else [0] * len(records)
     sent = selected(records, config, consensus)
     votes: list[list[int]] = [[] for _ in records]
     texts: list[list[str]] = [[] for _ in records]
@@ -92,10 +95,11 @@ def judge_selected(
         if not open_rows:
             break
         one = config.model_copy(update={"samples": 1})
-        requests = [
-            replace(request, first_sample_index=round_index)
-            for request in judge_requests([(records[i].question, records[i].steps) for i in open_rows], one)
-        ]
+        requests = judge_requests(
+            [(records[i].question, records[i].steps) for i in open_rows],
+            one,
+            first_samples=[firsts[i] + round_index for i in open_rows],
+        )
         answers, calls = ask(engine, requests, max_batch_requests, "judge")
         stats.engine_calls += calls
         stats.requests += len(requests)

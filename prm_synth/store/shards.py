@@ -55,7 +55,7 @@ from typing import Any
 import pyarrow as pa
 
 from prm_synth.errors import PrmSynthError, PrmSynthInputError
-from prm_synth.schema import LEFT_OPEN_REASONS, RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
+from prm_synth.schema import LEFT_OPEN_FOR_GOOD, LEFT_OPEN_REASONS, RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 
 FORMAT = "prm-synth/1"
 MANIFEST = "manifest.json"
@@ -105,9 +105,14 @@ class ShardEntry:
     servers: dict[str, str] = field(default_factory=dict)
     # Problems the engine refused, by id: on how many consecutive runs (prm_synth.store.refusals).
     refusals: dict[str, int] = field(default_factory=dict)
+    # Rows left open (judge or verifier unreadable), by row id: on how many consecutive runs.
+    unreadable: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return self.__dict__ | {"stats": self.stats.to_dict()}
+        out = self.__dict__ | {"stats": self.stats.to_dict()}
+        if not self.unreadable:  # a marker without open rows is written as before
+            del out["unreadable"]
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> ShardEntry:
@@ -331,6 +336,7 @@ class ShardStore:
         trees: dict[str, Any] | None = None,
         servers: dict[str, str] | None = None,
         refusals: dict[str, int] | None = None,
+        unreadable: dict[str, int] | None = None,
     ) -> ShardEntry:
         """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
         JSON) go to trees/shard-NNNNN.json and are part of the shard (hashed in its marker)."""
@@ -373,6 +379,7 @@ class ShardStore:
             finished_at=time.time(),
             servers=dict(servers or {}),
             refusals=dict(refusals or {}),
+            unreadable=dict(unreadable or {}),
         )
         # The commit point: once this marker exists, the shard is finished.
         atomic_write_json(self.root / "shards" / f"{name}.json", entry.to_json())
@@ -438,12 +445,14 @@ class ShardStore:
             if r.get("reason") in reasons and r.get("problem_id") is not None
         }
 
-    def open_rows(self, entry: ShardEntry) -> set[str]:
+    def open_rows(self, entry: ShardEntry, permanent: bool = False) -> set[str]:
         """Rows of a finished shard left open because its judge or verifier could not be read (a reason in
-        LEFT_OPEN_REASONS): not done; the next run finishes them from their payload."""
-        if not LEFT_OPEN_REASONS & set(entry.stats.rejected_by_reason):
+        LEFT_OPEN_REASONS): not done; the next run finishes them from their payload. Those left open on
+        `run.refused_runs` runs in a row (LEFT_OPEN_FOR_GOOD) only with `permanent` (--retry-refused)."""
+        reasons = LEFT_OPEN_REASONS | LEFT_OPEN_FOR_GOOD if permanent else LEFT_OPEN_REASONS
+        if not reasons & set(entry.stats.rejected_by_reason):
             return set()  # the marker says none: the rejected file need not be read
-        return {str(r["id"]) for r in self.read_rows(entry, "rejected") if r.get("reason") in LEFT_OPEN_REASONS}
+        return {str(r["id"]) for r in self.read_rows(entry, "rejected") if r.get("reason") in reasons}
 
     def write_manifest(self, config_dump: dict[str, Any] | None = None) -> dict[str, Any]:
         """Rebuild manifest.json from the shard markers."""
