@@ -127,3 +127,36 @@ def test_a_search_that_stops_early_reports_the_interval_the_error_lies_in():
     pinned = [None, None, None, "after_error"]
     mark_open_interval([True, True, False, None], pinned, [0.99, 0.95, 0.02, 0.01], confidence=0.9)
     assert pinned == [None, None, None, "after_error"]
+
+
+@pytest.mark.parametrize("tokens", [1, 300])
+@pytest.mark.parametrize(
+    "annotate",
+    [
+        {"method": "mc", "k": 4},
+        {"method": "binary", "search_test": "fixed", "k": 4},
+        {"method": "binary", "search_test": "sprt"},
+        {"method": "binary", "search_test": "changepoint"},
+        {"method": "omegaprm", "search_test": "fixed", "k": 4},
+        {"method": "omegaprm", "search_test": "sprt"},
+        {"method": "omegaprm", "search_test": "changepoint"},
+    ],
+    ids=lambda a: "-".join(str(v) for k, v in a.items() if k != "k"),
+)
+def test_no_search_calls_a_prefix_bad_that_no_rollout_measured(annotate, tokens):
+    """A budget that cannot pay for a probe leaves the prefix undecided (`token_budget`), whatever the
+    method: a bad label on 0 of 0 rollouts would pin every wrong answer's error where nothing was seen."""
+    result = _label(annotate | {"max_rollout_tokens": tokens})
+    assert result.records
+    wrong = 0
+    for r in result.records:
+        wrong += r.final_correct is False
+        if r.first_error_mc < 0:
+            continue
+        i = r.first_error_mc
+        measured = r.mc_total[i] > 0 or r.label_source[i] == "verdict"
+        assert measured, (r.id, i, r.mc_total, r.label_source, r.labels)
+        assert all((lab is None) == (why is not None) for lab, why in zip(r.labels, r.unlabeled_reason, strict=True))
+    if tokens == 1:  # not one rollout fits: every wrong answer's error stays open, said as the budget's doing
+        assert wrong or annotate["method"] == "omegaprm"  # (its rows are the paths its tree found)
+        assert all("token_budget" in (r.unlabeled_reason or []) for r in result.records if r.final_correct is False)
