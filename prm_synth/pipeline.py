@@ -33,13 +33,13 @@ from typing import Any
 
 from prm_synth.annotate.labeler import Progress, make_labeler, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
-from prm_synth.config.sections import ConfigError, PipelineConfig
+from prm_synth.config.sections import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError
-from prm_synth.judge.ask import judge_records, sample_in
+from prm_synth.judge.ask import sample_in
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
-from prm_synth.judge.selection import judge_selected
+from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import (
@@ -135,19 +135,6 @@ def process_shard(
     return ShardOutput(records, rejected, stats, labeled.trees)
 
 
-def _judge(
-    engine: Engine, records: list[LabeledRecord], config: PipelineConfig, asked_before: Mapping[str, int]
-) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
-    """The judge stage: under `soft`, only the rows a vote can change, votes asked until settled
-    (judge_selection.py); under any other policy (or none), every row with `samples` votes. A row asked on
-    earlier runs (`asked_before`, by id) starts at the first sample index those runs did not use."""
-    assert config.judge is not None
-    firsts = [asked_before.get(r.id, 0) * config.judge.samples for r in records]
-    if config.consensus is not None and config.consensus.policy == "soft":
-        return judge_selected(engine, records, config.judge, config.consensus, config.run.max_batch_requests, firsts)
-    return judge_records(engine, records, config.judge, config.run.max_batch_requests, firsts)
-
-
 @dataclass
 class Tail:
     """What the stages after labeling made of some rows: kept rows, rejections, each stage's counters."""
@@ -174,13 +161,22 @@ def judge_onwards(
     asked_before = asked_before or {}
     judging = bool(records) or verify_only is None
     judged, judge_rejected, judge_stats = (
-        _judge(_engine_for("judge", judge_engine), records, config, asked_before)
+        judge_stage(
+            _engine_for("judge", judge_engine),
+            records,
+            config.judge,
+            config.consensus,
+            config.run.max_batch_requests,
+            # a row asked on earlier runs starts at the first sample index those runs did not use
+            first_samples=[asked_before.get(r.id, 0) * config.judge.samples for r in records],
+        )
         if config.judge is not None and judging
         else (records, [], None)
     )
     clock.lap("judge")
+    pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
     kept, consensus_rejected, consensus_stats = (
-        apply_consensus(judged, config.consensus, config.labels.min_confidence)
+        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned)
         if config.consensus and judging
         else (judged, [], None)
     )

@@ -157,7 +157,7 @@ RECORD_SCHEMA = pa.schema(
         # completion): left out of mc_total and of the evidence. Added later: older shards lack it.
         pa.field("mc_unknown", pa.list_(pa.int32())),
         # Per step, the probability its prefix is still correct under the `soft` consensus posterior (the
-        # rollouts' p_good and the judge's votes, consensus.posterior): the confidence of labels consensus
+        # rollouts' p_good and the judge's votes, judge/posterior.py): the confidence of labels consensus
         # set. P(first error = k) is consensus_p_good[k-1] - consensus_p_good[k]. Null without soft.
         pa.field("consensus_p_good", pa.list_(pa.float64())),
         # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
@@ -287,7 +287,7 @@ class JudgeStats:
     unreadable_rows: int = 0  # rows without one readable vote: left open (`judge_unreadable`), asked again
     tokens: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)  # "-1" / "error" / "none" -> count
-    # judge selection (judge_selection.py): requests sent (one per row and round, n=1 each; `select: all`
+    # judge selection (judge/selection.py): requests sent (one per row and round, n=1 each; `select: all`
     # sends one per row with n=samples), and rows not sent because the rollouts pinned them
     requests: int = 0
     rows_skipped: int = 0
@@ -307,14 +307,14 @@ class ConsensusStats:
     judged: int = 0
     completed: int = 0  # kept rows whose labels the judge's index completed or changed (label source "consensus")
     ties_broken: int = 0  # rows whose tied votes the rollouts' evidence decided
-    # The judge's accuracy measured in the run (consensus.JudgeAccuracy): its readable votes on rows whose
+    # The judge's accuracy measured in the run (judge/accuracy.py): its readable votes on rows whose
     # first error the rollouts pinned (p_good >= 0.99 before, <= 0.01 at it), and on rows they found clean.
     pinned_votes: int = 0
     pinned_named: int = 0  # of those, votes naming the pinned step
     pinned_missed: int = 0  # of those, votes saying -1
     clean_votes: int = 0
     clean_said_clean: int = 0  # of those, votes saying -1
-    # The same counts per answer class ("right" / "wrong": judge_accuracy.py), and in how many shards each
+    # The same counts per answer class ("right" / "wrong": judge/accuracy.py), and in how many shards each
     # class read the prior for lack of pinned rows; the soft posterior reads a row's class's figure.
     by_answer: dict[str, dict[str, int]] = field(default_factory=dict)
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
@@ -350,7 +350,7 @@ class ConsensusStats:
 
     def by_answer_text(self) -> str:
         """Each answer class's measured accuracy in words, and in how many shards the prior stood in for
-        it (too few pinned rows of the class there: judge_accuracy.py)."""
+        it (too few pinned rows of the class there: judge/accuracy.py)."""
         parts = []
         for name in ("right", "wrong"):
             c = self.by_answer.get(name) or {}

@@ -13,20 +13,18 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from prm_synth.config.sections import ConsensusConfig, validate_config
+from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.judge.consensus import (
     TIE_COMPLETES,
-    JudgeAccuracy,
     agrees,
     agrees_with_labels,
     apply_consensus,
     decide,
-    first_error_prior,
-    open_interval,
-    posterior,
     record_from_payload,
     rollouts_support,
 )
+from prm_synth.judge.posterior import first_error_prior, open_interval, posterior
 from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats
 from prm_synth.store.shards import ShardEntry, totals
 

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from prm_synth.config.sections import ConsensusConfig
 from prm_synth.export.views import with_min_confidence
-from prm_synth.judge.consensus import JudgeAccuracy, apply_consensus, posterior, prefix_confidence
+from prm_synth.judge.accuracy import JudgeAccuracy
+from prm_synth.judge.consensus import apply_consensus
+from prm_synth.judge.posterior import posterior, prefix_confidence
 from prm_synth.products.evaluate import as_labeled
 from prm_synth.schema import RECORD_SCHEMA, LabeledRecord
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from prm_synth.config.sections import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
-from prm_synth.judge.accuracy import accuracy_by_class, class_accuracy
-from prm_synth.judge.consensus import JudgeCounts, posterior
+from prm_synth.judge.accuracy import JudgeCounts, accuracy_by_class, class_accuracy
+from prm_synth.judge.posterior import posterior
 from prm_synth.judge.selection import judge_selected, needs_judge, selected
 from prm_synth.sampling.prompts import parse_judge_prompt
 from prm_synth.schema import LabeledRecord

@@ -176,3 +176,19 @@ def test_no_module_but_the_registry_asks_a_search_for_its_type():
             if call and len(node.args) == 2 and any(t in ast.unparse(node.args[1]) for t in SEARCH_TYPES):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found, f"isinstance on a search type outside annotate/search.py: {found}"
+
+
+# The judge room, one way: each module imports only the ones before it (asking, the judge's accuracy and
+# what "pinned" means, the posterior over the first error, which rows to ask, consensus, verification).
+JUDGE_ORDER = ("ask", "accuracy", "posterior", "selection", "consensus", "verify")
+
+
+@pytest.mark.parametrize("index", range(len(JUDGE_ORDER)), ids=JUDGE_ORDER)
+def test_the_judge_room_imports_one_way(index):
+    module = f"prm_synth.judge.{JUDGE_ORDER[index]}"
+    path = ROOT / "prm_synth" / "judge" / f"{JUDGE_ORDER[index]}.py"
+    later = {f"prm_synth.judge.{name}" for name in JUDGE_ORDER[index:]}
+    wrong = sorted({name for name, _ in imports_of(module, path) if name in later})
+    assert not wrong, f"{module} imports {wrong}: the judge room reads {' -> '.join(JUDGE_ORDER)}"
+    names = {m for m, _ in modules() if m.startswith("prm_synth.judge.")}
+    assert names == {f"prm_synth.judge.{name}" for name in JUDGE_ORDER}, "place a new judge module in JUDGE_ORDER"

@@ -405,6 +405,11 @@ class SimulatedJudgeConfig(EngineFields):
 JudgeEngineConfig = Annotated[SimulatedJudgeConfig | VLLMConfig | OpenAIConfig, Field(discriminator="kind")]
 
 
+# "Pinned": the rollouts put a row's first error at this probability or more, so no vote is needed on
+# it and the judge's accuracy is measured on it (prm_synth/judge/accuracy.py: one definition, one level)
+PINNED = 0.99
+
+
 class JudgeConfig(Strict):
     engine: JudgeEngineConfig
     """The judge model: `simulated-judge`, `vllm` or `openai` (same keys as a policy engine)."""
@@ -421,9 +426,11 @@ class JudgeConfig(Strict):
     vote can change a label (right-answer rows, rows whose first error the rollouts left open), votes asked
     one at a time until the posterior over the first error reaches `consensus.confidence` (at most
     `samples`); `all`: every row, `samples` votes at once. Other policies (and no consensus) judge every row."""
-    skip_confidence: float = Field(0.99, gt=0.0, le=1.0)
-    """Under `select: needed`, a wrong-answer row is not sent when the rollouts alone put its first error at
-    this probability or more (never below `consensus.confidence`): they pinned it, and no vote is needed."""
+    skip_confidence: float = Field(PINNED, gt=0.0, le=1.0)
+    """The level at which the rollouts pin a first error. Under `select: needed`, a wrong-answer row is not
+    sent when the rollouts alone put its first error at this probability or more (never below
+    `consensus.confidence`): they pinned it, and no vote is needed. The judge's accuracy is measured on the
+    rows pinned at this level."""
     calibrate: float = Field(0.1, ge=0.0, le=1.0)
     """Under `select: needed`, the share of wrong-answer rows whose first error the rollouts pinned that the
     judge is still asked about (one vote each, chosen by row id): the rows its accuracy on wrong answers is

@@ -1,12 +1,19 @@
-"""The judge's accuracy per answer class: measured on right-answer and on wrong-answer rows apart.
+"""The judge's accuracy: how its votes fall on the rows whose first error the rollouts pinned, measured
+per answer class (right-answer and wrong-answer rows apart) and shrunk towards a stated prior.
+
+Pinned: the one definition the judge stage and consensus share. A row's first error is pinned at a
+level L (`judge.skip_confidence`, 0.99 by default) when the rollouts put p_good >= L on the prefix before
+its first bad label and <= 1 - L on the one at it; a row is found clean when every step is labeled good
+and every prefix but the graded solution itself is at p_good >= L. Those rows are the judge's ground
+truth here, and the same level decides which wrong-answer rows selection.py leaves unasked (the share
+`judge.calibrate` of them still asked is what this module measures on).
 
 Real judges miss far more errors in solutions whose final answer is right (ProcessBench), and those are
-the rows the rollouts are blind to. One figure measured on the rows the rollouts pinned (nearly all
-wrong-answer rows) would overrate the judge exactly where it decides most. So each class's rates are
-measured on its own pinned rows (consensus.pinned_first_error: a first error the rollouts pinned, or a
-row they found clean; a right answer whose test found a slip counts for the right-answer class), and a
-class with fewer than `class_min_votes` readable votes there reads the stated prior (`prior_accuracy`
-named, half the rest missed) instead of a figure it has no data for.
+the rows the rollouts are blind to. One figure measured on the pinned rows (nearly all wrong-answer rows)
+would overrate the judge exactly where it decides most. So each class's rates are measured on its own
+pinned rows (a right answer whose test found a slip counts for the right-answer class), and a class with
+fewer than `class_min_votes` readable votes there reads the stated prior (`prior_accuracy` named, half the
+rest missed) instead of a figure it has no data for.
 """
 
 from __future__ import annotations
@@ -15,22 +22,126 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from prm_synth.config.sections import ConsensusConfig
-from prm_synth.judge.consensus import JudgeAccuracy, JudgeCounts, estimated_accuracy, measure_judge
+from prm_synth.config.sections import PINNED, ConsensusConfig
+from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.schema import LabeledRecord
+
+__all__ = [
+    "ANSWER_CLASSES",
+    "PINNED",
+    "AnswerClass",
+    "ClassAccuracy",
+    "JudgeAccuracy",
+    "JudgeCounts",
+    "accuracy_by_class",
+    "answer_class",
+    "class_accuracy",
+    "counts_dict",
+    "estimated_accuracy",
+    "measure_by_class",
+    "measure_judge",
+    "pinned_first_error",
+]
+
+LIKELIHOOD_FLOOR = 1e-4  # the least a vote's likelihood is: a judge's rates are measured, never certain
 
 AnswerClass = Literal["right", "wrong"]
 ANSWER_CLASSES: tuple[AnswerClass, ...] = ("right", "wrong")
 
 
+def pinned_first_error(record: LabeledRecord, level: float = PINNED) -> int | None:
+    """The first error the rollouts pinned at `level` (p_good >= level before it, <= 1 - level at it), -1
+    for a row they found clean (every step labeled good, every prefix but the graded solution itself at
+    p_good >= level), or None where they pinned nothing."""
+    p = record.p_good
+    if p is None or len(p) != len(record.labels) or not p:
+        return None
+    first_bad = next((i for i, label in enumerate(record.labels) if label is False), -1)
+    if first_bad == -1:
+        clean = all(label is True for label in record.labels) and min(p[:-1], default=1.0) >= level
+        return -1 if clean else None
+    before = first_bad == 0 or p[first_bad - 1] >= level
+    return first_bad if before and p[first_bad] <= 1.0 - level else None
+
+
+@dataclass(frozen=True)
+class JudgeAccuracy:
+    """How one readable vote falls: on an error, naming it (`recall`) or missing it (`miss`: says -1);
+    on a clean solution, saying -1 (`clean`). Real judges miss more than they misplace, so a -1 vote is
+    weaker evidence of a clean solution than a step vote is of an error there."""
+
+    recall: float
+    clean: float
+    miss: float = 0.0
+
+    def likelihood(self, vote: int, first_error: int, n_steps: int) -> float:
+        """P(vote | first error), -1 for none; the remaining mass spread over the other steps. Never 0:
+        no single vote rules a first error out."""
+        if first_error == -1:
+            p = self.clean if vote == -1 else (1.0 - self.clean) / max(n_steps, 1)
+        elif vote == first_error:
+            p = self.recall
+        elif vote == -1:
+            p = self.miss
+        else:
+            p = (1.0 - self.recall - self.miss) / max(n_steps - 1, 1)
+        return max(p, LIKELIHOOD_FLOOR)
+
+
+@dataclass(frozen=True)
+class JudgeCounts:
+    """Readable votes on the rows the rollouts pinned (errors) or found clean, and how they fell."""
+
+    pinned_votes: int = 0
+    pinned_named: int = 0  # naming the pinned step
+    pinned_missed: int = 0  # saying -1
+    clean_votes: int = 0
+    clean_said_clean: int = 0
+
+
+def measure_judge(records: Sequence[LabeledRecord], pinned: float = PINNED) -> JudgeCounts:
+    """The judge's readable votes counted against the rows whose first error the rollouts pinned at
+    `pinned` (or found clean)."""
+    pinned_votes = pinned_named = pinned_missed = clean_votes = clean_said = 0
+    for record in records:
+        first_error = pinned_first_error(record, pinned)
+        if first_error is None:
+            continue
+        votes = [v for v in record.judge_votes if v != UNPARSEABLE]
+        if first_error == -1:
+            clean_votes += len(votes)
+            clean_said += votes.count(-1)
+        else:
+            pinned_votes += len(votes)
+            pinned_named += votes.count(first_error)
+            pinned_missed += votes.count(-1)
+    return JudgeCounts(pinned_votes, pinned_named, pinned_missed, clean_votes, clean_said)
+
+
+def estimated_accuracy(counts: JudgeCounts, config: ConsensusConfig) -> JudgeAccuracy:
+    """The measured rates, each shrunk towards the prior (`prior_accuracy` right, half the rest misses) by
+    `prior_votes` pseudo-votes (a shard may hold few pinned rows), kept inside (0.01, 0.99) so that no
+    single vote overrules everything."""
+    w, a = config.prior_votes, config.prior_accuracy
+
+    def rate(hits: int, total: int, prior: float) -> float:
+        value = (hits + w * prior) / (total + w) if total + w > 0 else prior
+        return min(0.99, max(0.01, value))
+
+    recall = rate(counts.pinned_named, counts.pinned_votes, a)
+    miss = min(rate(counts.pinned_missed, counts.pinned_votes, (1.0 - a) / 2), 1.0 - recall)
+    return JudgeAccuracy(recall, rate(counts.clean_said_clean, counts.clean_votes, a), miss)
+
+
+# ------------------------------------------------------------------ per answer class
 def answer_class(record: LabeledRecord) -> AnswerClass:
     """"right" for a row whose final answer was graded correct; every other row (wrong, ungraded) "wrong"."""
     return "right" if record.final_correct is True else "wrong"
 
 
-def measure_by_class(records: Sequence[LabeledRecord]) -> dict[AnswerClass, JudgeCounts]:
+def measure_by_class(records: Sequence[LabeledRecord], pinned: float = PINNED) -> dict[AnswerClass, JudgeCounts]:
     """The judge's readable votes on the pinned rows of each answer class, and how they fell."""
-    return {c: measure_judge([r for r in records if answer_class(r) == c]) for c in ANSWER_CLASSES}
+    return {c: measure_judge([r for r in records if answer_class(r) == c], pinned) for c in ANSWER_CLASSES}
 
 
 @dataclass(frozen=True)
@@ -46,8 +157,8 @@ class ClassAccuracy:
 
 
 def class_accuracy(counts: JudgeCounts, config: ConsensusConfig) -> ClassAccuracy:
-    """The class's shrunk measured rates (consensus.estimated_accuracy), each replaced by the prior where
-    fewer than `class_min_votes` votes measured it."""
+    """The class's shrunk measured rates (`estimated_accuracy`), each replaced by the prior where fewer
+    than `class_min_votes` votes measured it."""
     enough_errors = counts.pinned_votes >= max(config.class_min_votes, 1)
     enough_clean = counts.clean_votes >= max(config.class_min_votes, 1)
     measured = estimated_accuracy(counts, config)
@@ -61,9 +172,11 @@ def class_accuracy(counts: JudgeCounts, config: ConsensusConfig) -> ClassAccurac
     )
 
 
-def accuracy_by_class(records: Sequence[LabeledRecord], config: ConsensusConfig) -> dict[AnswerClass, ClassAccuracy]:
-    """Each answer class's accuracy, measured on `records` (one shard's rows)."""
-    return {c: class_accuracy(n, config) for c, n in measure_by_class(records).items()}
+def accuracy_by_class(
+    records: Sequence[LabeledRecord], config: ConsensusConfig, pinned: float = PINNED
+) -> dict[AnswerClass, ClassAccuracy]:
+    """Each answer class's accuracy, measured on `records` (one shard's rows) pinned at `pinned`."""
+    return {c: class_accuracy(n, config) for c, n in measure_by_class(records, pinned).items()}
 
 
 def counts_dict(counts: JudgeCounts, accuracy: ClassAccuracy) -> dict[str, int]:

@@ -133,9 +133,7 @@ def judge_requests(
     prompt: JudgePrompt = CRITIQUE,
     first_samples: Sequence[int] | None = None,
 ) -> list[GenerationRequest]:
-    """One request (n=samples) per item; `first_samples`: per item, the index of its first sample (a row
-    asked again after its answers could not be read gets indices no earlier run used: a judge that
-    honours seeds would repeat the unreadable answer)."""
+    """One request (n=samples) per item; `first_samples`: per item, the index of its first sample."""
     sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
     firsts = first_samples if first_samples is not None else [0] * len(items)
     return [
@@ -183,25 +181,61 @@ def judge_solutions(
     config: JudgeConfig,
     max_batch_requests: int,
     prompt: JudgePrompt = CRITIQUE,
+    *,
+    sent: Sequence[bool] | None = None,
+    settled: Callable[[list[list[int]], list[int]], list[bool]] | None = None,
     first_samples: Sequence[int] | None = None,
-) -> tuple[list[JudgeVerdict], JudgeStats]:
-    """Judge (question, steps) pairs: one request of n=samples each (`ask`; a refused request fails
-    alone: its verdict says so)."""
-    requests = judge_requests(items, config, prompt, first_samples)
-    answers, calls = ask(engine, requests, max_batch_requests, "judge")
-    stats = JudgeStats(engine_calls=calls, requests=len(items))
-    verdicts: list[JudgeVerdict] = []
-    for (_, steps), answer in zip(items, answers, strict=True):
-        if isinstance(answer, RequestRefused):
-            verdicts.append(JudgeVerdict(None, [], [], 0, refused=str(answer)))
+) -> tuple[list[JudgeVerdict | None], JudgeStats]:
+    """The judge's one request loop: judge (question, steps) pairs, a refused request failing alone (its
+    verdict says so). Without `settled`, one request of n=samples per pair; with it, votes are asked one
+    at a time in rounds over the pairs still open (round r asks sample index r of the prompt, so a pair's
+    votes are the ones one request of n=samples would have drawn), and after each round `settled` (every
+    pair's votes so far, the open pairs' indices) says which of the open pairs are settled and close, up
+    to `samples` rounds (selection.py).
+    `sent`: which pairs are asked at all; an unsent pair's verdict is None. `first_samples`: per pair, the
+    sample index its first vote is drawn at (0 where not given): a row asked again after its answers could
+    not be read starts past the indices earlier runs used, as a judge that honours seeds would repeat them."""
+    firsts = [0] * len(items) if first_samples is None else list(first_samples)
+    sent = [True] * len(items) if sent is None else list(sent)
+    per_request = config if settled is None else config.model_copy(update={"samples": 1})
+    votes: list[list[int]] = [[] for _ in items]
+    texts: list[list[str]] = [[] for _ in items]
+    tokens = [0] * len(items)
+    refused: list[str | None] = [None] * len(items)
+    stats = JudgeStats(rows_skipped=sent.count(False))
+    open_rows = [i for i, s in enumerate(sent) if s]
+    for round_index in range(1 if settled is None else config.samples):
+        if not open_rows:
+            break
+        requests = judge_requests(
+            [items[i] for i in open_rows], per_request, prompt, [firsts[i] + round_index for i in open_rows]
+        )
+        answers, calls = ask(engine, requests, max_batch_requests, "judge")
+        stats.engine_calls += calls
+        stats.requests += len(requests)
+        for i, answer in zip(open_rows, answers, strict=True):
+            if isinstance(answer, RequestRefused):
+                refused[i] = str(answer)
+                continue
+            answered = [c.text for c in answer.completions]
+            votes[i] += read_votes(engine, answered, len(items[i][1]), prompt)
+            texts[i] += answered
+            tokens[i] += answer.prompt_tokens + answer.generated_tokens
+        if settled is not None:
+            answered_rows = [i for i in open_rows if refused[i] is None]
+            closed = settled(votes, answered_rows)
+            open_rows = [i for i, done in zip(answered_rows, closed, strict=True) if not done]
+    verdicts: list[JudgeVerdict | None] = []
+    for i, was_sent in enumerate(sent):
+        if not was_sent:
+            verdicts.append(None)
+        elif refused[i] is not None:
+            verdicts.append(JudgeVerdict(None, votes[i], texts[i], tokens[i], refused=refused[i]))
             stats.refused += 1
-            continue
-        texts = [c.text for c in answer.completions]
-        votes = read_votes(engine, texts, len(steps), prompt)
-        winner, tie = majority_vote(votes)
-        tokens = answer.prompt_tokens + answer.generated_tokens
-        verdicts.append(JudgeVerdict(winner, votes, texts, tokens, tie))
-        count_verdict(stats, votes, winner, tie, tokens)
+        else:
+            winner, tie = majority_vote(votes[i])
+            verdicts.append(JudgeVerdict(winner, votes[i], texts[i], tokens[i], tie))
+            count_verdict(stats, votes[i], winner, tie, tokens[i])
     return verdicts, stats
 
 
@@ -230,19 +264,25 @@ def judge_records(
     records: list[LabeledRecord],
     config: JudgeConfig,
     max_batch_requests: int,
+    *,
+    sent: Sequence[bool] | None = None,
+    settled: Callable[[list[list[int]], list[int]], list[bool]] | None = None,
     first_samples: Sequence[int] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage: (the judged rows, the rejected, its counters). The stage contract it shares with
     verify (verify.verify_records): the input rows are not changed; the rows returned are copies with the
-    stage's fields filled.
+    stage's fields filled. `sent` and `settled`: which rows are asked and when a row has votes enough
+    (`judge_solutions`; selection.py sets them); by default every row gets `samples` votes at once.
 
     A record whose judge request the engine refused is rejected (stage "judge", "engine_refused"); one
     whose every vote is unreadable is left open ("judge_unreadable", the labeled row as its payload, so
     the next run judges it alone). The judge's tokens are added to the row's `tokens` (what labeling
-    this row cost). `first_samples`: per row, the index of its first sample (judge_requests).
+    this row cost).
     """
     items = [(r.question, r.steps) for r in records]
-    verdicts, stats = judge_solutions(engine, items, config, max_batch_requests, first_samples=first_samples)
+    verdicts, stats = judge_solutions(
+        engine, items, config, max_batch_requests, sent=sent, settled=settled, first_samples=first_samples
+    )
     kept, rejected = apply_verdicts(engine, records, verdicts, config, stats)
     return kept, rejected, stats
 
@@ -256,7 +296,7 @@ def apply_verdicts(
 ) -> tuple[list[LabeledRecord], list[RejectedRecord]]:
     """The rows with their verdicts written in (copies), those whose request was refused, rejected, and
     those without one readable vote left open (counted in `stats.unreadable_rows`). A row without a
-    verdict (None: not sent, judge_selection.py) is kept as it is."""
+    verdict (None: not sent, selection.py) is kept as it is."""
     kept: list[LabeledRecord] = []
     rejected: list[RejectedRecord] = []
     for record, verdict in zip(records, verdicts, strict=True):

@@ -35,14 +35,24 @@ Every row's `consensus` is set to whether the two agree, or None when the judge 
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
-from prm_synth.config.sections import ConsensusConfig
+from prm_synth.config.sections import PINNED, ConsensusConfig
+from prm_synth.judge.accuracy import (
+    JudgeAccuracy,
+    JudgeCounts,
+    answer_class,
+    class_accuracy,
+    counts_dict,
+    estimated_accuracy,
+    measure_by_class,
+    measure_judge,
+)
 from prm_synth.judge.ask import UNPARSEABLE
+from prm_synth.judge.posterior import first_error_prior, open_interval, posterior, prefix_confidence
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
 
 # A tie the rollouts decided completes the row only where they alone put the winner at least this likely
@@ -50,8 +60,6 @@ from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, Reje
 # must stand on the rollouts (a correct-answer row left `undecided_unlocated` at p_good 0.85 is not
 # filled good because one of two votes said "no error").
 TIE_COMPLETES = 0.9
-LIKELIHOOD_FLOOR = 1e-4  # the least a vote's likelihood is: a judge's rates are measured, never certain
-PINNED = 0.99  # p_good on either side of a first error (>= before, <= 1 - PINNED at it) that pins it
 
 
 def agrees(mc: int, judge: int, tolerance: int = 0) -> bool:
@@ -59,15 +67,6 @@ def agrees(mc: int, judge: int, tolerance: int = 0) -> bool:
     if mc == -1 or judge == -1:
         return mc == judge
     return abs(mc - judge) <= tolerance
-
-
-def open_interval(labels: Sequence[bool | None]) -> tuple[int, int]:
-    """(lo, hi): the first errors the labels allow, lo..hi inclusive; hi == len(labels) stands for -1.
-
-    lo is the step after the last good label; hi the first bad label, or "no error" when none is bad."""
-    lo = max((i for i, label in enumerate(labels) if label is True), default=-1) + 1
-    hi = next((i for i, label in enumerate(labels) if label is False), len(labels))
-    return lo, hi
 
 
 def agrees_with_labels(labels: Sequence[bool | None], judge: int, tolerance: int = 0) -> bool:
@@ -99,25 +98,6 @@ def follow(record: LabeledRecord, first_error: int) -> int:
     return changed
 
 
-# ------------------------------------------------------------------ the rollouts' evidence
-def first_error_prior(record: LabeledRecord) -> list[float]:
-    """P(first error = k) for k = 0..n-1, and at index n P(no error), from the rollouts alone.
-
-    From `p_good` (the probability each prefix is still correct; made monotone, as prefixes nest) where
-    the labeler gives it, else uniform over the interval the labels leave open."""
-    n = len(record.labels)
-    if record.p_good is not None and len(record.p_good) == n:
-        mass, previous = [], 1.0
-        for p in record.p_good:
-            p = min(previous, max(0.0, p))
-            mass.append(previous - p)
-            previous = p
-        return mass + [previous]
-    lo, hi = open_interval(record.labels)
-    width = max(hi - lo + 1, 1)
-    return [1.0 / width if lo <= k <= hi else 0.0 for k in range(n + 1)]
-
-
 def leaders(record: LabeledRecord) -> list[int]:
     """The indices the most readable votes name: one for a majority, several for a tie, none unvoted."""
     counts = Counter(v for v in record.judge_votes if v != UNPARSEABLE).most_common()
@@ -141,110 +121,6 @@ def break_tie(record: LabeledRecord) -> int | None:
     if not mass or mass[0][0] <= 0.0 or (len(mass) > 1 and mass[0][0] == mass[1][0]):
         return None
     return mass[0][1]
-
-
-# ------------------------------------------------------------------ the judge's measured accuracy
-def pinned_first_error(record: LabeledRecord) -> int | None:
-    """The first error the rollouts pinned (p_good >= 0.99 before it, <= 0.01 at it), -1 for a row they
-    found clean (every step labeled good, every prefix but the graded solution itself at p_good >= 0.99),
-    or None where they pinned nothing."""
-    p = record.p_good
-    if p is None or len(p) != len(record.labels) or not p:
-        return None
-    first_bad = next((i for i, label in enumerate(record.labels) if label is False), -1)
-    if first_bad == -1:
-        clean = all(label is True for label in record.labels) and min(p[:-1], default=1.0) >= PINNED
-        return -1 if clean else None
-    before = first_bad == 0 or p[first_bad - 1] >= PINNED
-    return first_bad if before and p[first_bad] <= 1.0 - PINNED else None
-
-
-@dataclass(frozen=True)
-class JudgeAccuracy:
-    """How one readable vote falls: on an error, naming it (`recall`) or missing it (`miss`: says -1);
-    on a clean solution, saying -1 (`clean`). Real judges miss more than they misplace, so a -1 vote is
-    weaker evidence of a clean solution than a step vote is of an error there."""
-
-    recall: float
-    clean: float
-    miss: float = 0.0
-
-    def likelihood(self, vote: int, first_error: int, n_steps: int) -> float:
-        """P(vote | first error), -1 for none; the remaining mass spread over the other steps. Never 0:
-        no single vote rules a first error out."""
-        if first_error == -1:
-            p = self.clean if vote == -1 else (1.0 - self.clean) / max(n_steps, 1)
-        elif vote == first_error:
-            p = self.recall
-        elif vote == -1:
-            p = self.miss
-        else:
-            p = (1.0 - self.recall - self.miss) / max(n_steps - 1, 1)
-        return max(p, LIKELIHOOD_FLOOR)
-
-
-@dataclass(frozen=True)
-class JudgeCounts:
-    """Readable votes on the rows the rollouts pinned (errors) or found clean, and how they fell."""
-
-    pinned_votes: int = 0
-    pinned_named: int = 0  # naming the pinned step
-    pinned_missed: int = 0  # saying -1
-    clean_votes: int = 0
-    clean_said_clean: int = 0
-
-
-def measure_judge(records: Sequence[LabeledRecord]) -> JudgeCounts:
-    """The judge's votes counted against the rows whose first error the rollouts pinned (readable votes)."""
-    pinned_votes = pinned_named = pinned_missed = clean_votes = clean_said = 0
-    for record in records:
-        pinned = pinned_first_error(record)
-        if pinned is None:
-            continue
-        votes = [v for v in record.judge_votes if v != UNPARSEABLE]
-        if pinned == -1:
-            clean_votes += len(votes)
-            clean_said += votes.count(-1)
-        else:
-            pinned_votes += len(votes)
-            pinned_named += votes.count(pinned)
-            pinned_missed += votes.count(-1)
-    return JudgeCounts(pinned_votes, pinned_named, pinned_missed, clean_votes, clean_said)
-
-
-def estimated_accuracy(counts: JudgeCounts, config: ConsensusConfig) -> JudgeAccuracy:
-    """The measured rates, each shrunk towards the prior (`prior_accuracy` right, half the rest misses) by
-    `prior_votes` pseudo-votes (a shard may hold few pinned rows), kept inside (0.01, 0.99) so that no
-    single vote overrules everything."""
-    w, a = config.prior_votes, config.prior_accuracy
-
-    def rate(hits: int, total: int, prior: float) -> float:
-        value = (hits + w * prior) / (total + w) if total + w > 0 else prior
-        return min(0.99, max(0.01, value))
-
-    recall = rate(counts.pinned_named, counts.pinned_votes, a)
-    miss = min(rate(counts.pinned_missed, counts.pinned_votes, (1.0 - a) / 2), 1.0 - recall)
-    return JudgeAccuracy(recall, rate(counts.clean_said_clean, counts.clean_votes, a), miss)
-
-
-def posterior(record: LabeledRecord, accuracy: JudgeAccuracy) -> list[float]:
-    """P(first error = k | rollouts, votes) for k = 0..n-1 and, at index n, no error."""
-    n = len(record.labels)
-    prior = first_error_prior(record)
-    votes = [v for v in record.judge_votes if v != UNPARSEABLE and -1 <= v < n]
-    logs = []
-    for k, mass in enumerate(prior):
-        if mass <= 0.0:
-            logs.append(-math.inf)
-            continue
-        first_error = -1 if k == n else k
-        logs.append(math.log(mass) + sum(math.log(accuracy.likelihood(v, first_error, n)) for v in votes))
-    top = max(logs)
-    if top == -math.inf:
-        return [1.0 / (n + 1)] * (n + 1)
-    weights = [math.exp(x - top) for x in logs]
-    total = sum(weights)
-    return [w / total for w in weights]
 
 
 # ------------------------------------------------------------------ decisions
@@ -295,16 +171,6 @@ def decide(
     return Decision(True, first_error=judge if inside else None)
 
 
-def prefix_confidence(post: Sequence[float]) -> list[float]:
-    """Per step, P(its prefix is still correct) = P(first error after it), from a posterior over the first
-    error (index n: no error): what `consensus_p_good` stores."""
-    out, later = [], post[-1]
-    for k in range(len(post) - 2, -1, -1):
-        out.append(later)
-        later += post[k]
-    return [min(1.0, max(0.0, p)) for p in reversed(out)]
-
-
 def _decide_soft(
     record: LabeledRecord, config: ConsensusConfig, min_confidence: float, accuracy: JudgeAccuracy
 ) -> Decision:
@@ -340,10 +206,11 @@ def _position(index: int | None) -> str:
 
 
 def apply_consensus(
-    records: list[LabeledRecord], config: ConsensusConfig, min_confidence: float = 0.0
+    records: list[LabeledRecord], config: ConsensusConfig, min_confidence: float = 0.0, pinned: float = PINNED
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
-    ties, complete (or relabel) the kept rows the policy says.
+    ties, complete (or relabel) the kept rows the policy says. The judge's accuracy is measured on the rows
+    the rollouts pinned at `pinned` (`judge.skip_confidence`; accuracy.py).
 
     A rejected row's payload is the row as labeled, before any completion. Stats hold counts only (shard
     totals sum them); the fractions are recomputed from them (`ConsensusStats.fractions`).
@@ -353,11 +220,8 @@ def apply_consensus(
     agreement: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
     by_source: dict[str, dict[str, int]] = {}
-    # the judge's accuracy per answer class (judge_accuracy.py, which builds on this module)
-    from prm_synth.judge.accuracy import answer_class, class_accuracy, counts_dict, measure_by_class
-
-    counts = measure_judge(records)
-    class_counts = measure_by_class(records)
+    counts = measure_judge(records, pinned)
+    class_counts = measure_by_class(records, pinned)  # the judge's accuracy per answer class
     by_class = {c: class_accuracy(n, config) for c, n in class_counts.items()}
     completed = ties_broken = 0
     for record in records:
