@@ -66,6 +66,7 @@ from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
 from prm_synth.store.refusals import count_open, count_refusals, make_open_permanent, make_permanent, reasons_of
 from prm_synth.store.resume import run_fingerprint, servers
+from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardEntry, ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
@@ -390,6 +391,7 @@ def synthesize(
         fingerprint = run_fingerprint(config, target)
         store = ShardStore(target, fingerprint, config.labeler_revision(), rows_fingerprint=config.fingerprint())
         store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
+        upgrade_shards(store)  # an earlier release's shards get today's columns: one schema, loadable by datasets
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())
         progress.activate()
