@@ -217,6 +217,8 @@ def _run_flow(
         from flows.reporting import close_active_progress
         from prm_synth.engines import close_engines
 
+        supervise.RUN_OVER.set()  # Prefect stops its temporary server from now on: that is no loss
+        supervise.hold_if_stopping()  # a stopping worker exits from its stop thread, with the one error line
         close_active_progress()  # a bar left live by an exception or Ctrl-C: stopped, log handlers back
         close_engines()  # shut engines down before the summary, not in the middle of it
     # Only a failure gets here, after the engines are down: the error line is the last thing printed.
