@@ -15,6 +15,7 @@ import errno
 import itertools
 import math
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
 from prefect.context import FlowRunContext
+from prefect.exceptions import TerminationSignal
 from prefect.futures import PrefectFuture
 
 from flows.reporting import (
@@ -42,7 +44,7 @@ from flows.reporting import (
 )
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config.sections import PipelineConfig, VLLMConfig
-from prm_synth.engines import get_engine
+from prm_synth.engines import get_engine, stop_engines
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
@@ -290,6 +292,21 @@ def _output_folder(out_dir: str, dry_run: bool) -> Iterator[str]:
         yield tmp
 
 
+@contextlib.contextmanager
+def _stops_engines_on_a_signal() -> Iterator[None]:
+    """A run in-process (started from Python, a notebook, the test runner) that gets SIGINT (Ctrl-C) or
+    SIGTERM while shards run: the engines are stopped before the signal goes on, so the shard threads
+    waiting on them return at once (their requests fail with RunStopped, an in-process vLLM engine's
+    are aborted) instead of the flow waiting for every request to finish. The CLI's worker stops on its
+    own (prm_synth.cli.supervise); there the signal never reaches the flow."""
+    try:
+        yield
+    except (KeyboardInterrupt, TerminationSignal) as e:
+        name = signal.Signals(e.signal).name if isinstance(e, TerminationSignal) else signal.SIGINT.name
+        stop_engines(f"the run is stopping ({name})")
+        raise
+
+
 def _label_shards(
     config: PipelineConfig,
     target: str,
@@ -395,7 +412,8 @@ def synthesize(
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())
         progress.activate()
-        outcome = _label_shards(config, target, shards, store, progress, retry_refused)
+        with _stops_engines_on_a_signal():
+            outcome = _label_shards(config, target, shards, store, progress, retry_refused)
         progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
         store.write_manifest(config_dump)
 

@@ -13,6 +13,7 @@ import hashlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -132,3 +133,49 @@ def test_a_stop_of_every_process_or_of_the_prefect_server_mid_vote_is_a_clean_qu
         done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert _dataset(out) == _dataset(reference)  # byte-identical to the uninterrupted run
+
+
+IN_PROCESS = """
+import sys
+import flows.synthesize
+from prm_synth.config.sections import load_config
+flows.synthesize.synthesize(config=load_config(sys.argv[1]), out_dir=sys.argv[2])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_run_started_from_python_answers_a_signal_at_once(tmp_path, sig):
+    """No worker, no CLI: the flow called from Python. A signal stops the engines before it goes on, so
+    the shard threads blocked on a server that never answers (120 s timeouts, 6 retries) do not hold
+    the process; nothing is sent after the signal."""
+    from _simulated_run import openai_policy
+    from test_shutdown import SilentThenSimulated
+
+    with SilentThenSimulated() as server:
+        pipeline = small_pipeline(tmp_path, "in-process-stop", openai_policy(server.url))
+        env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(ROOT)}
+        env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "600"  # a busy machine starts it slowly
+        log = tmp_path / "in-process.log"
+        with log.open("w") as sink:
+            cmd = [sys.executable, "-c", IN_PROCESS, pipeline, str(tmp_path / "out")]
+            proc = subprocess.Popen(
+                cmd, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        try:
+            wait_for(lambda: server.asked >= 2 or proc.poll() is not None, 600, "the requests reach the server")
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(1.0)
+            asked_at_signal = server.asked
+            signalled = time.monotonic()
+            os.kill(proc.pid, sig)
+            wait_for(lambda: proc.poll() is not None, 120, "the process ends", poll_s=0.05)
+            took = time.monotonic() - signalled
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+        assert proc.returncode != 0
+        assert took < 30, f"{took:.1f} s:\n{log.read_text()[-3000:]}"  # seconds, not minutes of timeouts
+        assert server.asked == asked_at_signal, "a request was sent after the signal"
