@@ -45,6 +45,7 @@ from flows.reporting import (
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config.sections import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine, stop_engines
+from prm_synth.engines.base import RunStopped
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
@@ -205,6 +206,8 @@ def label_shard(
     rejected, _ = make_open_permanent(rejected, unreadable, config.run.refused_runs)
     if rejected != rows.rejected:
         rows.stats.rejected_by_reason = reasons_of(rejected)
+    if STOPPING.is_set():  # a stop is a stop: no shard is written after it (the next run redoes this one)
+        raise RunStopped("the run is stopping: the shard is not written")
     entry = store.write_shard(
         shard_index,
         rows.records,
@@ -349,7 +352,7 @@ def _label_shards(
         progress.advance(tokens, shard_index=index)
 
     for shard in shards:
-        if outcome.disk is not None:
+        if outcome.disk is not None or STOPPING.is_set():  # a full disk, or a stop: no further shard starts
             break
         entry = finished.get(shard.index)
         redo: list[str] | None = None
@@ -415,7 +418,7 @@ def synthesize(
         with _stops_engines_on_a_signal():
             outcome = _label_shards(config, target, shards, store, progress, retry_refused)
         progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
-        store.write_manifest(config_dump)
+        store.write_manifest(config_dump, limit=None if dry_run else limit)
 
         summary = summarize(target)
         if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):

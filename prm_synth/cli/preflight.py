@@ -62,12 +62,13 @@ def check_output_folder(out: Path) -> None:
         raise PreflightError(f"cannot create --out {out}: {parent} is not writable")
 
 
-def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
+def check_same_config(out: Path, config: PipelineConfig, say_notes: bool = True) -> PipelineConfig:
     """Refuse an output folder that holds a dataset of another config, naming the keys that differ.
 
     Returns the config to run: `config`, or, where the folder was made under a default that has changed
     since and the file leaves that key out, `config` with the folder's value (config_upgrade.
-    with_former_defaults; a note says so), so the folder resumes with the rows it holds."""
+    with_former_defaults; a note says so, unless `say_notes` is off: the worker of `prm-synth run` checks
+    again what its command checked and said already), so the folder resumes with the rows it holds."""
     path = out / MANIFEST
     if not path.exists():
         return config
@@ -84,7 +85,7 @@ def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
         return config
     former, notes = with_former_defaults(config, old_config if isinstance(old_config, dict) else {})
     if notes and resume_fingerprint(former, manifest) is not None:
-        for note in notes:
+        for note in notes if say_notes else []:
             log.warning("%s: %s", out, note)
         return former
     keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)

@@ -133,7 +133,7 @@ def run(
     if not dry_run:
         preflight.check_output_folder(out_dir)
         if not overwrite:
-            config = preflight.check_same_config(out_dir, config)
+            config = preflight.check_same_config(out_dir, config, say_notes=not supervise.is_worker())
     preflight.check_problem_source(config, limit)
     if supervise.should_supervise():
         raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))

@@ -58,6 +58,7 @@ from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.schema import LEFT_OPEN_FOR_GOOD, LEFT_OPEN_REASONS, RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 
 FORMAT = "prm-synth/1"
+KEEP: Any = object()  # write_manifest: the value the manifest holds already
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 
@@ -454,8 +455,10 @@ class ShardStore:
             return set()  # the marker says none: the rejected file need not be read
         return {str(r["id"]) for r in self.read_rows(entry, "rejected") if r.get("reason") in reasons}
 
-    def write_manifest(self, config_dump: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Rebuild manifest.json from the shard markers."""
+    def write_manifest(self, config_dump: dict[str, Any] | None = None, limit: Any = KEEP) -> dict[str, Any]:
+        """Rebuild manifest.json from the shard markers. `limit`: the run's --limit (None: the whole
+        source), so a reader can tell a run cut short on purpose from one that has not finished; kept
+        as it was when not given."""
         old = self._existing_manifest() or {}
         entries = sorted(self.finished(verify=False).values(), key=lambda e: e.shard)
         manifest = {
@@ -468,6 +471,8 @@ class ShardStore:
         }
         if (revision := self.labeler_revision or old.get("labeler_revision")) is not None:
             manifest["labeler_revision"] = revision
+        if (limit := old.get("limit") if limit is KEEP else limit) is not None:
+            manifest["limit"] = limit
         rows = self.rows_fingerprint or old.get("rows_fingerprint")
         if rows is not None and rows != self.fingerprint:
             manifest["rows_fingerprint"] = rows
@@ -586,6 +591,9 @@ class _OutputLock:
 
     _held: weakref.WeakValueDictionary[str, _OutputLock] = weakref.WeakValueDictionary()
     _guard = threading.Lock()
+    # The pid a refused run is told holds the lock: the command the user started (`prm-synth run`'s
+    # parent, which a user can stop), not its worker child; this process's own where not set.
+    owner_pid: int | None = None
 
     def __init__(self, file: Any) -> None:
         self.file = file
@@ -621,7 +629,7 @@ class _OutputLock:
                 log.warning("cannot lock %s (%s): running without the lock", path, e)
             file.seek(0)
             file.truncate()
-            file.write(f"{os.getpid()}\n")
+            file.write(f"{cls.owner_pid or os.getpid()}\n")
             file.flush()
             lock = cls(file)
             cls._held[key] = lock
@@ -630,6 +638,11 @@ class _OutputLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.file.close()  # closing the descriptor releases the flock
+
+
+def name_lock_owner(pid: int | None) -> None:
+    """The pid the run lock names from now on (a worker names the command that started it)."""
+    _OutputLock.owner_pid = pid
 
 
 def _only_readers(file: Any) -> bool:
