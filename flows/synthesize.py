@@ -67,7 +67,16 @@ from prm_synth.pipeline import (
 from prm_synth.problems.sources import count_hint
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
-from prm_synth.store.refusals import count_open, count_refusals, make_open_permanent, make_permanent, reasons_of
+from prm_synth.store.refusals import (
+    clear_pending,
+    count_open,
+    count_refusals,
+    make_open_permanent,
+    make_permanent,
+    pending_refusals,
+    reasons_of,
+    save_pending,
+)
 from prm_synth.store.resume import run_fingerprint, servers
 from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardEntry, ShardStore
@@ -194,12 +203,18 @@ def label_shard(
             out = combine(out, finished)
     reopened = frozenset(r["id"] for r in open_rows)
     rows = merge_redo(previous, set(redo or ()), out, reopened) if previous is not None else ShardRows.of(out)
-    # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
-    check_not_all_refused(rows.records, rows.rejected)
     # Refused again and again: after run.refused_runs runs in a row, rejected for good.
     asked = set(redo or ()) if previous is not None else None  # None: the whole shard was asked
+    if previous is None:  # a shard refused whole on earlier runs was not written: its counts wait apart
+        previous_refusals = pending_refusals(store.root, shard_index)
     refusals = count_refusals(rows.rejected, asked, previous_refusals)
     rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
+    try:
+        # Nothing made and everything refused (not yet for good): a failure, not a finished shard.
+        check_not_all_refused(rows.records, rejected)
+    except ShardRefusedError:
+        save_pending(store.root, shard_index, refusals)
+        raise
     # Rows the judge (or verifier) could not read, the same way: recorded for good after as many runs.
     made = {r.id for r in out.records} | {r.id for r in out.rejected}  # the rows this attempt asked
     unreadable = count_open(rejected, made, previous_unreadable)
@@ -219,6 +234,7 @@ def label_shard(
         refusals=refusals,
         unreadable=unreadable,
     )
+    clear_pending(store.root, shard_index)
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
     check_judges_readable(out, judge_engine, verify_engine, earlier=previous.stats if previous else None)
     return entry

@@ -9,11 +9,14 @@ counts, per refused problem, the runs in a row that refused it (`ShardEntry.refu
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from prm_synth.schema import OPEN_FOR_GOOD
+from prm_synth.store.shards import atomic_write_json
 
 REFUSED = "engine_refused"
 PERMANENT = "engine_refused_permanent"
@@ -82,3 +85,25 @@ def make_open_permanent(
         for r in rejected
     ]
     return out, {row_id for row_id in over if counts[row_id] == limit}
+
+
+# A shard whose every problem the engine refused is not written (it made nothing: a failure, not a
+# result), so its marker cannot count the runs that refused it: the counts wait here until it is.
+PENDING = "refusals"
+
+
+def pending_refusals(root: Path, shard: int) -> dict[str, int]:
+    """The refusal counts of a shard not written yet (`save_pending`), {} when none."""
+    try:
+        data = json.loads((root / PENDING / f"shard-{shard:05d}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def save_pending(root: Path, shard: int, counts: dict[str, int]) -> None:
+    atomic_write_json(root / PENDING / f"shard-{shard:05d}.json", counts)
+
+
+def clear_pending(root: Path, shard: int) -> None:
+    (root / PENDING / f"shard-{shard:05d}.json").unlink(missing_ok=True)

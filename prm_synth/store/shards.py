@@ -321,7 +321,7 @@ class ShardStore:
         return None
 
     def _clear(self) -> None:
-        for sub in ("data", "rejected", "shards", "trees"):
+        for sub in ("data", "rejected", "shards", "trees", "refusals"):
             for p in (self.root / sub).glob("*"):
                 p.unlink()
         (self.root / MANIFEST).unlink(missing_ok=True)
