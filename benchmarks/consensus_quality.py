@@ -32,13 +32,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from prm_synth.config.sections import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_selected
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems.arithmetic import true_first_error
-from prm_synth.products.evaluate import step_label_quality
+from prm_synth.problems.quality import step_label_quality
 from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, ShardStats
 
 PROFILES = JUDGE_PROFILES

@@ -25,12 +25,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=160)
     args = parser.parse_args()
 
-    from prm_synth.config.sections import VLLMConfig
+    from prm_synth.config import VLLMConfig
     from prm_synth.engines.base import GenerationRequest, SamplingOptions
     from prm_synth.engines.vllm import VLLMEngine
     from prm_synth.grading.math import grade
     from prm_synth.problems import arithmetic
-    from prm_synth.sampling.prompts import policy_user_prompt
+    from prm_synth.prompting.prompts import policy_user_prompt
 
     engine = VLLMEngine(VLLMConfig(kind="vllm", model="demo", max_model_len=2048))
     rows = []

@@ -66,7 +66,7 @@ def main() -> None:
 
     from vllm import LLM
 
-    from prm_synth.config.sections import VLLMConfig
+    from prm_synth.config import VLLMConfig
     from prm_synth.demo_model import demo_model_path
     from prm_synth.engines.base import GenerationRequest, SamplingOptions
     from prm_synth.engines.chat import TOKENIZATION_KWARGS

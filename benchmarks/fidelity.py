@@ -106,7 +106,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import labeler_settings  # noqa: E402  (benchmarks/, beside this file)
 
 from prm_synth.annotate.labeler import make_labeler  # noqa: E402
-from prm_synth.config.sections import PipelineConfig  # noqa: E402
+from prm_synth.config import PipelineConfig  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.problems import arithmetic  # noqa: E402
 from prm_synth.problems.sources import iter_problems  # noqa: E402

@@ -59,10 +59,10 @@ from prm_synth.annotate.changepoint import ChangepointSettings, Evidence, Poster
 from prm_synth.annotate.changepoint.search import best_probe, open_interval  # noqa: E402
 from prm_synth.annotate.labeler import make_labeler, new_scheduler  # noqa: E402
 from prm_synth.annotate.scheduler import SolutionJob  # noqa: E402
-from prm_synth.config.sections import validate_config  # noqa: E402
+from prm_synth.config import validate_config  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards  # noqa: E402
-from prm_synth.sampling.prompts import policy_user_prompt  # noqa: E402
+from prm_synth.prompting.prompts import policy_user_prompt  # noqa: E402
 from prm_synth.sampling.sample import sample_solutions  # noqa: E402
 from prm_synth.schema import Problem  # noqa: E402
 

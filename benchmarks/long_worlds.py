@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config.sections import PipelineConfig
+from prm_synth.config import PipelineConfig
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import iter_problems

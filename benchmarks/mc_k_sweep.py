@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from prm_synth.config.sections import load_config  # noqa: E402
+from prm_synth.config import load_config  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
 from prm_synth.problems import arithmetic  # noqa: E402

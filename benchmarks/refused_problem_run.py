@@ -29,10 +29,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import yaml  # noqa: E402
 from fault_proxy import FaultProxy, SimulatedCompletionsServer  # noqa: E402
 
-from prm_synth.config.sections import SimulatedPolicyConfig, validate_config  # noqa: E402
+from prm_synth.config import SimulatedPolicyConfig, validate_config  # noqa: E402
 from prm_synth.problems.sources import iter_problems  # noqa: E402
-from prm_synth.sampling.prompts import policy_user_prompt  # noqa: E402
-from prm_synth.store.shards import iter_tables  # noqa: E402
+from prm_synth.prompting.prompts import policy_user_prompt  # noqa: E402
+from prm_synth.store.readers import iter_tables  # noqa: E402
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ from rounds_scheduler import rounds_scheduler
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    from prm_synth.config.sections import validate_config
+    from prm_synth.config import validate_config
 
     return validate_config(
         {
@@ -83,7 +83,7 @@ def main() -> None:
     from prm_synth.engines.vllm import VLLMEngine, llm_kwargs
     from prm_synth.pipeline import iter_shards, process_shard
     from prm_synth.problems.sources import iter_problems
-    from prm_synth.sampling.prompts import policy_user_prompt
+    from prm_synth.prompting.prompts import policy_user_prompt
     from prm_synth.sampling.sample import sample_solutions
     from prm_synth.schema import Problem
 

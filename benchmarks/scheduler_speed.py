@@ -26,11 +26,11 @@ os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is fo
 def main() -> None:
     from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
     from prm_synth.annotate.search import binary_search
-    from prm_synth.config.sections import VLLMConfig, validate_config
+    from prm_synth.config import VLLMConfig, validate_config
     from prm_synth.engines.base import SamplingOptions
     from prm_synth.engines.vllm import VLLMEngine
     from prm_synth.pipeline import iter_shards
-    from prm_synth.sampling.prompts import policy_user_prompt
+    from prm_synth.prompting.prompts import policy_user_prompt
     from prm_synth.sampling.sample import sample_solutions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from prm_synth.config.sections import (
+from prm_synth.config import (
     ConsensusConfig,
     JudgeConfig,
     PipelineConfig,
@@ -46,7 +46,7 @@ from prm_synth.judge.selection import judge_selected
 from prm_synth.judge.verify import parse_chain, verify_records
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import parse_verify_prompt
+from prm_synth.prompting.prompts import parse_verify_prompt
 from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats, VerifyStats
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """MkDocs hooks: the pages made from the code, so they cannot drift from it.
 
-- docs/reference/config.md: every pipeline key, from the pydantic models in prm_synth/config/sections.py (each
+- docs/reference/config.md: every pipeline key, from the pydantic models in prm_synth/config/ (one file per section (each
   field's type, default and bounds, and its attribute docstring as the meaning);
 - docs/reference/cli.md: every `prm-synth` command and option, from the typer app.
 
@@ -120,12 +120,12 @@ def _discriminator(model: type) -> tuple[str, str] | None:
 
 def config_reference() -> str:
     """reference/config.md: every key reachable from PipelineConfig, one table a section."""
-    from prm_synth.config.sections import PipelineConfig
+    from prm_synth.config import PipelineConfig
 
     out = [
         "# Pipeline configuration",
         "",
-        GENERATED_NOTE.format(source="the field docstrings in `prm_synth/config/sections.py`"),
+        GENERATED_NOTE.format(source="the field docstrings in `prm_synth/config/` (one file per section)"),
         "A pipeline file is YAML validated by these models: an unknown key, a wrong type, a value past its "
         "bound or a missing file fails before any work starts, naming the key (a misspelt key is named with "
         "the one meant). Keys renamed since 0.1 still load, with a warning naming the new key "
@@ -171,7 +171,7 @@ def config_reference() -> str:
 
 def fields_without_description(root: type | None = None) -> list[str]:
     """`Model.field` for every config field reachable from `root` (PipelineConfig) that has no docstring."""
-    from prm_synth.config.sections import PipelineConfig
+    from prm_synth.config import PipelineConfig
 
     missing: list[str] = []
     seen: set[type] = set()
@@ -192,7 +192,7 @@ def fields_without_description(root: type | None = None) -> list[str]:
 
 def config_keys() -> set[str]:
     """Every dotted key of a pipeline file (`annotate.confidence`, `policy.model`, ...)."""
-    from prm_synth.config.sections import PipelineConfig
+    from prm_synth.config import PipelineConfig
 
     keys: set[str] = set()
 
@@ -295,7 +295,7 @@ def on_pre_build(config: Any) -> None:
 
     if missing := fields_without_description():
         raise PluginError(
-            "config fields without a docstring (a string literal under the field in prm_synth/config/sections.py): "
+            "config fields without a docstring (a string literal under the field in prm_synth/config/): "
             + ", ".join(missing)
         )
     for page, make in GENERATED.items():

@@ -22,7 +22,7 @@ from rich.progress import Progress
 
 from flows.terminal import LogsAboveTheBar, new_bar
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config.sections import PipelineConfig
+from prm_synth.config import PipelineConfig
 from prm_synth.engines import model_name
 from prm_synth.engines.stream import streams_now
 from prm_synth.store.summary import RunSummary, judge_cost_text

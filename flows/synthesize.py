@@ -43,43 +43,31 @@ from flows.reporting import (
     retries_since,
 )
 from flows.terminal import progress_line_extra, throttled
-from prm_synth.config.sections import PipelineConfig, VLLMConfig
+from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine, stop_engines
-from prm_synth.engines.base import RunStopped
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
     ShardInput,
     ShardOutput,
     ShardRefusedError,
-    ShardRows,
     UnreadableJudgeError,
     check_judges_readable,
-    check_not_all_refused,
     combine,
     finish_open_rows,
     iter_shards,
-    merge_redo,
+    plan_shard,
     process_shard,
-    redo_items,
     unreadable_message,
+    write_shard_rows,
 )
 from prm_synth.problems.sources import count_hint
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
-from prm_synth.store.refusals import (
-    clear_pending,
-    count_open,
-    count_refusals,
-    make_open_permanent,
-    make_permanent,
-    pending_refusals,
-    reasons_of,
-    save_pending,
-)
-from prm_synth.store.resume import run_fingerprint, servers
+from prm_synth.store.layout import ShardEntry
+from prm_synth.store.resume import run_fingerprint
 from prm_synth.store.schema_upgrade import upgrade_shards
-from prm_synth.store.shards import ShardEntry, ShardStore
+from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
 DRY_RUN_PROBLEMS = 8
@@ -129,39 +117,16 @@ def label_shard(
     reopen: list[str] | None = None,
     fingerprint: str | None = None,
 ) -> ShardEntry:
-    """Label one shard and write it. `redo`: the shard is written already, and only these problems (the
-    ones the engine refused last time) are asked again; `reopen`: the ids of its rows left open because
-    the judge or verifier could not be read, finished from their payloads; the rest of the shard is kept
-    as it was. A shard where most judge votes are unreadable is written, then fails the run
-    (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
+    """Label one shard and write it: what to ask (`redo`, `reopen`: pipeline.plan_shard) and how the rows
+    made are written with the shard as it was (pipeline.write_shard_rows) are the library's. A shard where
+    most judge votes are unreadable is written, then fails the run (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
     config's fingerprint when not given."""
     fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
-    previous: ShardRows | None = None
-    previous_refusals: dict[str, int] = {}
-    previous_unreadable: dict[str, int] = {}  # open rows: on how many runs in a row (1 where not said)
-    source_rows = len(items)
-    if redo or reopen:
-        entry = store.finished_shard(shard_index)
-        if entry is None:  # changed since the run looked: nothing to merge into, so the shard is redone whole
-            raise ShardsFailedError(f"shard {shard_index} changed on disk during the run; the next run redoes it")
-        previous = ShardRows(
-            store.read_rows(entry, "data"),
-            store.read_rows(entry, "rejected"),
-            entry.stats,
-            store.read_trees(entry),
-        )
-        source_rows = entry.problems
-        previous_refusals = entry.refusals
-        previous_unreadable = {row_id: 1 for row_id in reopen or ()} | entry.unreadable
-        items = redo_items(items, set(redo or ()))
-    # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
-    reopened_ids, redone = set(reopen or ()), set(redo or ())
-    open_rows = [
-        r
-        for r in (previous.rejected if previous else [])
-        if r.get("id") in reopened_ids and r.get("problem_id") not in redone
-    ]
+    work = plan_shard(store, shard_index, items, redo or (), reopen or ())
+    if work is None:  # changed since the run looked: nothing to merge into, so the shard is redone whole
+        raise ShardsFailedError(f"shard {shard_index} changed on disk during the run; the next run redoes it")
+    items, open_rows = work.items, work.open_rows
     limit = config.run.gpu_concurrency_limit
     logger = get_run_logger()
     # Where a shard ran (a Ray worker on some node, or this process), for the flow run's logs.
@@ -193,50 +158,17 @@ def label_shard(
                 on_progress=active_shard_callback(shard_index),
                 verify_engine=verify_engine,
             )
-            if items or previous is None
+            if items or work.previous is None
             else ShardOutput()
         )
         if open_rows:
             finished = finish_open_rows(
-                config, open_rows, fingerprint, judge_engine, verify_engine, asked_before=previous_unreadable
+                config, open_rows, fingerprint, judge_engine, verify_engine, asked_before=work.previous_unreadable
             )
             out = combine(out, finished)
-    reopened = frozenset(r["id"] for r in open_rows)
-    rows = merge_redo(previous, set(redo or ()), out, reopened) if previous is not None else ShardRows.of(out)
-    # Refused again and again: after run.refused_runs runs in a row, rejected for good.
-    asked = set(redo or ()) if previous is not None else None  # None: the whole shard was asked
-    if previous is None:  # a shard refused whole on earlier runs was not written: its counts wait apart
-        previous_refusals = pending_refusals(store.root, shard_index)
-    refusals = count_refusals(rows.rejected, asked, previous_refusals)
-    rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
-    try:
-        # Nothing made and everything refused (not yet for good): a failure, not a finished shard.
-        check_not_all_refused(rows.records, rejected)
-    except ShardRefusedError:
-        save_pending(store.root, shard_index, refusals)
-        raise
-    # Rows the judge (or verifier) could not read, the same way: recorded for good after as many runs.
-    made = {r.id for r in out.records} | {r.id for r in out.rejected}  # the rows this attempt asked
-    unreadable = count_open(rejected, made, previous_unreadable)
-    rejected, _ = make_open_permanent(rejected, unreadable, config.run.refused_runs)
-    if rejected != rows.rejected:
-        rows.stats.rejected_by_reason = reasons_of(rejected)
-    if STOPPING.is_set():  # a stop is a stop: no shard is written after it (the next run redoes this one)
-        raise RunStopped("the run is stopping: the shard is not written")
-    entry = store.write_shard(
-        shard_index,
-        rows.records,
-        rejected,
-        problems=source_rows,
-        stats=rows.stats,
-        trees=rows.trees,
-        servers=servers(config),
-        refusals=refusals,
-        unreadable=unreadable,
-    )
-    clear_pending(store.root, shard_index)
+    entry = write_shard_rows(store, config, shard_index, work, out)
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
-    check_judges_readable(out, judge_engine, verify_engine, earlier=previous.stats if previous else None)
+    check_judges_readable(out, judge_engine, verify_engine, earlier=work.previous.stats if work.previous else None)
     return entry
 
 

@@ -27,23 +27,26 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from prm_synth.annotate.labeler import Progress, make_labeler, quiet
+from prm_synth.annotate.labeler import make_labeler
+from prm_synth.annotate.result import Progress, quiet
 from prm_synth.annotate.scheduler import ProgressCallback
-from prm_synth.config.sections import PINNED, ConfigError, PipelineConfig
-from prm_synth.engines.base import Engine, EngineError
-from prm_synth.engines.stream import describe_engine
-from prm_synth.errors import PrmSynthError
-from prm_synth.judge.ask import sample_in
+from prm_synth.config import PINNED, ConfigError, PipelineConfig
+from prm_synth.engines.base import Engine, EngineError, RunStopped
+from prm_synth.engines.stream import STOPPING
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
+from prm_synth.judge.readable import (  # the error and its message are read here too (flows, tests)
+    UnreadableJudgeError,  # noqa: F401
+    check_readable,
+    unreadable_message,  # noqa: F401
+)
 from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import (
-    OPEN_FOR_GOOD,
     ConsensusStats,
     Item,
     JudgeStats,
@@ -53,6 +56,20 @@ from prm_synth.schema import (
     ShardStats,
     VerifyStats,
 )
+from prm_synth.store.layout import ShardEntry
+from prm_synth.store.left_open import OPEN_FOR_GOOD
+from prm_synth.store.refusals import (
+    clear_pending,
+    count_open,
+    count_refusals,
+    make_open_permanent,
+    make_permanent,
+    pending_refusals,
+    reasons_of,
+    save_pending,
+)
+from prm_synth.store.resume import servers
+from prm_synth.store.shards import ShardStore
 
 
 @dataclass
@@ -245,102 +262,11 @@ def combine(first: ShardOutput, second: ShardOutput) -> ShardOutput:
     )
 
 
-@dataclass(frozen=True)
-class Unreadable:
-    """What a stage's engine left unread in a shard: the counts an `UnreadableJudgeError` reports."""
-
-    who: str  # "judge" or "verifier"
-    engine: str  # its model and server (describe_engine)
-    unreadable: int
-    asked: int
-    what: str  # "votes" or "chains"
-    open_rows: int
-    said: str  # one of its answers, quoted ('' where none)
-
-    def __add__(self, other: Unreadable) -> Unreadable:
-        return replace(
-            self,
-            unreadable=self.unreadable + other.unreadable,
-            asked=self.asked + other.asked,
-            open_rows=self.open_rows + other.open_rows,
-            said=self.said or other.said,
-        )
-
-    def message(self) -> str:
-        return (
-            f"the {self.who} ({self.engine}) gave {self.unreadable} of {self.asked} {self.what} that cannot be read"
-            + (f", e.g. {self.said}" if self.said else "")
-            + f"; {self.open_rows} row(s) are left open and the rest is kept: fix the {self.who} (its model name, "
-            "chat template or answer format) and run the same command again: only the open rows are asked again"
-        )
-
-
-class UnreadableJudgeError(PrmSynthError, RuntimeError):
-    """Most of a shard's judge votes (or verification chains) could not be read: the judge is broken (a
-    wrong model, a chat template it does not follow, another answer format), not the rows. The shard is
-    written first, its unreadable rows left open, so the rollouts' labels are kept and the next run of
-    the same command asks the judge again for exactly those rows. `counts`: what it left unread (a run
-    of several such shards says their sums, not one shard's)."""
-
-    def __init__(self, message: str, counts: Unreadable | None = None) -> None:
-        super().__init__(message)
-        self.counts = counts
-
-    def __reduce__(self) -> tuple[Any, ...]:  # kept when a task's exception is pickled (Ray)
-        return (type(self), (str(self), self.counts))
-
-
-def unreadable_message(errors: Iterable[UnreadableJudgeError]) -> str:
-    """One line for the shards of a run that failed this way: per engine, the sums over its shards."""
-    errors = list(errors)
-    by_who: dict[str, Unreadable] = {}
-    for e in errors:
-        if e.counts is None:
-            return str(e)
-        by_who[e.counts.who] = by_who[e.counts.who] + e.counts if e.counts.who in by_who else e.counts
-    return "; ".join(counts.message() for counts in by_who.values())
-
-
-# More than this share of a shard's votes (or chains) unreadable: the judge is broken, and the run fails.
-UNREADABLE_FAILS = 0.5
-
-
 def check_judges_readable(
     out: ShardOutput, judge_engine: Engine | None, verify_engine: Engine | None, earlier: ShardStats | None = None
 ) -> None:
-    """Raise `UnreadableJudgeError` when more than half of the shard's judge votes, or verification
-    chains, could not be read, naming the engine (its model and server) and one of its answers.
-
-    The share is over the votes that stand in the shard: this attempt's, and the readable ones of the
-    attempts before it (`earlier`: the shard as written before, when this attempt only finished some of
-    its rows). Over a re-ask alone, one row's one unreadable vote would be "1 of 1", every run, forever."""
-    j, v = out.stats.judge, out.stats.verify
-    ej, ev = (earlier.judge, earlier.verify) if earlier is not None else (None, None)
-    checks = [
-        (
-            "judge",
-            judge_engine,
-            j.unparseable if j else 0,
-            (j.samples if j else 0) + (ej.samples - ej.unparseable if ej else 0),
-            "votes",
-            "judge_unreadable",
-        ),
-        (
-            "verifier",
-            verify_engine,
-            v.unreadable_chains if v else 0,
-            (v.chains if v else 0) + (ev.chains - ev.unreadable_chains if ev else 0),
-            "chains",
-            "verify_unreadable",
-        ),
-    ]
-    for name, engine, unreadable, asked, what, reason in checks:
-        if not asked or unreadable <= asked * UNREADABLE_FAILS:
-            continue
-        open_rows = [r for r in out.rejected if r.reason == reason]
-        said = sample_in(open_rows[0].detail) if open_rows else ""
-        counts = Unreadable(name, describe_engine(engine), unreadable, asked, what, len(open_rows), said)
-        raise UnreadableJudgeError(counts.message(), counts)
+    """`UnreadableJudgeError` when most of the shard's votes or chains could not be read (judge/readable.py)."""
+    check_readable(out.stats, out.rejected, judge_engine, verify_engine, earlier)
 
 
 @dataclass
@@ -413,6 +339,87 @@ def check_not_all_refused(records: list[Any], rejected: list[Any]) -> None:
         f"the engine refused every request ({problems} problem(s), no row made): {reason}; fix the server "
         "(or the config) and run the same command again: refused problems are redone"
     )
+
+
+# ------------------------------------------------------------------ a shard written again
+@dataclass
+class ShardWork:
+    """What a run asks of one shard (`plan_shard`): the problems to label (`items`), the rows left open
+    last time to finish (`open_rows`), and the shard as written already (`previous`, None: a new shard)."""
+
+    items: list[Item]
+    open_rows: list[dict[str, Any]] = field(default_factory=list)
+    previous: ShardRows | None = None
+    source_rows: int = 0  # the shard's source rows (what the written shard says it was made from)
+    previous_refusals: dict[str, int] = field(default_factory=dict)
+    redo: set[str] = field(default_factory=set)
+    # rows left open (judge or verifier unreadable), by id: on how many runs in a row (1 where not said)
+    previous_unreadable: dict[str, int] = field(default_factory=dict)
+
+
+def plan_shard(
+    store: ShardStore, shard_index: int, items: list[Item], redo: Iterable[str] = (), reopen: Iterable[str] = ()
+) -> ShardWork | None:
+    """The work of one shard. `redo`: the shard is written already, and only these problems (the ones the
+    engine refused last time) are asked again; `reopen`: the ids of its rows left open because the judge
+    or verifier could not be read, finished from their payloads; the rest of the shard is kept as it was.
+    None: the shard changed on disk since the run looked (nothing to merge into: the next run redoes it)."""
+    redone, reopened = set(redo), set(reopen)
+    if not (redone or reopened):
+        return ShardWork(items, source_rows=len(items))
+    entry = store.finished_shard(shard_index)
+    if entry is None:
+        return None
+    previous = ShardRows(
+        store.read_rows(entry, "data"), store.read_rows(entry, "rejected"), entry.stats, store.read_trees(entry)
+    )
+    # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
+    open_rows = [r for r in previous.rejected if r.get("id") in reopened and r.get("problem_id") not in redone]
+    unreadable = {row_id: 1 for row_id in reopened} | entry.unreadable
+    return ShardWork(redo_items(items, redone), open_rows, previous, entry.problems, entry.refusals, redone, unreadable)
+
+
+def write_shard_rows(
+    store: ShardStore, config: PipelineConfig, shard_index: int, work: ShardWork, out: ShardOutput
+) -> ShardEntry:
+    """Write what a run made of a shard's work: merged into the shard as written (`merge_redo`), refused
+    problems counted (rejected for good after `run.refused_runs` runs in a row), and the shard refused
+    whole where the engine refused everything it was asked (`check_not_all_refused`: nothing written)."""
+    reopened = frozenset(r["id"] for r in work.open_rows)
+    rows = merge_redo(work.previous, work.redo, out, reopened) if work.previous is not None else ShardRows.of(out)
+    asked = work.redo if work.previous is not None else None  # None: the whole shard was asked
+    # a shard refused whole on earlier runs was not written: its counts waited apart (store/refusals.py)
+    previous_refusals = (
+        work.previous_refusals if work.previous is not None else pending_refusals(store.root, shard_index)
+    )
+    refusals = count_refusals(rows.rejected, asked, previous_refusals)
+    rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
+    try:  # nothing made and everything refused (not yet for good): a failure, not a finished shard
+        check_not_all_refused(rows.records, rejected)
+    except ShardRefusedError:
+        save_pending(store.root, shard_index, refusals)
+        raise
+    # Rows the judge (or verifier) could not read, the same way: recorded for good after as many runs.
+    made = {r.id for r in out.records} | {r.id for r in out.rejected}  # the rows this attempt asked
+    unreadable = count_open(rejected, made, work.previous_unreadable)
+    rejected, _ = make_open_permanent(rejected, unreadable, config.run.refused_runs)
+    if rejected != rows.rejected:
+        rows.stats.rejected_by_reason = reasons_of(rejected)
+    if STOPPING.is_set():  # a stop is a stop: no shard is written after it (the next run redoes this one)
+        raise RunStopped("the run is stopping: the shard is not written")
+    entry = store.write_shard(
+        shard_index,
+        rows.records,
+        rejected,
+        problems=work.source_rows,
+        stats=rows.stats,
+        trees=rows.trees,
+        servers=servers(config),
+        refusals=refusals,
+        unreadable=unreadable,
+    )
+    clear_pending(store.root, shard_index)
+    return entry
 
 
 def _engine_for(stage: str, engine: Engine | None) -> Engine:

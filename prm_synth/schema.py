@@ -44,8 +44,7 @@ RejectReason = Literal[
     # the row, so the row is left open (its payload is the labeled row) and the next run asks again
     "judge_unreadable",
     "verify_unreadable",
-    # ... on `run.refused_runs` consecutive runs: recorded for good, not asked again (run --retry-refused)
-    "judge_unreadable_permanent",
+    "judge_unreadable_permanent",  # ... on `run.refused_runs` runs in a row: for good (run --retry-refused)
     "verify_unreadable_permanent",
     # split: the policy wrote nothing to split
     "empty_solution",
@@ -64,9 +63,6 @@ REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
 # Rows rejected for now because a stage's engine failed on them, not for their content: the next run
 # of the same command finishes them from their payload (the row as that stage got it).
 LEFT_OPEN_REASONS = frozenset({"judge_unreadable", "verify_unreadable"})
-# ... and those still unreadable on `run.refused_runs` runs in a row: finished only on request (--retry-refused)
-OPEN_FOR_GOOD = {"judge_unreadable": "judge_unreadable_permanent", "verify_unreadable": "verify_unreadable_permanent"}
-LEFT_OPEN_FOR_GOOD = frozenset(OPEN_FOR_GOOD.values())
 # Why a step has no label (a row's `unlabeled_reason`).
 UnlabeledReason = Literal[
     "after_error",  # its prefix follows the first bad step: it holds that error
@@ -82,7 +78,7 @@ UnlabeledReason = Literal[
 ]
 # The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's
-# bisection; `calibrated` (an older posterior) is upgraded to it (config_upgrade).
+# bisection; `calibrated` (an older posterior) is upgraded to it (config/upgrade.py).
 SearchTestName = Literal["fixed", "sprt", "changepoint"]
 # The nodes of an OmegaPRM tree: the question, a measured prefix, a complete rollout (a leaf).
 NodeKind = Literal["root", "state", "rollout"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.schema import LabeledRecord, RejectedRecord, ShardStats
 from prm_synth.store.shards import ShardStore
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from prm_synth.config.sections import SimulatedPolicyConfig, validate_config
+from prm_synth.config import SimulatedPolicyConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.store.shards import ShardStore
@@ -76,6 +76,6 @@ def small_pipeline(folder: Path, name: str, policy: dict[str, Any], **sections: 
 def run_again(path: str, out: str) -> Any:
     """The same command once more, as the flow that `prm-synth run` calls (its summary)."""
     import flows.synthesize
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
 
     return flows.synthesize.synthesize(config=load_config(path), out_dir=out)

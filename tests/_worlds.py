@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prm_synth.config.sections import PipelineConfig
+from prm_synth.config import PipelineConfig
 
 WORLDS: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {
     "mixed": (

@@ -89,7 +89,7 @@ class _SharedDemoEngine:
     def get(self):
         if self.engine is None:
             pytest.importorskip("vllm")
-            from prm_synth.config.sections import VLLMConfig
+            from prm_synth.config import VLLMConfig
             from prm_synth.engines.vllm import VLLMEngine
 
             self.engine = VLLMEngine(VLLMConfig(model="demo"))

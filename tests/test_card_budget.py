@@ -9,7 +9,7 @@ import pytest
 from _simulated_run import pipeline_data, write_run
 
 from prm_synth.export.hub import export_to_dir
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 LIMIT = 40
 BOUND = re.compile(r"within (\d+) rollouts a solution")
@@ -51,7 +51,7 @@ def test_the_knob_bounds_a_solution_s_rollouts(default_run, tmp_path_factory):
     low = _run(tmp_path_factory, "low", changepoint_max_rollouts=24)
     assert _max_rollouts(low) <= 24 < _max_rollouts(default_run)
     from prm_synth.annotate.labeler import make_labeler
-    from prm_synth.config.sections import validate_config
+    from prm_synth.config import validate_config
 
     labeler = make_labeler(validate_config(_data(changepoint_max_rollouts=24)))
     assert BOUND.findall(labeler.card_text()) == ["24"]

@@ -18,7 +18,7 @@ from prm_synth.export.consumers import _pieces
 from prm_synth.export.hub import export_to_dir
 from prm_synth.problems.arithmetic import true_first_error
 from prm_synth.schema import ShardStats
-from prm_synth.store.shards import dataset_shards, iter_records
+from prm_synth.store.readers import dataset_shards, iter_records
 from prm_synth.store.summary import summarize
 
 LIMIT = 60

@@ -57,7 +57,7 @@ from prm_synth.annotate.labels import (
     labels_from_posterior,
 )
 from prm_synth.annotate.protocol import ProbeResult, Wait
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from prm_synth.annotate.changepoint.settings import DEFAULTS, FIELDS, MODEL_FIELDS, ChangepointSettings
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ROOT / "prm_synth" / "annotate" / "changepoint" / "settings.py"
@@ -59,17 +59,12 @@ def test_the_rollout_knob_bounds_both_budgets():
 def test_the_default_knob_keeps_the_fingerprint_of_folders_made_before_it_bounded_everything():
     """128 (today's default: the old default's rows) hashes as the old default 56 did; any other value under a
     key of its own, so a folder made when the knob meant the smaller budget never resumes as today's."""
-    from prm_synth.config.sections import _hash_rollout_bound
-
     base = {"name": "t", "problems": {"kind": "builtin", "count": 1}, "policy": {"kind": "simulated"}}
     config = validate_config(base | {"annotate": {"method": "binary"}})
     explicit = validate_config(base | {"annotate": {"method": "binary", "changepoint_max_rollouts": 128}})
     assert explicit.fingerprint() == config.fingerprint()
     old = validate_config(base | {"annotate": {"method": "binary", "changepoint_max_rollouts": 56}})
     assert old.fingerprint() != config.fingerprint()
-    hashed = config.annotate.row_fields()
-    _hash_rollout_bound(hashed)
-    assert hashed["changepoint_max_rollouts"] == 56
-    low = dict(config.annotate.row_fields(), changepoint_max_rollouts=56)
-    _hash_rollout_bound(low)
+    assert config.annotate.fingerprint_part()["changepoint_max_rollouts"] == 56
+    low = old.annotate.fingerprint_part()
     assert "changepoint_max_rollouts" not in low and low["changepoint_rollout_bound"] == 56

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from prm_synth import __version__
 from prm_synth.cli import app
+from prm_synth.config import load_config
 from prm_synth.config.diff import differing_keys, without_sections
-from prm_synth.config.sections import load_config
 from prm_synth.store.shards import ShardStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def test_another_configs_folder_is_refused_at_once_naming_the_keys_that_differ(t
 
 
 def test_a_folder_labeled_by_another_revision_of_the_labeler_is_refused_naming_both(tmp_path, monkeypatch):
-    import prm_synth.config.sections as config_module
+    import prm_synth.config.pipeline as config_module
 
     data = yaml.safe_load(SIMULATED.read_text()) | {"annotate": {"method": "binary"}}  # the change-point search
     path = tmp_path / "pipeline.yaml"

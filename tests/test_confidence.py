@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config.sections import ConfigError, ConsensusConfig, validate_config
-from prm_synth.export.views import SkipRow, supervised_steps, with_min_confidence
+from prm_synth.config import ConfigError, ConsensusConfig, validate_config
+from prm_synth.export.rows import SkipRow, supervised_steps, with_min_confidence
 from prm_synth.judge.consensus import apply_consensus
 from tests.test_consensus import rec as record
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from prm_synth.config.sections import ConfigError, load_config, validate_config
+from prm_synth.config import ConfigError, load_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,7 +130,7 @@ def test_a_folder_is_not_a_pipeline_file(tmp_path):
 
 
 def test_the_labelers_revision_is_part_of_the_fingerprint_of_the_search_it_labels_with(monkeypatch):
-    import prm_synth.config.sections as config_module
+    import prm_synth.config.pipeline as config_module
 
     changepoint = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}  # the default search
     sprt = changepoint | {"annotate": {"method": "binary", "search_test": "sprt"}}
@@ -144,7 +144,7 @@ def test_the_labelers_revision_is_part_of_the_fingerprint_of_the_search_it_label
 
 
 def test_the_prompt_versions_are_part_of_the_fingerprint(monkeypatch):
-    import prm_synth.config.sections as config_module
+    import prm_synth.config.pipeline as config_module
 
     before = validate_config(SIM).fingerprint()
     monkeypatch.setitem(config_module.PROMPT_VERSIONS, "policy", "policy-v2")

@@ -12,7 +12,7 @@ from _prm_helpers import labeled_row
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config.sections import ConsensusConfig, validate_config
+from prm_synth.config import ConsensusConfig, validate_config
 from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.judge.consensus import (
@@ -26,7 +26,7 @@ from prm_synth.judge.consensus import (
 )
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior
 from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats
-from prm_synth.store.shards import ShardEntry, totals
+from prm_synth.store.layout import ShardEntry, totals
 
 
 def rec(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from prm_synth.cli.preflight import check_same_config
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.store.shards import ShardStore
 
 SIM = {"problems": {"kind": "builtin", "count": 4}, "policy": {"kind": "simulated"}}

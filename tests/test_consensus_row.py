@@ -9,8 +9,8 @@ from _prm_helpers import labeled_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config.sections import ConsensusConfig
-from prm_synth.export.views import with_min_confidence
+from prm_synth.config import ConsensusConfig
+from prm_synth.export.rows import with_min_confidence
 from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.consensus import apply_consensus
 from prm_synth.judge.posterior import posterior, prefix_confidence

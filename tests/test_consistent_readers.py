@@ -15,7 +15,9 @@ from _dataset_fixture import make_dataset
 from typer.testing import CliRunner
 
 from prm_synth.cli import app
-from prm_synth.store.shards import OutputLockedError, ShardStore, reading
+from prm_synth.store.layout import OutputLockedError
+from prm_synth.store.lock import reading
+from prm_synth.store.shards import ShardStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

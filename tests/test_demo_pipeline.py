@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 from prm_synth.store.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -187,7 +187,7 @@ def test_every_config_field_has_a_description():
 
 
 def test_a_field_without_a_docstring_is_found():
-    from prm_synth.config.sections import Strict
+    from prm_synth.config import Strict
 
     class Section(Strict):
         documented: int = 1

@@ -76,10 +76,10 @@ def _cases(tmp_path: Path) -> list[tuple[str, list[str], str]]:
     bench = _bench(tmp_path)
     return [
         ("run", ["run", str(SIMULATED), "--out", str(tmp_path / "out")], "flows.synthesize.synthesize_with_runner"),
-        ("serve", ["serve", str(SIMULATED), "--cron", "0 3 * * *"], "prm_synth.config.sections.load_config"),
+        ("serve", ["serve", str(SIMULATED), "--cron", "0 3 * * *"], "prm_synth.config.load_config"),
         ("models prepare-demo", ["models", "prepare-demo"], "prm_synth.demo_model.prepare_demo_model"),
         ("inspect", ["inspect", str(folder)], "prm_synth.store.summary.summarize"),
-        ("show", ["show", str(folder)], "prm_synth.store.shards.iter_records"),
+        ("show", ["show", str(folder)], "prm_synth.store.readers.iter_records"),
         ("export", ["export", str(folder), "--to-dir", str(tmp_path / "x")], "prm_synth.export.hub.plan_export"),
         ("eval judge", ["eval", "judge", str(bench), "--model", "demo"], "prm_synth.products.evaluate.load_processbench"),
         (

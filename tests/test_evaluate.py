@@ -11,21 +11,20 @@ import yaml
 from typer.testing import CliRunner
 
 from prm_synth.cli.eval import register
-from prm_synth.config.sections import JudgeConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.simulated import SimulatedJudge
+from prm_synth.problems.quality import first_error_quality, step_label_quality
 from prm_synth.products.evaluate import (
     NotSimulatedError,
     bench_steps,
     evaluate_dataset,
     evaluate_judge,
     evaluate_labels,
-    first_error_quality,
     gold_from_answer,
     load_gold_answers,
     load_processbench,
     processbench_metric,
-    step_label_quality,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.scheduler import JobsAfter, Probe, ProbeScheduler, Refused, SolutionJob
-from prm_synth.config.sections import JudgeConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
+from prm_synth.engines.adapters import BatchAdapter, FutureAdapter
 from prm_synth.engines.base import (
     Completion,
     EngineError,
@@ -31,7 +32,7 @@ from prm_synth.engines.base import (
     StreamingEngine,
 )
 from prm_synth.engines.simulated import SimulatedJudge, SimulatedPolicy
-from prm_synth.engines.stream import BatchAdapter, FutureAdapter, GenerationStream, as_streaming
+from prm_synth.engines.stream import GenerationStream, as_streaming
 from prm_synth.judge.ask import judge_records
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.store.summary import _reconciles
@@ -439,7 +440,7 @@ def test_a_refused_judge_request_rejects_that_row_only():
 @pytest.mark.slow  # imports vLLM (half a minute on two cores)
 def test_vllm_add_that_fails_on_the_second_sample_aborts_the_first():
     pytest.importorskip("vllm")
-    from prm_synth.config.sections import VLLMConfig
+    from prm_synth.config import VLLMConfig
     from prm_synth.engines.vllm import VLLMEngine
 
     class Tokenizer:
@@ -522,7 +523,7 @@ def test_in_process_vllm_refuses_a_prompt_over_the_context_and_the_problem_is_re
     """vLLM in process, as a vLLM server over HTTP: a prompt that leaves no room to generate is a refused
     request, so its problem becomes `engine_refused` rows naming the context, never an empty completion
     graded as evidence (issue 28 item 7, issue 29 item 6)."""
-    from prm_synth.config.sections import VLLMConfig
+    from prm_synth.config import VLLMConfig
     from prm_synth.engines.vllm import VLLMEngine, check_prompt_fits
 
     check_prompt_fits(9, 10, "m")  # one token of room is room
@@ -556,9 +557,9 @@ def test_a_run_against_a_server_that_refuses_one_problem_rejects_it_and_labels_t
     import yaml
     from fault_proxy import SimulatedCompletionsServer
 
-    from prm_synth.config.sections import SimulatedPolicyConfig
+    from prm_synth.config import SimulatedPolicyConfig
     from prm_synth.problems.sources import iter_problems
-    from prm_synth.store.shards import iter_tables
+    from prm_synth.store.readers import iter_tables
 
     root = Path(__file__).resolve().parents[1]
     problems = {"kind": "builtin", "count": 12, "seed": 0, "min_ops": 2, "max_ops": 5}

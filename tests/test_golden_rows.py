@@ -1,5 +1,5 @@
 """Golden rows: the labels of fixed runs are pinned per labeler revision, so a change that moves a row
-without bumping `LABELER_REVISIONS` (prm_synth/config/sections.py) fails here.
+without bumping `LABELER_REVISIONS` (prm_synth/config/annotate.py) fails here.
 
 Cases (`CASES`): pipelines/simulated.yaml on its first problems under every search (per-step MC, the
 default change-point search, the fixed and sequential bisections, OmegaPRM with each test it can take),
@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:  # run as a script: `python tests/test_golden_rows
 
 from _worlds import world_config  # noqa: E402
 
-from prm_synth.config.sections import LABELER_REVISIONS, PipelineConfig  # noqa: E402
+from prm_synth.config import LABELER_REVISIONS, PipelineConfig  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "golden_rows.json"
 REVISION = LABELER_REVISIONS["changepoint"]
@@ -136,7 +136,7 @@ def test_rows_match_the_labeler_revision(case: str) -> None:
         pytest.fail(
             f"{case}: rows changed under the same labeler revision {REVISION!r} "
             f"({len(now)} rows now, {len(want)} pinned; first changed: {changed[:5]}). A change that moves "
-            f"rows must bump LABELER_REVISIONS in prm_synth/config/sections.py and regenerate the fixture "
+            f"rows must bump LABELER_REVISIONS in prm_synth/config/annotate.py and regenerate the fixture "
             f"(`{REGENERATE}`); a refactor must not move them."
         )
 

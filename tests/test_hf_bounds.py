@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prm_synth.config.sections import HFSource
+from prm_synth.config import HFSource
 from prm_synth.problems import sources as problems
 from prm_synth.problems.sources import MAX_LINE_BYTES, ProblemSourceError, iter_problems
 from prm_synth.schema import Problem, RejectedRecord
@@ -56,7 +56,7 @@ def _write_large_dataset(folder: Path) -> None:
 _MEASURE = """
 import json, resource, sys
 import datasets
-from prm_synth.config.sections import HFSource
+from prm_synth.config import HFSource
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
 datasets.load_dataset_builder("json", data_files=sys.argv[2])  # what datasets costs itself, before

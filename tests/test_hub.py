@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from prm_synth.cli.export import register
 from prm_synth.export import card
-from prm_synth.export.card import redact, source_facts
+from prm_synth.export.card import redact
+from prm_synth.export.card_facts import source_facts
 from prm_synth.export.hub import HubExportError, export_to_dir, export_to_hub, resolve_token
 from prm_synth.export.views import VIEW_NAMES
 
@@ -406,8 +407,8 @@ def test_cli_push_uses_the_environment_token_and_scrubs_it(dataset, planted, mon
 
 
 def test_the_cards_k_and_budget_come_from_the_labeler():
-    from prm_synth.config.sections import ConfigError
-    from prm_synth.export.card import labeling
+    from prm_synth.config import ConfigError
+    from prm_synth.export.card_facts import labeling
 
     base = {"problems": {"kind": "builtin", "count": 4}, "policy": {"kind": "simulated"}}
     # OmegaPRM before the per-method config (omega_k) and after it (k): upgraded, then the k that was used.

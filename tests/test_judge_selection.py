@@ -10,12 +10,12 @@ from _prm_helpers import labeled_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config.sections import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig
+from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
 from prm_synth.judge.accuracy import JudgeCounts, accuracy_by_class, class_accuracy
 from prm_synth.judge.posterior import posterior
 from prm_synth.judge.selection import judge_selected, needs_judge, selected
-from prm_synth.sampling.prompts import parse_judge_prompt
+from prm_synth.prompting.prompts import parse_judge_prompt
 from prm_synth.schema import LabeledRecord
 
 T, F, N = True, False, None

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from prm_synth.annotate.labeler import LABELERS, OmegaLabeler, SolutionLabeler, make_labeler
 from prm_synth.cli import app
-from prm_synth.config.sections import AnnotateConfig, validate_config
+from prm_synth.config import AnnotateConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.schema import JudgeStats, ShardStats

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from prm_synth.cli import app
 from prm_synth.cli.common import visible
-from prm_synth.store.shards import ShardStore, dataset_shards, iter_records, read_manifest
+from prm_synth.store.readers import dataset_shards, iter_records, read_manifest
+from prm_synth.store.shards import ShardStore
 
 HOSTILE_STEPS = [
     "[/INST] the answer is [b]bold[/b] :smile:",  # rich markup: a closing tag with nothing open crashed `show`

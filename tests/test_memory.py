@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.store.shards import ShardStore

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.config.sections import (
+from prm_synth.config import (
     EngineConfig,
     EngineFields,
     JudgeEngineConfig,
@@ -26,7 +26,7 @@ from prm_synth.config.sections import (
     SimulatedPolicyConfig,
     validate_config,
 )
-from prm_synth.store.shards import read_manifest
+from prm_synth.store.readers import read_manifest
 
 KEY = "sk-moved-server-key-0123456789"
 
@@ -150,7 +150,7 @@ def _moves(tmp_path: Path, monkeypatch, first_rule: str) -> None:
         manifest = read_manifest(out)
         assert manifest["config_fingerprint"] == key  # one key for the whole folder, rows included
         assert {m["config_fingerprint"] for m in markers.values()} == {key}
-        from prm_synth.store.shards import iter_records
+        from prm_synth.store.readers import iter_records
 
         assert {r["config_fingerprint"] for r in iter_records(out)} == {key}
         for file in (out / "shards").glob("*.json"):

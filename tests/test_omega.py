@@ -23,12 +23,12 @@ from prm_synth.annotate.omega import (
 from prm_synth.annotate.omega_tree import ROOT, tree_to_json
 from prm_synth.annotate.protocol import Probe, ProbeResult
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
-from prm_synth.config.sections import OmegaConfig, SimulatedPolicyConfig
+from prm_synth.config import OmegaConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.grading.math import grade
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
 
 split_lines = functools.partial(split_steps, strategy="line")

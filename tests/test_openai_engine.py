@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fault_proxy import FakeCompletionsServer, FaultProxy
 
-from prm_synth.config.sections import OpenAIConfig
+from prm_synth.config import OpenAIConfig
 from prm_synth.engines.base import (
     Engine,
     EngineError,
@@ -93,7 +93,8 @@ def test_order_concurrency_and_plain_fallback(fake, caplog):
 
 
 def test_per_request_futures_feed_the_engine_stream(fake):
-    from prm_synth.engines.stream import FutureAdapter, stream_for
+    from prm_synth.engines.adapters import FutureAdapter
+    from prm_synth.engines.stream import stream_for
 
     engine = _engine(fake.url, max_concurrency=4)
     try:

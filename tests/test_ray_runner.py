@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ import ray
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterTaskRunId
 from flows.synthesize import synthesize_with_runner
-from prm_synth.config.sections import load_config
+from prm_synth.config import load_config
 
 if __name__ == "__main__":
     ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PREFECT_HOME": sys.argv[2]}})

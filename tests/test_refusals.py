@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from prm_synth.annotate.labels import unlabeled_reasons
 from prm_synth.cli import app
-from prm_synth.config.sections import ConfigError, validate_config
+from prm_synth.config import ConfigError, validate_config
 from prm_synth.sampling.sample import PolicyCannotSolveError, check_policy_can_solve
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 GSM8K_ROWS = [
     {

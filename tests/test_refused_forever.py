@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 import flows.synthesize
 from prm_synth.cli import app
-from prm_synth.config.sections import RunConfig, load_config
+from prm_synth.config import RunConfig, load_config
+from prm_synth.store.readers import iter_records
 from prm_synth.store.refusals import PERMANENT, REFUSED, count_refusals, make_permanent
-from prm_synth.store.shards import iter_records
 
 
 def test_the_default_is_three_runs_and_the_field_says_why():

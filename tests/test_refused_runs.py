@@ -26,7 +26,7 @@ from prm_synth.pipeline import (
     merge_redo,
 )
 from prm_synth.schema import ShardStats, reject
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 
 def refused(problem_id: str, row: str = "s0", stage: str = "sample") -> Any:

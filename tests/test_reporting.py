@@ -8,7 +8,7 @@ from _timed_engine import TimedEngine
 import flows.reporting as reporting
 from prm_synth.annotate.protocol import Probe
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.telemetry import ProgressSnapshot
 from tests.test_stream import LengthEngine, always_correct, scripted

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prm_synth.config.sections import validate_config
+from prm_synth.config import validate_config
 from prm_synth.pipeline import iter_shards, process_shard
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def _rows(engine, max_in_flight: int) -> list[dict]:
 @pytest.mark.slow
 def test_demo_rows_are_identical_at_max_in_flight_1_and_64(demo_vllm_engine):
     """On the session's shared demo engine (tests/conftest.py): demo.yaml's policy is that engine's config."""
-    from prm_synth.config.sections import VLLMConfig
+    from prm_synth.config import VLLMConfig
 
     data = yaml.safe_load((ROOT / "pipelines" / "demo.yaml").read_text())
     assert VLLMConfig(**data["policy"]) == demo_vllm_engine.config

@@ -12,9 +12,11 @@ import pytest
 from _simulated_run import small_pipeline
 
 import flows.synthesize
-from prm_synth.config.sections import load_config
+from prm_synth.config import load_config
 from prm_synth.schema import RECORD_SCHEMA
-from prm_synth.store.shards import _sha256, atomic_write_bytes, iter_records, shard_name
+from prm_synth.store.layout import sha256_of, shard_name
+from prm_synth.store.readers import iter_records
+from prm_synth.store.shards import atomic_write_bytes
 
 ADDED = ("consensus_p_good", "labels_before_consensus")  # the columns this release added
 
@@ -32,7 +34,7 @@ def _as_previous_release(out: Path) -> None:
             writer.write_table(table)
         data = sink.getvalue().to_pybytes()
         atomic_write_bytes(path, data)
-        entry["sha256"][entry["data"]] = _sha256(data)
+        entry["sha256"][entry["data"]] = sha256_of(data)
         marker.write_text(json.dumps(entry))
 
 

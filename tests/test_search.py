@@ -9,7 +9,7 @@ from prm_synth.annotate.bisection import FixedTest, SequentialTest
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.annotate.search import binary_search
-from prm_synth.config.sections import BinaryConfig
+from prm_synth.config import BinaryConfig
 
 STEPS = [f"step {i}\n" for i in range(16)]
 
@@ -124,7 +124,7 @@ BASE = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}
 def test_a_knob_the_chosen_search_ignores_is_refused_by_name():
     import pytest
 
-    from prm_synth.config.sections import ConfigError, validate_config
+    from prm_synth.config import ConfigError, validate_config
 
     # the case: k and recheck mean nothing to the default changepoint search
     with pytest.raises(ConfigError, match=r"annotate\.k .*annotate\.recheck"):
@@ -139,7 +139,7 @@ def test_a_knob_the_chosen_search_ignores_is_refused_by_name():
 
 
 def test_the_fingerprint_holds_only_what_changes_rows():
-    from prm_synth.config.sections import validate_config
+    from prm_synth.config import validate_config
 
     default = validate_config(BASE)
     # a knob written out at its default changes nothing, and a stored config (a full dump) loads again

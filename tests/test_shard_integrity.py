@@ -20,17 +20,9 @@ from typer.testing import CliRunner
 from prm_synth.cli import app
 from prm_synth.export.hub import export_to_dir
 from prm_synth.schema import RejectedRecord, ShardStats
-from prm_synth.store.shards import (
-    CorruptShardError,
-    DatasetError,
-    OutputLockedError,
-    OutputMismatchError,
-    ShardStore,
-    data_files,
-    iter_records,
-    iter_tables,
-    read_manifest,
-)
+from prm_synth.store.layout import CorruptShardError, DatasetError, OutputLockedError, OutputMismatchError
+from prm_synth.store.readers import data_files, iter_records, iter_tables, read_manifest
+from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,7 +198,7 @@ def test_a_run_over_hostile_rows_and_a_damaged_shard_end_to_end(tmp_path: Path) 
     import random
 
     from flows.synthesize import synthesize
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
     from prm_synth.problems import arithmetic
 
     def row(seed: int) -> str:

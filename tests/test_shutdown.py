@@ -25,7 +25,7 @@ from _simulated_run import openai_policy, small_pipeline
 from aiohttp import web
 from fault_proxy import SimulatedCompletionsServer
 
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = 8
@@ -192,7 +192,7 @@ class SilentThenSimulated(SimulatedCompletionsServer):
     the requests it gets (`asked`); once not silent, it answers as the simulated policy."""
 
     def __init__(self) -> None:
-        from prm_synth.config.sections import SimulatedPolicyConfig
+        from prm_synth.config import SimulatedPolicyConfig
 
         super().__init__(config=SimulatedPolicyConfig(step_error=0.2, seed=0))
         self.silent = True

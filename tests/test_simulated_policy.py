@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from prm_synth.config.sections import SimulatedPolicyConfig
+from prm_synth.config import SimulatedPolicyConfig
 from prm_synth.engines.base import GenerationRequest
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
 
 
 def _problem(seed: int, lo: int = 3, hi: int = 8) -> arithmetic.ChainProblem:

@@ -138,7 +138,7 @@ def test_a_stop_of_every_process_or_of_the_prefect_server_mid_vote_is_a_clean_qu
 IN_PROCESS = """
 import sys
 import flows.synthesize
-from prm_synth.config.sections import load_config
+from prm_synth.config import load_config
 flows.synthesize.synthesize(config=load_config(sys.argv[1]), out_dir=sys.argv[2])
 """
 

@@ -22,7 +22,8 @@ from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.protocol import Annotator, Probe
 from prm_synth.annotate.scheduler import JobsAfter, ProbeScheduler, SolutionJob
 from prm_synth.annotate.search import binary_search
-from prm_synth.config.sections import BinaryConfig, SimulatedPolicyConfig
+from prm_synth.config import BinaryConfig, SimulatedPolicyConfig
+from prm_synth.engines.adapters import BatchAdapter, FutureAdapter
 from prm_synth.engines.base import (
     Completion,
     EngineError,
@@ -32,10 +33,10 @@ from prm_synth.engines.base import (
     StreamingEngine,
 )
 from prm_synth.engines.simulated import SimulatedPolicy
-from prm_synth.engines.stream import BatchAdapter, FutureAdapter, GenerationStream, as_streaming, stream_for
+from prm_synth.engines.stream import GenerationStream, as_streaming, stream_for
 from prm_synth.grading.math import grade
 from prm_synth.problems.arithmetic import generate as make_chain
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
 
 

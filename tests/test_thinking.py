@@ -14,13 +14,13 @@ from _tokenizers import qwen_like_bpe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config.sections import OpenAIConfig, SimulatedPolicyConfig, ThinkingConfig, VLLMConfig
+from prm_synth.config import OpenAIConfig, SimulatedPolicyConfig, ThinkingConfig, VLLMConfig
 from prm_synth.engines.base import GenerationRequest
 from prm_synth.engines.openai import OpenAIEngine
 from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.engines.vllm import VLLMEngine
 from prm_synth.grading.math import UNKNOWN_REASONS, Verdict, grade_answer, grade_completion
-from prm_synth.sampling.thinking import (
+from prm_synth.prompting.thinking import (
     TRUNCATED_THINKING,
     ThinkingMarkers,
     apply_template,
@@ -180,7 +180,7 @@ def test_the_simulated_policy_writes_a_trace_and_continues_it():
     import random
 
     from prm_synth.problems import arithmetic
-    from prm_synth.sampling.prompts import policy_user_prompt
+    from prm_synth.prompting.prompts import policy_user_prompt
 
     chain = arithmetic.generate(random.Random(1), 5, 5)
     user = policy_user_prompt(chain.question())
@@ -211,7 +211,7 @@ class _ThinkingJudge:
 
 
 def test_a_thinking_judges_vote_is_read_from_its_answer():
-    from prm_synth.config.sections import JudgeConfig, SimulatedJudgeConfig
+    from prm_synth.config import JudgeConfig, SimulatedJudgeConfig
     from prm_synth.judge.ask import UNPARSEABLE, judge_solutions
 
     config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=2)
@@ -246,7 +246,7 @@ def test_a_thinking_judges_votes_asked_one_at_a_time_are_read_from_its_answer():
     written only while thinking is no vote, and the row is left open for want of a readable one."""
     from _prm_helpers import labeled_row
 
-    from prm_synth.config.sections import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig
+    from prm_synth.config import ConsensusConfig, JudgeConfig, SimulatedJudgeConfig
     from prm_synth.judge.selection import judge_selected
 
     class Undecided(_ThinkingJudge):
@@ -262,7 +262,7 @@ def test_a_thinking_judges_votes_asked_one_at_a_time_are_read_from_its_answer():
 @pytest.mark.parametrize("annotate", [{"method": "binary"}, {"method": "mc", "k": 4}])
 def test_a_trace_that_never_closes_says_truncated_thinking_on_its_last_step(annotate):
     from prm_synth.annotate.labeler import make_labeler
-    from prm_synth.config.sections import validate_config
+    from prm_synth.config import validate_config
     from prm_synth.pipeline import iter_shards
     from prm_synth.schema import Problem
 

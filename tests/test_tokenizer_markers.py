@@ -26,7 +26,8 @@ from typer.testing import CliRunner
 from prm_synth.cli import app
 from prm_synth.export.consumers import TokenizationError, openrlhf_labels
 from prm_synth.export.hub import export_to_dir
-from prm_synth.export.views import VIEW_NAMES, Marker
+from prm_synth.export.rows import Marker
+from prm_synth.export.views import VIEW_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 60

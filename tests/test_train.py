@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from prm_synth.cli import app
 from prm_synth.export.hub import export_to_dir
-from prm_synth.export.views import split_of
+from prm_synth.export.writing import split_of
 from prm_synth.products.train import (
     IGNORE,
     PRM_CONFIG,

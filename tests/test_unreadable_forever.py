@@ -15,10 +15,10 @@ from _simulated_run import small_pipeline
 from test_unreadable_judge import ROWS, UnreadableJudge
 
 import flows.synthesize
-from prm_synth.config.sections import load_config
+from prm_synth.config import load_config
 from prm_synth.problems.sources import iter_problems
+from prm_synth.store.readers import iter_records
 from prm_synth.store.refusals import count_open, make_open_permanent
-from prm_synth.store.shards import iter_records
 
 OPEN, PERMANENT = "judge_unreadable", "judge_unreadable_permanent"
 

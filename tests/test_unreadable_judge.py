@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.config.sections import load_config, validate_config
+from prm_synth.config import load_config, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, GenerationResult
 from prm_synth.engines.simulated import SimulatedJudge
@@ -33,7 +33,7 @@ from prm_synth.pipeline import (
     process_shard,
 )
 from prm_synth.problems.sources import iter_problems
-from prm_synth.store.shards import iter_records
+from prm_synth.store.readers import iter_records
 
 ROWS = 8  # 4 problems x 2 samples
 UNREADABLE = "I have looked at every paragraph\x1b[31m carefully and I believe it is fine."

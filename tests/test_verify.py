@@ -14,14 +14,14 @@ from _tokenizers import demo_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.config.sections import SimulatedJudgeConfig, VerifyConfig, validate_config
+from prm_synth.config import SimulatedJudgeConfig, VerifyConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, GenerationRequest, SamplingOptions
 from prm_synth.engines.simulated import SimulatedJudge
 from prm_synth.judge.verify import MAX_CHAIN_CHARS, compare, compared_labels, judge_chain, parse_chain, verify_records
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import (
+from prm_synth.prompting.prompts import (
     VERIFY_SYSTEM,
     parse_verify_prompt,
     render_chain_step,
@@ -277,7 +277,7 @@ def test_without_a_verify_section_rows_and_fingerprint_are_as_before():
 
 
 def test_a_judge_or_verify_section_without_its_engine_is_a_config_error_for_both():
-    from prm_synth.config.sections import ConfigError
+    from prm_synth.config import ConfigError
 
     config = verifier_config()
     shard = next(iter_shards(config, limit=2))
@@ -324,7 +324,7 @@ def verified_run(tmp_path_factory):
 
 
 def test_chains_survive_the_shard_and_the_summary(verified_run):
-    from prm_synth.store.shards import iter_records
+    from prm_synth.store.readers import iter_records
 
     rows = list(iter_records(verified_run))
     assert rows and all(isinstance(r["verify_chains"], list) for r in rows)
@@ -388,7 +388,7 @@ def test_default_export_adds_the_verifier_view_only_for_runs_with_chains(verifie
 
 def test_shards_written_before_the_verify_columns_still_read(tmp_path, monkeypatch):
     import prm_synth.store.shards as shards_module
-    from prm_synth.export.views import export_view
+    from prm_synth.export.writing import export_view
 
     old_schema = pa.schema([f for f in RECORD_SCHEMA if not f.name.startswith("verify_")])
     monkeypatch.setattr(shards_module, "RECORD_SCHEMA", old_schema)
@@ -432,7 +432,7 @@ def test_eval_judge_scores_a_generative_verifier_by_its_chains(tmp_path):
     from test_evaluate import BENCH, cli
     from typer.testing import CliRunner
 
-    from prm_synth.config.sections import JudgeConfig
+    from prm_synth.config import JudgeConfig
     from prm_synth.judge.ask import UNPARSEABLE
     from prm_synth.judge.verify import chain_first_error
     from prm_synth.products.evaluate import evaluate_judge, load_processbench

@@ -13,20 +13,10 @@ import pytest
 from _dataset_fixture import TAGGED_ROW, expected_labels, make_dataset
 from _tokenizers import demo_tokenizer, qwen_like_bpe
 
-from prm_synth.export.views import (
-    VIEW_NAMES,
-    VIEWS,
-    Marker,
-    SkipRow,
-    export_view,
-    split_of,
-    supervised_steps,
-    to_math_shepherd,
-    to_openrlhf,
-    to_qwen,
-    to_trl,
-)
-from prm_synth.sampling.prompts import render_chain_step
+from prm_synth.export.rows import Marker, SkipRow, supervised_steps, to_math_shepherd, to_openrlhf, to_qwen, to_trl
+from prm_synth.export.views import VIEW_NAMES, VIEWS
+from prm_synth.export.writing import export_view, split_of
+from prm_synth.prompting.prompts import render_chain_step
 
 ROW = {
     "id": "r1",

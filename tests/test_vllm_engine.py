@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from prm_synth.config.sections import VLLMConfig
+from prm_synth.config import VLLMConfig
 from prm_synth.engines.base import Engine, GenerationRequest, SamplingOptions
 from prm_synth.engines.chat import TOKENIZATION_KWARGS, messages_for, render_plain, render_prompt
 

@@ -13,8 +13,7 @@ entry there. `make_labeler` is the only dispatch on the annotate method in the c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from functools import partial
 from typing import Any, Protocol
 
@@ -26,23 +25,23 @@ from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
 from prm_synth.annotate.omega_tree import tree_to_json
 from prm_synth.annotate.protocol import Annotator
+from prm_synth.annotate.result import LabelResult, Progress, quiet
 from prm_synth.annotate.scheduler import (
     JobsAfter,
     ProbeScheduler,
     ProgressCallback,
     Refused,
-    SchedulerStats,
     SolutionJob,
     Spend,
 )
 from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
-from prm_synth.config.sections import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
+from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig, rows_reconcile
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading.math import Verdict, grade_answer
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.thinking import engine_markers
 from prm_synth.sampling.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
 from prm_synth.sampling.steps import splitter
-from prm_synth.sampling.thinking import engine_markers
 from prm_synth.schema import (
     LabeledRecord,
     Problem,
@@ -53,24 +52,6 @@ from prm_synth.schema import (
     VerdictStatus,
     reject,
 )
-
-Progress = Callable[[str], None]
-
-
-def quiet(_: str) -> None:
-    pass
-
-
-@dataclass
-class LabelResult:
-    """What a labeler returns: rows in input order, rejections, the search trees, and the spend."""
-
-    records: list[LabeledRecord] = field(default_factory=list)
-    rejected: list[RejectedRecord] = field(default_factory=list)
-    trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
-    stats: SchedulerStats = field(default_factory=SchedulerStats)
-    sampled: Sampled = field(default_factory=Sampled)  # the solutions sampled for it (none per question)
-    spend: dict[str, Spend] = field(default_factory=dict)  # per solution (or question) key: what its probes cost
 
 
 class Labeler(Protocol):
@@ -152,6 +133,9 @@ class _Base:
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         self.config = config
         self.fingerprint = fingerprint
+
+    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
+        return rows_reconcile(self.config.annotate, stats, rows, rejected, samples_per_problem)
 
     def _record(
         self,
@@ -328,11 +312,6 @@ class SolutionLabeler(_Base):
             records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled, spend=scheduler.spend
         )
 
-    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
-        # Every input row ends as labeled rows (one per sampled solution) or as rejected rows.
-        load_rejected = stats.inputs - stats.problems_loaded
-        return rows + rejected == load_rejected + stats.problems_loaded * samples_per_problem
-
 
 class MCLabeler(SolutionLabeler):
     """mc: k rollouts from every step prefix of every sampled solution."""
@@ -501,10 +480,6 @@ class OmegaLabeler(_Base):
             "each prefix's MC value comes from rollouts, a bisection locates first errors, and every "
             "root-to-leaf path is one row."
         )
-
-    def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
-        # A tree gives any number of rows: every problem has rows or a rejection (checked per shard).
-        return stats.problems_labeled + rejected >= stats.inputs
 
 
 # The labeler of each annotate config class: one entry per method.

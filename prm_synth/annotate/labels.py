@@ -4,7 +4,7 @@
   the rule of Math-Shepherd, OmegaPRM and Qwen's PRMs.
 - majority: a step is good when MC >= 0.5 (most rollouts reach the answer). Still a hard label; the soft
   label of Math-Shepherd is the MC value itself, kept in `mc_values` (`prm-synth export --soft`). This
-  rule was called `soft` before; config_upgrade moves the old name.
+  rule was called `soft` before; config/upgrade.py moves the old name.
 - relative: a step is bad when its MC is significantly below the MC of the prefix before it
   (one-sided binomial test at `significance`), or when its MC is 0. This catches errors that a
   lucky recovery hides from the hard rule.

@@ -41,7 +41,7 @@ from prm_synth.annotate.changepoint import Posterior, Priors
 from prm_synth.annotate.omega_tree import ROOT, OmegaPath, PrefixTree, Steps, evidence_along, tree_paths
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
 from prm_synth.annotate.search import make_search
-from prm_synth.config.sections import OmegaConfig
+from prm_synth.config import OmegaConfig
 from prm_synth.schema import OmegaStop, VerdictStatus
 
 

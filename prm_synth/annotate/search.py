@@ -34,7 +34,7 @@ from prm_synth.annotate.changepoint import (
     relabel,
 )
 from prm_synth.annotate.protocol import Annotator
-from prm_synth.config.sections import BinaryConfig, OmegaConfig
+from prm_synth.config import BinaryConfig, OmegaConfig
 from prm_synth.schema import LabelSource, VerdictStatus
 
 SearchConfig = BinaryConfig | OmegaConfig

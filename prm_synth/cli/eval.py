@@ -42,7 +42,7 @@ def _report(
 
 
 def _judge_config(judge: Path | None, model: str | None, max_model_len: int, overrides: dict[str, Any]) -> Any:
-    from prm_synth.config.sections import JudgeConfig, VLLMConfig, load_judge_config
+    from prm_synth.config import JudgeConfig, VLLMConfig, load_judge_config
 
     if (judge is None) == (model is None):
         fail("give exactly one of --judge FILE.yaml or --model (a local model folder, or 'demo')")
@@ -122,7 +122,7 @@ def labels_cmd(
     ] = None,
 ) -> None:
     """Our labeler (policy + annotator + labeling rule) on a ProcessBench-format file."""
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
     from prm_synth.engines import build_engine
     from prm_synth.products.evaluate import evaluate_labels, load_gold_answers, load_processbench
     from prm_synth.sampling.sample import check_policy_can_solve
@@ -156,7 +156,7 @@ def dataset_cmd(
 ) -> None:
     """Bad-label precision/recall of a simulated-policy dataset against the recomputed truth."""
     from prm_synth.products.evaluate import evaluate_dataset
-    from prm_synth.store.shards import reading
+    from prm_synth.store.lock import reading
 
     with reading(directory):
         report = evaluate_dataset(directory)

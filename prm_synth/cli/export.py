@@ -76,7 +76,7 @@ def export(
 ) -> None:
     """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen, verifier) as Parquet with a dataset card."""
     from prm_synth.export.hub import export_to_dir, export_to_hub, plan_export
-    from prm_synth.store.shards import reading
+    from prm_synth.store.lock import reading
 
     if (to_dir is None) == (repo_id is None):
         fail("give exactly one of --to-dir OUT and --repo-id ORG/NAME")

@@ -40,7 +40,7 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
-    from prm_synth.store.shards import reading
+    from prm_synth.store.lock import reading
     from prm_synth.store.summary import summarize
 
     with reading(directory):  # never a folder a run is writing: its counts would not add up
@@ -114,7 +114,7 @@ def show(
     bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
 ) -> None:
     """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""
-    from prm_synth.store.shards import reading
+    from prm_synth.store.lock import reading
 
     with reading(directory):
         rows = list(islice(pick_rows(directory, bad), n))
@@ -127,7 +127,7 @@ def show(
 
 def pick_rows(directory: Path, bad: bool) -> Iterator[dict[str, Any]]:
     """Rows in shard order; with `bad`, only those holding a bad label."""
-    from prm_synth.store.shards import iter_records, read_manifest
+    from prm_synth.store.readers import iter_records, read_manifest
 
     read_manifest(directory)  # a folder that is not a run fails here, naming it
     for row in iter_records(directory, "data"):

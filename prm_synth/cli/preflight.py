@@ -7,13 +7,12 @@ import logging
 import os
 from pathlib import Path
 
-from prm_synth.config.diff import differing_keys, without_sections
-from prm_synth.config.sections import FileSource, HFSource, PipelineConfig
-from prm_synth.config.upgrade import with_former_defaults
+from prm_synth.config import FileSource, HFSource, PipelineConfig
+from prm_synth.config.identity import resume_decision
 from prm_synth.errors import PrmSynthInputError
+from prm_synth.store.layout import DatasetError
+from prm_synth.store.readers import read_manifest
 
-# Sections that do not change the rows (left out of the fingerprint): never a reason to refuse.
-RUNTIME_SECTIONS = ("run",)
 OUTPUT_SUBFOLDERS = ("data", "rejected", "shards", "trees")
 MANIFEST = "manifest.json"
 
@@ -63,62 +62,24 @@ def check_output_folder(out: Path) -> None:
 
 
 def check_same_config(out: Path, config: PipelineConfig, say_notes: bool = True) -> PipelineConfig:
-    """Refuse an output folder that holds a dataset of another config, naming the keys that differ.
-
-    Returns the config to run: `config`, or, where the folder was made under a default that has changed
-    since and the file leaves that key out, `config` with the folder's value (config_upgrade.
-    with_former_defaults; a note says so, unless `say_notes` is off: the worker of `prm-synth run` checks
-    again what its command checked and said already), so the folder resumes with the rows it holds."""
+    """Refuse an output folder that holds a dataset of another config, naming the keys that differ
+    (config/identity.py decides). Returns the config to run: `config`, or, where the folder was made under
+    a default that has changed since and the file leaves that key out, `config` with the folder's value
+    (a note says so, unless `say_notes` is off: the worker of `prm-synth run` checks again what its
+    command checked and said already), so the folder resumes with the rows it holds."""
     path = out / MANIFEST
     if not path.exists():
         return config
-    from prm_synth.store.resume import resume_fingerprint
-    from prm_synth.store.shards import DatasetError, read_manifest
-
     try:
         manifest = read_manifest(out)
     except (DatasetError, OSError):
         raise PreflightError(f"{path} is unreadable; use another --out, or --overwrite to replace the folder") from None
-    old_fingerprint = manifest["config_fingerprint"]
-    old_config = manifest.get("config") or {}
-    if resume_fingerprint(config, manifest) is not None:  # the same rows (the server may have moved)
-        return config
-    former, notes = with_former_defaults(config, old_config if isinstance(old_config, dict) else {})
-    if notes and resume_fingerprint(former, manifest) is not None:
-        for note in notes if say_notes else []:
-            log.warning("%s: %s", out, note)
-        return former
-    keys = without_sections(differing_keys(_current_form(old_config), config.model_dump(mode="json")), RUNTIME_SECTIONS)
-    keys = [k for k in keys if k not in config.transport_keys()]
-    if keys:
-        why = "differs in " + ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
-    elif (old_revision := manifest.get("labeler_revision")) != (revision := config.labeler_revision()):
-        # the same config, labeled by another revision of its search: resuming would mix two labelers
-        raise PreflightError(
-            f"{out} holds rows labeled by {old_revision or 'a labeler from before revisions were recorded'}, "
-            f"this prm-synth labels with {revision or 'a search without a revision'}; resuming would put "
-            "both labelers' rows in one dataset: use another --out, or --overwrite to replace it"
-        )
-    else:
-        why = f"fingerprint {old_fingerprint}, this config {config.fingerprint()}"
-    raise PreflightError(
-        f"{out} holds a dataset made with another config ({why}); use another --out, or --overwrite to replace it"
-    )
-
-
-def _current_form(old: dict) -> dict:
-    """An older folder's config in today's layout with defaults filled in, so that only real changes
-    show as differences; as stored where it no longer validates (its problem file moved, say)."""
-    from prm_synth.config.sections import validate_config
-    from prm_synth.config.upgrade import upgrade
-
-    logging.disable(logging.WARNING)  # the upgrade's notes are for loading a file, not for this
-    try:
-        return validate_config(upgrade(old)).model_dump(mode="json")
-    except PrmSynthInputError:  # an old config that does not validate (ConfigError, upgrade's refusals): as stored
-        return old
-    finally:
-        logging.disable(logging.NOTSET)
+    decision = resume_decision(config, manifest)
+    if decision.config is None:
+        raise PreflightError(f"{out} {decision.refusal}")
+    for note in decision.notes if say_notes else []:
+        log.warning("%s: %s", out, note)
+    return decision.config
 
 
 def check_problem_source(config: PipelineConfig, limit: int | None = None) -> None:

@@ -24,7 +24,7 @@ from prm_synth.cli.environment import (
 )
 
 if TYPE_CHECKING:
-    from prm_synth.config.sections import PipelineConfig
+    from prm_synth.config import PipelineConfig
     from prm_synth.store.summary import RunSummary
 
 
@@ -159,7 +159,7 @@ def run(
 
 
 def _load(pipeline: Path) -> PipelineConfig:
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
 
     preflight.check_pipeline_path(pipeline)
     try:
@@ -288,7 +288,7 @@ def serve(
 
     One run at a time: every scheduled run resumes into the same folder, so a run that outlasts the
     cron's interval makes the next one wait, as `concurrency_limit: 1` does in prefect.yaml."""
-    from prm_synth.config.sections import load_config
+    from prm_synth.config import load_config
 
     if verbose:
         verbose_engines()

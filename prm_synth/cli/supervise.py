@@ -108,7 +108,7 @@ def become_worker() -> None:
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(EXIT_INTERRUPTED)
     lifeline.start_watchdog(parent)
-    from prm_synth.store.shards import name_lock_owner
+    from prm_synth.store.lock import name_lock_owner
 
     name_lock_owner(parent)  # a second run is told the command's pid, the one a user can stop
     for sig in _STOP_SIGNALS:

@@ -22,7 +22,7 @@ outside its model (benchmarks/fidelity.py); a file that asked for it gets the ch
 with a note, and a new dataset fingerprint (its rows are not the old ones).
 
 Defaults that changed later are not moved on load (a file that leaves a key out gets today's default),
-but a folder made under the former default resumes with it (`with_former_defaults`): `consensus.policy`
+but a folder made under the former default resumes with it (config/identity.py, `with_former_defaults`): `consensus.policy`
 was `agree` before `soft` became the default, and a `judge` section without `consensus` meant no
 consensus before it brought the default one.
 
@@ -36,10 +36,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from prm_synth.config.sections import PipelineConfig
+from typing import Any
 
 from prm_synth.errors import PrmSynthInputError
 
@@ -192,42 +189,3 @@ def _upgrade_demo(engine: Any, where: str, notes: list[str]) -> Any:
         engine["model"] = "demo"
         notes.append(f"{where}.demo: true is now {where}.model: demo")
     return engine
-
-
-# Defaults that changed: (section, key) -> the value a file that left the key out got before.
-FORMER_DEFAULTS: dict[tuple[str, str], Any] = {("consensus", "policy"): "agree"}
-# Sections whose absence meant something else before: a judge section without `consensus` meant none.
-FORMER_ABSENT_SECTIONS = ("consensus",)
-
-
-def with_former_defaults(config: PipelineConfig, stored: dict[str, Any]) -> tuple[PipelineConfig, list[str]]:
-    """`config` with each changed default its file left out taken from `stored` (an output folder's config),
-    and a note per key taken: a folder made under a former default resumes with its rows, never mixed with
-    rows of the new one. Keys the file sets, and sections the stored config lacks, are left alone."""
-    from prm_synth.config.sections import validate_config
-
-    data = config.model_dump(mode="json")
-    notes: list[str] = []
-    for name in FORMER_ABSENT_SECTIONS:
-        section = getattr(config, name, None)
-        if name in stored and stored[name] is None and section is not None and section == type(section)():
-            data[name] = None
-            notes.append(
-                f"this folder was made when a file without a `{name}` section meant none, and resumes without "
-                f"one; write `{name}: null` to keep that, or `{name}: {{}}` for today's default"
-            )
-    for (name, key), former in FORMER_DEFAULTS.items():
-        section = getattr(config, name, None)
-        old = stored.get(name)
-        if section is None or data[name] is None or not isinstance(old, dict) or key in section.model_fields_set:
-            continue
-        value, today = old.get(key, former), data[name][key]
-        if value != today:
-            data[name][key] = value
-            notes.append(
-                f"{name}.{key} is not set: this folder was made with {value} (the default then) and resumes with "
-                f"it; set {name}.{key} to choose (today's default: {today})"
-            )
-    if not notes:
-        return config, []
-    return validate_config(data), notes

@@ -6,22 +6,14 @@ import atexit
 import threading
 from typing import Any
 
-from prm_synth.config.sections import OpenAIConfig, SimulatedJudgeConfig, SimulatedPolicyConfig, VLLMConfig
+from prm_synth.config import OpenAIConfig, SimulatedJudgeConfig, SimulatedPolicyConfig, VLLMConfig
 from prm_synth.engines.base import Engine
+from prm_synth.engines.names import model_name
+
+__all__ = ["build_engine", "close_engines", "get_engine", "model_name", "stop_engines"]
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
-
-
-def model_name(config: Any) -> str:
-    """The name an engine built from `config` reports (and rows record), without building it."""
-    if isinstance(config, SimulatedPolicyConfig | SimulatedJudgeConfig):
-        return config.model_name
-    if isinstance(config, VLLMConfig) and config.is_demo:
-        from prm_synth.demo_model import DEMO_MODEL_NAME
-
-        return DEMO_MODEL_NAME
-    return config.model
 
 
 def build_engine(config: Any) -> Engine:

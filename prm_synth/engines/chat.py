@@ -5,7 +5,7 @@ assistant turn opened by the generation prompt) followed by exactly `assistant_p
 model continues a partial assistant answer rather than starting a new one. The prefix is appended
 as text, after the template, so it is never re-formatted or closed by the template. For a thinking
 model (`thinking` markers) the template renders its thinking mode and the head's markers are adjusted
-around a prefix that opens a trace itself (prm_synth/sampling/thinking.py, `join_prompt`).
+around a prefix that opens a trace itself (prm_synth/prompting/thinking.py, `join_prompt`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from prm_synth.engines.base import GenerationRequest
-from prm_synth.sampling.thinking import ThinkingMarkers, apply_template, join_prompt
+from prm_synth.prompting.thinking import ThinkingMarkers, apply_template, join_prompt
 
 log = logging.getLogger(__name__)
 

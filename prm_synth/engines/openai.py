@@ -9,7 +9,7 @@ The prompt is rendered with the chat template of a local tokenizer (`config.toke
 exactly the templated question plus the prefix (the chat endpoint cannot continue a partial assistant
 turn: it would close the turn, or a thinking trace, before generating). For a thinking model
 (`thinking`) the template renders its thinking mode, and a prefix from inside the trace continues it
-(prm_synth/sampling/thinking.py). Without any tokenizer a plain rendering is used.
+(prm_synth/prompting/thinking.py). Without any tokenizer a plain rendering is used.
 
 Retries are ours, not the client's (`max_retries=0` on the client), so they are tested: 408, 409,
 429, 5xx, timeouts, dropped connections and malformed replies are retried with capped exponential
@@ -17,7 +17,7 @@ backoff and full jitter (a server's Retry-After is honoured up to the cap); anyt
 out of retries, raises `EngineError` naming the server (`RequestRefused` for 400, 413 and 422: the
 server refuses this request, not every request). Every attempt has a total deadline of
 `timeout_s` (the HTTP client's own timeout is per read, which a server dripping one byte a second
-never trips), and a reply larger than any honest answer to the request (`_max_reply_bytes`) is
+never trips), and a reply larger than any honest answer to the request (`max_reply_bytes`) is
 refused. A reply is read as JSON and checked field by field, never trusted to have the right shape.
 The API key is read from the environment and scrubbed from every message and every completion text
 (a server that echoes it must not put it into the dataset).
@@ -31,18 +31,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import json
 import logging
 import os
 import random
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prm_synth.config.sections import OpenAIConfig
+from prm_synth.config import OpenAIConfig
 from prm_synth.engines.base import (
     Completion,
     EngineError,
@@ -53,12 +51,24 @@ from prm_synth.engines.base import (
     sample_seed,
 )
 from prm_synth.engines.chat import count_tokens, render_plain, render_prompt, strip_duplicate_bos
+from prm_synth.engines.openai_reply import (
+    Choice,
+    Reply,
+    max_reply_bytes,
+    parse_reply,
+    retry_after,
+    server_n,
+    short,
+)
 from prm_synth.key_scrub import scrub
-from prm_synth.sampling.thinking import resolve_markers
+from prm_synth.prompting.thinking import resolve_markers
 
 log = logging.getLogger(__name__)
 
+
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
 # A server refuses this one request (a prompt longer than the context, a bad parameter): the pipeline
 # rejects what the request was for and goes on. Any other status fails the engine (and the shard).
 REFUSED_STATUS = frozenset({400, 413, 422})
@@ -309,19 +319,19 @@ class OpenAIEngine:
             )
         )
 
-    async def _call(self, prompt: str, request: GenerationRequest) -> _Reply:
+    async def _call(self, prompt: str, request: GenerationRequest) -> Reply:
         """One attempt: the whole exchange within `timeout_s` (the client's own timeout is per read, which a
-        server dripping a byte a second never trips), at most `_max_reply_bytes` read, the reply validated."""
+        server dripping a byte a second never trips), at most `max_reply_bytes` read, the reply validated."""
         import openai
 
         s = request.sampling
-        limit = _max_reply_bytes(request)
+        limit = max_reply_bytes(request)
         try:
             async with asyncio.timeout(self.config.timeout_s):
                 async with self._get_client().completions.with_streaming_response.create(
                     model=self.config.model,
                     prompt=prompt,
-                    n=_server_n(request),
+                    n=server_n(request),
                     max_tokens=s.max_tokens,
                     temperature=s.temperature,
                     top_p=s.top_p,
@@ -335,7 +345,7 @@ class OpenAIEngine:
                         body += chunk
                         if len(body) > limit:
                             raise _Retryable(
-                                f"reply larger than {limit} bytes (n={_server_n(request)}, "
+                                f"reply larger than {limit} bytes (n={server_n(request)}, "
                                 f"max_tokens={s.max_tokens}): refused"
                             )
         except TimeoutError as e:
@@ -346,23 +356,26 @@ class OpenAIEngine:
             cause = e.__cause__ or e
             raise _Retryable(f"connection failed ({type(cause).__name__})") from e
         except openai.APIStatusError as e:
-            detail = f"HTTP {e.status_code}: {_short(e.message)}"
+            detail = f"HTTP {e.status_code}: {short(e.message)}"
             if e.status_code in RETRY_STATUS:
-                raise _Retryable(detail, _retry_after(e)) from e
+                raise _Retryable(detail, retry_after(e)) from e
             # 400/413/422: this request is refused for what it asks; 401, 404 ...: the engine is unusable
             error = RequestRefused if e.status_code in REFUSED_STATUS else EngineError
             raise error(self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {detail}")) from None
         except TRANSPORT_ERRORS as e:  # the body broke off mid-way (httpx / httpx2, not wrapped by openai)
-            raise _Retryable(f"reading the reply failed ({type(e).__name__}: {_short(e, 120)})") from e
+            raise _Retryable(f"reading the reply failed ({type(e).__name__}: {short(e, 120)})") from e
         except openai.OpenAIError as e:  # anything else the client refuses: not worth repeating
             raise EngineError(
-                self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {type(e).__name__}: {_short(e)}")
+                self._scrub(f"{self.config.base_url} (model {self.config.model!r}): {type(e).__name__}: {short(e)}")
             ) from None
-        return _parse_reply(bytes(body))
+        try:
+            return parse_reply(bytes(body))
+        except ValueError as e:  # malformed: worth another attempt
+            raise _Retryable(str(e)) from None
 
-    def _result(self, prompt: str, request: GenerationRequest, reply: _Reply) -> GenerationResult:
+    def _result(self, prompt: str, request: GenerationRequest, reply: Reply) -> GenerationResult:
         choices = sorted(reply.choices, key=lambda c: c.index)
-        wanted = _server_n(request)
+        wanted = server_n(request)
         if [c.index for c in choices] != list(range(wanted)):
             raise _Retryable(f"incomplete response: choices {[c.index for c in choices]} for n={wanted}")
         prompt_tokens = reply.prompt_tokens
@@ -378,7 +391,7 @@ class OpenAIEngine:
             comps = comps * request.n
         return GenerationResult(completions=comps, prompt_tokens=int(prompt_tokens))
 
-    def _completion_tokens(self, choices: list[_Choice], total: int | None, max_tokens: int) -> list[int]:
+    def _completion_tokens(self, choices: list[Choice], total: int | None, max_tokens: int) -> list[int]:
         """Generated tokens per choice. Servers report only the total (`usage.completion_tokens`), so:
         exact where a choice carries its tokens; a choice cut by the length limit has exactly
         `max_tokens`; the others share what is left of the total in proportion to an estimate
@@ -403,109 +416,3 @@ class OpenAIEngine:
                 shares[i] += 1
             guess = shares
         return [int(guess[i]) if k is None else int(k) for i, k in enumerate(exact)]
-
-
-# ---------------------------------------------------------------- the reply, read and checked
-REPLY_BASE_BYTES = 1 << 20
-REPLY_BYTES_PER_TOKEN = 64  # a token is a few bytes of text; JSON escapes (\uXXXX) make it at most ~12 per char
-
-
-def _max_reply_bytes(request: GenerationRequest) -> int:
-    """The most a well-behaved server can send for this request, with room to spare; more is refused."""
-    return REPLY_BASE_BYTES + _server_n(request) * request.sampling.max_tokens * REPLY_BYTES_PER_TOKEN
-
-
-@dataclass(frozen=True)
-class _Choice:
-    index: int
-    text: str
-    finish_reason: str | None
-    tokens: int | None  # where the server reports them (vLLM's `token_ids`, logprobs tokens)
-
-
-@dataclass(frozen=True)
-class _Reply:
-    choices: list[_Choice]
-    prompt_tokens: int | None
-    completion_tokens: int | None
-
-
-def _parse_reply(body: bytes) -> _Reply:
-    """A completions reply, checked field by field; anything malformed (HTML, truncated JSON, `choices`
-    that is not a list, a text that is not a string) is a retryable fault with a short description."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        what = "an empty body" if not body.strip() else f"not JSON: {_short(body[:200].decode('utf-8', 'replace'))}"
-        raise _Retryable(f"malformed reply ({what})") from None
-    if not isinstance(data, dict):
-        raise _Retryable(f"malformed reply (a JSON {type(data).__name__}, not an object)")
-    raw_choices = data.get("choices")
-    if not isinstance(raw_choices, list):
-        raise _Retryable(f"malformed reply ('choices' is {_kind(raw_choices)}, not a list)")
-    choices = [_parse_choice(i, c) for i, c in enumerate(raw_choices)]
-    usage = data.get("usage")
-    if usage is not None and not isinstance(usage, dict):
-        raise _Retryable(f"malformed reply ('usage' is {_kind(usage)})")
-    usage = usage or {}
-    return _Reply(
-        choices,
-        _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-        _count(usage.get("completion_tokens"), "usage.completion_tokens"),
-    )
-
-
-def _parse_choice(position: int, c: Any) -> _Choice:
-    where = f"choices[{position}]"
-    if not isinstance(c, dict):
-        raise _Retryable(f"malformed reply ({where} is {_kind(c)}, not an object)")
-    index, text, finish = c.get("index"), c.get("text"), c.get("finish_reason")
-    if not isinstance(index, int) or isinstance(index, bool):
-        raise _Retryable(f"malformed reply ({where}.index is {_kind(index)})")
-    if text is None:
-        text = ""
-    if not isinstance(text, str):
-        raise _Retryable(f"malformed reply ({where}.text is {_kind(text)}, not a string)")
-    if finish is not None and not isinstance(finish, str):
-        raise _Retryable(f"malformed reply ({where}.finish_reason is {_kind(finish)})")
-    tokens: int | None = None
-    ids = c.get("token_ids")
-    logprobs = c.get("logprobs")
-    if isinstance(ids, list):
-        tokens = len(ids)
-    elif isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
-        tokens = len(logprobs["tokens"])
-    return _Choice(index, text, finish, tokens)
-
-
-def _count(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _Retryable(f"malformed reply ({name} is {_kind(value)})")
-    return value
-
-
-def _kind(value: Any) -> str:
-    return "missing" if value is None else f"a {type(value).__name__}"
-
-
-def _server_n(request: GenerationRequest) -> int:
-    """Greedy decoding is deterministic and servers (vLLM) refuse n > 1 with it: ask once, repeat."""
-    return 1 if request.sampling.temperature == 0 else request.n
-
-
-def _retry_after(e: Any) -> float | None:
-    try:
-        value = e.response.headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-
-def _short(text: object, limit: int = 300) -> str:
-    """A server's words for a log line or an error: one line, cut, control characters shown as escapes
-    (a server's text must not drive the terminal the log is read on)."""
-    text = " ".join(str(text).split())
-    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode() for ch in text)
-    return text if len(text) <= limit else text[:limit] + "..."

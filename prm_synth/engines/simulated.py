@@ -36,10 +36,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from prm_synth.config.sections import JudgeErrorProfile, SimulatedJudgeConfig, SimulatedPolicyConfig
+from prm_synth.config import JudgeErrorProfile, SimulatedJudgeConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import parse_judge_prompt, parse_verify_prompt, render_chain_step
+from prm_synth.prompting.prompts import parse_judge_prompt, parse_verify_prompt, render_chain_step
 
 
 def digest(*parts: object) -> str:

@@ -42,18 +42,16 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
+from prm_synth.engines.adapters import BatchAdapter, FutureAdapter
 from prm_synth.engines.base import (
     Engine,
     EngineError,
     GenerationRequest,
     GenerationResult,
-    Outcome,
     RequestAbandoned,
-    RequestRefused,
     RunStopped,
     StreamingEngine,
 )
@@ -61,12 +59,19 @@ from prm_synth.telemetry import EngineTelemetry
 
 log = logging.getLogger(__name__)
 
+
 # How long a waiting thread sleeps before it looks again whether it should drive the engine.
 _IDLE_WAIT_S = 0.05
+
+
 # No request finished or entered the engine for this long while some are in it: say so (run.stall_warning_s).
 STALL_WARNING_S = 300.0
+
+
 # Set by `stop_streams` (a signal): every stream refuses new requests from then on, those made later too.
 STOPPING = threading.Event()
+
+
 _stop_reason = ["the run is stopping"]
 
 
@@ -117,59 +122,6 @@ def describe_engine(engine: Any) -> str:
     return f"{name} at {url}" if url else str(name)
 
 
-class BatchAdapter:
-    """A blocking `generate` engine as a `StreamingEngine`: each step is one `generate` call.
-
-    A call that raises `RequestRefused` does not say which request was refused: the step then asks
-    for each request on its own, so only the refused one fails."""
-
-    def __init__(self, engine: Engine, capacity: int = 256) -> None:
-        self.engine = engine
-        self._capacity = capacity
-        self._queued: list[tuple[int, GenerationRequest]] = []
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    def add(self, request_id: int, request: GenerationRequest) -> None:
-        self._queued.append((request_id, request))
-
-    def step(self) -> list[tuple[int, Outcome]]:
-        batch, self._queued = self._queued, []
-        if not batch:
-            return []
-        try:
-            results: list[Outcome] = list(self._generate([r for _, r in batch]))
-        except RequestRefused as refused:
-            if len(batch) == 1:
-                return [(batch[0][0], refused)]
-            results = [self._one(r) for _, r in batch]
-        return [(rid, res) for (rid, _), res in zip(batch, results, strict=True)]
-
-    def _generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        results = self.engine.generate(requests)
-        if len(results) != len(requests):
-            raise EngineError(f"engine returned {len(results)} results for {len(requests)} requests")
-        return results
-
-    def _one(self, request: GenerationRequest) -> Outcome:
-        try:
-            return self._generate([request])[0]
-        except RequestRefused as refused:
-            return refused
-
-    def abort(self, request_ids: Iterable[int]) -> None:
-        drop = set(request_ids)
-        self._queued = [(rid, r) for rid, r in self._queued if rid not in drop]
-
-    def running(self) -> int:
-        return min(self._capacity, sum(r.n for _, r in self._queued))
-
-    def clock(self) -> float:
-        return time.perf_counter()
-
-
 class RoundBased:
     """An engine seen through its blocking `generate` alone, so its stream is a `BatchAdapter`: each
     step sends everything asked since the last one as one call and waits for all of it. A scheduler
@@ -189,54 +141,6 @@ class RoundBased:
 
     def close(self) -> None:
         pass
-
-
-class FutureAdapter:
-    """An engine with per-request futures (`submit(request) -> Future[GenerationResult]`) as a
-    `StreamingEngine`: a step waits until at least one submitted request is back. A request whose
-    future fails is reported as that request's outcome; the others go on. `abort` cancels the
-    request's future (the OpenAI-compatible engine then cancels its HTTP request)."""
-
-    def __init__(self, engine: Any, capacity: int, poll_s: float = 0.5) -> None:
-        self.engine = engine
-        self._capacity = capacity
-        self.poll_s = poll_s
-        self._inflight: dict[Future[GenerationResult], tuple[int, int]] = {}
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    def add(self, request_id: int, request: GenerationRequest) -> None:
-        self._inflight[self.engine.submit(request)] = (request_id, request.n)
-
-    def step(self) -> list[tuple[int, Outcome]]:
-        done, _ = wait_futures(list(self._inflight), timeout=self.poll_s, return_when=FIRST_COMPLETED)
-        finished: list[tuple[int, Outcome]] = []
-        for future in sorted(done, key=lambda f: self._inflight[f][0]):
-            request_id, _ = self._inflight.pop(future)
-            if future.cancelled():
-                continue
-            error = future.exception()
-            if error is None:
-                finished.append((request_id, future.result()))
-            else:
-                wrapped = error if isinstance(error, EngineError) else EngineError(f"request failed: {error!r}")
-                finished.append((request_id, wrapped))
-        return finished
-
-    def abort(self, request_ids: Iterable[int]) -> None:
-        drop = set(request_ids)
-        for future, (request_id, _) in list(self._inflight.items()):
-            if request_id in drop:
-                future.cancel()
-                del self._inflight[future]
-
-    def running(self) -> int:
-        return min(self._capacity, sum(n for _, n in self._inflight.values()))
-
-    def clock(self) -> float:
-        return time.perf_counter()
 
 
 class GenerationStream:
@@ -462,6 +366,8 @@ def _settle(future: Future[Any], *, result: Any = None, error: BaseException | N
 
 
 _streams: weakref.WeakKeyDictionary[Any, GenerationStream] = weakref.WeakKeyDictionary()
+
+
 _streams_lock = threading.Lock()
 
 

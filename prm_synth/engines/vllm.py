@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prm_synth.config.sections import VLLMConfig
+from prm_synth.config import VLLMConfig
 from prm_synth.engines.base import (
     Completion,
     EngineError,
@@ -41,8 +41,9 @@ from prm_synth.engines.base import (
     sample_seed,
 )
 from prm_synth.engines.chat import TOKENIZATION_KWARGS, render_prompt
+from prm_synth.engines.names import model_name
 from prm_synth.engines.stream import stream_for
-from prm_synth.sampling.thinking import resolve_markers
+from prm_synth.prompting.thinking import resolve_markers
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +125,6 @@ class VLLMEngine:
 
     def __init__(self, config: VLLMConfig, *, llm: Any = None) -> None:
         self.config = config
-        from prm_synth.engines import model_name
-
         self._model_name = model_name(config)
         if config.is_demo:
             from prm_synth.demo_model import demo_model_path

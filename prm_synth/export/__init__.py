@@ -1,1 +1,1 @@
-"""Publishing: trainer-ready views (`views`), the dataset card (`card`), and the folder / Hub export (`hub`)."""
+"""Publishing: trainer-ready views (`views`: the registry; `rows`: the shared rule and each row; `writing`: Parquet splits), the dataset card (`card`), and the folder / Hub export (`hub`)."""

@@ -30,21 +30,12 @@ import pyarrow.compute as pc
 from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.export.card import REDACTED, render_card
 from prm_synth.export.consumers import load_tokenizer, tokenizer_name
+from prm_synth.export.rows import CONFIDENCE_COLUMN, DEFAULT_MARKER, SOFT_SOURCES, Marker
 from prm_synth.export.token_check import choose_marker, verify_views
-from prm_synth.export.views import (
-    CONFIDENCE_COLUMN,
-    DEFAULT_MARKER,
-    SOFT_SOURCES,
-    SOFT_VIEWS,
-    VERIFIER_VIEW,
-    VIEW_NAMES,
-    VIEWS,
-    Marker,
-    ViewExport,
-    export_view,
-)
+from prm_synth.export.views import SOFT_VIEWS, VERIFIER_VIEW, VIEW_NAMES, VIEWS
+from prm_synth.export.writing import ViewExport, export_view
 from prm_synth.key_scrub import scrub as scrub_key
-from prm_synth.store.shards import iter_tables, read_manifest
+from prm_synth.store.readers import iter_tables, read_manifest
 
 logger = logging.getLogger(__name__)
 

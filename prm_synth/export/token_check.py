@@ -13,14 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.export.consumers import TokenizationError, ViewCheck, tokenizer_name
-from prm_synth.export.views import (
-    DEFAULT_MARKER,
-    VIEWS,
-    Marker,
-    SkipRow,
-    iter_record_rows,
-    with_soft_targets,
-)
+from prm_synth.export.rows import DEFAULT_MARKER, Marker, SkipRow, with_soft_targets
+from prm_synth.export.views import VIEWS
+from prm_synth.export.writing import iter_record_rows
 
 # Tried in order after the default: rare in mathematical text, one token in many vocabularies
 # standalone. A newline before the placeholder keeps byte-level BPE from merging it with what precedes.

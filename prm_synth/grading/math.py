@@ -12,7 +12,7 @@ Extraction is ours; earlier rules win over later ones:
 
 A completion that stopped because it hit `max_tokens` (finish reason "length") is unknown ("truncated")
 whatever it says: use `grade_completion` wherever an engine's completion is graded. A thinking model's
-text (`thinking` markers, prm_synth/sampling/thinking.py) is graded on its answer after the close marker alone:
+text (`thinking` markers, prm_synth/prompting/thinking.py) is graded on its answer after the close marker alone:
 a `\\boxed{}` written while thinking is never the answer, and a trace that never closes is unknown
 ("truncated_thinking").
 
@@ -38,7 +38,7 @@ from fractions import Fraction
 from typing import Any
 
 from prm_synth.grading import pool as grading_pool
-from prm_synth.sampling.thinking import TRUNCATED_THINKING, ThinkingMarkers
+from prm_synth.prompting.thinking import TRUNCATED_THINKING, ThinkingMarkers
 from prm_synth.schema import VerdictStatus
 
 MAX_ANSWER_CHARS = 1000  # longer extracted (or gold) answers are unknown ("too_long"): bounds parser cost

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from prm_synth.config.sections import PINNED, ConsensusConfig
+from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.schema import LabeledRecord
 

@@ -17,18 +17,18 @@ The prompt and its parser live in prompts.py; the simulated judge in engines/sim
 from __future__ import annotations
 
 import re
-import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from prm_synth.config.sections import JudgeConfig
+from prm_synth.config import JudgeConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import stream_for
 from prm_synth.grading.math import last_boxed
-from prm_synth.sampling.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
-from prm_synth.sampling.thinking import ThinkingMarkers
-from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, RejectReason, Stage, reject
+from prm_synth.prompting.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
+from prm_synth.prompting.thinking import ThinkingMarkers
+from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, reject
+from prm_synth.store.left_open import answer_sample, leave_open
 
 __all__ = [
     "JUDGE_PROMPT_VERSION",
@@ -47,25 +47,6 @@ UNPARSEABLE = -2
 MAX_ANSWER_CHARS = 20_000
 
 _INDEX = re.compile(r"-?\d+")
-# How much of an unreadable answer a rejection's detail (and the run's error line) shows.
-SAMPLE_CHARS = 160
-
-
-def answer_sample(texts: Sequence[str], limit: int = SAMPLE_CHARS) -> str:
-    """One of a model's answers as a user may be shown it: the first non-empty one (else ''), on one
-    line, cut to `limit`, control characters as escapes (model output must not drive a terminal; an
-    engine already scrubbed its key out of it)."""
-    text = next((t for t in texts if t.strip()), "")
-    text = " ".join(text[: limit * 4].split())
-    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode() for ch in text)
-    return repr(text if len(text) <= limit else text[:limit] + "...")
-
-
-def sample_in(detail: str | None) -> str:
-    """The answer a left-open row's detail quotes (`answer_sample`'s form), or '' where it quotes none."""
-    return (detail or "").partition("e.g. ")[2].partition(": the ")[0]
-
-
 def all_unreadable(votes: Sequence[int]) -> bool:
     """Votes were asked and not one could be read: the judge failed on this row (no verdict either way)."""
     return bool(votes) and all(v == UNPARSEABLE for v in votes)
@@ -328,10 +309,3 @@ def apply_verdicts(
             )
         )
     return kept, rejected
-
-
-def leave_open(record: LabeledRecord, stage: Stage, reason: RejectReason, detail: str) -> RejectedRecord:
-    """A row a stage could not finish for a failure of its engine: rejected for now, its payload the
-    whole row as it came in (never cut), which the next run finishes from."""
-    row = record.to_row()
-    return reject(record.id, record.problem_id, record.source, stage, reason, detail, row, payload_chars=sys.maxsize)

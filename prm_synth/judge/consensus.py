@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
-from prm_synth.config.sections import PINNED, ConsensusConfig
+from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.accuracy import (
     JudgeAccuracy,
     JudgeCounts,

@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from prm_synth.config.sections import ConsensusConfig, JudgeConfig
+from prm_synth.config import ConsensusConfig, JudgeConfig
 from prm_synth.engines.base import Engine
 from prm_synth.judge.accuracy import ClassAccuracy, accuracy_by_class, answer_class
 from prm_synth.judge.ask import judge_records

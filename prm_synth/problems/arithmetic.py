@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from prm_synth.config.sections import MAX_OPS
+from prm_synth.config import MAX_OPS
 
 NAMES = ("Mia", "Noah", "Ava", "Liam", "Zoe", "Omar", "Iris", "Kofi", "Lena", "Ravi")
 ITEMS = ("marbles", "apples", "stickers", "coins", "shells", "cards", "beads", "stamps")

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prm_synth.config.sections import BuiltinSource, FieldMapping, FileSource, HFSource
+from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import last_boxed
 from prm_synth.problems import arithmetic

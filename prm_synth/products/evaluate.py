@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config.sections import JudgeConfig, PipelineConfig
+from prm_synth.config import JudgeConfig, PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import grade
@@ -30,11 +30,12 @@ from prm_synth.judge.ask import CRITIQUE, judge_solutions
 from prm_synth.judge.consensus import record_from_payload
 from prm_synth.judge.verify import VERIFIER_PROMPT
 from prm_synth.problems import arithmetic
+from prm_synth.problems.quality import first_error_quality, step_label_quality
 from prm_synth.problems.sources import gold_from_field
-from prm_synth.sampling.prompts import VERIFY_PROMPT_VERSION
+from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
 from prm_synth.sampling.sample import Solution, check_policy_can_solve
 from prm_synth.schema import Problem
-from prm_synth.store.shards import iter_records, read_manifest
+from prm_synth.store.readers import iter_records, read_manifest
 
 # ------------------------------------------------------------------ ProcessBench files
 
@@ -266,73 +267,6 @@ def evaluate_labels(
 
 
 # ------------------------------------------------------------------ a simulated dataset vs the truth
-
-
-@dataclass
-class Confusion:
-    """Counts behind precision and recall of "bad" predictions against the truth."""
-
-    predicted: int = 0  # predicted bad
-    actual: int = 0  # truly bad
-    hit: int = 0  # predicted bad and truly bad (for first errors: at the same index)
-
-    @property
-    def precision(self) -> float | None:
-        return self.hit / self.predicted if self.predicted else None
-
-    @property
-    def recall(self) -> float | None:
-        return self.hit / self.actual if self.actual else None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "precision": self.precision,
-            "recall": self.recall,
-            "predicted": self.predicted,
-            "actual": self.actual,
-            "hit": self.hit,
-        }
-
-
-def first_error_quality(rows: Iterable[tuple[int | None, int]]) -> dict[str, Any]:
-    """(predicted first error, true first error) pairs -> exact accuracy, precision and recall.
-
-    precision: of the rows predicted to hold an error (prediction != -1), the fraction whose index
-    is the true one; recall: of the rows that truly hold one, the fraction found at the right index.
-    A missing prediction (None) counts against accuracy and recall, never as a positive.
-    """
-    c, n, exact = Confusion(), 0, 0
-    for pred, truth in rows:
-        n += 1
-        exact += pred == truth
-        c.predicted += pred is not None and pred != -1
-        c.actual += truth != -1
-        c.hit += truth != -1 and pred == truth
-    return {"rows": n, "exact_acc": exact / n if n else None} | c.as_dict()
-
-
-def step_label_quality(rows: Iterable[tuple[Sequence[bool | None], int]]) -> dict[str, Any]:
-    """Per-step bad labels against the truth. A step is truly bad when its prefix holds an error
-    (index >= the true first error): the hard MC label is a verdict on the prefix. Unlabeled steps
-    (None) are left out. `good_precision`: of the steps labeled good, the fraction truly good (a
-    trainer is taught both labels, so both precisions matter)."""
-    c = Confusion()
-    good = good_hit = 0
-    for labels, truth in rows:
-        for i, label in enumerate(labels):
-            if label is None:
-                continue
-            bad, truly_bad = label is False, truth != -1 and i >= truth
-            c.predicted += bad
-            c.actual += truly_bad
-            c.hit += bad and truly_bad
-            good += not bad
-            good_hit += not bad and not truly_bad
-    return c.as_dict() | {
-        "good_precision": good_hit / good if good else None,
-        "predicted_good": good,
-        "good_hit": good_hit,
-    }
 
 
 def _quality(rows: list[dict[str, Any]]) -> dict[str, Any]:

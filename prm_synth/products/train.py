@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.export.views import SkipRow, iter_record_rows, split_of, supervised_steps
+from prm_synth.export.rows import SkipRow, supervised_steps
+from prm_synth.export.writing import iter_record_rows, split_of
 from prm_synth.telemetry import Countdown
 
 logger = logging.getLogger(__name__)

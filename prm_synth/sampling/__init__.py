@@ -1,1 +1,1 @@
-"""Sampling solutions: the policy prompt, the sampling stage, the lossless step split and reasoning traces."""
+"""Sampling solutions: the sampling stage and the lossless step split."""

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prm_synth.config.sections import EngineConfig, PipelineConfig
+from prm_synth.config import EngineConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import Verdict, grade_completion
 from prm_synth.problems import arithmetic
-from prm_synth.sampling.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.thinking import ThinkingMarkers, resolve_markers
 from prm_synth.sampling.steps import splitter
-from prm_synth.sampling.thinking import ThinkingMarkers, resolve_markers
 from prm_synth.schema import Problem, RejectedRecord, reject
 
 

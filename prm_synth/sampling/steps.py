@@ -8,7 +8,7 @@ Then one rule for whitespace, the same for all strategies: a piece that is only 
 step of its own; it is glued to the step before it (or, at the very start, to the first step). So
 no step is empty, and no step is whitespace-only unless the whole text is.
 
-Strategy `thinking` is for reasoning models (prm_synth/sampling/thinking.py): the paragraphs of the thinking
+Strategy `thinking` is for reasoning models (prm_synth/prompting/thinking.py): the paragraphs of the thinking
 trace, each shorter than `min_chars` merged into the next, then everything from the close marker on
 (the answer) as the last step; a trace that never closes is all trace. `max_steps` (any strategy)
 merges neighbouring steps evenly so no solution has more, a thinking solution's answer kept apart.
@@ -22,7 +22,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from prm_synth.sampling.thinking import DEFAULT_MARKERS, ThinkingMarkers
+from prm_synth.config.sampling import compile_steps_pattern
+from prm_synth.prompting.thinking import DEFAULT_MARKERS, ThinkingMarkers
 
 STRATEGIES = ("paragraph", "line", "step-marker", "regex", "thinking")
 
@@ -37,25 +38,13 @@ _BUILTIN = {"line": _LINE, "paragraph": _PARAGRAPH, "step-marker": _STEP_MARKER}
 
 
 @functools.lru_cache(maxsize=64)
-def _compile_user_pattern(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise ValueError(f"invalid steps pattern {pattern!r}: {e}") from None
-
-
-def check_pattern(pattern: str) -> None:
-    """Raise ValueError naming the problem if `pattern` is not a usable steps regex."""
-    _compile_user_pattern(pattern)
-
-
 def _boundary_regex(strategy: str, pattern: str | None) -> re.Pattern[str]:
     if strategy == "regex":
         if not pattern:
             raise ValueError("strategy 'regex' needs a pattern")
         # The pattern comes from the pipeline config (trusted); Python's re has no time limit, so a
         # catastrophic pattern is the config author's to avoid.
-        return _compile_user_pattern(pattern)
+        return compile_steps_pattern(pattern)
     try:
         return _BUILTIN[strategy]
     except KeyError:

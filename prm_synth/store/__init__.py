@@ -1,1 +1,1 @@
-"""Storage: atomic shards, the manifest and lock, readers, resume decisions and the summary of a finished folder."""
+"""Storage: atomic shards, the manifest and lock, readers, rows left open and refused problems, and the summary of a finished folder."""

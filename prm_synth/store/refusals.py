@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from prm_synth.schema import OPEN_FOR_GOOD
+from prm_synth.store.left_open import OPEN_FOR_GOOD
 from prm_synth.store.shards import atomic_write_json
 
 REFUSED = "engine_refused"

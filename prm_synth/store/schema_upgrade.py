@@ -18,17 +18,9 @@ import logging
 import pyarrow as pa
 
 from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA
-from prm_synth.store.shards import (
-    CorruptShardError,
-    ShardEntry,
-    ShardStore,
-    _read_stream,
-    _sha256,
-    _verified_buffer,
-    atomic_write_bytes,
-    atomic_write_json,
-    shard_name,
-)
+from prm_synth.store.layout import CorruptShardError, ShardEntry, sha256_of, shard_name
+from prm_synth.store.readers import read_stream, verified_buffer
+from prm_synth.store.shards import ShardStore, atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +68,7 @@ def _upgrade_file(store: ShardStore, entry: ShardEntry, rel: str, schema: pa.Sch
         )
         return False
     try:
-        table = _read_stream(_verified_buffer(store.root, entry, rel), path)
+        table = read_stream(verified_buffer(store.root, entry, rel), path)
     except CorruptShardError:  # damaged: the run redoes the shard
         return False
     for field in missing:
@@ -87,5 +79,5 @@ def _upgrade_file(store: ShardStore, entry: ShardEntry, rel: str, schema: pa.Sch
         writer.write_table(table)
     data = sink.getvalue().to_pybytes()
     atomic_write_bytes(path, data)
-    entry.sha256[rel] = _sha256(data)
+    entry.sha256[rel] = sha256_of(data)
     return True

@@ -11,11 +11,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from prm_synth.annotate.labeler import make_labeler
-from prm_synth.config.sections import ConfigError, validate_config
-from prm_synth.judge.ask import sample_in
+from prm_synth.config import ConfigError, rows_reconcile, validate_config
 from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
-from prm_synth.store.shards import dataset_shards, iter_records, iter_tables, read_manifest
+from prm_synth.store.left_open import sample_in
+from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, read_manifest
 
 
 def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
@@ -246,9 +245,9 @@ def _per(total: int, count: int) -> float | None:
 
 
 def _reconciles(config: dict[str, Any], stats: ShardStats, rows: int, rejected: int, samples: int) -> bool:
-    """The labeler's own rule for how rows relate to inputs (one row per solution, or per tree path)."""
+    """The labeling method's rule for how rows relate to inputs (config.rows_reconcile)."""
     try:
-        labeler = make_labeler(validate_config(config, check_paths=False))
+        annotate = validate_config(config, check_paths=False).annotate
     except ConfigError:  # a folder whose stored config no longer validates: nothing to judge it by
         return False
-    return labeler.reconciles(stats, rows, rejected, samples)
+    return rows_reconcile(annotate, stats, rows, rejected, samples)
