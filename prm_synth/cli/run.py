@@ -108,8 +108,9 @@ def run(
         bool,
         typer.Option(
             "--retry-refused",
-            help="Ask again the problems the engine refused on run.refused_runs runs in a row "
-            "(rejected for good as engine_refused_permanent).",
+            help="Ask again the problems the engine refused, and the rows whose judge could not be read, on "
+            "run.refused_runs runs in a row (rejected for good as engine_refused_permanent, "
+            "judge_unreadable_permanent).",
         ),
     ] = False,
     verbose: Annotated[
