@@ -105,7 +105,7 @@ def _one_error_line(said: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("who", ["every-process", "prefect-server"])
+@pytest.mark.parametrize("who", ["every-process", "prefect-server", "worker"])
 def test_a_stop_of_every_process_or_of_the_prefect_server_mid_vote_is_a_clean_quick_stop(tmp_path, who):
     with HoldingJudge() as judge:
         pipeline = _pipeline(tmp_path, judge.url)
@@ -119,6 +119,8 @@ def test_a_stop_of_every_process_or_of_the_prefect_server_mid_vote_is_a_clean_qu
         cmd, env = run_command(pipeline, out, tmp_path)
         if who == "every-process":
             pick = list  # the command, its worker, the watchdog, Prefect's temporary server: all at once
+        elif who == "worker":  # the worker alone: no judge request and no shard gets through after it
+            pick = lambda seen: [pid for pid, c in seen.items() if "prm_synth.cli" in c and pid != next(iter(seen))]  # noqa: E731
         else:
             pick = lambda seen: [pid for pid, c in seen.items() if "prefect" in c and "server" in c]  # noqa: E731
         code, took, said = _stop(cmd, env, judge, total // 2, pick, tmp_path / f"{who}.log")
