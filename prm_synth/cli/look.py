@@ -51,54 +51,11 @@ def inspect(
     Console().print(summary_table(summary, str(directory)))
 
 
-def _counts(counts: Mapping[str, int] | None) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items())) or "none"
-
-
-def _per_step(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
-
-
 def summary_table(summary: RunSummary, title: str) -> Table:
-    """The run summary as a two-column table (the same figures as `--json`)."""
-    from prm_synth.store.summary import judge_cost_text
+    """The run summary as a two-column table (store.summary.summary_lines; the same figures as `--json`)."""
+    from prm_synth.store.summary import summary_lines
 
-    labels = summary.labels
-    bad = labels.get("bad_step_fraction")
-    rows: list[tuple[str, str]] = [
-        ("problems in", f"{summary.problems_in} ({summary.problems_loaded} loaded)"),
-        ("rows out", str(summary.rows)),
-        ("rejected", f"{summary.rejected} ({_counts(summary.rejected_by_reason)})"),
-        ("reconciles", "yes" if summary.reconciles else "NO: counts do not add up"),
-        ("shards", str(summary.shards)),
-        ("rollouts", str(summary.rollouts)),
-        ("tokens", str(summary.tokens)),
-        (
-            "cost per labeled step",
-            f"{_per_step(summary.rollouts_per_labeled_step)} rollouts, "
-            f"{_per_step(summary.tokens_per_labeled_step)} tokens",
-        ),
-        (
-            "rollout tokens",
-            f"{_per_step(summary.rollout_tokens_per_labeled_step)} a labeled step, "
-            f"{_per_step(summary.rollout_tokens_per_located_error)} a located first error",
-        ),
-        ("steps", f"{labels.get('steps', 0)} ({labels.get('labeled_steps', 0)} labeled)"),
-        ("bad steps", f"{labels.get('bad_steps', 0)}" + ("" if bad is None else f" ({bad:.1%} of labeled)")),
-        ("label sources", _counts(labels.get("label_sources"))),
-        ("final answers", _counts(labels.get("final"))),
-        ("rows with an error", str(labels.get("rows_with_error", 0))),
-        (
-            "first error at step",
-            ", ".join(f"{k}: {v}" for k, v in (labels.get("first_error_histogram") or {}).items()) or "none",
-        ),
-    ]
-    if (cost := judge_cost_text(summary)) is not None:
-        rows.append(("judge cost", cost))
-    if summary.consensus is not None and summary.consensus.rows:
-        rows.append(("kept by consensus", summary.consensus.kept_text()))
-        rows.append(("judge accuracy", summary.consensus.judge_accuracy_text()))
-    rows.append(("config fingerprint", summary.config_fingerprint))
+    rows = summary_lines(summary)
     table = Table(title=literal(title), show_header=False, title_justify="left")
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")

@@ -45,46 +45,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_summary(summary: RunSummary) -> None:
-    from prm_synth.store.summary import judge_cost_text
+    from prm_synth.store.summary import summary_lines
 
-    run = summary.run
-    assert run is not None  # the flow's summary says what the run did
-    lines = [
-        ("problems in", summary.problems_in),
-        ("rows out", summary.rows),
-        ("rejected", f"{summary.rejected} {summary.rejected_by_reason or ''}".strip()),
-        ("reconciles", summary.reconciles),
-        ("shards", f"{summary.shards} ({run.shards_run} run, {run.shards_skipped} resumed)"),
-        ("rollouts", f"{summary.rollouts} ({summary.unknown_rollouts} ungradable)"),
-        (
-            "engine requests",
-            f"{summary.requests_refused} refused, {run.requests_retried} retried, "
-            f"{len(run.shards_failed)} shard(s) failed",
-        ),
-        ("tokens", summary.tokens),
-        (
-            "per labeled step",
-            f"{summary.rollouts_per_labeled_step} rollouts, {summary.tokens_per_labeled_step} tokens",
-        ),
-        (
-            "rollout tokens",
-            f"{summary.rollout_tokens_per_labeled_step} a labeled step, "
-            f"{summary.rollout_tokens_per_located_error} a located first error",
-        ),
-        ("bad step fraction", summary.labels.get("bad_step_fraction")),
-        *([("judge cost", cost)] if (cost := judge_cost_text(summary)) is not None else []),
-        *(
-            [("kept by consensus", c.kept_text()), ("judge accuracy", c.judge_accuracy_text())]
-            if (c := summary.consensus) and c.rows
-            else []
-        ),
-        *(
-            [("verification chains", f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}) {v.dropped_by_reason}")]
-            if (v := summary.verify) and v.chains
-            else []
-        ),
-        ("wall time", f"{run.wall_seconds:.1f} s ({run.startup_seconds:.1f} s start-up)"),
-    ]
+    assert summary.run is not None  # the flow's summary says what the run did
+    lines = summary_lines(summary)
     width = max(len(k) for k, _ in lines)
     typer.echo("\nsummary")
     for key, value in lines:

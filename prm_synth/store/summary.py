@@ -188,6 +188,72 @@ def judge_cost_text(summary: RunSummary) -> str | None:
     )
 
 
+def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
+    """The run summary as text, row by row: the one text rendering of the summary (`prm-synth run` prints
+    it, `prm-synth inspect` draws it as a table; `to_dict` is its JSON, the card and the flow's artifact
+    have their own). What only the run that wrote the folder knows is shown where `run` is set."""
+    run, labels = summary.run, summary.labels
+    bad = labels.get("bad_step_fraction")
+    rows: list[tuple[str, str]] = [
+        ("problems in", f"{summary.problems_in} ({summary.problems_loaded} loaded)"),
+        ("rows out", str(summary.rows)),
+        ("rejected", f"{summary.rejected} ({_counts(summary.rejected_by_reason)})"),
+        ("reconciles", "yes" if summary.reconciles else "NO: counts do not add up"),
+        ("shards", str(summary.shards) + (f" ({run.shards_run} run, {run.shards_skipped} resumed)" if run else "")),
+        ("rollouts", f"{summary.rollouts} ({summary.unknown_rollouts} ungradable)"),
+    ]
+    if run is not None:
+        rows.append(
+            (
+                "engine requests",
+                f"{summary.requests_refused} refused, {run.requests_retried} retried, "
+                f"{len(run.shards_failed)} shard(s) failed",
+            )
+        )
+    rows += [
+        ("tokens", str(summary.tokens)),
+        (
+            "cost per labeled step",
+            f"{_one_decimal(summary.rollouts_per_labeled_step)} rollouts, "
+            f"{_one_decimal(summary.tokens_per_labeled_step)} tokens",
+        ),
+        (
+            "rollout tokens",
+            f"{_one_decimal(summary.rollout_tokens_per_labeled_step)} a labeled step, "
+            f"{_one_decimal(summary.rollout_tokens_per_located_error)} a located first error",
+        ),
+        ("steps", f"{labels.get('steps', 0)} ({labels.get('labeled_steps', 0)} labeled)"),
+        ("bad steps", f"{labels.get('bad_steps', 0)}" + ("" if bad is None else f" ({bad:.1%} of labeled)")),
+        ("label sources", _counts(labels.get("label_sources"))),
+        ("final answers", _counts(labels.get("final"))),
+        ("rows with an error", str(labels.get("rows_with_error", 0))),
+        (
+            "first error at step",
+            ", ".join(f"{k}: {v}" for k, v in (labels.get("first_error_histogram") or {}).items()) or "none",
+        ),
+    ]
+    if (cost := judge_cost_text(summary)) is not None:
+        rows.append(("judge cost", cost))
+    if (c := summary.consensus) is not None and c.rows:
+        rows += [("kept by consensus", c.kept_text()), ("judge accuracy", c.judge_accuracy_text())]
+    if (v := summary.verify) is not None and v.chains:
+        rows.append(
+            ("verification chains", f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}) {v.dropped_by_reason}")
+        )
+    rows.append(("config fingerprint", summary.config_fingerprint))
+    if run is not None:
+        rows.append(("wall time", f"{run.wall_seconds:.1f} s ({run.startup_seconds:.1f} s start-up)"))
+    return rows
+
+
+def _counts(counts: dict[str, int] | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items())) or "none"
+
+
+def _one_decimal(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
 UNKNOWN_WARN_RATE = 0.05  # above this share of ungradable rollouts the summary warns
 
 
