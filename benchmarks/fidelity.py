@@ -37,6 +37,10 @@ exact grading, one step per line, independent rollouts); the first is the model'
 - mixed: one hard step (0.4, 0.03 elsewhere), luck per problem 0-0.5, 10 % ungradable and 10 %
   step drift at once.
 
+Beyond math (benchmarks/domain_worlds.py, under "domains" in the JSON line): a code world (programs
+run in the sandbox, bugs at known steps, some hidden by a later step), a multiple-choice world and a
+no-gold world (majority pseudo-gold, wrong on a known share), each on the held-out seeds 1010-1011.
+
 Each world's problems get one sampled solution each (`--samples N`: N, which the default search
 labels with their problem's luck shared) and are labeled through the library's labeler
 (`annotate.make_labeler`: sampling, scheduler, grading, the annotators), as `prm-synth run` does.
@@ -498,6 +502,13 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="change one labeler setting for the run (repeatable; names: benchmarks/labeler_settings.py)",
     )
+    parser.add_argument(
+        "--domain-problems",
+        type=int,
+        default=None,
+        help="problems per seed in each world beyond math (domain_worlds.py: code in the sandbox, choice, "
+        "no gold), on the held-out seeds 1010-1011; default min(--problems, 40); 0 leaves them out",
+    )
     parser.add_argument("--per-seed", type=Path, default=None, help="write every world-seed's figures here (JSON)")
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
     from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
@@ -550,6 +561,13 @@ def main() -> None:
         print(json.dumps(summarize(results, method)))
     head = summarize(results, "default")
     head["knob_independent"] = knob_independent(args.knob_problems, seeds[0]) if args.knob_problems else None
+    domain_problems = min(args.problems, 40) if args.domain_problems is None else args.domain_problems
+    if domain_problems > 0:
+        import domain_worlds  # benchmarks/ is on sys.path: run as a script
+
+        head["domains"] = domain_worlds.run(domain_problems, list(domain_worlds.HELD_OUT))
+        for world, r in head["domains"].items():
+            print(f"domain world {world}: good precision {r['good_precision']}, bad precision {r['bad_precision']}")
     print(json.dumps(head))
     write_report("fidelity", head)
 

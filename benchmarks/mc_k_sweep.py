@@ -17,7 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from prm_synth.config import load_config  # noqa: E402
+import yaml  # noqa: E402
+
+from prm_synth.config import validate_config  # noqa: E402
 from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
 from prm_synth.problems import arithmetic  # noqa: E402
@@ -27,12 +29,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=400)
     args = parser.parse_args()
-    base = load_config(ROOT / "pipelines" / "simulated.yaml")
+    base = yaml.safe_load((ROOT / "pipelines" / "simulated.yaml").read_text())
     headline: dict[str, float] = {}
     print(f"per-step MC on pipelines/simulated.yaml, {args.problems} problems")
     print(f"{'k':>4}{'rows':>8}{'exact (all)':>14}{'exact (wrong)':>16}{'rollouts/row':>15}{'rows/s':>10}")
     for k in (4, 8, 16):
-        config = base.model_copy(update={"annotate": base.annotate.model_copy(update={"k": k})})
+        # per-step MC on the quickstart's policy and problems (the pipeline itself runs the default labeler)
+        config = validate_config(base | {"annotate": {"method": "mc", "k": k}})
         engine = SimulatedPolicy(config.policy)  # type: ignore[arg-type]
         rows = exact = wrong = exact_wrong = rollouts = 0
         started = time.perf_counter()

@@ -31,15 +31,24 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 GENERATED_NOTE = (
-    "!!! note \"Generated\"\n    This page is generated from the code by `docs/hooks.py` (`make docs`); "
+    '!!! note "Generated"\n    This page is generated from the code by `docs/hooks.py` (`make docs`); '
     "edit {source}, not this page.\n"
 )
 
 
 # ---------------------------------------------------------------- the config reference
+def _escaped(text: str) -> str:
+    """HTML-looking text shown as written: escaped outside code spans only (inside one, Markdown shows
+    `&lt;` literally, so `<think>` in backticks must stay as it is)."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(
+        p if p.startswith("`") and p.endswith("`") and len(p) > 1 else html.escape(p, quote=False) for p in parts
+    )
+
+
 def _cell(text: str) -> str:
     """Text for a Markdown table cell: one line, pipes escaped, HTML-looking text shown as written."""
-    return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|")
+    return _escaped(" ".join(text.split())).replace("|", "\\|")
 
 
 def _members(annotation: Any) -> list[Any]:
@@ -65,8 +74,8 @@ def _type_name(annotation: Any) -> str:
     origin = get_origin(annotation)
     if origin is Literal:
         return " \\| ".join(json.dumps(a) for a in get_args(annotation))
-    if origin in (Union, types.UnionType):
-        return " \\| ".join(_type_name(a) for a in get_args(annotation))
+    if origin in (Union, types.UnionType):  # a choice of sections by `kind` reads "section", not three times
+        return " \\| ".join(dict.fromkeys(_type_name(a) for a in get_args(annotation)))
     if origin in (list, tuple, dict):
         args = [a for a in get_args(annotation) if a is not Ellipsis]
         inner = ", ".join(_type_name(a) for a in args)
@@ -236,6 +245,28 @@ def cli_flags(cmd: Any) -> set[str]:
     return flags
 
 
+def exit_codes() -> list[str]:
+    """The exit codes every command shares, from the constants that make them."""
+    from prm_synth.cli.supervise import EXIT_INTERRUPTED
+    from prm_synth.errors import EXIT_BUG, EXIT_FAILED, EXIT_USAGE
+
+    return [
+        "## Exit codes",
+        "",
+        "A command that fails says why in one `error:` line, the last line it prints.",
+        "",
+        "| code | meaning |",
+        "|---|---|",
+        "| 0 | done |",
+        f"| {EXIT_FAILED} | the work failed (an engine, a server, the disk, the Hub); what is finished is kept, "
+        "and the same command resumes |",
+        f"| {EXIT_USAGE} | bad input before any work (a config, a file, an option); nothing was done |",
+        f"| {EXIT_BUG} | a bug in prm-synth: printed with its traceback (please report it) |",
+        f"| {EXIT_INTERRUPTED} | stopped by Ctrl-C or SIGTERM; finished shards are kept |",
+        "",
+    ]
+
+
 def cli_reference() -> str:
     """reference/cli.md: each command's help and options, as `prm-synth COMMAND --help` prints them."""
     out = [
@@ -244,6 +275,7 @@ def cli_reference() -> str:
         GENERATED_NOTE.format(source="the commands' docstrings and option help in `prm_synth/cli/`"),
         "`prm-synth --version` prints the version; every command takes `--help`.",
         "",
+        *exit_codes(),
     ]
     for path, cmd in cli_commands().items():
         ctx = cmd.make_context(path.split()[-1], [], resilient_parsing=True)
@@ -251,7 +283,7 @@ def cli_reference() -> str:
         usage = " ".join(["[OPTIONS]", *(p.name.upper() + ("..." if p.nargs == -1 else "") for p in arguments)])
         out.extend([f"## `{path}`", "", "```text", f"{path} {usage}", "```", ""])
         if cmd.help:
-            out.extend([html.escape(cmd.help.strip(), quote=False).replace("\b\n", ""), ""])
+            out.extend([_escaped(cmd.help.strip()).replace("\b\n", ""), ""])
         rows = [p.get_help_record(ctx) for p in cmd.params]
         rows = [r for r in rows if r]
         if rows:
@@ -339,5 +371,7 @@ _REPO_LINK = re.compile(r"\]\((?:\./)?docs/")
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if page.file.src_uri in _REPO_PAGES:
         markdown = _REPO_LINK.sub("](", markdown)
-        markdown = markdown.replace("](CHANGELOG.md", "](changelog.md").replace("](CONTRIBUTING.md", "](contributing.md")
+        markdown = markdown.replace("](CHANGELOG.md", "](changelog.md").replace(
+            "](CONTRIBUTING.md", "](contributing.md"
+        )
     return markdown

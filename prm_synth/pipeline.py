@@ -46,6 +46,7 @@ from prm_synth.judge.readable import (  # the error and its message are read her
 from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
+from prm_synth.sampling.votes import pseudo_gold
 from prm_synth.schema import (
     ConsensusStats,
     Item,
@@ -88,7 +89,7 @@ class ShardOutput:
 
 def iter_shards(config: PipelineConfig, limit: int | None = None) -> Iterator[ShardInput]:
     """Cut the problem stream into shards of `output.shard_size` source rows, lazily."""
-    items: Iterable[Item] = iter_problems(config.problems)
+    items: Iterable[Item] = iter_problems(config.problems, gold_optional=config.grader.kind == "majority")
     if limit is not None:
         items = islice(items, limit)
     it = iter(items)
@@ -111,6 +112,10 @@ def process_shard(
     clock = _Clock()
     problems = [it for it in shard.items if isinstance(it, Problem)]
     load_rejected = [it for it in shard.items if isinstance(it, RejectedRecord)]
+    majority = None
+    if config.grader.kind == "majority":  # no gold: the policy's own majority answer is the gold
+        majority = pseudo_gold(engine, problems, config)
+        problems, load_rejected = majority.problems, load_rejected + majority.rejected
 
     labeled = make_labeler(config, fingerprint).label(engine, problems, progress, on_progress)
     sampled = labeled.sampled
@@ -125,7 +130,7 @@ def process_shard(
     sched = labeled.stats
     stats = ShardStats(
         inputs=len(shard.items),
-        problems_loaded=len(problems),
+        problems_loaded=len(problems),  # under majority the ones with a pseudo-gold (reconciles as before)
         problems_labeled=with_rows,
         solutions_sampled=sampled.completions,
         rows=len(records),
@@ -148,7 +153,10 @@ def process_shard(
         judge=judge_stats,
         consensus=consensus_stats,
         verify=verify_stats,
+        majority=majority.audit.to_counts() if majority is not None else {},
     )
+    if majority is not None:
+        stats.sampling_tokens += majority.tokens
     return ShardOutput(records, rejected, stats, labeled.trees)
 
 

@@ -2,8 +2,8 @@
 
 The record and rejected-row schemas are Arrow schemas; shards are Arrow IPC stream files with exactly
 these columns. Adding a column is a compatible change; renaming or retyping one is not.
-The vocabularies (label sources, stages, verdict statuses) are `Literal`s shared by the annotators,
-the stages, the card and the tests, so a new word is added in one place.
+The vocabularies (label sources, stages, verdicts) are `Literal`s shared by annotators, stages, card and
+tests, so a new word is added in one place.
 """
 
 from __future__ import annotations
@@ -36,23 +36,21 @@ RejectReason = Literal[
     "duplicate_id",
     "broken_line",
     "line_too_long",
-    # sample / annotate / judge: the engine refused the request
-    "engine_refused",
-    # ... on `run.refused_runs` consecutive runs: rejected for good, not asked again (run --retry-refused)
-    "engine_refused_permanent",
+    "engine_refused",  # sample / annotate / judge: the engine refused the request
+    "engine_refused_permanent",  # ... on `run.refused_runs` runs in a row: for good (run --retry-refused)
     # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of
     # the row, so the row is left open (its payload is the labeled row) and the next run asks again
     "judge_unreadable",
     "verify_unreadable",
-    "judge_unreadable_permanent",  # ... on `run.refused_runs` runs in a row: for good (run --retry-refused)
+    "judge_unreadable_permanent",  # the same on `run.refused_runs` runs in a row: for good (--retry-refused)
     "verify_unreadable_permanent",
     # split: the policy wrote nothing to split
     "empty_solution",
+    "no_majority",  # sample (grader.kind majority): the policy's answers reached no majority to be the gold
     # annotate (OmegaPRM): a question without a row
     "screened_out",
     "no_paths",
-    # consensus
-    "disagree",
+    "disagree",  # consensus
     "judge_missing",
     "judge_undecided",
     "low_confidence",
@@ -60,8 +58,7 @@ RejectReason = Literal[
     "unencodable_text",
 ]
 REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
-# Rows rejected for now because a stage's engine failed on them, not for their content: the next run
-# of the same command finishes them from their payload (the row as that stage got it).
+# Rejected for now (a stage's engine failed on them, not their content): the next run finishes them from their payload.
 LEFT_OPEN_REASONS = frozenset({"judge_unreadable", "verify_unreadable"})
 # Why a step has no label (a row's `unlabeled_reason`).
 UnlabeledReason = Literal[
@@ -109,6 +106,7 @@ class Problem:
     question: str
     gold_answer: str
     source: str
+    grading: str | None = None  # JSON: what a grader other than math needs (options, aliases, tests, ...)
 
 
 RECORD_SCHEMA = pa.schema(
@@ -159,6 +157,7 @@ RECORD_SCHEMA = pa.schema(
         pa.field("consensus_p_good", pa.list_(pa.float64())),
         # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
         pa.field("labels_before_consensus", pa.list_(pa.bool_())),
+        pa.field("gold_origin", pa.string()),  # null: the problem's gold; "majority 0.750": a pseudo-gold. Added later.
     ]
 )
 
@@ -214,6 +213,7 @@ class LabeledRecord:
     mc_unknown: list[int] | None = None  # per step, ungradable rollouts (not in mc_total)
     consensus_p_good: list[float] | None = None  # per step, P(prefix correct) under soft's posterior
     labels_before_consensus: list[bool | None] | None = None  # the labels before consensus changed them
+    gold_origin: str | None = None  # None: the problem's gold; "majority 0.75": a pseudo-gold (grading/majority.py)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -414,10 +414,9 @@ class VerifyStats:
 class ShardStats:
     """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object.
 
-    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is
-    not a rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy
-    and the judge processed: sampling, rollouts and judging.
-    """
+    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is not a
+    rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy and the
+    judge processed: sampling, rollouts and judging. `majority`: grader.kind majority's counts."""
 
     inputs: int = 0  # source rows in the shard (problems + load rejections)
     problems_loaded: int = 0
@@ -444,6 +443,7 @@ class ShardStats:
     judge: JudgeStats | None = None  # None without a judge
     consensus: ConsensusStats | None = None  # None without consensus
     verify: VerifyStats | None = None  # None without a verify stage
+    majority: dict[str, int] = field(default_factory=dict)  # MajorityAudit.to_counts (grading/majority.py)
 
     @property
     def tokens(self) -> int:
@@ -452,7 +452,7 @@ class ShardStats:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"tokens": self.tokens}
+        return {k: v for k, v in (asdict(self) | {"tokens": self.tokens}).items() if k != "majority" or v}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:

@@ -231,7 +231,9 @@ class EngineTelemetry:
             writer.writeheader()
             writer.writerows(rows)
         png = folder / f"{name}.png"
-        if plot_series(rows, png, title=f"engine: mean occupancy {summary['occupancy']:.0%}"):
+        with self._lock:
+            end = None if self.origin is None else self.last_t - (self.origin if start is None else start.t)
+        if plot_series(rows, png, title=f"engine: mean occupancy {summary['occupancy']:.0%}", end=end):
             paths["png"] = png
         return paths
 
@@ -277,8 +279,12 @@ class EngineTelemetry:
         return TelemetryTotals(self.origin or 0.0, 0.0, 0, 0, self.capacity)
 
 
-def plot_series(rows: list[dict[str, float]], path: Path, title: str = "engine") -> bool:
-    """Occupancy (sequences running, capacity) and tokens/s over time as a PNG; False without matplotlib."""
+def plot_series(rows: list[dict[str, float]], path: Path, title: str = "engine", end: float | None = None) -> bool:
+    """Occupancy (sequences running, capacity) and tokens/s over time as a PNG; False without matplotlib.
+
+    `end`: where the last bucket ends (the engine clock's last record). Each bucket is drawn as a level
+    over its span up to it: a run shorter than one bucket is a line across the picture, not one
+    invisible point."""
     if not rows:
         return False
     try:
@@ -290,17 +296,31 @@ def plot_series(rows: list[dict[str, float]], path: Path, title: str = "engine")
         log.warning("matplotlib is not installed: %s not drawn (the JSON and CSV have the numbers)", path)
         return False
     t = [r["t"] for r in rows]
+    step = t[-1] - t[-2] if len(t) > 1 else 1.0
+    last = max(t[-1] + 1e-3, end if end is not None and end > t[-1] else t[-1] + step)
+    t.append(last)  # a step drawn "post" needs the end of the last bucket to draw it at all
+
+    def levels(key: str) -> list[float]:
+        values = [r[key] for r in rows]
+        return [*values, values[-1]]
+
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 5.5))
-    top.step(t, [r["running"] for r in rows], where="post", label="sequences running (mean)")
-    top.step(t, [r["capacity"] for r in rows], where="post", linestyle="--", color="grey", label="capacity")
+    top.step(t, levels("running"), where="post", linewidth=2, label="sequences running (mean)")
+    capacity = max(r["capacity"] for r in rows)
+    show_capacity = max(r["running"] for r in rows) >= capacity / 4
+    if show_capacity:
+        top.step(t, levels("capacity"), where="post", linestyle="--", color="grey", label="capacity")
+    else:  # a capacity line far above would flatten the running line onto the axis
+        top.plot([], [], linestyle="--", color="grey", label=f"capacity {capacity:g} (far above)")
     top.set_ylabel("sequences")
-    top.set_ylim(bottom=0)
-    top.legend(loc="lower right")
+    top.set_ylim(0, 1.15 * max(max(levels("running")), capacity if show_capacity else 0) or 1)
+    top.legend(loc="best")
     top.set_title(title)
-    bottom.step(t, [r["tokens_per_s"] for r in rows], where="post", color="tab:green")
+    bottom.step(t, levels("tokens_per_s"), where="post", linewidth=2, color="tab:green")
+    bottom.set_xlim(0, last)
     bottom.set_ylabel("generated tokens/s")
     bottom.set_xlabel("time (engine clock, s)")
-    bottom.set_ylim(bottom=0)
+    bottom.set_ylim(0, 1.15 * max(levels("tokens_per_s")) or 1)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

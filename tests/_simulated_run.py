@@ -17,6 +17,10 @@ from prm_synth.store.shards import ShardStore
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Per-step MC (Math-Shepherd), what pipelines/simulated.yaml ran before it showed the default labeler.
+MC_ANNOTATE = {"method": "mc", "k": 8}
+
+
 def pipeline_data(name: str = "simulated", **sections: Any) -> dict[str, Any]:
     """A pipeline of pipelines/, with whole sections replaced."""
     return yaml.safe_load((ROOT / "pipelines" / f"{name}.yaml").read_text()) | sections

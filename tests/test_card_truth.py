@@ -11,7 +11,7 @@ import warnings
 
 import pyarrow.parquet as pq
 import pytest
-from _simulated_run import pipeline_data, write_run
+from _simulated_run import MC_ANNOTATE, pipeline_data, write_run
 from _tokenizers import ascii_only_bpe, qwen_like_bpe
 
 from prm_synth.export.consumers import _pieces
@@ -26,8 +26,8 @@ LIMIT = 60
 
 @pytest.fixture(scope="module")
 def mc_run(tmp_path_factory):
-    """pipelines/simulated.yaml (per-step MC, no judge) on 60 problems."""
-    return write_run(tmp_path_factory.mktemp("mc") / "run", pipeline_data(), LIMIT)
+    """pipelines/simulated.yaml under per-step MC, no judge, on 60 problems."""
+    return write_run(tmp_path_factory.mktemp("mc") / "run", pipeline_data(annotate=MC_ANNOTATE), LIMIT)
 
 
 @pytest.fixture(scope="module")

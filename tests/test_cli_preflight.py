@@ -57,11 +57,12 @@ def one_line_error(result, *, code: int = 2) -> str:
 
 def test_another_configs_folder_is_refused_at_once_naming_the_keys_that_differ(tmp_path):
     out = tmp_path / "out"
-    old = load_config(pipeline(tmp_path, filename="old.yaml"))
+    mc = {"method": "mc", "k": 8}  # per-step MC: a labeler with a `k` to change
+    old = load_config(pipeline(tmp_path, filename="old.yaml", annotate=mc))
     dump = old.model_dump(mode="json")
     ShardStore(out, old.fingerprint()).prepare(dump, yaml.safe_dump(dump))
     new = pipeline(
-        tmp_path, filename="new.yaml", annotate={"k": 4}, problems={"count": 7}, run={"max_parallel_shards": 3}
+        tmp_path, filename="new.yaml", annotate=mc | {"k": 4}, problems={"count": 7}, run={"max_parallel_shards": 3}
     )
     result = run_cli("run", str(new), "--out", str(out))
     line = one_line_error(result)
@@ -270,7 +271,12 @@ def test_failed_shards_end_in_one_error_line_and_no_traceback(tmp_path):
         output={"shard_size": 1},
         run={"shard_retry_delays_s": [0, 0.5]},  # the retries without the default's 2 + 10 s of waiting
     )
-    env = os.environ | {"PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path / "prefect")}
+    # Prefect's INFO lines (its retry notices among them) are off by default; a user's own level wins.
+    env = os.environ | {
+        "PYTHONPATH": str(ROOT),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_LOGGING_LEVEL": "INFO",
+    }
     cmd = [sys.executable, "-m", "prm_synth.cli", "run", str(path), "--out", str(tmp_path / "out")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr

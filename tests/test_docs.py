@@ -39,6 +39,7 @@ OTHER_TOOLS: dict[str, set[str]] = {
     "mkdocs": {"--strict", "--site-dir"},
     "vllm_serve": {"--dtype", "--enforce-eager"},  # python -m prm_synth.engines.vllm_serve serve ...
     "openrlhf": {"--placeholder_token", "--reward_tokens"},  # what the export tells OpenRLHF's trainer
+    "vllm": {"--port", "--gpu-memory-utilization"},  # `vllm serve`: a judge's server (walkthrough)
 }
 
 FLAG = re.compile(r"^--[A-Za-z][\w-]*")

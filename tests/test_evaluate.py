@@ -220,7 +220,9 @@ def test_evaluate_dataset_before_and_after_consensus(tmp_path):
 
     result = CliRunner().invoke(cli(), ["eval", "dataset", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "before_consensus" in result.output and json.loads(result.output.strip().splitlines()[-1]) == report
+    assert "before_consensus" in result.output and "{" not in result.output  # a table, no JSON blob after it
+    result = CliRunner().invoke(cli(), ["eval", "dataset", str(tmp_path), "--json"])
+    assert json.loads(result.output.strip().splitlines()[-1]) == report
 
 
 def test_evaluate_dataset_without_consensus_is_the_same_before_and_after(tmp_path):

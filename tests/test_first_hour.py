@@ -10,7 +10,7 @@ import logging
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from _simulated_run import pipeline_data, write_run
+from _simulated_run import MC_ANNOTATE, pipeline_data, write_run
 from _tokenizers import qwen_like_bpe
 from test_cli_preflight import one_line_error
 from typer.testing import CliRunner
@@ -29,7 +29,7 @@ SIM = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}
 
 @pytest.fixture(scope="module")
 def mc_run(tmp_path_factory):
-    return write_run(tmp_path_factory.mktemp("mc") / "run", pipeline_data(), 30)
+    return write_run(tmp_path_factory.mktemp("mc") / "run", pipeline_data(annotate=MC_ANNOTATE), 30)
 
 
 @pytest.fixture(scope="module")

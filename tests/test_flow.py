@@ -29,7 +29,7 @@ SIMULATED = ROOT / "pipelines" / "simulated.yaml"
 
 
 def write_pipeline(tmp_path: Path, **changes) -> Path:
-    data = yaml.safe_load(SIMULATED.read_text())
+    data = yaml.safe_load(SIMULATED.read_text()) | {"annotate": {"method": "mc", "k": 8}}  # labels to check by rule
     for dotted, value in changes.items():
         node = data
         *parents, leaf = dotted.split("__")

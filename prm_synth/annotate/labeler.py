@@ -37,7 +37,9 @@ from prm_synth.annotate.scheduler import (
 from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig, rows_reconcile
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
-from prm_synth.grading.math import Verdict, grade_answer
+from prm_synth.grading.majority import gold_origin
+from prm_synth.grading.math import Verdict
+from prm_synth.grading.registry import grade_answer, make_grader
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.prompting.thinking import engine_markers
 from prm_synth.sampling.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
@@ -97,12 +99,15 @@ def new_scheduler(
 ) -> ProbeScheduler:
     r = config.rollouts
     markers = engine_markers(config.policy, engine)
+    grader = make_grader(config.grader)
     return ProbeScheduler(
         engine,
         SamplingOptions(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k),
         max_batch_requests=config.run.max_batch_requests,
         max_in_flight=config.run.max_in_flight,
-        grader=None if markers is None else (lambda text, gold: grade_answer(text, gold, markers).status),
+        grader=None
+        if markers is None and grader.kind == "math"
+        else (lambda text, gold: grade_answer(grader, text, gold, markers).status),
         on_progress=on_progress,
         max_rollout_tokens=getattr(config.annotate, "max_rollout_tokens", None),
     )
@@ -133,6 +138,7 @@ class _Base:
     def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
         self.config = config
         self.fingerprint = fingerprint
+        self.grader = make_grader(config.grader)
 
     def reconciles(self, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int) -> bool:
         return rows_reconcile(self.config.annotate, stats, rows, rejected, samples_per_problem)
@@ -180,6 +186,7 @@ class _Base:
             tokens=tokens,
             p_good=ann.p_good,
             unlabeled_reason=reasons,
+            gold_origin=gold_origin(problem),
         )
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
@@ -237,7 +244,7 @@ class _Base:
             key=s.id,
             problem_key=s.problem.id,
             user_prompt=policy_user_prompt(s.problem.question),
-            gold=s.problem.gold_answer,
+            gold=self.grader.key(s.problem),
             annotator=self._annotator(s, pool),
             length=(sum(map(len, s.steps)), s.generated_tokens) if s.generated_tokens else None,
         )
@@ -413,7 +420,7 @@ class OmegaLabeler(_Base):
                 key=p.id,
                 problem_key=p.id,
                 user_prompt=policy_user_prompt(p.question),
-                gold=p.gold_answer,
+                gold=self.grader.key(p),
                 annotator=omegaprm(self.annotate, split),
             )
             for p in problems
@@ -446,7 +453,7 @@ class OmegaLabeler(_Base):
             for i, (path, r_share, t_share) in enumerate(shares):
                 complete = path.final_status is not None
                 verdict = (
-                    grade_answer(path.text, p.gold_answer, markers)
+                    grade_answer(self.grader, path.text, self.grader.key(p), markers)
                     if complete
                     else Verdict(status="unknown", extracted=None, reason="partial_path")
                 )

@@ -15,9 +15,13 @@ STARTUP_TIMEOUT_S = 300
 EPHEMERAL_TIMEOUT = "Timed out while attempting to connect to ephemeral Prefect API server"
 # Prefect's log line when a run stops on KeyboardInterrupt (prefect.states.exception_to_crashed_state).
 INTERRUPT_CRASH = "Crash detected! Execution was aborted by an interrupt signal"
+# Prefect's log line when a flow run raises (prefect.flow_engine): the exception follows it.
+FLOW_FAILED = "Encountered exception during execution"
 
 VLLM_LEVEL_ENV = "VLLM_LOGGING_LEVEL"
 QUIET_VLLM_LEVEL = "WARNING"
+PREFECT_LEVEL_ENV = "PREFECT_LOGGING_LEVEL"
+QUIET_PREFECT_LEVEL = "WARNING"
 
 DEFAULTS = {
     # No network here or in CI: neither Prefect's server nor its client may phone home, and the
@@ -30,6 +34,9 @@ DEFAULTS = {
     # vLLM's INFO lines (engine arguments, memory profiling, every worker's start) bury the run's own
     # progress: only its warnings and errors, unless --verbose (or the user's own setting).
     VLLM_LEVEL_ENV: QUIET_VLLM_LEVEL,
+    # Prefect's INFO lines (its temporary server, every task run's state, a docs link) are not what a
+    # user runs the command for: the summary says what happened. --verbose brings them back.
+    PREFECT_LEVEL_ENV: QUIET_PREFECT_LEVEL,
 }
 
 
@@ -39,9 +46,11 @@ def prepare_environment() -> None:
 
 
 def verbose_engines() -> None:
-    """--verbose: vLLM's INFO logs too (a level the user set stays). Before vLLM is imported."""
+    """--verbose: vLLM's and Prefect's INFO logs too (a level the user set stays). Before either is imported."""
     if os.environ.get(VLLM_LEVEL_ENV) == QUIET_VLLM_LEVEL:
         os.environ[VLLM_LEVEL_ENV] = "INFO"
+    if os.environ.get(PREFECT_LEVEL_ENV) == QUIET_PREFECT_LEVEL:
+        os.environ[PREFECT_LEVEL_ENV] = "INFO"
 
 
 class _NoTracebackFor(logging.Filter):
@@ -55,9 +64,19 @@ class _NoTracebackFor(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and isinstance(exc, self.expected):
+            if record.name == "prefect.flow_runs" and record.getMessage().startswith(FLOW_FAILED):
+                return False  # the flow's own failure: the command's `error:` line says the same, last
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+class _NoRetryChatter(logging.Filter):
+    """huggingface_hub logs two lines a retry of a Hub request (about 12 when the Hub cannot be reached,
+    each printed twice through Prefect's handler): the run's one `error:` line says what failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
 
 
 class _CalmInterrupt(logging.Filter):
@@ -83,6 +102,7 @@ def quiet_expected_failures() -> None:
     # one line too. Anything else is a bug, and keeps its traceback.
     expected = (PrmSynthError, KeyboardInterrupt, OSError, MemoryError)
     quiet = _NoTracebackFor(expected)
+    logging.getLogger("huggingface_hub.utils._http").addFilter(_NoRetryChatter())
     for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.flow_engine", "prefect.task_engine"):
         logging.getLogger(name).addFilter(quiet)
         logging.getLogger(name).addFilter(CALM_INTERRUPT)

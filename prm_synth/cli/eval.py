@@ -153,6 +153,7 @@ def _fmt(x: float | None) -> str:
 @guarded
 def dataset_cmd(
     directory: Annotated[Path, typer.Argument(help="An output folder made with the simulated policy.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of the table.")] = False,
 ) -> None:
     """Bad-label precision/recall of a simulated-policy dataset against the recomputed truth."""
     from prm_synth.products.evaluate import evaluate_dataset
@@ -160,6 +161,9 @@ def dataset_cmd(
 
     with reading(directory):
         report = evaluate_dataset(directory)
+    if json_out:
+        typer.echo(json.dumps(report, sort_keys=True))
+        return
     header = f"{'rows':>7}{'exact':>8}{'fe prec':>9}{'fe rec':>8}{'bad prec':>10}{'bad rec':>9}{'good prec':>11}"
     typer.echo(f"{'':18}{header}")
     for name in ("before_consensus", "after_consensus"):
@@ -172,4 +176,3 @@ def dataset_cmd(
     typer.echo(
         f"kept fraction {_fmt(report['kept_fraction'])}, rollouts per kept row {_fmt(report['rollouts_per_kept_row'])}"
     )
-    typer.echo(json.dumps(report, sort_keys=True))

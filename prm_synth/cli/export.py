@@ -72,6 +72,10 @@ def export(
     license: Annotated[
         str | None, typer.Option(help="License for the card (default: from the problem source).")
     ] = None,
+    plots: Annotated[
+        bool,
+        typer.Option("--plots", help="Also pictures of the data (PNG, in plots/), linked from the card."),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Export views (TRL, Math-Shepherd, OpenRLHF, Qwen, verifier) as Parquet with a dataset card."""
@@ -91,7 +95,7 @@ def export(
         # The Hub's errors (HubExportError) come scrubbed of the token.
         if to_dir is not None:
             result = export_to_dir(
-                directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan
+                directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan, plots=plots
             )
         else:
             assert repo_id is not None
@@ -103,6 +107,7 @@ def export(
                 seed=seed,
                 license=license,
                 plan=plan,
+                plots=plots,
             )
     if json_out:
         typer.echo(json.dumps(result.as_dict(), sort_keys=True, default=str))
@@ -120,6 +125,11 @@ def export(
     if plan.soft:
         typer.echo(f"soft targets from {plan.soft} (floats in place of labels)")
     if result.tokenizer:
-        typer.echo(f"checked with tokenizer {result.tokenizer}; step marker {result.marker.as_dict()}")
+        # The marker only where a view puts it in the text (math-shepherd, openrlhf): qwen and trl have none.
+        marked = any(VIEWS[name].marked for name in result.views)
+        typer.echo(
+            f"checked with tokenizer {result.tokenizer}"
+            + (f'; step marker "{result.marker.shown()}"' if marked else "")
+        )
     typer.echo(f"\nwrote {len(result.files)} files to {where}")
     typer.echo(f"load: datasets.load_dataset({str(repo_id or to_dir)!r}, {next(iter(result.views))!r})")

@@ -38,6 +38,14 @@ def register(app: typer.Typer) -> None:
 def inspect(
     directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    plots: Annotated[
+        Path | None,
+        typer.Option(
+            "--plots",
+            help="Also write pictures of the data to this folder (PNG): label share by step position, first "
+            "error positions, p_good, unlabeled and rejected reasons, cost a row, and the judge's accuracy.",
+        ),
+    ] = None,
 ) -> None:
     """Counts and label statistics of a dataset."""
     from prm_synth.store.lock import reading
@@ -45,10 +53,24 @@ def inspect(
 
     with reading(directory):  # never a folder a run is writing: its counts would not add up
         summary = summarize(directory)
+        pictures = _draw(directory, plots) if plots is not None else None
     if json_out:
         typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
         return
     Console().print(summary_table(summary, str(directory)))
+    if pictures is not None:
+        for path in pictures.written.values():
+            typer.echo(f"wrote {path}")
+        for file, why in pictures.skipped.items():
+            typer.echo(f"not drawn: {file} ({why})")
+
+
+def _draw(directory: Path, plots: Path) -> Any:
+    from prm_synth.export.plots import draw
+
+    if plots.exists() and not plots.is_dir():
+        fail(f"--plots {plots} is a file, not a folder")
+    return draw(directory, plots)  # without matplotlib: one error line (PlotsUnavailableError)
 
 
 def summary_table(summary: RunSummary, title: str) -> Table:
@@ -67,7 +89,7 @@ def summary_table(summary: RunSummary, title: str) -> Table:
 # ---------------------------------------------------------------- show
 def show(
     directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
-    n: Annotated[int, typer.Option("--n", min=1, help="How many rows.")] = 3,
+    n: Annotated[int, typer.Option("--n", "-n", min=1, help="How many rows.")] = 3,
     bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
 ) -> None:
     """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""
@@ -100,6 +122,17 @@ def literal(text: object, style: str = "") -> Text:
     return Text(visible(text), style=style)
 
 
+def first_error_words(labels: list[bool | None], first: int) -> str:
+    """What the labels say about the first error: the first bad label is where the error was found, not
+    necessarily where it is when unlabeled steps come before it (the error may lie among them)."""
+    if first < 0:
+        return "no error found" if all(label is True for label in labels) else "no bad label (some steps unlabeled)"
+    open_before = [str(i) for i in range(first) if labels[i] is None]
+    if not open_before:
+        return f"first error at step {first}"
+    return f"first bad label at step {first} (the error may be earlier: step {', '.join(open_before)} unlabeled)"
+
+
 def row_table(row: Mapping[str, Any]) -> Group:
     """One record: a header line (answer, first error, cost), then a table row per step (text, label,
     its source, MC counts, p_good, why unlabeled) and the question."""
@@ -107,7 +140,7 @@ def row_table(row: Mapping[str, Any]) -> Group:
     first = row["first_error_mc"]
     header = literal(
         f"{row['id']}  answer {row['final_answer']} ({correct}, gold {row['gold_answer']})  "
-        f"first error {'none' if first < 0 else f'at step {first}'}  "
+        f"{first_error_words(row['labels'], first)}  "
         f"cost {row['rollouts']} rollouts, {row['tokens']} tokens",
         style="bold",
     )

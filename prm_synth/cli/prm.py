@@ -51,9 +51,9 @@ def train(
     batch_size: Annotated[int, typer.Option(min=1, help="Rows a device step.")] = 4,
     grad_accum: Annotated[int, typer.Option(min=1, help="Gradient accumulation steps.")] = 1,
     max_length: Annotated[int, typer.Option(min=16, help="Tokens a row (longer rows lose their last steps).")] = 512,
-    bf16: Annotated[bool, typer.Option(help="bfloat16 mixed precision (GPU).")] = False,
+    bf16: Annotated[bool, typer.Option("--bf16", help="bfloat16 mixed precision (GPU).")] = False,
     lora: Annotated[
-        bool, typer.Option(help="Train LoRA adapters (needs peft: prm-synth[train]); merged on save.")
+        bool, typer.Option("--lora", help="Train LoRA adapters (needs peft: prm-synth\\[train]); merged on save.")
     ] = False,
     test_fraction: Annotated[
         float, typer.Option(min=0.0, max=0.99, help="Run folder only: share of problems held out.")

@@ -22,6 +22,8 @@ from prm_synth.cli.environment import (
     quiet_expected_failures,
     verbose_engines,
 )
+from prm_synth.cli.finished import nothing_left
+from prm_synth.products.estimate import DEFAULT_TOKENS_PER_S, Estimate, estimate
 
 if TYPE_CHECKING:
     from prm_synth.config import PipelineConfig
@@ -61,13 +63,25 @@ def run(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file (see pipelines/).")],
     out: Annotated[Path | None, typer.Option(help="Output folder (default: runs/<name>).")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N problems.")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace an output folder made with another config.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an output folder made with another config.")
+    ] = False,
     dry_run: Annotated[
-        bool, typer.Option(help="Label one small shard end to end in a temporary folder; write nothing final.")
+        bool,
+        typer.Option("--dry-run", help="Label one small shard end to end in a temporary folder; write nothing final."),
     ] = False,
     runner: Annotated[Runner, typer.Option(help="Task runner.")] = Runner.threads,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    gpu_tokens_per_s: Annotated[
+        float,
+        typer.Option(
+            "--gpu-tokens-per-s",
+            min=1.0,
+            help="With --dry-run: the throughput (tokens processed a second, one GPU) the cost estimate's GPU hours "
+            "assume.",
+        ),
+    ] = DEFAULT_TOKENS_PER_S,
     retry_refused: Annotated[
         bool,
         typer.Option(
@@ -80,15 +94,16 @@ def run(
     verbose: Annotated[
         bool,
         typer.Option(
-            help="Show vLLM's own INFO logs too (default: its warnings only), and the tracebacks of the failures "
-            "the command reports in one line."
+            "--verbose",
+            help="Show Prefect's and vLLM's INFO logs too (default: their warnings only), and the tracebacks of "
+            "the failures the command reports in one line.",
         ),
     ] = False,
 ) -> None:
     """Run a pipeline as a one-off local Prefect flow run and print a summary.
 
     Ctrl-C (or SIGTERM) stops the run and its engine; finished shards are kept and the same command
-    resumes. The work runs in a child process that cannot outlive the command (see prm_synth.lifeline).
+    resumes. The work runs in a child process that cannot outlive the command.
     """
     started = supervise.started_at() or COMMAND_STARTED_AT
     if verbose:
@@ -100,6 +115,9 @@ def run(
         if not overwrite:
             config = preflight.check_same_config(out_dir, config, say_notes=not supervise.is_worker())
     preflight.check_problem_source(config, limit)
+    if not (dry_run or overwrite) and (done := nothing_left(config, out_dir, limit, retry_refused)) is not None:
+        _report(done, started, json_out, out_dir)  # every shard finished: no Prefect to start
+        return
     if supervise.should_supervise():
         raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))
     if supervise.is_worker():
@@ -110,14 +128,36 @@ def run(
         )
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
+    cost = estimate(summary, config, gpu_tokens_per_s) if dry_run else None
+    _report(summary, started, json_out, out_dir, cost, config.policy.kind == "simulated")
+
+
+def _report(
+    summary: RunSummary,
+    started: float,
+    json_out: bool,
+    out_dir: Path,
+    cost: Estimate | None = None,
+    simulated: bool = False,
+) -> None:
+    """The summary (and, after a dry run, the cost estimate) as text or JSON."""
+    from dataclasses import asdict
+
+    from prm_synth.products.estimate import estimate_lines
+
     assert summary.run is not None
     summary.run.startup_seconds = round(max(0.0, summary.run.started_at - started), 3)
     summary.run.wall_seconds = round(time.time() - started, 3)
     if json_out:
-        typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
+        extra = {"estimate": asdict(cost)} if cost is not None else {}
+        typer.echo(json.dumps(summary.to_dict() | extra, sort_keys=True))
         return
     _print_summary(summary)
-    if dry_run:
+    if summary.run.dry_run:
+        if cost is not None:
+            typer.echo("")
+            for line in estimate_lines(cost, simulated):
+                typer.echo(line)
         typer.echo("\ndry run: nothing was written")
     else:
         typer.echo(f"\ndataset: {out_dir}  (load: datasets.load_dataset('arrow', data_files='{out_dir}/data/*.arrow'))")
@@ -247,7 +287,9 @@ def serve(
     cron: Annotated[str, typer.Option(help='Schedule, e.g. "0 3 * * *".')],
     out: Annotated[Path | None, typer.Option(help="Output folder every scheduled run resumes into.")] = None,
     name: Annotated[str | None, typer.Option(help="Deployment name (default: the pipeline name).")] = None,
-    verbose: Annotated[bool, typer.Option(help="Show vLLM's own INFO logs too (default: its warnings only).")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show Prefect's and vLLM's INFO logs too (default: their warnings only).")
+    ] = False,
 ) -> None:
     """Serve the synthesis flow on a schedule from this process (Prefect's flow.serve).
 

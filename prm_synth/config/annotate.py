@@ -221,7 +221,11 @@ AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discrimi
 
 
 def rows_reconcile(
-    annotate: MCConfig | BinaryConfig | OmegaConfig, stats: ShardStats, rows: int, rejected: int, samples_per_problem: int
+    annotate: MCConfig | BinaryConfig | OmegaConfig,
+    stats: ShardStats,
+    rows: int,
+    rejected: int,
+    samples_per_problem: int,
 ) -> bool:
     """Every input is accounted for under the method's rule: one labeled row per sampled solution, or a
     rejection (`ONE_ROW_PER_SOLUTION`); or, a tree giving any number of rows, every problem has rows or a
@@ -235,7 +239,8 @@ def rows_reconcile(
 class LabelConfig(Strict):
     rule: Literal["hard", "majority", "relative"] = "hard"  # `soft` before: config/upgrade.py
     """How measured MC values become labels: `hard` (MC > 0 good), `majority` (MC >= 0.5 good), `relative`
-    (bad when MC falls significantly below the previous prefix's, or is 0)."""
+    (bad when MC falls significantly below the previous prefix's, or is 0). Under every rule a step after
+    the first bad step is bad whatever its MC (its prefix still holds that error)."""
     significance: float = Field(0.05, gt=0.0, lt=1.0)
     """`rule: relative`: significance of the one-sided binomial test against the previous prefix's MC."""
     min_confidence: float = Field(0.0, ge=0.0, le=1.0)

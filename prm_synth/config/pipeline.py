@@ -16,6 +16,7 @@ from prm_synth.config.annotate import (
 )
 from prm_synth.config.base import Strict, digest
 from prm_synth.config.engines import EngineConfig, EngineFields
+from prm_synth.config.grader import GraderConfig, check_grader
 from prm_synth.config.judge import ConsensusConfig, JudgeConfig, VerifyConfig
 from prm_synth.config.problems import ProblemSource
 from prm_synth.config.run import OutputConfig, RunConfig
@@ -28,7 +29,9 @@ class PipelineConfig(Strict):
     name: str = Field("prm-synth", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     """The run's name; the default output folder is runs/<name> (a plain folder name, never a path)."""
     problems: ProblemSource
-    """Where the problems come from: `builtin`, `file` or `hf` (by `kind`)."""
+    """Where the problems come from: `builtin`, `file`, `hf`, `humaneval` or `choice-file` (by `kind`)."""
+    grader: GraderConfig = GraderConfig()
+    """How a solution's final outcome is checked: `math` (default), `choice`, `exact`, `code`, `majority`."""
     policy: EngineConfig
     """The model whose solutions are labeled: `simulated`, `vllm` or `openai` (by `kind`)."""
     sampling: SamplingConfig = SamplingConfig()
@@ -54,8 +57,8 @@ class PipelineConfig(Strict):
     """How the run is executed (parallelism, retries, warnings); changes no row."""
 
     # A field added after datasets were written, at the value that means "as before" (Strict): a config
-    # without a `verify` section hashes as configs written before the stage existed.
-    ADDED_FIELDS = {"verify": None}
+    # without a `verify` section, or with the default (math) grader, hashes as configs written before.
+    ADDED_FIELDS = {"verify": None, "grader": GraderConfig().fingerprint_part()}
 
     @model_validator(mode="before")
     @classmethod
@@ -76,6 +79,11 @@ class PipelineConfig(Strict):
     def _consensus_needs_a_judge(self) -> PipelineConfig:
         if self.consensus is not None and self.consensus.policy != "mc-only" and self.judge is None:
             raise ValueError(f"consensus.policy {self.consensus.policy!r} needs a judge section")
+        return self
+
+    @model_validator(mode="after")
+    def _grader_fits_problems(self) -> PipelineConfig:
+        check_grader(self.grader, self.problems.kind)
         return self
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""Where the problems come from: the `problems` section (`builtin`, `file`, `hf`)."""
+"""Where the problems come from: the `problems` section (`builtin`, `file`, `hf`; `humaneval` and
+`choice-file` in config/domain_sources.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from prm_synth.config.base import MAX_OPS, Strict
+from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource
 
 
 class FieldMapping(Strict):
@@ -21,6 +23,10 @@ class FieldMapping(Strict):
     """Column holding a problem id (None: ids are made from the row's position)."""
     answer_format: Literal["plain", "gsm8k", "boxed"] = "plain"
     """How to read the answer column: `gsm8k` takes what follows "####", `boxed` the last \\boxed{}, `plain` it as is."""
+    aliases: str | None = None
+    """Column holding other accepted answers (a list of strings) for `grader.kind: exact` (None: none)."""
+
+    ADDED_FIELDS = {"aliases": None}
 
 
 PRESETS: dict[str, FieldMapping] = {
@@ -91,4 +97,6 @@ class HFSource(_MappedSource):
     """Stream the rows instead of downloading the whole data set first."""
 
 
-ProblemSource = Annotated[BuiltinSource | FileSource | HFSource, Field(discriminator="kind")]
+ProblemSource = Annotated[
+    BuiltinSource | FileSource | HFSource | HumanEvalSource | ChoiceFileSource, Field(discriminator="kind")
+]

@@ -39,7 +39,7 @@ class SamplingConfig(Strict):
 class StepsConfig(Strict):
     ADDED_FIELDS: ClassVar[dict[str, Any]] = {"min_chars": 0, "max_steps": None}  # added later, "as before"
 
-    strategy: Literal["paragraph", "line", "step-marker", "regex", "thinking"] = "line"
+    strategy: Literal["paragraph", "line", "step-marker", "regex", "thinking", "code", "code-whole"] = "line"
     """How a solution is split into steps: one a line, one a paragraph, at "Step N" markers, at the end of
     each match of `pattern`, or `thinking`: the paragraphs of a thinking trace, then the answer after its
     close marker as the last step (the policy's `thinking` markers)."""

@@ -29,6 +29,8 @@ from prm_synth.export.card_facts import (
     verification_facts,
     view_row,
 )
+from prm_synth.export.grader_card import grader_facts
+from prm_synth.export.plots import TITLES
 from prm_synth.export.rows import DEFAULT_MARKER, Marker
 from prm_synth.export.writing import ViewExport
 from prm_synth.schema import LabelSource
@@ -188,10 +190,12 @@ def render_card(
     license: str | None = None,
     template: str | Path | None = None,
     consumers: Mapping[str, Any] | None = None,
+    pictures: Mapping[str, str] | None = None,
 ) -> str:
     """The README.md for the exported views: rendered from the template, merged into `existing`.
 
     `consumers`: the tokenizer check of the export (`ExportPlan.card_facts()`), or None when none ran.
+    `pictures`: the data's pictures in the export (file name: path in the repo), linked from the card.
     """
     manifest = read_manifest(dataset_dir)
     config = manifest.get("config") or {}
@@ -214,6 +218,7 @@ def render_card(
         "problems_line": problems_line(summary, config, manifest),
         "made": made_rows(config, facts, source["description"], manifest, how),
         "method_text": how["text"],
+        "has_judge": bool(config.get("judge")),
         "source_text": {k: v for k, v in SOURCE_TEXT.items() if any(k in row["label_sources"] for row in views)},
         "summary": summary,
         "rejected_by_reason": sorted(summary.rejected_by_reason.items()),
@@ -246,6 +251,8 @@ def render_card(
             )
         },
         "verification": verification_facts(summary, facts),
+        "pictures": [(TITLES.get(name, name), path) for name, path in (pictures or {}).items()],
+        "grader": grader_facts(dataset_dir, config),
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
     fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)

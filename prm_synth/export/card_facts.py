@@ -131,8 +131,9 @@ def made_rows(
     judge = _get(config, "judge", default=None)
     consensus = _get(config, "consensus", default=None)
     rollout_tokens = _get(config, "rollouts", "max_tokens", default=_get(config, "annotate", "rollout_max_tokens"))
+    samples = _get(config, "sampling", "samples_per_problem")
     budgets = (
-        f"{_get(config, 'sampling', 'samples_per_problem')} solutions a problem, sampling max_tokens "
+        f"{samples} solution{'' if samples == 1 else 's'} a problem, sampling max_tokens "
         f"{_get(config, 'sampling', 'max_tokens')}, rollout max_tokens {rollout_tokens}"
     )
     if judge:
@@ -215,7 +216,9 @@ def _example(row: Mapping[str, Any] | None, width: int = 160) -> str:
 
     def cut(v: Any) -> Any:
         if isinstance(v, str) and len(v) > width:
-            return v[:width] + "…"
+            # Head and tail: a view that puts the question before the steps (math-shepherd's `input`)
+            # still shows its steps and markers, not only the question.
+            return v[: width // 2] + " … " + v[-(width // 2) :]
         if isinstance(v, list):
             return [cut(x) for x in v]
         return v

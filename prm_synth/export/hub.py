@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.export.card import REDACTED, render_card
 from prm_synth.export.consumers import load_tokenizer, tokenizer_name
-from prm_synth.export.rows import CONFIDENCE_COLUMN, DEFAULT_MARKER, SOFT_SOURCES, Marker
+from prm_synth.export.rows import CHAINS_COLUMN, CONFIDENCE_COLUMN, DEFAULT_MARKER, SOFT_SOURCES, Marker
 from prm_synth.export.token_check import choose_marker, verify_views
 from prm_synth.export.views import SOFT_VIEWS, VERIFIER_VIEW, VIEW_NAMES, VIEWS
 from prm_synth.export.writing import ViewExport, export_view
@@ -112,6 +112,16 @@ def has_p_good(dataset_dir: str | Path) -> bool:
     )
 
 
+def has_chains(dataset_dir: str | Path) -> bool:
+    """Whether any row of the run holds a kept verification chain (what the verifier view is made of)."""
+    for table in iter_tables(dataset_dir, "data"):
+        if CHAINS_COLUMN in table.column_names:
+            lengths = pc.list_value_length(table[CHAINS_COLUMN])
+            if pc.max(lengths).as_py() or 0:
+                return True
+    return False
+
+
 def default_formats(with_tokenizer: bool, with_chains: bool = False) -> list[str]:
     """Every PRM view with a tokenizer; without one, those whose consumer does not depend on it; and the
     verifier view when the run made verification chains."""
@@ -143,8 +153,14 @@ def plan_export(
     if unknown or not chosen:
         raise ExportRequestError(f"unknown view(s) {unknown or chosen}; choose from {', '.join(VIEWS)}")
     manifest = read_manifest(dataset_dir)  # fail before writing anything when this is not a dataset folder
-    if formats is None and manifest.get("config", {}).get("verify"):
+    if formats is None and manifest.get("config", {}).get("verify") and has_chains(dataset_dir):
         chosen = default_formats(tokenizer is not None, with_chains=True)
+    if VERIFIER_VIEW in chosen and not has_chains(dataset_dir):
+        # An empty verifier view loads in no library (`datasets`: "train" corresponds to no data).
+        raise ExportRequestError(
+            "the verifier view needs verification chains, and no row of this run has one: run with a `verify` "
+            "section (see docs/guides/verifier-data.md), or export the PRM views without -f verifier"
+        )
     if soft is not None:
         chosen, soft = _soft_request(dataset_dir, chosen, formats is not None, soft)
     if min_confidence is None:
@@ -183,9 +199,7 @@ def _soft_request(dataset_dir: str | Path, chosen: list[str], explicit: bool, so
     if soft not in SOFT_SOURCES:
         raise ExportRequestError(f"soft targets come from {' or '.join(SOFT_SOURCES)}, not {soft!r}")
     if soft == "p_good" and not has_p_good(dataset_dir):
-        raise ExportRequestError(
-            "--soft-from p_good: this run has no p_good (only `search_test: changepoint` has)"
-        )
+        raise ExportRequestError("--soft-from p_good: this run has no p_good (only `search_test: changepoint` has)")
     hard_only = [f for f in chosen if f not in SOFT_VIEWS]
     if explicit and hard_only:
         raise ExportRequestError(
@@ -250,8 +264,11 @@ def export_to_dir(
     tokenizer: Any = None,
     placeholder: str | None = None,
     plan: ExportPlan | None = None,
+    plots: bool = False,
 ) -> ExportResult:
     """Write the Hub repo layout (views + README.md) to `out_dir`; a README.md already there is merged.
+
+    `plots`: also the pictures of the data (prm_synth.export.plots) in `plots/`, linked from the card.
 
     `existing_card` (the text of a card to merge into) overrides the README.md found in `out_dir`.
     `tokenizer` / `placeholder`: see `plan_export` (or pass a `plan` it made).
@@ -280,6 +297,13 @@ def export_to_dir(
         text = json.dumps(view_config(export, plan), indent=2, ensure_ascii=False) + "\n"
         (out / fmt / VIEW_CONFIG).write_text(text, encoding="utf-8")  # the marker may be any script
         files += [p for split in export.splits.values() for p in split.files] + [f"{fmt}/{VIEW_CONFIG}"]
+    pictures: dict[str, str] = {}
+    if plots:
+        from prm_synth.export.plots import PICTURES_FOLDER, draw
+
+        drawn = draw(dataset_dir, out / PICTURES_FOLDER).written
+        pictures = {name: f"{PICTURES_FOLDER}/{name}" for name in drawn}
+        files += list(pictures.values())
     card = render_card(
         dataset_dir,
         exports,
@@ -288,6 +312,7 @@ def export_to_dir(
         license=license,
         template=template,
         consumers=plan.card_facts(),
+        pictures=pictures,
     )
     readme.write_text(card, encoding="utf-8")
     return ExportResult(
@@ -326,6 +351,7 @@ def export_to_hub(
     tokenizer: Any = None,
     placeholder: str | None = None,
     plan: ExportPlan | None = None,
+    plots: bool = False,
 ) -> ExportResult:
     """Create (or reuse) the dataset repo, merge its card, and upload views + card in one commit.
 
@@ -360,6 +386,7 @@ def export_to_hub(
                 existing_card=existing or "",
                 template=template,
                 plan=plan,
+                plots=plots,
             )
             logger.info("uploading %d files to %s", len(result.files), repo_id)
             api.upload_folder(

@@ -25,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
+from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import last_boxed
 from prm_synth.problems import arithmetic
+from prm_synth.problems.choice_file import iter_choice_file
+from prm_synth.problems.humaneval import iter_humaneval
 from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
 from prm_synth.store.shards import storable
 
@@ -49,13 +52,18 @@ class ProblemSourceError(PrmSynthInputError):
 __all__ = ["Item", "Problem", "ProblemSourceError", "count_hint", "gold_from_field", "iter_problems"]
 
 
-def iter_problems(source: BuiltinSource | FileSource | HFSource) -> Iterator[Item]:
+def iter_problems(source: Any, gold_optional: bool = False) -> Iterator[Item]:
+    """`gold_optional` (grader.kind majority): a row without an answer is a problem with an empty gold."""
     if isinstance(source, BuiltinSource):
         return _builtin(source)
     if isinstance(source, FileSource):
-        return _from_file(source)
+        return _from_file(source, gold_optional)
     if isinstance(source, HFSource):
-        return _from_hf(source)
+        return _from_hf(source, gold_optional)
+    if isinstance(source, HumanEvalSource):
+        return iter_humaneval(source)
+    if isinstance(source, ChoiceFileSource):
+        return iter_choice_file(source, gold_optional)
     raise TypeError(f"unknown problem source {type(source).__name__}")
 
 
@@ -149,8 +157,9 @@ def _bad_text(value: str) -> str | None:
 class _RowReader:
     """Turns raw rows into problems with one field mapping; remembers ids to reject duplicates."""
 
-    def __init__(self, source: str, id_prefix: str, mapping: FieldMapping) -> None:
+    def __init__(self, source: str, id_prefix: str, mapping: FieldMapping, gold_optional: bool = False) -> None:
         self.source, self.id_prefix, self.mapping = source, id_prefix, mapping
+        self.gold_optional = gold_optional  # majority: no answer is an empty gold, not a rejection
         self.seen: set[str] = set()
 
     def read(self, index: int, row: Any) -> Item:
@@ -172,6 +181,8 @@ class _RowReader:
         if not question.strip():
             return reject("empty_question", f"row {index}: {m.question!r} is empty")
         gold, reason = gold_from_field(row.get(m.answer), m.answer_format)
+        if gold is None and self.gold_optional and reason in ("missing_answer", "empty_answer"):
+            gold, reason = "", None
         if gold is None:
             details = {
                 "missing_answer": f"row {index} has no {m.answer!r} field",
@@ -184,8 +195,13 @@ class _RowReader:
                 return reject("bad_text", f"row {index}: {name!r} cannot be stored as UTF-8: {why}")
         if pid in self.seen:
             return reject("duplicate_id", f"row {index}: id {pid!r} was already used by an earlier row")
+        grading = None
+        if m.aliases is not None and (aliases := row.get(m.aliases)) is not None:
+            if not isinstance(aliases, list) or not all(isinstance(a, str) and _bad_text(a) is None for a in aliases):
+                return reject("unparseable_answer", f"row {index}: {m.aliases!r} is not a list of strings")
+            grading = json.dumps({"aliases": aliases}, ensure_ascii=False)
         self.seen.add(pid)
-        return Problem(id=pid, question=question, gold_answer=gold, source=self.source)
+        return Problem(id=pid, question=question, gold_answer=gold, source=self.source, grading=grading)
 
     def read_all(self, rows: Iterable[tuple[int, Any]]) -> Iterator[Item]:
         for index, row in rows:
@@ -193,7 +209,7 @@ class _RowReader:
 
 
 # ---------------------------------------------------------------- files
-def _from_file(src: FileSource) -> Iterator[Item]:
+def _from_file(src: FileSource, gold_optional: bool = False) -> Iterator[Item]:
     # The file is opened here, not on the first next(), so a broken file fails at the call.
     path, stem = src.path, src.path.stem
     openers = {".jsonl": _jsonl_rows, ".ndjson": _jsonl_rows, ".json": _json_rows, ".parquet": _parquet_rows}
@@ -204,7 +220,7 @@ def _from_file(src: FileSource) -> Iterator[Item]:
         )
     if not path.is_file():
         raise ProblemSourceError(f"problem file {path} is not a readable file")
-    return _RowReader(stem, stem, src.mapping()).read_all(opener(path, stem))
+    return _RowReader(stem, stem, src.mapping(), gold_optional).read_all(opener(path, stem))
 
 
 def _open_problem_file(path: Path) -> Any:
@@ -322,7 +338,7 @@ def _parquet_rows(path: Path, source: str) -> Iterator[tuple[int, Any]]:
 _OWN_BUILDERS = ("json", "parquet")
 
 
-def _from_hf(src: HFSource) -> Iterator[Item]:
+def _from_hf(src: HFSource, gold_optional: bool = False) -> Iterator[Item]:
     """A Hugging Face source. Local files (a folder, or the `json` / `parquet` builder over local
     data_files) are read by the readers of local problem files, with their bounds (a line over
     MAX_LINE_BYTES rejected unread, a .json list over MAX_JSON_FILE_BYTES refused, Parquet by batches);
@@ -330,7 +346,7 @@ def _from_hf(src: HFSource) -> Iterator[Item]:
     row over MAX_LINE_BYTES of text is rejected ("line_too_long") as a local line would be."""
     name = src.path + (f"/{src.name}" if src.name else "")
     where = f"Hugging Face dataset {name!r} (split {src.split!r})"
-    reader = _RowReader(name, f"{name}-{src.split}", src.mapping())
+    reader = _RowReader(name, f"{name}-{src.split}", src.mapping(), gold_optional)
     local = _local_files(src)
     if local is not None:
         builder, files = local

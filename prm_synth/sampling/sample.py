@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from prm_synth.config import EngineConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.grading.math import Verdict, grade_completion
+from prm_synth.grading.math import Verdict
+from prm_synth.grading.registry import grade_completion, make_grader
 from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.prompting.thinking import ThinkingMarkers, resolve_markers
@@ -102,6 +103,7 @@ def read_solutions(
     `markers`: a thinking policy's, as its engine resolved them (None: from the config alone)."""
     markers = markers or resolve_markers(config.policy)
     split = splitter(config.steps, markers)
+    grader = make_grader(config.grader)
     out = Sampled(tokens=result.prompt_tokens + result.generated_tokens, completions=len(result.completions))
     for j, completion in enumerate(result.completions):
         steps = split(completion.text)
@@ -119,7 +121,7 @@ def read_solutions(
                 )
             )
             continue
-        verdict = grade_completion(completion.text, problem.gold_answer, completion.finish_reason, markers)
+        verdict = grade_completion(grader, completion.text, grader.key(problem), completion.finish_reason, markers)
         share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
         out.solutions.append(Solution(problem, j, steps, verdict, share, completion.generated_tokens))
     return out

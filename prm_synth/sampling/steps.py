@@ -24,8 +24,9 @@ from typing import Any
 
 from prm_synth.config.sampling import compile_steps_pattern
 from prm_synth.prompting.thinking import DEFAULT_MARKERS, ThinkingMarkers
+from prm_synth.sampling.code_steps import split_code
 
-STRATEGIES = ("paragraph", "line", "step-marker", "regex", "thinking")
+STRATEGIES = ("paragraph", "line", "step-marker", "regex", "thinking", "code", "code-whole")
 
 _LINE = re.compile(r"\r\n|\n|\r")
 # A blank-line run: from one newline through the last newline of the whitespace that follows.
@@ -55,6 +56,8 @@ def split_steps(text: str, strategy: str = "line", pattern: str | None = None) -
     """Split `text` into steps; joining them gives back `text` exactly. Empty text gives []."""
     if strategy == "thinking":
         return split_thinking(text, ThinkingMarkers(*DEFAULT_MARKERS))
+    if strategy in ("code", "code-whole"):
+        return split_code(text, whole=strategy == "code-whole")
     regex = _boundary_regex(strategy, pattern)
     if not text:
         return []

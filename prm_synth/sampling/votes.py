@@ -1,0 +1,72 @@
+"""The votes of `grader.kind: majority` (prm_synth/grading/majority.py): each problem's pseudo-gold from
+`grader.votes` policy samples, or its `no_majority` rejection, before labeling."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any
+
+from prm_synth.grading import math as math_grading
+from prm_synth.grading.majority import MajorityAudit
+from prm_synth.grading.registry import make_grader
+from prm_synth.sampling.sample import sampling_request
+from prm_synth.schema import Problem, RejectedRecord, reject
+
+
+@dataclass
+class MajorityOutcome:
+    problems: list[Problem]
+    rejected: list[RejectedRecord]
+    audit: MajorityAudit
+    tokens: int = 0
+
+
+def pseudo_gold(engine: Any, problems: list[Problem], config: Any) -> MajorityOutcome:
+    """Each problem with its majority answer as gold (or its `no_majority` rejection), in input order."""
+    g = config.grader
+    grader = make_grader(g, inner=True)
+    out = MajorityOutcome([], [], MajorityAudit())
+    step = config.run.max_batch_requests
+    for start in range(0, len(problems), step):
+        batch = problems[start : start + step]
+        requests = [replace(sampling_request(p, config), n=g.votes) for p in batch]
+        for problem, result in zip(batch, engine.generate(requests), strict=True):
+            out.tokens += result.prompt_tokens + result.generated_tokens
+            key = grader.key(problem)
+            texts = [c.text for c in result.completions if not math_grading.is_truncated(c.finish_reason)]
+            answers = [a for a in (grader.canonical(t, key) for t in texts) if a is not None]
+            counts = Counter(answers).most_common()
+            top, top_count = counts[0] if counts else (None, 0)
+            tied = len(counts) > 1 and counts[1][1] == top_count
+            share = top_count / g.votes
+            if top is None or tied or share < g.min_agreement:
+                out.audit.rejected += 1
+                detail = f"the most common of {g.votes} answers has {top_count} votes ({share:.2f} < {g.min_agreement})"
+                if tied:
+                    detail = f"{top_count} votes each for two answers: no majority"
+                out.rejected.append(
+                    reject(
+                        f"{problem.id}-majority",
+                        problem.id,
+                        problem.source,
+                        "sample",
+                        "no_majority",
+                        detail,
+                        {"answers": dict(counts[:10])},
+                    )
+                )
+                continue
+            right: bool | None = None
+            if problem.gold_answer.strip():  # held out: measured, never shown to the labeler
+                winner = next(t for t in texts if grader.canonical(t, key) == top)
+                right = grader.grade(winner, key).status == "correct"
+            out.audit.kept += 1
+            out.audit.add(share, right)
+            data = json.loads(problem.grading) if problem.grading else {}
+            data |= {"pseudo_gold_share": round(share, 6), "held_out_gold": problem.gold_answer or None}
+            out.problems.append(
+                replace(problem, gold_answer=top, grading=json.dumps(data, ensure_ascii=False, sort_keys=True))
+            )
+    return out

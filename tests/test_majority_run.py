@@ -1,0 +1,41 @@
+"""A no-gold run end to end on the simulated policy: pseudo-gold rows marked, `no_majority` rejections,
+counts that reconcile, and a card that states the pseudo-gold and its agreement-accuracy table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _simulated_run import pipeline_data, write_run
+
+from prm_synth.export.card import render_card
+from prm_synth.export.grader_card import level_span, majority_counts
+from prm_synth.store.readers import iter_records
+from prm_synth.store.summary import summarize
+
+
+def test_majority_run_marks_rows_rejects_and_states_it_on_the_card(tmp_path: Path) -> None:
+    data = pipeline_data(
+        "simulated",
+        problems={"kind": "builtin", "count": 24, "seed": 3, "min_ops": 2, "max_ops": 4},
+        policy={"kind": "simulated", "step_error": 0.2, "recover": 0.05, "seed": 1, "step_format": "line"},
+        grader={"kind": "majority", "votes": 6, "min_agreement": 0.6},
+        output={"shard_size": 8},
+    )
+    out = write_run(tmp_path / "run", data)
+    rows = list(iter_records(out))
+    rejected = list(iter_records(out, "rejected"))
+    counts = majority_counts(out)
+    assert rows and all(r["gold_origin"].startswith("majority ") for r in rows)
+    assert all(float(r["gold_origin"].split()[1]) >= 0.6 for r in rows)
+    no_majority = [r for r in rejected if r["reason"] == "no_majority"]
+    assert len(no_majority) == counts["rejected"] and counts["kept"] + counts["rejected"] == 24
+    summary = summarize(out)
+    assert summary.reconciles
+    total = sum(v for k, v in counts.items() if k.startswith("total@"))
+    assert total == counts["kept"]  # every builtin problem has a gold, held out and audited
+    card = render_card(out, [])
+    assert "pseudo-gold" in card and "| agreement | majority right | problems | accuracy |" in card
+    for key, value in counts.items():
+        if key.startswith("total@"):
+            level = key.split("@")[1]
+            assert f"| {level_span(level)} | {counts['right@' + level]} | {value} |" in card
