@@ -130,11 +130,17 @@ def _own_sigterm() -> None:
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    # Stop only once: a second signal while the engine shuts down must not interrupt the shutdown.
+    # Stop only once: a second signal while the engine shuts down must not interrupt the shutdown. Not
+    # SIG_IGN: a signal already on its way when the handler changes (the command's forwarded stop and the
+    # worker's own SIGTERM, sent at once) would then raise "Signal 15 ignored due to race condition".
     for sig in _STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
+        signal.signal(sig, _already_stopping)
     name = signal.SIGTERM.name if signum == STOP_SIGNAL else signal.Signals(signum).name
     begin_stop(name)
+
+
+def _already_stopping(_signum: int, _frame: FrameType | None) -> None:
+    """A signal after the first: the stop is under way."""
 
 
 # Set once the worker stops (a signal, the server lost): nothing else it prints or raises matters then.
