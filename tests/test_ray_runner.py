@@ -91,6 +91,7 @@ def test_shard_tasks_run_on_ray_workers_and_report_to_the_flows_server(tmp_path)
         "RAY_USAGE_STATS_ENABLED": "0",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "300",  # a busy machine
         "RAY_DEDUP_LOGS": "0",  # every worker's lines, so a second "Starting temporary server" shows
+        "PREFECT_LOGGING_LEVEL": "INFO",  # the shard tasks' "(pid N)" lines are INFO (the CLI's default is WARNING)
         "PYTHONPATH": str(ROOT),
     }
     done = subprocess.run(

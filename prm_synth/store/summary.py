@@ -127,8 +127,9 @@ class RunSummary:
             "limit": PRECISION_LIMIT,
         }
 
-    def precision_text(self) -> str | None:
-        """`estimated_precision` in words (the run summary, `inspect`, the flow artifact, the card)."""
+    def precision_text(self, short: bool = False) -> str | None:
+        """`estimated_precision` in words (`inspect`, the flow artifact, the card); `short`: one line for
+        the run's own summary (how many planted errors it rests on, and that it is an upper bound)."""
         report = self.estimated_precision()
         if report is None:
             return None
@@ -136,6 +137,9 @@ class RunSummary:
         for kind in ("good", "bad"):
             if (e := report[kind]) is not None:
                 parts.append(f"{kind} labels {e['point']:.3f} (95% interval {e['low']:.3f}-{e['high']:.3f})")
+        if short:
+            planted = self.canaries.planted if self.canaries else 0
+            return f"{', '.join(parts) or 'no labels kept'}; {planted} planted errors, an upper bound (inspect says more)"
         rests = self.canaries.text() if self.canaries else "no planted errors (canaries off)"
         return f"{', '.join(parts) or 'no labels kept'}; rests on {rests}. {PRECISION_LIMIT}"
 
@@ -287,7 +291,7 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
         # the run's summary says it in one line; `inspect`'s table (no `run`) gives it whole
         accuracy = judge_accuracy_short(c) if run is not None else c.judge_accuracy_text()
         rows += [("kept by consensus", c.kept_text()), ("judge accuracy", accuracy)]
-    if (precision := summary.precision_text()) is not None:
+    if (precision := summary.precision_text(short=run is not None)) is not None:
         rows.append(("estimated precision", precision))
     if (v := summary.verify) is not None and v.chains:
         rows.append(
