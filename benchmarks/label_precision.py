@@ -79,7 +79,7 @@ def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, An
         kept += out.records
         stats = stats + out.stats
     measured = precision(kept)
-    estimate = precision_report(stats.consensus.estimate if stats.consensus else {})
+    estimate = precision_report(stats.consensus.estimate if stats.consensus else {}, CanaryStats.read(stats.canaries))
     inside = {}
     for kind in ("good", "bad"):
         e, m = estimate.get(kind), measured[kind]

@@ -3,6 +3,9 @@ a dict (`ShardStats.canaries`, summed key by key over shards); `CanaryStats.read
 
 Per answer class of the canary ("right": the planted error hides behind a right answer; "wrong"):
 - the rollouts' first error against the planted step: `mc_at`, `mc_before`, `mc_after`, `mc_clean`;
+  the bad labels that placement gives (`mc_bad_labels`: the placed step and the labeled steps after it)
+  and how many of them are wrong (`mc_bad_wrong`: before the planted step), the bad-label precision the
+  labeler reaches on this run, measured and not modelled (precision_report);
 - the judge's readable votes: `named` (the planted step), `missed` (-1), `before`/`after` (another step),
   `offset_sum` (the summed distance of those step votes), `unreadable`;
 - vote dependence within a row: `pairs` of readable votes on one row and how many of them are equal
@@ -22,6 +25,8 @@ CLASS_KEYS = (
     "mc_before",
     "mc_after",
     "mc_clean",
+    "mc_bad_labels",
+    "mc_bad_wrong",
     "votes",
     "named",
     "missed",
@@ -130,11 +135,39 @@ class CanaryStats:
 Z = 1.96  # the intervals' normal quantile (95%)
 
 
-def precision_report(sums: dict[str, float]) -> dict[str, object]:
-    """`estimated_precision` from the summed expectations (ConsensusStats.estimate): good and bad, point
-    and interval, overall and per answer class."""
+def wilson(hits: float, total: float, z: float = Z) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (0..1 where nothing was counted)."""
+    if total <= 0:
+        return 0.0, 1.0
+    p = hits / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
-    def one(prefix: str, kind: str) -> dict[str, float | int] | None:
+
+def canary_bad_precision(canaries: CanaryStats | None, answers: tuple[str, ...]) -> tuple[float, float] | None:
+    """The bad labels' precision as the planted errors measured it (the labeler's placement against the
+    planted step, `mc_bad_wrong` of `mc_bad_labels`), as a 95% Wilson interval. A row's bad labels stand
+    or fall together (one early placement makes several wrong), so the interval counts rows, not labels:
+    the measured share is carried over the canaries that were given a bad label. None where none were."""
+    if canaries is None:
+        return None
+    labels = sum(canaries.of(a)["mc_bad_labels"] for a in answers)
+    wrong = sum(canaries.of(a)["mc_bad_wrong"] for a in answers)
+    rows = sum(canaries.of(a)[k] for a in answers for k in ("mc_at", "mc_before", "mc_after"))
+    if labels <= 0 or rows <= 0:
+        return None
+    return wilson((1.0 - wrong / labels) * rows, rows)
+
+
+def precision_report(sums: dict[str, float], canaries: CanaryStats | None = None) -> dict[str, object]:
+    """`estimated_precision` from the summed expectations (ConsensusStats.estimate): good and bad, point
+    and interval, overall and per answer class. The point is the posterior's; the bad labels' interval
+    also holds the canaries' own measurement of them (`canary_bad_precision`): the posterior trusts the
+    judge's and the rollouts' modelled rates, which are optimistic where the labeler places errors too
+    early more often than its confidence says, and the canaries measure that directly."""
+
+    def one(prefix: str, kind: str, answers: tuple[str, ...]) -> dict[str, float | int] | None:
         labels = sums.get(f"{prefix}{kind}_labels", 0.0)
         if labels <= 0:
             return None
@@ -142,6 +175,9 @@ def precision_report(sums: dict[str, float]) -> dict[str, object]:
         spread = Z * math.sqrt(sums.get(f"{prefix}{kind}_var", 0.0)) / labels
         ends = [sums.get(f"{prefix}{kind}_{end}", point * labels) / labels for end in ("low", "high")]
         low, high = min([point, *ends]) - spread, max([point, *ends]) + spread
+        measured = canary_bad_precision(canaries, answers) if kind == "bad" else None
+        if measured is not None:
+            low, high = min(low, measured[0]), max(high, measured[1])
         return {
             "point": round(point, 4),
             "low": round(max(0.0, low), 4),
@@ -149,6 +185,7 @@ def precision_report(sums: dict[str, float]) -> dict[str, object]:
             "labels": int(labels),
         }
 
-    out: dict[str, object] = {"good": one("", "good"), "bad": one("", "bad")}
-    out["by_answer"] = {c: {"good": one(f"{c}:", "good"), "bad": one(f"{c}:", "bad")} for c in ("right", "wrong")}
+    both = ("right", "wrong")
+    out: dict[str, object] = {"good": one("", "good", both), "bad": one("", "bad", both)}
+    out["by_answer"] = {c: {"good": one(f"{c}:", "good", (c,)), "bad": one(f"{c}:", "bad", (c,))} for c in both}
     return out
