@@ -108,6 +108,8 @@ class CanaryStats:
             out[answer] = {
                 "canaries": n,
                 "rollouts": {k: c[f"mc_{k}"] / n if n else None for k in ("at", "before", "after", "clean")},
+                # the share of the bad labels the rollouts' placement gives that are right (precision_report)
+                "rollouts_bad_precision": 1.0 - c["mc_bad_wrong"] / c["mc_bad_labels"] if c["mc_bad_labels"] else None,
                 "judge_recall": c["named"] / v if v else None,
                 "judge_missed": c["missed"] / v if v else None,
                 "judge_mean_location_error": c["offset_sum"] / steps if steps else None,
