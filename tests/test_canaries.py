@@ -260,3 +260,19 @@ def test_canaries_count_the_bad_labels_the_rollouts_place_before_the_planted_ste
     assert (late["mc_after"], late["mc_bad_labels"], late["mc_bad_wrong"]) == (1, 1, 0)
     clean = measure([(canary(-1, [True] * 5), 3)]).of("right")
     assert (clean["mc_clean"], clean["mc_bad_labels"]) == (1, 0)
+
+
+def test_the_bad_interval_holds_the_measured_precision_where_the_posterior_alone_is_too_sure():
+    """A simulated run where the labeler's confidence is optimistic (the policy repairs early slips, a
+    judge that misses errors there and repeats one reading; development seed 3): the posterior alone
+    reports a bad interval that misses the kept bad labels' measured precision, and the interval the run
+    reports, which also holds the canaries' measurement, contains it."""
+    import label_precision
+
+    result = label_precision.run_case("repair", "correlated", 3, 60)
+    measured, bad = result["measured"]["bad"], result["estimated"]["bad"]
+    low, high = result["posterior_bad_interval"]
+    assert not low <= measured <= high, "the world no longer makes the posterior alone too sure"
+    assert bad["low"] <= measured <= bad["high"], (bad, measured)
+    assert bad["low"] <= low and bad["high"] >= high  # widened, never narrowed
+    assert result["canaries"]["planted"] >= 8
