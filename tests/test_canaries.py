@@ -219,7 +219,8 @@ def test_the_bad_interval_holds_what_the_canaries_measured_when_the_labelers_con
     """A world where the labeler's confidence is optimistic: the posterior expects the kept bad labels
     right with a tight spread (`point`, no variance), while the planted errors show the rollouts placing
     some first errors early (`early`: the share of the canaries' bad labels before the planted step).
-    The reported bad interval must hold the precision the canaries measured."""
+    The reported bad interval must hold the precision pooled from both (what the kept labels measure
+    when they err as the canaries do on as many labels), and the point stays the posterior's."""
     from prm_synth.store.canary_counts import precision_report
 
     labels = rows * per_row
@@ -230,7 +231,7 @@ def test_the_bad_interval_holds_what_the_canaries_measured_when_the_labelers_con
     )
     sums = {"bad_labels": 100.0, "bad_expected": 100.0 * point, "bad_var": 0.0, "bad_low": 100.0 * point}
     sums |= {"wrong:" + k: v for k, v in sums.items()}
-    measured = 1.0 - wrong / labels
+    measured = (100.0 * point + labels - wrong) / (100.0 + labels)
     for report in (precision_report(sums, canaries), precision_report(sums, canaries)["by_answer"]["wrong"]):
         bad = report["bad"]
         assert bad["low"] <= round(measured, 4) <= bad["high"], (bad, measured)

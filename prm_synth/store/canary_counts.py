@@ -147,27 +147,23 @@ def wilson(hits: float, total: float, z: float = Z) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def canary_bad_precision(canaries: CanaryStats | None, answers: tuple[str, ...]) -> tuple[float, float] | None:
-    """The bad labels' precision as the planted errors measured it (the labeler's placement against the
-    planted step, `mc_bad_wrong` of `mc_bad_labels`), as a 95% Wilson interval. A row's bad labels stand
-    or fall together (one early placement makes several wrong), so the interval counts rows, not labels:
-    the measured share is carried over the canaries that were given a bad label. None where none were."""
+def canary_bad_counts(canaries: CanaryStats | None, answers: tuple[str, ...]) -> tuple[int, int]:
+    """(right, all) bad labels the rollouts' placement gave the canaries of `answers` (a bad label is right
+    when it is at or after the planted step): the bad-label precision measured, not modelled."""
     if canaries is None:
-        return None
+        return 0, 0
     labels = sum(canaries.of(a)["mc_bad_labels"] for a in answers)
-    wrong = sum(canaries.of(a)["mc_bad_wrong"] for a in answers)
-    rows = sum(canaries.of(a)[k] for a in answers for k in ("mc_at", "mc_before", "mc_after"))
-    if labels <= 0 or rows <= 0:
-        return None
-    return wilson((1.0 - wrong / labels) * rows, rows)
+    return labels - sum(canaries.of(a)["mc_bad_wrong"] for a in answers), labels
 
 
 def precision_report(sums: dict[str, float], canaries: CanaryStats | None = None) -> dict[str, object]:
     """`estimated_precision` from the summed expectations (ConsensusStats.estimate): good and bad, point
-    and interval, overall and per answer class. The point is the posterior's; the bad labels' interval
-    also holds the canaries' own measurement of them (`canary_bad_precision`): the posterior trusts the
-    judge's and the rollouts' modelled rates, which are optimistic where the labeler places errors too
-    early more often than its confidence says, and the canaries measure that directly."""
+    and interval, overall and per answer class. The point is the posterior's. The bad labels' interval
+    also holds the 95% Wilson interval of the posterior's expected right labels pooled with the canaries'
+    measured ones (`canary_bad_counts`): the posterior trusts the rollouts' own confidence, optimistic
+    where they fail from a clean prefix more often than it says, and the canaries measure that directly.
+    Pooled, a few canaries that saw no wrong label do not widen a well-measured run to nothing, and many
+    that saw some pull the low end down to what they saw."""
 
     def one(prefix: str, kind: str, answers: tuple[str, ...]) -> dict[str, float | int] | None:
         labels = sums.get(f"{prefix}{kind}_labels", 0.0)
@@ -177,9 +173,10 @@ def precision_report(sums: dict[str, float], canaries: CanaryStats | None = None
         spread = Z * math.sqrt(sums.get(f"{prefix}{kind}_var", 0.0)) / labels
         ends = [sums.get(f"{prefix}{kind}_{end}", point * labels) / labels for end in ("low", "high")]
         low, high = min([point, *ends]) - spread, max([point, *ends]) + spread
-        measured = canary_bad_precision(canaries, answers) if kind == "bad" else None
-        if measured is not None:
-            low, high = min(low, measured[0]), max(high, measured[1])
+        right, counted = canary_bad_counts(canaries, answers) if kind == "bad" else (0, 0)
+        if counted:
+            pooled = wilson(point * labels + right, labels + counted)
+            low, high = min(low, pooled[0]), max(high, pooled[1])
         return {
             "point": round(point, 4),
             "low": round(max(0.0, low), 4),
