@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
+from prm_synth.annotate.jobs import ProgressCallback
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.result import Progress, quiet
-from prm_synth.annotate.scheduler import ProgressCallback
 from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError
 from prm_synth.engines.stream import describe_engine

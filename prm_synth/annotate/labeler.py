@@ -20,22 +20,17 @@ from typing import Any, Protocol
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.budget_interval import token_budget_reasons
 from prm_synth.annotate.changepoint import FirstPhasePool
+from prm_synth.annotate.jobs import JobsAfter, ProgressCallback, Refused, SolutionJob
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
 from prm_synth.annotate.omega_tree import tree_to_json
 from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.result import LabelResult, Progress, quiet
-from prm_synth.annotate.scheduler import (
-    JobsAfter,
-    ProbeScheduler,
-    ProgressCallback,
-    Refused,
-    SolutionJob,
-    Spend,
-)
+from prm_synth.annotate.scheduler import ProbeScheduler
 from prm_synth.annotate.search import SolutionRun, make_search, sampled_share
 from prm_synth.annotate.token_cost import TokenBudget
+from prm_synth.annotate.token_ledger import Spend
 from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig, rows_reconcile
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading.majority import gold_origin

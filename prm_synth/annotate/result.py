@@ -8,10 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prm_synth.annotate.scheduler import (
-    SchedulerStats,
-    Spend,
-)
+from prm_synth.annotate.jobs import SchedulerStats
+from prm_synth.annotate.token_ledger import Spend
 from prm_synth.sampling.sample import Sampled
 from prm_synth.schema import (
     LabeledRecord,

@@ -16,14 +16,12 @@ still being sampled), so sampling and annotation share the engine. A request the
 it: each is yielded with `Refused` instead of its annotation, and the others go on. Any other engine
 error ends the run (the shard fails and is redone), and the requests still out are given up, so the
 engine stops running them. A per-job token budget (`max_rollout_tokens`) is enforced here, where every
-method's probes pass: a job gets no new rollouts once its rollouts have generated that many tokens, or
-once the rollouts a probe asks for would take it past the budget (each expected as long as the rest of
-the solution after the probe's prefix, and as the longest of this job's rollouts from a prefix no
-longer than the probe's: a rollout from a longer prefix writes less), and each rollout sent may write
-only its share of what is left (its `max_tokens` cut to it), so no job's rollouts ever generate more
-than the budget, however long each runs; its later probes are answered from what is measured already, and the job is listed in
-`out_of_tokens` (its row's undecided steps say `token_budget`). (A scheduler that sends every pending probe as one batch and waits for
-all of it, the former behaviour, is kept in benchmarks/ as the baseline this one is measured against.)
+method's probes pass, by the run's `TokenLedger` (token_ledger.py): a job out of tokens gets no new
+rollouts, its later probes are answered from what is measured already, and it is listed in
+`out_of_tokens` (its row's undecided steps say `token_budget`). What the scheduler is handed and
+hands back (the jobs, `Refused`, its stats) is in jobs.py. (A scheduler that sends every pending probe
+as one batch and waits for all of it, the former behaviour, is kept in benchmarks/ as the baseline
+this one is measured against.)
 """
 
 from __future__ import annotations
@@ -33,82 +31,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult, Rollout, Wait
+from prm_synth.annotate.jobs import JobsAfter, ProgressCallback, Refused, SchedulerStats, SolutionJob
+from prm_synth.annotate.protocol import Probe, ProbeResult, Rollout, Wait
 from prm_synth.annotate.token_cost import NO_TOKEN_BUDGET, TokenBudget
+from prm_synth.annotate.token_ledger import Need, Spend, TokenLedger
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.engines.stream import GenerationStream, stream_for
 from prm_synth.grading.math import grade, is_truncated
-from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot, WindowSummary
+from prm_synth.telemetry import EngineTelemetry, ProgressSnapshot
 
 T = TypeVar("T")
-
-
-@dataclass
-class SolutionJob(Generic[T]):
-    """One solution to annotate: where its prefixes come from and the annotator that drives it."""
-
-    key: str
-    problem_key: str  # prefixes are shared (and estimated once) among solutions of one problem
-    user_prompt: str
-    gold: str
-    annotator: Annotator[T]
-    system_prompt: str | None = None
-    # (characters, generated tokens) of the solution: a rollout from a prefix is expected to write about
-    # the rest of it (the token budget's estimate before any of the job's rollouts is back)
-    length: tuple[int, int] | None = None
-
-
-@dataclass
-class JobsAfter:
-    """Jobs that exist once `future` is done (e.g. a problem's solutions, still being sampled):
-    `make(future.result())` builds them. Put it in the job source of `ProbeScheduler.run`; the
-    scheduler admits those jobs as soon as the future resolves. Until then it counts as one job in
-    flight, so `max_in_flight` bounds how far ahead the source is read. When the future's request
-    is refused, `refused(error)` is told and no job comes of it (without `refused`, the run fails)."""
-
-    future: Future[Any]
-    make: Callable[[Any], Iterable[SolutionJob[Any]]]
-    refused: Callable[[RequestRefused], None] | None = None
-
-
-@dataclass(frozen=True)
-class Refused:
-    """What `ProbeScheduler.run` yields for a job whose annotator could not finish: the engine
-    refused a request it needed. `message` is the engine's (the server's words)."""
-
-    message: str
-
-
-@dataclass
-class SchedulerStats:
-    engine_calls: int = 0  # batches of requests handed to the engine
-    requests: int = 0
-    rollouts: int = 0
-    unknown_rollouts: int = 0  # of `rollouts`, those that could not be graded (left out of the evidence)
-    generated_tokens: int = 0
-    prompt_tokens: int = 0
-    probes_asked: int = 0
-    probes_reused: int = 0  # answered from an earlier estimate of the same prefix, no new rollouts
-    probes_shared: int = 0  # waited on an estimate another annotator had in flight, no new rollouts
-    annotators_started: int = 0
-    annotators_done: int = 0
-    annotators_refused: int = 0  # ended by a request the engine refused (yielded with `Refused`)
-    annotators_waited: int = 0  # times an annotator waited on a future (`Wait`: e.g. a shard's pooled priors)
-    requests_refused: int = 0
-    seconds: float = 0.0  # wall time of run()
-    # The engine over the same time (all of its users: other shards' work shares the engine).
-    engine: WindowSummary | None = None
-
-
-@dataclass
-class Spend:
-    """What one job's probes caused: rollouts, and tokens (generated and prompt)."""
-
-    rollouts: int = 0
-    tokens: int = 0
-    generated: int = 0  # of `tokens`, those the rollouts generated (what the token budget counts)
 
 
 @dataclass
@@ -146,7 +80,6 @@ class _Estimate:
         )
 
 
-ProgressCallback = Callable[[ProgressSnapshot], None]
 _Key = tuple[str, str]  # (problem key, prefix text)
 
 
@@ -199,15 +132,11 @@ class ProbeScheduler:
         self.progress_interval_s = progress_interval_s
         self.label = label
         self.budget = budget
-        self._held: dict[str, int] = {}  # job -> tokens its requests in flight may still write (`_Sent.held`)
-        self.out_of_tokens: set[str] = set()  # keys of jobs whose token budget is spent
-        self._rollout_lengths: dict[str, list[tuple[int, float]]] = {}  # job -> (prefix chars, tokens a rollout)
+        # per-job spend (`spend`) and the token budget kept (`out_of_tokens`)
+        self.ledger = TokenLedger(budget, sampling.max_tokens)
         self.stats = SchedulerStats()
         # (problem_key, prefix text) -> accumulated estimate; lives for one run of the scheduler.
         self._estimates: dict[_Key, _Estimate] = {}
-        # Per-job spend: rollouts and tokens that this job's probes caused.
-        # (`rollouts` is settled when the run ends: see `_settle_rollouts`.)
-        self.spend: dict[str, Spend] = {}
         # samples asked and not back yet, who waits for which prefix, requests out
         self._inflight: dict[_Key, int] = {}
         self._waiters: dict[_Key, list[_Pending]] = {}
@@ -219,6 +148,16 @@ class ProbeScheduler:
         self._failed: set[str] = set()  # keys of jobs ended by a refused request
         self._total: int | None = None
         self._started = self._last_report = 0.0
+
+    @property
+    def spend(self) -> dict[str, Spend]:
+        """Per job key: the rollouts and tokens its probes caused."""
+        return self.ledger.spend
+
+    @property
+    def out_of_tokens(self) -> set[str]:
+        """Keys of jobs whose token budget is spent."""
+        return self.ledger.out_of_tokens
 
     @property
     def telemetry(self) -> EngineTelemetry:
@@ -244,7 +183,7 @@ class ProbeScheduler:
         finally:
             # a run that ends early (an engine error, a consumer that stops) leaves requests out
             self.stream.give_up([*self._sent, *self._deferred])
-            self._settle_rollouts()
+            self.ledger.settle((est.read_by, est.asked_by) for est in self._estimates.values())
             self.stats.seconds = time.perf_counter() - self._started
             self.stats.engine = EngineTelemetry.window(engine_start, self.telemetry.totals())
             self._report(finished=True)
@@ -321,7 +260,7 @@ class ProbeScheduler:
             self._wait_stream(deferred, ready)
 
     def _start(self, job: SolutionJob[Any]) -> tuple[bool, Any]:
-        self.spend[job.key] = Spend()
+        self.ledger.open(job.key)
         self.stats.annotators_started += 1
         return self._advance(job, None)
 
@@ -345,13 +284,8 @@ class ProbeScheduler:
     def _register(self, pending: _Pending) -> None:
         """Ask the engine for what no estimate (done or in flight) of each prefix covers."""
         job = pending.job
-        cap = self.sampling.max_tokens
-        if self.budget.limited:
-            # each new rollout may write only its share of what is left (`_rollout_cap`): no job's rollouts
-            # generate more than the budget, however long they run
-            cap = self._rollout_cap(job, pending.probes)
-            if cap < 1 or not self._affordable(job, pending.probes):
-                self.out_of_tokens.add(job.key)
+        # each new rollout may write only its share of what is left of the job's token budget
+        cap = self.ledger.admit(job.key, job.length, self._needs(job, pending.probes))
         if job.key in self.out_of_tokens:  # no new rollouts: answered from what is measured
             for probe in pending.probes:
                 self._estimates.setdefault((job.problem_key, probe.prefix), _Estimate())
@@ -372,7 +306,7 @@ class ProbeScheduler:
                 self._inflight[key] = coming + n
                 request = self._request(job, key[1], n, have + coming, cap)
                 self._unsent.append((request, _Sent(key, job, n, have + coming, n * cap)))
-                self._held[job.key] = self._held.get(job.key, 0) + n * cap
+                self.ledger.hold(job.key, n * cap)
             if pending.need.get(key, 0) < probe.k:
                 if key not in pending.need:
                     self._waiters.setdefault(key, []).append(pending)
@@ -380,44 +314,14 @@ class ProbeScheduler:
         if not pending.need:
             self._resumable.append(pending)
 
-    def _rollout_cap(self, job: SolutionJob[Any], probes: list[Probe]) -> int:
-        """The `max_tokens` of each new rollout these probes need: what is left of the job's budget (its
-        generated tokens and what its requests in flight may still write held back) shared among them."""
-        new: dict[_Key, int] = {}
+    def _needs(self, job: SolutionJob[Any], probes: list[Probe]) -> list[Need]:
+        """Per probe: its prefix and the rollouts it needs beyond those done or in flight."""
+        needs = []
         for probe in probes:
             key = (job.problem_key, probe.prefix)
             est = self._estimates.get(key)
-            have = (est.total if est else 0) + self._inflight.get(key, 0)
-            new[key] = max(new.get(key, 0), probe.k - have)
-        wanted = sum(n for n in new.values() if n > 0)
-        if not wanted:
-            return self.sampling.max_tokens
-        spent = self.spend.setdefault(job.key, Spend()).generated + self._held.get(job.key, 0)
-        return self.budget.rollout_cap(spent, wanted, self.sampling.max_tokens)
-
-    def _affordable(self, job: SolutionJob[Any], probes: list[Probe]) -> bool:
-        """Whether the new rollouts these probes need fit in what is left of the job's token budget, each
-        expected as long as the job's rollouts have been (`_rollout_cap` makes it a bound)."""
-        assert self.budget.max_tokens is not None
-        spent = self.spend.setdefault(job.key, Spend()).generated
-        if spent >= self.budget.max_tokens:
-            return False
-        seen = self._rollout_lengths.get(job.key, [])
-        expected = 0.0
-        for probe in probes:
-            key = (job.problem_key, probe.prefix)
-            est = self._estimates.get(key)
-            new = probe.k - (est.total if est else 0) - self._inflight.get(key, 0)
-            if new <= 0:
-                continue
-            longer = [tokens for chars, tokens in seen if chars <= len(probe.prefix)]
-            rest = 0.0
-            if job.length is not None and job.length[0] > 0:
-                rest = job.length[1] * max(0.0, 1.0 - len(probe.prefix) / job.length[0])
-            # nothing to judge by but longer prefixes: the longest rollout seen (one from here may write more)
-            fallback = max((tokens for _, tokens in seen), default=0.0)
-            expected += new * (max([rest, *longer]) if longer or rest else fallback)
-        return spent + expected <= self.budget.max_tokens
+            needs.append((probe.prefix, probe.k - (est.total if est else 0) - self._inflight.get(key, 0)))
+        return needs
 
     def _send(self) -> None:
         """Hand queued requests to the stream, up to max_batch_requests of ours in the engine."""
@@ -484,7 +388,7 @@ class ProbeScheduler:
     def _request(
         self, job: SolutionJob[Any], prefix: str, n: int, first_sample_index: int, cap: int
     ) -> GenerationRequest:
-        # `cap`: each rollout's max_tokens, cut to the job's token budget (`_rollout_cap`)
+        # `cap`: each rollout's max_tokens, cut to the job's token budget (`TokenLedger.admit`)
         sampling = self.sampling if cap == self.sampling.max_tokens else replace(self.sampling, max_tokens=cap)
         return GenerationRequest(
             user=job.user_prompt,
@@ -510,34 +414,12 @@ class ProbeScheduler:
         self.stats.rollouts += len(result.completions)
         self.stats.generated_tokens += result.generated_tokens
         self.stats.prompt_tokens += result.prompt_tokens
-        spend = self.spend.setdefault(job.key, Spend())
-        self._held[job.key] = self._held.get(job.key, 0) - sent.held
-        spend.rollouts += len(result.completions)
-        spend.tokens += result.generated_tokens + result.prompt_tokens
-        spend.generated += result.generated_tokens
-        if result.completions:  # how long this job's rollouts from a prefix this long are (`_affordable`)
-            per_rollout = result.generated_tokens / len(result.completions)
-            self._rollout_lengths.setdefault(job.key, []).append((len(key[1]), per_rollout))
-        if self.budget.max_tokens is not None and spend.generated >= self.budget.max_tokens:
-            self.out_of_tokens.add(job.key)
+        self.ledger.charge(job.key, sent.held, key[1], result)
 
     def _result(self, job: SolutionJob[Any], probe: Probe) -> ProbeResult:
         est = self._estimates[(job.problem_key, probe.prefix)]
         est.read_by[job.key] = max(est.read_by.get(job.key, 0), probe.k)
         return est.answer(probe.step, probe.k)
-
-    def _settle_rollouts(self) -> None:
-        """Charge each sample of a shared prefix to the first job (by key) that read it, not to whichever
-        asked first: which job asks first depends on timing, so rows' `rollouts` would depend on
-        max_in_flight and batch sizes. Samples nobody read stay with the job that asked."""
-        charged: dict[str, int] = {}
-        for est in self._estimates.values():
-            readers = sorted(est.read_by)
-            for i, asker in est.asked_by.items():
-                payer = next((job for job in readers if est.read_by[job] > i), asker)
-                charged[payer] = charged.get(payer, 0) + 1
-        for key, spend in self.spend.items():
-            spend.rollouts = charged.get(key, 0)
 
     def snapshot(self, finished: bool = False) -> ProgressSnapshot:
         elapsed = time.perf_counter() - self._started if self._started else 0.0

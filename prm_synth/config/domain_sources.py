@@ -12,6 +12,13 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from prm_synth.config.base import Strict
 
+
+def existing_file(v: Path, info: ValidationInfo) -> Path:
+    """A problem file must exist, except in a stored config (a finished run's manifest), read back without it."""
+    if (info.context or {}).get("check_paths", True) and not v.exists():
+        raise ValueError(f"problem file not found: {v}")
+    return v
+
 # Sources whose problems carry tests (`grader.kind: code` needs one).
 CODE_SOURCES = frozenset({"humaneval"})
 
@@ -37,9 +44,4 @@ class ChoiceFileSource(Strict):
     id: str | None = None
     """Column holding a problem id (None: ids are made from the row's position)."""
 
-    @field_validator("path")
-    @classmethod
-    def _exists(cls, v: Path, info: ValidationInfo) -> Path:
-        if (info.context or {}).get("check_paths", True) and not v.exists():
-            raise ValueError(f"problem file not found: {v}")
-        return v
+    _exists = field_validator("path")(classmethod(lambda cls, v, info: existing_file(v, info)))

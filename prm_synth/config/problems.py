@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prm_synth.config.base import MAX_OPS, Strict
-from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource
+from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource, existing_file
 
 
 class FieldMapping(Strict):
@@ -72,13 +72,7 @@ class FileSource(_MappedSource):
     path: Path
     """The JSONL file; a relative path resolves against the pipeline file's folder."""
 
-    @field_validator("path")
-    @classmethod
-    def _exists(cls, v: Path, info: ValidationInfo) -> Path:
-        # A stored config (a finished run's manifest) is read back without the file at hand.
-        if (info.context or {}).get("check_paths", True) and not v.exists():
-            raise ValueError(f"problem file not found: {v}")
-        return v
+    _exists = field_validator("path")(classmethod(lambda cls, v, info: existing_file(v, info)))
 
 
 class HFSource(_MappedSource):
