@@ -15,6 +15,7 @@ import errno
 import itertools
 import math
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
 from prefect.context import FlowRunContext
+from prefect.exceptions import TerminationSignal
 from prefect.futures import PrefectFuture
 
 from flows.reporting import (
@@ -42,7 +44,7 @@ from flows.reporting import (
 )
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config import PipelineConfig, VLLMConfig
-from prm_synth.engines import get_engine
+from prm_synth.engines import get_engine, stop_engines
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
@@ -56,6 +58,7 @@ from prm_synth.pipeline import (
     iter_shards,
     plan_shard,
     process_shard,
+    unreadable_message,
     write_shard_rows,
 )
 from prm_synth.problems.sources import count_hint
@@ -64,6 +67,7 @@ from prm_synth.schema import Item, Problem
 from prm_synth.store.canary_counts import CanaryStats
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.resume import run_fingerprint
+from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
@@ -160,10 +164,19 @@ def label_shard(
         )
         if open_rows:
             canaries = CanaryStats.read(work.previous.stats.canaries) if work.previous is not None else None
-            out = combine(out, finish_open_rows(config, open_rows, fingerprint, judge_engine, verify_engine, canaries))
+            finished = finish_open_rows(
+                config,
+                open_rows,
+                fingerprint,
+                judge_engine,
+                verify_engine,
+                canaries,
+                asked_before=work.previous_unreadable,
+            )
+            out = combine(out, finished)
     entry = write_shard_rows(store, config, shard_index, work, out)
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
-    check_judges_readable(out, judge_engine, verify_engine)
+    check_judges_readable(out, judge_engine, verify_engine, earlier=work.previous.stats if work.previous else None)
     return entry
 
 
@@ -208,9 +221,10 @@ class ShardsOutcome:
     skipped: int = 0
     redone: int = 0  # problems refused by the engine in an earlier run, asked again
     refused_for_good: int = 0  # problems this run found refused on run.refused_runs runs in a row
+    unreadable_for_good: int = 0  # rows this run left unreadable on run.refused_runs runs in a row
     failed: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # failed because the engine refused everything
-    unreadable: dict[int, str] = field(default_factory=dict)  # written, but its judge could not be read
+    unreadable: dict[int, UnreadableJudgeError] = field(default_factory=dict)  # written, judge unreadable
     disk: OSError | None = None  # a shard could not be written: the disk is full (no later shard is started)
 
 
@@ -237,6 +251,21 @@ def _output_folder(out_dir: str, dry_run: bool) -> Iterator[str]:
         yield tmp
 
 
+@contextlib.contextmanager
+def _stops_engines_on_a_signal() -> Iterator[None]:
+    """A run in-process (started from Python, a notebook, the test runner) that gets SIGINT (Ctrl-C) or
+    SIGTERM while shards run: the engines are stopped before the signal goes on, so the shard threads
+    waiting on them return at once (their requests fail with RunStopped, an in-process vLLM engine's
+    are aborted) instead of the flow waiting for every request to finish. The CLI's worker stops on its
+    own (prm_synth.cli.supervise); there the signal never reaches the flow."""
+    try:
+        yield
+    except (KeyboardInterrupt, TerminationSignal) as e:
+        name = signal.Signals(e.signal).name if isinstance(e, TerminationSignal) else signal.SIGINT.name
+        stop_engines(f"the run is stopping ({name})")
+        raise
+
+
 def _label_shards(
     config: PipelineConfig,
     target: str,
@@ -251,12 +280,12 @@ def _label_shards(
     finished = store.finished()
     if finished:
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
-    window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None]] = deque()
+    window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None, list[str] | None]] = deque()
     outcome = ShardsOutcome()
     label_task = label_shard.with_options(retry_delay_seconds=list(config.run.shard_retry_delays_s))
 
     def drain_one() -> None:
-        index, future, redo = window.popleft()
+        index, future, redo, reopen = window.popleft()
         tokens = 0
         try:
             entry = future.result()
@@ -264,20 +293,22 @@ def _label_shards(
             tokens = entry.stats.tokens
             asked = entry.refusals if redo is None else {p: entry.refusals[p] for p in redo if p in entry.refusals}
             outcome.refused_for_good += sum(1 for n in asked.values() if n == config.run.refused_runs)
+            reopened = entry.unreadable if redo is None else {r: entry.unreadable.get(r) for r in reopen or ()}
+            outcome.unreadable_for_good += sum(1 for n in reopened.values() if n == config.run.refused_runs)
             logger.info("shard %d finished: %d rows, %d rejected", index, entry.rows, entry.rejected)
         except Exception as e:  # noqa: BLE001 - a failed shard must not stop the others
             outcome.failed[index] = f"{type(e).__name__}: {e}"
             if isinstance(e, ShardRefusedError):
                 outcome.refused[index] = str(e)
             if isinstance(e, UnreadableJudgeError):
-                outcome.unreadable[index] = str(e)
+                outcome.unreadable[index] = e
             if _disk_error(e) and outcome.disk is None:
                 outcome.disk = e  # type: ignore[assignment]
             logger.error("shard %d failed: %s", index, outcome.failed[index])
         progress.advance(tokens, shard_index=index)
 
     for shard in shards:
-        if outcome.disk is not None:
+        if outcome.disk is not None or STOPPING.is_set():  # a full disk, or a stop: no further shard starts
             break
         entry = finished.get(shard.index)
         redo: list[str] | None = None
@@ -287,7 +318,7 @@ def _label_shards(
             # Problems the engine refused are not done: only they are asked again, the rest is kept; so
             # are rows whose judge (or verifier) could not be read: only they are judged again.
             redo = sorted(store.refused_problems(entry, permanent=retry_refused))
-            reopen = sorted(store.open_rows(entry))
+            reopen = sorted(store.open_rows(entry, permanent=retry_refused))
             if not redo and not reopen:
                 outcome.skipped += 1
                 progress.advance(entry.stats.tokens, resumed=True)
@@ -306,7 +337,7 @@ def _label_shards(
             break
         with _ray_options(config):
             future = label_task.submit(config, target, shard.index, shard.items, redo, reopen, store.fingerprint)
-        window.append((shard.index, future, redo))
+        window.append((shard.index, future, redo, reopen))
     while window:
         drain_one()
     return outcome
@@ -336,12 +367,14 @@ def synthesize(
         fingerprint = run_fingerprint(config, target)
         store = ShardStore(target, fingerprint, config.labeler_revision(), rows_fingerprint=config.fingerprint())
         store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
+        upgrade_shards(store)  # an earlier release's shards get today's columns: one schema, loadable by datasets
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())
         progress.activate()
-        outcome = _label_shards(config, target, shards, store, progress, retry_refused)
+        with _stops_engines_on_a_signal():
+            outcome = _label_shards(config, target, shards, store, progress, retry_refused)
         progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
-        store.write_manifest(config_dump)
+        store.write_manifest(config_dump, limit=None if dry_run else limit)
 
         summary = summarize(target)
         if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
@@ -351,6 +384,13 @@ def synthesize(
                 f"{outcome.refused_for_good} problem(s) the engine refused on {config.run.refused_runs} runs in a "
                 "row are now rejected for good (engine_refused_permanent) and will not be asked again; "
                 "`prm-synth run --retry-refused` asks them once more"
+            )
+        if outcome.unreadable_for_good:
+            summary.warnings.append(
+                f"{outcome.unreadable_for_good} row(s) whose judge (or verifier) answers could not be read on "
+                f"{config.run.refused_runs} runs in a row are now recorded for good (judge_unreadable_permanent, "
+                "verify_unreadable_permanent) and will not be asked again; `prm-synth run --retry-refused` asks "
+                "them once more"
             )
         summary.run = RunFacts(
             started_at=started,
@@ -375,8 +415,8 @@ def synthesize(
         raise outcome.disk
     if outcome.failed and outcome.unreadable.keys() == outcome.failed.keys():
         # One cause, said once: the judge named, one of its answers shown (the shards are written).
-        first = outcome.unreadable[min(outcome.unreadable)]
-        raise ShardsFailedError(f"{len(outcome.unreadable)} shard(s) written with rows left open: {first}")
+        said = unreadable_message(outcome.unreadable[i] for i in sorted(outcome.unreadable))
+        raise ShardsFailedError(f"{len(outcome.unreadable)} shard(s) written with rows left open: {said}")
     if outcome.failed and outcome.refused.keys() == outcome.failed.keys():
         # One cause, said once: the server's words, not one copy per shard.
         first = outcome.refused[min(outcome.refused)]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
@@ -35,11 +35,15 @@ from prm_synth.annotate.jobs import ProgressCallback
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.result import Progress, quiet
 from prm_synth.config import PINNED, ConfigError, PipelineConfig
-from prm_synth.engines.base import Engine, EngineError
-from prm_synth.engines.stream import describe_engine
-from prm_synth.errors import PrmSynthError
+from prm_synth.engines.base import Engine, EngineError, RunStopped
+from prm_synth.engines.stream import STOPPING
 from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
+from prm_synth.judge.readable import (  # the error and its message are read here too (flows, tests)
+    UnreadableJudgeError,  # noqa: F401
+    check_readable,
+    unreadable_message,  # noqa: F401
+)
 from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
@@ -56,8 +60,17 @@ from prm_synth.schema import (
 )
 from prm_synth.store.canary_counts import CanaryStats
 from prm_synth.store.layout import ShardEntry
-from prm_synth.store.left_open import sample_in
-from prm_synth.store.refusals import count_refusals, make_permanent, reasons_of
+from prm_synth.store.left_open import OPEN_FOR_GOOD
+from prm_synth.store.refusals import (
+    clear_pending,
+    count_open,
+    count_refusals,
+    make_open_permanent,
+    make_permanent,
+    pending_refusals,
+    reasons_of,
+    save_pending,
+)
 from prm_synth.store.resume import servers
 from prm_synth.store.shards import ShardStore
 
@@ -173,10 +186,12 @@ def judge_onwards(
     clock: _Clock,
     verify_only: list[LabeledRecord] | None = None,
     canaries: CanaryStats | None = None,
+    asked_before: Mapping[str, int] | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
     that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
-    those alone, judge and consensus do not run."""
+    those alone, judge and consensus do not run. `asked_before`: runs that already asked a row (by id)."""
+    asked_before = asked_before or {}
     judging = bool(records) or verify_only is None
     judged, judge_rejected, judge_stats = (
         judge_stage(
@@ -186,6 +201,8 @@ def judge_onwards(
             config.consensus,
             config.run.max_batch_requests,
             canaries=canaries,
+            # a row asked on earlier runs starts at the first sample index those runs did not use
+            first_samples=[(asked_before or {}).get(r.id, 0) * config.judge.samples for r in records],
         )
         if config.judge is not None and judging
         else (records, [], None)
@@ -203,8 +220,9 @@ def judge_onwards(
     verify_stats: VerifyStats | None = None
     if config.verify is not None:
         engine_for_verify = _engine_for("verify", verify_engine)
+        firsts = [asked_before.get(r.id, 0) * config.verify.votes for r in kept]
         kept, verify_rejected, verify_stats = verify_records(
-            engine_for_verify, kept, config.verify, config.run.max_batch_requests
+            engine_for_verify, kept, config.verify, config.run.max_batch_requests, firsts
         )
         clock.lap("verify")
     return Tail(kept, judge_rejected + consensus_rejected + verify_rejected, judge_stats, consensus_stats, verify_stats)
@@ -217,16 +235,24 @@ def finish_open_rows(
     judge_engine: Engine | None = None,
     verify_engine: Engine | None = None,
     canaries: CanaryStats | None = None,
+    asked_before: Mapping[str, int] | None = None,
 ) -> ShardOutput:
     """Rows an earlier run left open because its judge or verifier could not be read (rejected rows with
-    a reason in LEFT_OPEN_REASONS): a `judge_unreadable` row goes through judge, consensus and verify
-    again from its labeled payload, a `verify_unreadable` one through verify. Nothing is sampled or
-    rolled out again: the rollouts' labels were kept in the payload."""
+    a reason in LEFT_OPEN_REASONS, or LEFT_OPEN_FOR_GOOD on request): a `judge_unreadable` row goes
+    through judge, consensus and verify again from its labeled payload, a `verify_unreadable` one through
+    verify. Nothing is sampled or rolled out again: the rollouts' labels were kept in the payload.
+    `asked_before`: on how many runs each row (by id) was asked already (1 where not said): its samples
+    start past theirs, so a judge that honours seeds does not repeat the answer it could not read."""
     clock = _Clock()
-    to_judge = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "judge_unreadable"]
-    to_verify = [record_from_payload(r["payload"]) for r in rows if r["reason"] == "verify_unreadable"]
+    stage_of = {"judge_unreadable": "judge", "verify_unreadable": "verify"}
+    stage_of |= {OPEN_FOR_GOOD[r]: stage for r, stage in stage_of.items()}
+    to_judge = [record_from_payload(r["payload"]) for r in rows if stage_of.get(r["reason"]) == "judge"]
+    to_verify = [record_from_payload(r["payload"]) for r in rows if stage_of.get(r["reason"]) == "verify"]
+    runs = {str(r["id"]): (asked_before or {}).get(str(r["id"]), 1) for r in rows}
     # read under what the shard's own canaries measured, as its other rows were
-    tail = judge_onwards(config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify, canaries=canaries)
+    tail = judge_onwards(
+        config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify, canaries=canaries, asked_before=runs
+    )
     for r in tail.rejected:
         r.config_fingerprint = fingerprint
     ended = {r.id for r in tail.records} | {r.id for r in tail.rejected}
@@ -257,43 +283,11 @@ def combine(first: ShardOutput, second: ShardOutput) -> ShardOutput:
     )
 
 
-class UnreadableJudgeError(PrmSynthError, RuntimeError):
-    """Most of a shard's judge votes (or verification chains) could not be read: the judge is broken (a
-    wrong model, a chat template it does not follow, another answer format), not the rows. The shard is
-    written first, its unreadable rows left open, so the rollouts' labels are kept and the next run of
-    the same command asks the judge again for exactly those rows."""
-
-
-# More than this share of a shard's votes (or chains) unreadable: the judge is broken, and the run fails.
-UNREADABLE_FAILS = 0.5
-
-
-def check_judges_readable(out: ShardOutput, judge_engine: Engine | None, verify_engine: Engine | None) -> None:
-    """Raise `UnreadableJudgeError` when more than half of this attempt's judge votes, or verification
-    chains, could not be read, naming the engine (its model and server) and one of its answers."""
-    j, v = out.stats.judge, out.stats.verify
-    checks = [
-        ("judge", judge_engine, j.unparseable if j else 0, j.samples if j else 0, "votes", "judge_unreadable"),
-        (
-            "verifier",
-            verify_engine,
-            v.unreadable_chains if v else 0,
-            v.chains if v else 0,
-            "chains",
-            "verify_unreadable",
-        ),
-    ]
-    for name, engine, unreadable, asked, what, reason in checks:
-        if not asked or unreadable <= asked * UNREADABLE_FAILS:
-            continue
-        open_rows = [r for r in out.rejected if r.reason == reason]
-        said = sample_in(open_rows[0].detail) if open_rows else ""
-        raise UnreadableJudgeError(
-            f"the {name} ({describe_engine(engine)}) gave {unreadable} of {asked} {what} that cannot be read"
-            + (f", e.g. {said}" if said else "")
-            + f"; {len(open_rows)} row(s) are left open and the rest is kept: fix the {name} (its model name, "
-            "chat template or answer format) and run the same command again: only the open rows are asked again"
-        )
+def check_judges_readable(
+    out: ShardOutput, judge_engine: Engine | None, verify_engine: Engine | None, earlier: ShardStats | None = None
+) -> None:
+    """`UnreadableJudgeError` when most of the shard's votes or chains could not be read (judge/readable.py)."""
+    check_readable(out.stats, out.rejected, judge_engine, verify_engine, earlier)
 
 
 @dataclass
@@ -382,6 +376,8 @@ class ShardWork:
     source_rows: int = 0  # the shard's source rows (what the written shard says it was made from)
     previous_refusals: dict[str, int] = field(default_factory=dict)
     redo: set[str] = field(default_factory=set)
+    # rows left open (judge or verifier unreadable), by id: on how many runs in a row (1 where not said)
+    previous_unreadable: dict[str, int] = field(default_factory=dict)
 
 
 def plan_shard(
@@ -406,7 +402,8 @@ def plan_shard(
     )
     # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
     open_rows = [r for r in previous.rejected if r.get("id") in reopened and r.get("problem_id") not in redone]
-    return ShardWork(redo_items(items, redone), open_rows, previous, entry.problems, entry.refusals, redone)
+    unreadable = {row_id: 1 for row_id in reopened} | entry.unreadable
+    return ShardWork(redo_items(items, redone), open_rows, previous, entry.problems, entry.refusals, redone, unreadable)
 
 
 def write_shard_rows(
@@ -417,14 +414,27 @@ def write_shard_rows(
     whole where the engine refused everything it was asked (`check_not_all_refused`: nothing written)."""
     reopened = frozenset(r["id"] for r in work.open_rows)
     rows = merge_redo(work.previous, work.redo, out, reopened) if work.previous is not None else ShardRows.of(out)
-    # Nothing made and everything refused: a failure, not a finished shard (written, it would be "done").
-    check_not_all_refused(rows.records, rows.rejected)
     asked = work.redo if work.previous is not None else None  # None: the whole shard was asked
-    refusals = count_refusals(rows.rejected, asked, work.previous_refusals)
+    # a shard refused whole on earlier runs was not written: its counts waited apart (store/refusals.py)
+    previous_refusals = (
+        work.previous_refusals if work.previous is not None else pending_refusals(store.root, shard_index)
+    )
+    refusals = count_refusals(rows.rejected, asked, previous_refusals)
     rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
+    try:  # nothing made and everything refused (not yet for good): a failure, not a finished shard
+        check_not_all_refused(rows.records, rejected)
+    except ShardRefusedError:
+        save_pending(store.root, shard_index, refusals)
+        raise
+    # Rows the judge (or verifier) could not read, the same way: recorded for good after as many runs.
+    made = {r.id for r in out.records} | {r.id for r in out.rejected}  # the rows this attempt asked
+    unreadable = count_open(rejected, made, work.previous_unreadable)
+    rejected, _ = make_open_permanent(rejected, unreadable, config.run.refused_runs)
     if rejected != rows.rejected:
         rows.stats.rejected_by_reason = reasons_of(rejected)
-    return store.write_shard(
+    if STOPPING.is_set():  # a stop is a stop: no shard is written after it (the next run redoes this one)
+        raise RunStopped("the run is stopping: the shard is not written")
+    entry = store.write_shard(
         shard_index,
         rows.records,
         rejected,
@@ -434,7 +444,10 @@ def write_shard_rows(
         canaries=rows.canaries,
         servers=servers(config),
         refusals=refusals,
+        unreadable=unreadable,
     )
+    clear_pending(store.root, shard_index)
+    return entry
 
 
 def _engine_for(stage: str, engine: Engine | None) -> Engine:

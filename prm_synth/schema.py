@@ -36,22 +36,21 @@ RejectReason = Literal[
     "duplicate_id",
     "broken_line",
     "line_too_long",
-    # sample / annotate / judge: the engine refused the request
-    "engine_refused",
-    # ... on `run.refused_runs` consecutive runs: rejected for good, not asked again (run --retry-refused)
-    "engine_refused_permanent",
+    "engine_refused",  # sample / annotate / judge: the engine refused the request
+    "engine_refused_permanent",  # ... on `run.refused_runs` runs in a row: for good (run --retry-refused)
     # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of
     # the row, so the row is left open (its payload is the labeled row) and the next run asks again
     "judge_unreadable",
     "verify_unreadable",
+    "judge_unreadable_permanent",  # the same on `run.refused_runs` runs in a row: for good (--retry-refused)
+    "verify_unreadable_permanent",
     # split: the policy wrote nothing to split
     "empty_solution",
     "no_majority",  # sample (grader.kind majority): the policy's answers reached no majority to be the gold
     # annotate (OmegaPRM): a question without a row
     "screened_out",
     "no_paths",
-    # consensus
-    "disagree",
+    "disagree",  # consensus
     "judge_missing",
     "judge_undecided",
     "low_confidence",
@@ -72,6 +71,7 @@ UnlabeledReason = Literal[
     # shard's correct-answer solutions hold process errors (measured), or this one's rollouts dip and rise
     "undecided_unlocated",
     "token_budget",  # the solution's rollout tokens (annotate.max_rollout_tokens) ran out before it was decided
+    "truncated_thinking",  # the last step of a solution whose thinking trace never closes: it has no answer
 ]
 # The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's

@@ -82,3 +82,36 @@ def test_a_problem_refused_on_three_runs_is_rejected_for_good_and_not_asked_agai
         final = json.loads(result.output.strip().splitlines()[-1])
         assert final["rejected"] == 0 and final["rows"] == 8 and final["reconciles"]
         assert {r["problem_id"] for r in iter_records(out)} == {p.id for p in problems}
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_problem_refused_alone_in_its_shard_is_rejected_for_good_too(tmp_path):
+    """Its shard makes nothing and is not written (a failure, not a result), so its marker cannot count
+    the runs: the counts wait apart until the third run writes the shard with the problem for good."""
+    policy = served_policy()
+    victim = small_problems()[1]
+    out = str(tmp_path / "out")
+    with SimulatedCompletionsServer(refuse=victim.question, config=policy) as server:
+        path = small_pipeline(
+            tmp_path, "refused-alone", openai_policy(server.url, max_retries=0), output={"shard_size": 1}
+        )
+
+        def run():
+            before = server.calls
+            try:
+                summary = flows.synthesize.synthesize(config=load_config(path), out_dir=out)
+            except flows.synthesize.ShardsFailedError as e:
+                assert "made nothing" in str(e)
+                summary = None
+            return summary, server.calls - before
+
+        for attempt in (1, 2):
+            summary, asked = run()
+            assert summary is None and asked > 0, attempt  # the shard of the victim alone: not written
+        summary, asked = run()
+        assert summary is not None and asked > 0
+        (said,) = _forever(summary)
+        assert said.startswith("1 problem(s)")
+        assert {r["reason"] for r in iter_records(out, "rejected") if r["problem_id"] == victim.id} == {PERMANENT}
+        summary, asked = run()  # nothing left to do
+        assert asked == 0 and summary.run.shards_skipped == 4 and not _forever(summary)

@@ -161,6 +161,20 @@ def test_a_box_inside_the_thinking_is_never_graded_as_the_answer(before, after, 
     assert (verdict.reason == TRUNCATED_THINKING) == (not closed)
 
 
+@settings(max_examples=150, deadline=None)
+@given(before=_TEXT, after=_TEXT, answer=_TEXT)
+def test_a_text_that_closes_a_trace_it_never_opened_is_read_as_forced_open(before, after, answer):
+    """What a template that forces the trace open produces, read without its tokenizer (forced_open
+    unknown): the box before the close marker was written while thinking and is never the answer."""
+    m = ThinkingMarkers("<think>", "</think>")  # forced_open not known
+    gold = "91173"
+    text = before + f"\\boxed{{{gold}}}" + after + "</think>" + answer.replace(gold, "")
+    assert grade_answer(text, gold, m).status != "correct"
+    assert m.answer_section(text) == answer.replace(gold, "")
+    assert grade_answer("2 + 1 = 3 ... So \\boxed{3}. </think> I have finished.", "3", m).status != "correct"
+    assert grade_answer("2 + 1 = 3 ... </think> So \\boxed{3}.", "3", m).status == "correct"
+
+
 def test_the_simulated_policy_writes_a_trace_and_continues_it():
     policy = SimulatedPolicy(SimulatedPolicyConfig(step_error=0.0, thinking=THINK))
     import random
@@ -242,4 +256,38 @@ def test_a_thinking_judges_votes_asked_one_at_a_time_are_read_from_its_answer():
     config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=2)
     kept, left_open, stats = judge_selected(Undecided(), [right], config, ConsensusConfig(), 8)
     assert not kept and [r.reason for r in left_open] == ["judge_unreadable"]
-    assert stats.samples == stats.unparseable == 2
+    # asked until a vote could no longer bring the row to the target precision: every one unreadable
+    assert stats.samples == stats.unparseable >= 1
+
+
+@pytest.mark.parametrize("annotate", [{"method": "binary"}, {"method": "mc", "k": 4}])
+def test_a_trace_that_never_closes_says_truncated_thinking_on_its_last_step(annotate):
+    from prm_synth.annotate.labeler import make_labeler
+    from prm_synth.config import validate_config
+    from prm_synth.pipeline import iter_shards
+    from prm_synth.schema import Problem
+
+    config = validate_config(
+        {
+            "problems": {"kind": "builtin", "count": 6, "seed": 5, "min_ops": 4, "max_ops": 6},
+            "policy": {"kind": "simulated", "thinking": {}, "ungradable": 0.5, "seed": 1, "step_error": 0.1},
+            "steps": {"strategy": "thinking"},
+            "sampling": {"samples_per_problem": 4},
+            "annotate": annotate,
+        }
+    )
+    problems = [p for p in next(iter_shards(config)).items if isinstance(p, Problem)]
+    result = make_labeler(config).label(SimulatedPolicy(config.policy), problems)
+    m = ThinkingMarkers("<think>", "</think>")
+    unclosed = [r for r in result.records if m.answer_section("".join(r.steps)) is None]
+    assert unclosed  # the seed writes some
+    said = 0
+    for r in unclosed:
+        assert r.final_correct is None
+        if r.labels[-1] is None and r.unlabeled_reason[-1] != "after_error":
+            assert r.unlabeled_reason[-1] == "truncated_thinking", r.unlabeled_reason
+            said += 1
+    assert said
+    for r in result.records:  # only those: a closed trace's steps keep the search's reasons
+        if r not in unclosed:
+            assert "truncated_thinking" not in (r.unlabeled_reason or [])

@@ -200,3 +200,37 @@ def test_no_row_spends_more_rollout_tokens_than_the_budget_on_a_model_that_write
     assert result.spend and result.stats.generated_tokens > 0
     spent = {key: s.generated for key, s in result.spend.items()}
     assert max(spent.values()) <= 1500, spent  # each rollout alone may write 256: six fit, not seven
+
+
+@pytest.mark.parametrize("tokens", [1, 300])
+@pytest.mark.parametrize(
+    "annotate",
+    [
+        {"method": "mc", "k": 4},
+        {"method": "binary", "search_test": "fixed", "k": 4},
+        {"method": "binary", "search_test": "sprt"},
+        {"method": "binary", "search_test": "changepoint"},
+        {"method": "omegaprm", "search_test": "fixed", "k": 4},
+        {"method": "omegaprm", "search_test": "sprt"},
+        {"method": "omegaprm", "search_test": "changepoint"},
+    ],
+    ids=lambda a: "-".join(str(v) for k, v in a.items() if k != "k"),
+)
+def test_no_search_calls_a_prefix_bad_that_no_rollout_measured(annotate, tokens):
+    """A budget that cannot pay for a probe leaves the prefix undecided (`token_budget`), whatever the
+    method: a bad label on 0 of 0 rollouts would pin every wrong answer's error where nothing was seen."""
+    result = _label(annotate | {"max_rollout_tokens": tokens})
+    # OmegaPRM under a budget no rollout fits cannot measure its question's root: no path, nothing labeled
+    assert result.records or (annotate["method"] == "omegaprm" and tokens == 1 and result.rejected)
+    wrong = 0
+    for r in result.records:
+        wrong += r.final_correct is False
+        if r.first_error_mc < 0:
+            continue
+        i = r.first_error_mc
+        measured = r.mc_total[i] > 0 or r.label_source[i] == "verdict"
+        assert measured, (r.id, i, r.mc_total, r.label_source, r.labels)
+        assert all((lab is None) == (why is not None) for lab, why in zip(r.labels, r.unlabeled_reason, strict=True))
+    if tokens == 1:  # not one rollout fits: every wrong answer's error stays open, said as the budget's doing
+        assert wrong or annotate["method"] == "omegaprm"  # (its rows are the paths its tree found)
+        assert all("token_budget" in (r.unlabeled_reason or []) for r in result.records if r.final_correct is False)

@@ -120,7 +120,7 @@ def test_every_label_is_found_by_each_views_trainer(simulated_run, tokenizer, tm
             labels += len(want)
         assert labels == checks[fmt]["labels"] == checks[fmt]["labels_found"]
     card = (out / "README.md").read_text()
-    assert f"| problems | {LIMIT} read, {LIMIT} loaded (of the 400 the source defines: the run was limited) |" in card
+    assert f"| problems | {LIMIT} read, {LIMIT} loaded (run with a limit of {LIMIT}) |" in card
     assert "**Label quality.** The policy is simulated" in card and "bad-label precision" in card
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from prm_synth.annotate.annotation import Annotation
+from prm_synth.annotate.labels import UNDECIDED_BUDGET
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
 from prm_synth.schema import LabelSource, VerdictStatus
@@ -174,8 +175,9 @@ BisectionTest = SequentialTest | FixedTest
 
 def decide_step(
     steps: list[str], step: int, test: BisectionTest, ann: Annotation
-) -> Generator[list[Probe], list[ProbeResult], bool]:
-    """Sample the prefix ending at `step` until `test` reaches a verdict; record what was measured."""
+) -> Generator[list[Probe], list[ProbeResult], bool | None]:
+    """Sample the prefix ending at `step` until `test` reaches a verdict; record what was measured.
+    None: the budget (rollouts or tokens) could not pay for a verdict, and the prefix stays undecided."""
 
     def measure(want: int) -> Generator[list[Probe], list[ProbeResult], ProbeResult]:
         (result,) = yield [Probe.of_steps(steps, step, want)]
@@ -184,18 +186,29 @@ def decide_step(
 
     # Always asked afresh: an earlier estimate of the same prefix (the scheduler's) may hold more.
     decision = yield from decide(test, None, measure)
-    if decision is None:  # no budget here: only a prefix whose rollouts are mostly ungradable ends so
-        return ann.mc_correct[step] > 0 if step >= 0 else True
-    return decision[0]
+    if decision is not None:
+        return decision[0]
+    if step < 0:
+        return True
+    unknown = ann.mc_unknown[step] if ann.mc_unknown is not None else 0
+    if unknown >= UNGRADABLE_GIVE_UP and unknown > 2 * ann.mc_total[step]:
+        return ann.mc_correct[step] > 0  # mostly ungradable: what was graded decides, as the hard rule would
+    # The budget ran out before the test could decide: "0 of 0 reached the answer" is no evidence of an
+    # error, so the prefix is undecided (bad here would pin every wrong answer's error at the first
+    # prefix the budget could not pay for).
+    return None
 
 
 def bisect(
     steps: list[str], lo: int, hi: int, test: BisectionTest, ann: Annotation, decisions: dict[int, bool]
 ) -> Generator[list[Probe], list[ProbeResult], tuple[int, int]]:
-    """Narrow (lo good, hi bad) to adjacent indices; lo = −1 is the question alone (good)."""
+    """Narrow (lo good, hi bad) to adjacent indices; lo = −1 is the question alone (good). A prefix the
+    budget cannot decide stops the search: (lo, hi) is then returned wider than one step (open)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         good = yield from decide_step(steps, mid, test, ann)
+        if good is None:
+            return lo, hi
         decisions[mid] = good
         lo, hi = (mid, hi) if good else (lo, mid)
     return lo, hi
@@ -232,7 +245,9 @@ def bisection_search(
     if recheck:
         strict = test.stricter()
         for _ in range(3):
-            if lo >= 0 and not (yield from decide_step(steps, lo, strict, ann)):
+            if hi - lo > 1:
+                break  # the budget stopped the search: nothing is left to re-check with
+            if lo >= 0 and (yield from decide_step(steps, lo, strict, ann)) is False:
                 decisions[lo] = False
                 lo, hi = yield from bisect(steps, -1, lo, test, ann, decisions)
             elif hi < end and (yield from decide_step(steps, hi, strict, ann)):
@@ -242,8 +257,14 @@ def bisection_search(
                 break
 
     probed = test.source
+    # Steps between the last good prefix and the first bad one that the budget left open are undecided.
+    good_until = lo if hi - lo > 1 else hi - 1
+    if hi - lo > 1:
+        ann.unlabeled_reason = [UNDECIDED_BUDGET if lo < i < hi else None for i in range(n)]
     for i in range(n):
-        if i < hi:
+        if good_until < i < hi:
+            ann.label_source[i] = "none"  # undecided: unlabeled, whatever rollouts it got (counts kept)
+        elif i < hi:
             ann.decide(i, True, probed if i in decisions else "inferred")
         elif i == hi:
             if i == n - 1 and final_status == "incorrect":
@@ -255,7 +276,7 @@ def bisection_search(
             ann.label_source[i] = "none"  # after the first error: unlabeled (counts kept)
     if probed == "mc":
         ann.decided.clear()  # fixed test: the hard rule on the counts gives the same labels
-        for i in range(min(hi, n)):
+        for i in range(min(good_until + 1, n)):
             if i not in decisions:
                 ann.decide(i, True, "inferred")
     return ann

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from prm_synth.annotate.labels import (
     AFTER_ERROR,
     TOKEN_BUDGET,
+    TRUNCATED_THINKING,
     UNDECIDED_BUDGET,
     UNDECIDED_UNINFORMATIVE,
     UNDECIDED_VERDICT,
@@ -35,6 +36,16 @@ def token_budget_reasons(
         unprobed = measured[i] == 0 and (unknown is None or unknown[i] == 0)
         if why in STOPPED_EARLY or (why == UNDECIDED_VERDICT and unprobed):
             out[i] = TOKEN_BUDGET
+    return out
+
+
+def truncated_trace_reasons(reasons: Sequence[str | None], final_reason: str | None) -> list[str | None]:
+    """A solution whose thinking trace never closes has no answer to grade (its verdict's reason is
+    `truncated_thinking`): its last step, left unlabeled for want of one, says so, not a budget's or a
+    search's reason (`after_error` stays: an error found earlier is what that step holds)."""
+    out = list(reasons)
+    if final_reason == TRUNCATED_THINKING and out and out[-1] is not None and out[-1] != AFTER_ERROR:
+        out[-1] = TRUNCATED_THINKING
     return out
 
 

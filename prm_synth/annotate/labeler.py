@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.budget_interval import token_budget_reasons
+from prm_synth.annotate.budget_interval import token_budget_reasons, truncated_trace_reasons
 from prm_synth.annotate.changepoint import FirstPhasePool
 from prm_synth.annotate.jobs import JobsAfter, ProgressCallback, Refused, SolutionJob
 from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
@@ -159,6 +159,7 @@ class _Base:
         reasons = unlabeled_reasons(lab.labels, lab.first_error, ann.unlabeled_reason)
         if out_of_tokens:  # the token budget ran out: the steps it left undecided say so
             reasons = token_budget_reasons(reasons, ann.mc_total, ann.mc_unknown)
+        reasons = truncated_trace_reasons(reasons, verdict.reason)
         return LabeledRecord(
             id=row_id,
             problem_id=problem.id,

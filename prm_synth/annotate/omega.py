@@ -108,7 +108,8 @@ class OmegaSearch:
     def run(self) -> Annotator[OmegaResult]:
         cfg = self.config
         root = yield from self._measure("", -1)
-        assert root is not None  # the budget is at least 1 and nothing was spent yet
+        if root is None:  # a token budget no rollout of this question fits: nothing measured, nothing labeled
+            return self._result(screened_out=False, stop_reason="budget")
         self.tree.set_measurement(ROOT, root)
         if cfg.screen and root.correct in (0, root.total):
             # All right or all wrong: the question teaches the PRM nothing at this policy's level.

@@ -13,6 +13,7 @@ from typing import NoReturn, ParamSpec, TypeVar
 import click
 import typer
 
+from prm_synth.cli import supervise
 from prm_synth.errors import EXIT_BUG, EXIT_FAILED, PrmSynthError
 
 # How a command ends on purpose (typer's and click's exits are RuntimeErrors, not bugs).
@@ -40,7 +41,9 @@ def visible(text: object, keep: str = "") -> str:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print a one-line error (never a traceback) and exit: 2 for bad input, 1 for a failed run."""
+    """Print a one-line error (never a traceback) and exit: 2 for bad input, 1 for a failed run. In a
+    worker that is stopping, the stop says the one line (a failure now is the stop's doing)."""
+    supervise.hold_if_stopping()
     # Our own messages may list several lines (a config's invalid fields); every other control is escaped.
     typer.echo(f"error: {visible(message, keep=chr(10))}", err=True)
     raise typer.Exit(code)
@@ -76,6 +79,7 @@ def guarded(command: Callable[P, R]) -> Callable[P, R]:
 
 def bug(e: BaseException) -> NoReturn:
     """Print `e`'s traceback, then one line saying it is a bug, and exit EXIT_BUG."""
+    supervise.hold_if_stopping()  # what fails while the worker stops (its engines, its server) is the stop
     traceback.print_exception(e, file=sys.stderr)
     typer.echo(
         f"error: internal error ({type(e).__name__}), a bug in prm-synth rather than in the input: "

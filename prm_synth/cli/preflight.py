@@ -61,11 +61,12 @@ def check_output_folder(out: Path) -> None:
         raise PreflightError(f"cannot create --out {out}: {parent} is not writable")
 
 
-def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
+def check_same_config(out: Path, config: PipelineConfig, say_notes: bool = True) -> PipelineConfig:
     """Refuse an output folder that holds a dataset of another config, naming the keys that differ
     (config/identity.py decides). Returns the config to run: `config`, or, where the folder was made under
     a default that has changed since and the file leaves that key out, `config` with the folder's value
-    (a note says so), so the folder resumes with the rows it holds."""
+    (a note says so, unless `say_notes` is off: the worker of `prm-synth run` checks again what its
+    command checked and said already), so the folder resumes with the rows it holds."""
     path = out / MANIFEST
     if not path.exists():
         return config
@@ -76,7 +77,7 @@ def check_same_config(out: Path, config: PipelineConfig) -> PipelineConfig:
     decision = resume_decision(config, manifest)
     if decision.config is None:
         raise PreflightError(f"{out} {decision.refusal}")
-    for note in decision.notes:
+    for note in decision.notes if say_notes else []:
         log.warning("%s: %s", out, note)
     return decision.config
 

@@ -86,8 +86,9 @@ def run(
         bool,
         typer.Option(
             "--retry-refused",
-            help="Ask again the problems the engine refused on run.refused_runs runs in a row "
-            "(rejected for good as engine_refused_permanent).",
+            help="Ask again the problems the engine refused, and the rows whose judge could not be read, on "
+            "run.refused_runs runs in a row (rejected for good as engine_refused_permanent, "
+            "judge_unreadable_permanent).",
         ),
     ] = False,
     verbose: Annotated[
@@ -112,7 +113,7 @@ def run(
     if not dry_run:
         preflight.check_output_folder(out_dir)
         if not overwrite:
-            config = preflight.check_same_config(out_dir, config)
+            config = preflight.check_same_config(out_dir, config, say_notes=not supervise.is_worker())
     preflight.check_problem_source(config, limit)
     if not (dry_run or overwrite) and (done := nothing_left(config, out_dir, limit, retry_refused)) is not None:
         _report(done, started, json_out, out_dir)  # every shard finished: no Prefect to start
@@ -221,6 +222,8 @@ def _run_flow(
         from flows.reporting import close_active_progress
         from prm_synth.engines import close_engines
 
+        supervise.RUN_OVER.set()  # Prefect stops its temporary server from now on: that is no loss
+        supervise.hold_if_stopping()  # a stopping worker exits from its stop thread, with the one error line
         close_active_progress()  # a bar left live by an exception or Ctrl-C: stopped, log handlers back
         close_engines()  # shut engines down before the summary, not in the middle of it
     # Only a failure gets here, after the engines are down: the error line is the last thing printed.

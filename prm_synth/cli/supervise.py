@@ -7,10 +7,17 @@ in); the parent asks the worker to stop once, a second signal kills the group at
 worker has exited, whatever is left of its group (Prefect's temporary server, vLLM's processes) is
 terminated, so the command leaves no process behind.
 
-The worker, on SIGINT/SIGTERM, says "stopping..." at once, releases every thread waiting on an engine
-and cancels the engines' requests in flight and pending retries (engines.stop_engines, in a thread of
-its own: the handler never waits on an engine), stops the flow (KeyboardInterrupt in its main thread),
-shuts the engines down within a deadline and exits; finished shards are kept and the next run resumes.
+The worker, on SIGINT/SIGTERM, says "stopping..." at once and stops in a thread of its own (the
+handler never waits on an engine, and never raises into the flow): it releases every thread waiting on
+an engine, cancels the engines' requests in flight and pending retries (engines.stop_engines), shuts the
+engines down within a deadline, says the one `error:` line and exits 130 without waiting for the flow;
+finished shards are kept (each written whole or not at all) and the next run resumes. The flow is not
+asked to end itself: its end goes through Prefect's API (the flow run's final state), and a stop of
+every process at once (systemd, a container runtime, `kill -TERM -- -PGID`) takes Prefect's temporary
+server down with it; waiting for that API cost minutes of retries and ended in a traceback. For the same
+reason Prefect's own SIGTERM handler (`capture_sigterm`) is not installed in the worker: a SIGTERM sent
+to the worker itself is ours. Losing the temporary server alone (killed, crashed) stops the run the same
+way, with an error line naming the server (`watch_prefect_server`).
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from prm_synth import lifeline
@@ -93,24 +101,115 @@ def run_in_worker(argv: list[str], started_at: float) -> int:
 
 
 def become_worker() -> None:
-    """In the worker: die with the parent, start the watchdog, turn SIGTERM into KeyboardInterrupt."""
+    """In the worker: die with the parent, start the watchdog, stop on SIGINT/SIGTERM (`begin_stop`),
+    and on the loss of Prefect's temporary server."""
     parent = int(os.environ[WORKER_ENV])
     lifeline.set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(EXIT_INTERRUPTED)
     lifeline.start_watchdog(parent)
+    from prm_synth.store.lock import name_lock_owner
+
+    name_lock_owner(parent)  # a second run is told the command's pid, the one a user can stop
     for sig in _STOP_SIGNALS:
         signal.signal(sig, _interrupt)
+    _own_sigterm()
+    threading.Thread(target=watch_prefect_server, name="prm-synth-server-watch", daemon=True).start()
+
+
+def _own_sigterm() -> None:
+    """Keep Prefect's flow engine from taking the worker's SIGTERM handler while the flow runs (its
+    handler ends the flow through the API, which a stop of every process has taken down too)."""
+    import prefect.flow_engine
+
+    @contextlib.contextmanager
+    def keep_ours() -> Iterator[None]:
+        yield
+
+    prefect.flow_engine.capture_sigterm = keep_ours  # type: ignore[attr-defined]
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    # Stop only once: a second signal while the engine shuts down must not interrupt the shutdown.
+    # Stop only once: a second signal while the engine shuts down must not interrupt the shutdown. Not
+    # SIG_IGN: a signal already on its way when the handler changes (the command's forwarded stop and the
+    # worker's own SIGTERM, sent at once) would then raise "Signal 15 ignored due to race condition".
     for sig in _STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
+        signal.signal(sig, _already_stopping)
     name = signal.SIGTERM.name if signum == STOP_SIGNAL else signal.Signals(signum).name
-    announce_stop(name)
-    threading.Thread(target=_stop_engines, args=(name,), name="prm-synth-stop", daemon=True).start()
-    raise KeyboardInterrupt(name)
+    begin_stop(name)
+
+
+def _already_stopping(_signum: int, _frame: FrameType | None) -> None:
+    """A signal after the first: the stop is under way."""
+
+
+# Set once the worker stops (a signal, the server lost): nothing else it prints or raises matters then.
+STOPPING = threading.Event()
+# Set once the flow has returned or failed: Prefect stops its temporary server itself from then on.
+RUN_OVER = threading.Event()
+INTERRUPTED = "interrupted; finished shards are kept, run the same command again to resume"
+
+
+def begin_stop(signal_name: str, message: str = INTERRUPTED) -> None:
+    """Stop the worker once, in a thread of its own (module doc): never waits, never raises."""
+    if STOPPING.is_set():
+        return
+    STOPPING.set()
+    announce_stop(signal_name)
+    threading.Thread(target=_stop_and_exit, args=(signal_name, message), name="prm-synth-stop", daemon=True).start()
+
+
+def _stop_and_exit(signal_name: str, message: str) -> None:
+    from prm_synth.engines import close_engines, stop_engines
+
+    stop_engines(f"the run is stopping ({signal_name})")
+    clean = stop_within(close_engines)
+    with contextlib.suppress(Exception):
+        sys.stderr.write(
+            f"error: {message}" + ("" if clean else " (the engine did not stop in time and was killed)") + "\n"
+        )
+    exit_now(EXIT_INTERRUPTED)
+
+
+def hold_if_stopping() -> None:
+    """In a worker that is stopping, the thread that calls this waits for the stop to end the process:
+    what it was about to say (a failure the stop caused) would be a second error line."""
+    while STOPPING.is_set():
+        time.sleep(1.0)
+
+
+SERVER_POLL_S = 0.2
+
+
+def watch_prefect_server() -> None:
+    """Stop the run when Prefect's temporary API server (started by this worker) ends before the run:
+    every later call to it would fail, after minutes of retries, as a crash of the flow."""
+    seen: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
+    while not RUN_OVER.is_set() and not STOPPING.is_set():
+        module = sys.modules.get("prefect.server.api.server")
+        for server in list(getattr(getattr(module, "SubprocessASGIServer", None), "_instances", {}).values()):
+            process = getattr(server, "server_process", None)
+            if process is not None:
+                seen.setdefault(process.pid, (str(getattr(server, "address", "")), process))
+        for pid, (address, process) in seen.items():
+            code = process.poll()
+            if code is None:
+                continue
+            time.sleep(0.5)  # a stop of every process at once: the worker's own signal says it better
+            if RUN_OVER.is_set() or STOPPING.is_set():
+                return
+            how = (
+                f"killed by {signal.Signals(-code).name}"
+                if -code in signal.Signals._value2member_map_
+                else f"exit {code}"
+            )
+            begin_stop(
+                "the Prefect server stopped",
+                f"Prefect's temporary API server ({address}, pid {pid}) stopped during the run ({how}); "
+                "finished shards are kept, run the same command again to resume",
+            )
+            return
+        time.sleep(SERVER_POLL_S)
 
 
 _announced: list[str] = []
@@ -125,12 +224,6 @@ def announce_stop(signal_name: str) -> None:
     with contextlib.suppress(Exception):  # a closed stream must not turn a stop into a crash
         sys.stderr.write(f"\nstopping ({reason})... cancelling the engine's requests and shutting it down\n")
         sys.stderr.flush()
-
-
-def _stop_engines(signal_name: str) -> None:
-    from prm_synth.engines import stop_engines
-
-    stop_engines(f"the run is stopping ({signal_name})")
 
 
 def started_at() -> float | None:

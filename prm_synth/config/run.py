@@ -41,4 +41,6 @@ class RunConfig(Strict):
     """A problem the engine refused on this many consecutive runs of the same folder is rejected for good
     (reason `engine_refused_permanent`) and not asked again; `prm-synth run --retry-refused` asks such
     problems once more. A refusal says nothing about the problem until it repeats: a server down to a
-    short context refuses long prompts today and takes them tomorrow."""
+    short context refuses long prompts today and takes them tomorrow. A row whose judge (or verifier)
+    answers could not be read on this many runs is recorded for good the same way
+    (`judge_unreadable_permanent`, `verify_unreadable_permanent`)."""

@@ -235,7 +235,8 @@ def problems_line(summary: RunSummary, config: Mapping[str, Any], manifest: Mapp
     if limit is not None:
         line += f" (run with a limit of {limit})"
     elif configured is not None and read < configured:
-        line += f" (of the {configured} the source defines: the run was limited)"
+        # no --limit: the run stopped before the end (killed, or a shard failed); it resumes
+        line += f" (of the {configured} the source defines: the run has not finished; the same command resumes it)"
     return line
 
 

@@ -109,12 +109,23 @@ CRITIQUE = JudgePrompt()
 
 
 def judge_requests(
-    items: Sequence[tuple[str, Sequence[str]]], config: JudgeConfig, prompt: JudgePrompt = CRITIQUE
+    items: Sequence[tuple[str, Sequence[str]]],
+    config: JudgeConfig,
+    prompt: JudgePrompt = CRITIQUE,
+    first_samples: Sequence[int] | None = None,
 ) -> list[GenerationRequest]:
+    """One request (n=samples) per item; `first_samples`: per item, the index of its first sample."""
     sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
+    firsts = first_samples if first_samples is not None else [0] * len(items)
     return [
-        GenerationRequest(user=prompt.render(q, steps), system=prompt.system, n=config.samples, sampling=sampling)
-        for q, steps in items
+        GenerationRequest(
+            user=prompt.render(q, steps),
+            system=prompt.system,
+            n=config.samples,
+            sampling=sampling,
+            first_sample_index=first,
+        )
+        for (q, steps), first in zip(items, firsts, strict=True)
     ]
 
 
@@ -154,6 +165,7 @@ def judge_solutions(
     *,
     sent: Sequence[bool] | None = None,
     settled: Callable[[list[list[int]], list[int]], list[bool]] | None = None,
+    first_samples: Sequence[int] | None = None,
 ) -> tuple[list[JudgeVerdict | None], JudgeStats]:
     """The judge's one request loop: judge (question, steps) pairs, a refused request failing alone (its
     verdict says so). Without `settled`, one request of n=samples per pair; with it, votes are asked one
@@ -161,7 +173,10 @@ def judge_solutions(
     votes are the ones one request of n=samples would have drawn), and after each round `settled` (every
     pair's votes so far, the open pairs' indices) says which of the open pairs are settled and close, up
     to `samples` rounds (selection.py).
-    `sent`: which pairs are asked at all; an unsent pair's verdict is None."""
+    `sent`: which pairs are asked at all; an unsent pair's verdict is None. `first_samples`: per pair, the
+    sample index its first vote is drawn at (0 where not given): a row asked again after its answers could
+    not be read starts past the indices earlier runs used, as a judge that honours seeds would repeat them."""
+    firsts = [0] * len(items) if first_samples is None else list(first_samples)
     sent = [True] * len(items) if sent is None else list(sent)
     per_request = config if settled is None else config.model_copy(update={"samples": 1})
     votes: list[list[int]] = [[] for _ in items]
@@ -173,10 +188,9 @@ def judge_solutions(
     for round_index in range(1 if settled is None else config.samples):
         if not open_rows:
             break
-        requests = [
-            replace(request, first_sample_index=round_index)
-            for request in judge_requests([items[i] for i in open_rows], per_request, prompt)
-        ]
+        requests = judge_requests(
+            [items[i] for i in open_rows], per_request, prompt, [firsts[i] + round_index for i in open_rows]
+        )
         answers, calls = ask(engine, requests, max_batch_requests, "judge")
         stats.engine_calls += calls
         stats.requests += len(requests)
@@ -234,6 +248,7 @@ def judge_records(
     *,
     sent: Sequence[bool] | None = None,
     settled: Callable[[list[list[int]], list[int]], list[bool]] | None = None,
+    first_samples: Sequence[int] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage: (the judged rows, the rejected, its counters). The stage contract it shares with
     verify (verify.verify_records): the input rows are not changed; the rows returned are copies with the
@@ -246,7 +261,9 @@ def judge_records(
     this row cost).
     """
     items = [(r.question, r.steps) for r in records]
-    verdicts, stats = judge_solutions(engine, items, config, max_batch_requests, sent=sent, settled=settled)
+    verdicts, stats = judge_solutions(
+        engine, items, config, max_batch_requests, sent=sent, settled=settled, first_samples=first_samples
+    )
     kept, rejected = apply_verdicts(engine, records, verdicts, config, stats)
     return kept, rejected, stats
 

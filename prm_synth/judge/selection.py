@@ -91,13 +91,14 @@ def judge_selected(
     consensus: ConsensusConfig,
     max_batch_requests: int,
     canaries: CanaryStats | None = None,
+    first_samples: Sequence[int] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage under `soft`: `select: all` asks every row `samples` votes at once (judge_records);
     `needed` asks the selected rows in rounds until each is settled (see the module doc), through the same
     request loop. Same contract as judge_records: input rows unchanged, copies returned, refused rows
     rejected."""
     if config.select == "all":
-        return judge_records(engine, records, config, max_batch_requests)
+        return judge_records(engine, records, config, max_batch_requests, first_samples=first_samples)
 
     def settled_rows(votes: list[list[int]], rows: list[int]) -> list[bool]:
         so_far = [replace(r, judge_votes=v) for r, v in zip(records, votes, strict=True)]
@@ -108,7 +109,9 @@ def judge_selected(
         ]
 
     sent = selected(records, config, consensus)
-    return judge_records(engine, records, config, max_batch_requests, sent=sent, settled=settled_rows)
+    return judge_records(
+        engine, records, config, max_batch_requests, sent=sent, settled=settled_rows, first_samples=first_samples
+    )
 
 
 def judge_stage(
@@ -118,9 +121,11 @@ def judge_stage(
     consensus: ConsensusConfig | None,
     max_batch_requests: int,
     canaries: CanaryStats | None = None,
+    first_samples: Sequence[int] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage as the pipeline runs it: under `soft`, only the rows a vote can change, votes asked
-    until settled (`judge_selected`); under any other policy (or none), every row with `samples` votes."""
+    until settled (`judge_selected`); under any other policy (or none), every row with `samples` votes.
+    `first_samples`: per row, the sample index its first vote is drawn at (judge_solutions)."""
     if consensus is not None and consensus.policy == "soft":
-        return judge_selected(engine, records, config, consensus, max_batch_requests, canaries)
-    return judge_records(engine, records, config, max_batch_requests)
+        return judge_selected(engine, records, config, consensus, max_batch_requests, canaries, first_samples)
+    return judge_records(engine, records, config, max_batch_requests, first_samples=first_samples)

@@ -162,13 +162,22 @@ def compare(verdicts: Sequence[bool], labels: dict[int, bool], rule: str, tolera
 UNREADABLE_CHAIN: frozenset[str | None] = frozenset({"no_steps", "missing_verdict", "step_order"})
 
 
-def verify_requests(records: Sequence[LabeledRecord], config: VerifyConfig) -> list[GenerationRequest]:
+def verify_requests(
+    records: Sequence[LabeledRecord], config: VerifyConfig, first_samples: Sequence[int] | None = None
+) -> list[GenerationRequest]:
+    """One request (n=votes) per row; `first_samples`: per row, its first sample index (a row verified
+    again after unreadable chains gets indices no earlier run used, as the judge's do)."""
     sampling = SamplingOptions(max_tokens=config.max_tokens, temperature=config.temperature)
+    firsts = first_samples if first_samples is not None else [0] * len(records)
     return [
         GenerationRequest(
-            user=render_verify_prompt(r.question, r.steps), system=VERIFY_SYSTEM, n=config.votes, sampling=sampling
+            user=render_verify_prompt(r.question, r.steps),
+            system=VERIFY_SYSTEM,
+            n=config.votes,
+            sampling=sampling,
+            first_sample_index=first,
         )
-        for r in records
+        for r, first in zip(records, firsts, strict=True)
     ]
 
 
@@ -182,7 +191,11 @@ def judge_chain(completion: Completion, record: LabeledRecord, config: VerifyCon
 
 
 def verify_records(
-    engine: Engine, records: list[LabeledRecord], config: VerifyConfig, max_batch_requests: int
+    engine: Engine,
+    records: list[LabeledRecord],
+    config: VerifyConfig,
+    max_batch_requests: int,
+    first_samples: Sequence[int] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], VerifyStats]:
     """The verify stage: sample `votes` chains per row, keep those that agree with its labels. Returns
     (the rows with their verify fields filled, the rejected, its counters) under the stage contract of
@@ -194,7 +207,7 @@ def verify_records(
     Requests go through judge.ask, the judge's request loop: a request the engine refuses costs its row
     its chains (each dropped as `engine_refused`), never the row or the shard. The verifier's tokens are
     added to the row's `tokens` (what making this row cost)."""
-    answers, calls = ask(engine, verify_requests(records, config), max_batch_requests, "verify")
+    answers, calls = ask(engine, verify_requests(records, config, first_samples), max_batch_requests, "verify")
     stats = VerifyStats(engine_calls=calls)
     dropped: Counter[str] = Counter()
     out: list[LabeledRecord] = []

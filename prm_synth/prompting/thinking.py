@@ -48,11 +48,18 @@ class ThinkingMarkers:
 
     def trace_start(self, text: str) -> int | None:
         """Where the trace's own text starts (after the open marker and the whitespace the template
-        leaves), or None when `text` has no trace (a non-forced text that does not open one)."""
+        leaves), or None when `text` has no trace (a non-forced text that neither opens nor closes one).
+
+        A text that closes a trace it never opened was written inside one: a template forced it open
+        (DeepSeek-R1's) and nothing said so (no local tokenizer to ask, no `forced_open` set). It is read
+        as forced open, so a box written while thinking is still never its answer."""
         stripped = len(text) - len(text.lstrip())
         if text.startswith(self.open, stripped):
             return stripped + len(self.open)
-        return 0 if self.forced_open else None
+        if self.forced_open:
+            return 0
+        close = text.find(self.close) if self.close else -1
+        return 0 if close >= 0 and self.open not in text[:close] else None
 
     def close_at(self, text: str) -> int | None:
         """The index of the close marker that ends the trace, or None while the trace is open (or absent)."""

@@ -75,9 +75,14 @@ class ShardEntry:
     servers: dict[str, str] = field(default_factory=dict)
     # Problems the engine refused, by id: on how many consecutive runs (prm_synth.store.refusals).
     refusals: dict[str, int] = field(default_factory=dict)
+    # Rows left open (judge or verifier unreadable), by row id: on how many consecutive runs.
+    unreadable: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return self.__dict__ | {"stats": self.stats.to_dict()}
+        out = self.__dict__ | {"stats": self.stats.to_dict()}
+        if not self.unreadable:  # a marker without open rows is written as before
+            del out["unreadable"]
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> ShardEntry:

@@ -34,3 +34,9 @@ def leave_open(record: LabeledRecord, stage: Stage, reason: RejectReason, detail
     whole row as it came in (never cut), which the next run finishes from."""
     row = record.to_row()
     return reject(record.id, record.problem_id, record.source, stage, reason, detail, row, payload_chars=sys.maxsize)
+
+
+# Rows still unreadable on `run.refused_runs` runs in a row: recorded for good under these reasons,
+# finished only on request (--retry-refused; prm_synth.store.refusals counts the runs).
+OPEN_FOR_GOOD = {"judge_unreadable": "judge_unreadable_permanent", "verify_unreadable": "verify_unreadable_permanent"}
+LEFT_OPEN_FOR_GOOD = frozenset(OPEN_FOR_GOOD.values())

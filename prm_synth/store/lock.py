@@ -31,6 +31,9 @@ class OutputLock:
 
     _held: weakref.WeakValueDictionary[str, OutputLock] = weakref.WeakValueDictionary()
     _guard = threading.Lock()
+    # The pid a refused run is told holds the lock: the command the user started (`prm-synth run`'s
+    # parent, which a user can stop), not its worker child; this process's own where not set.
+    owner_pid: int | None = None
 
     def __init__(self, file: Any) -> None:
         self.file = file
@@ -66,7 +69,7 @@ class OutputLock:
                 log.warning("cannot lock %s (%s): running without the lock", path, e)
             file.seek(0)
             file.truncate()
-            file.write(f"{os.getpid()}\n")
+            file.write(f"{cls.owner_pid or os.getpid()}\n")
             file.flush()
             lock = cls(file)
             cls._held[key] = lock
@@ -75,6 +78,11 @@ class OutputLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.file.close()  # closing the descriptor releases the flock
+
+
+def name_lock_owner(pid: int | None) -> None:
+    """The pid the run lock names from now on (a worker names the command that started it)."""
+    OutputLock.owner_pid = pid
 
 
 def _only_readers(file: Any) -> bool:

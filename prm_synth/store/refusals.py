@@ -9,9 +9,14 @@ counts, per refused problem, the runs in a row that refused it (`ShardEntry.refu
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+from prm_synth.store.left_open import OPEN_FOR_GOOD
+from prm_synth.store.shards import atomic_write_json
 
 REFUSED = "engine_refused"
 PERMANENT = "engine_refused_permanent"
@@ -45,3 +50,60 @@ def make_permanent(
 
 def reasons_of(rejected: Iterable[dict[str, Any]]) -> dict[str, int]:
     return dict(Counter(r["reason"] for r in rejected))
+
+
+# Rows left open because their judge (or verifier) could not be read, the same way: a row still
+# unreadable after `run.refused_runs` runs in a row is recorded for good under its permanent reason.
+OPEN_PERMANENT = OPEN_FOR_GOOD
+PERMANENT_OPEN = {v: k for k, v in OPEN_PERMANENT.items()}
+
+
+def count_open(rejected: Iterable[dict[str, Any]], asked: set[str], previous: dict[str, int]) -> dict[str, int]:
+    """Runs in a row each open row (by row id) was left unreadable, after this run: one more for a row
+    this run asked (`asked`: the ids of the rows it made or finished) and left open again; the count of
+    one it did not ask stays (at least 1); a row finished drops out."""
+    counts: dict[str, int] = {}
+    for r in rejected:
+        reason, row_id = r.get("reason"), str(r.get("id"))
+        if reason in OPEN_PERMANENT:
+            counts[row_id] = previous.get(row_id, 0) + 1 if row_id in asked else previous.get(row_id, 1)
+        elif reason in PERMANENT_OPEN:
+            counts[row_id] = previous.get(row_id, 1)
+    return counts
+
+
+def make_open_permanent(
+    rejected: list[dict[str, Any]], counts: dict[str, int], limit: int
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """`rejected` with the rows left open on `limit` runs in a row recorded for good (their permanent
+    reason), and the rows that turned so now (open exactly `limit` times; more: asked again on request)."""
+    over = {row_id for row_id, n in counts.items() if n >= limit}
+    out = [
+        r | {"reason": OPEN_PERMANENT[r["reason"]]}
+        if r.get("reason") in OPEN_PERMANENT and str(r.get("id")) in over
+        else r
+        for r in rejected
+    ]
+    return out, {row_id for row_id in over if counts[row_id] == limit}
+
+
+# A shard whose every problem the engine refused is not written (it made nothing: a failure, not a
+# result), so its marker cannot count the runs that refused it: the counts wait here until it is.
+PENDING = "refusals"
+
+
+def pending_refusals(root: Path, shard: int) -> dict[str, int]:
+    """The refusal counts of a shard not written yet (`save_pending`), {} when none."""
+    try:
+        data = json.loads((root / PENDING / f"shard-{shard:05d}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def save_pending(root: Path, shard: int, counts: dict[str, int]) -> None:
+    atomic_write_json(root / PENDING / f"shard-{shard:05d}.json", counts)
+
+
+def clear_pending(root: Path, shard: int) -> None:
+    (root / PENDING / f"shard-{shard:05d}.json").unlink(missing_ok=True)

@@ -38,10 +38,12 @@ from prm_synth.store.layout import (
     shard_name,
     totals,
 )
+from prm_synth.store.left_open import LEFT_OPEN_FOR_GOOD
 from prm_synth.store.lock import OutputLock
 from prm_synth.store.readers import read_manifest, read_stream, shard_file, verified_buffer
 
 log = logging.getLogger(__name__)
+KEEP: Any = object()  # write_manifest: the value the manifest holds already
 
 
 def _fsync_dir(path: Path) -> None:
@@ -218,7 +220,7 @@ class ShardStore:
         return None
 
     def _clear(self) -> None:
-        for sub in ("data", "rejected", "shards", "trees", CANARIES):
+        for sub in ("data", "rejected", "shards", "trees", "refusals", CANARIES):
             for p in (self.root / sub).glob("*"):
                 p.unlink()
         (self.root / MANIFEST).unlink(missing_ok=True)
@@ -235,6 +237,7 @@ class ShardStore:
         servers: dict[str, str] | None = None,
         refusals: dict[str, int] | None = None,
         canaries: list[Mapping[str, Any]] | None = None,
+        unreadable: dict[str, int] | None = None,
     ) -> ShardEntry:
         """Write the shard's files, then its marker. `trees` (problem id -> OmegaPRM tree as node-link
         JSON) go to trees/shard-NNNNN.json and are part of the shard (hashed in its marker)."""
@@ -279,6 +282,7 @@ class ShardStore:
             finished_at=time.time(),
             servers=dict(servers or {}),
             refusals=dict(refusals or {}),
+            unreadable=dict(unreadable or {}),
         )
         # The commit point: once this marker exists, the shard is finished.
         atomic_write_json(self.root / "shards" / f"{name}.json", entry.to_json())
@@ -351,15 +355,19 @@ class ShardStore:
             if r.get("reason") in reasons and r.get("problem_id") is not None
         }
 
-    def open_rows(self, entry: ShardEntry) -> set[str]:
+    def open_rows(self, entry: ShardEntry, permanent: bool = False) -> set[str]:
         """Rows of a finished shard left open because its judge or verifier could not be read (a reason in
-        LEFT_OPEN_REASONS): not done; the next run finishes them from their payload."""
-        if not LEFT_OPEN_REASONS & set(entry.stats.rejected_by_reason):
+        LEFT_OPEN_REASONS): not done; the next run finishes them from their payload. Those left open on
+        `run.refused_runs` runs in a row (LEFT_OPEN_FOR_GOOD) only with `permanent` (--retry-refused)."""
+        reasons = LEFT_OPEN_REASONS | LEFT_OPEN_FOR_GOOD if permanent else LEFT_OPEN_REASONS
+        if not reasons & set(entry.stats.rejected_by_reason):
             return set()  # the marker says none: the rejected file need not be read
-        return {str(r["id"]) for r in self.read_rows(entry, "rejected") if r.get("reason") in LEFT_OPEN_REASONS}
+        return {str(r["id"]) for r in self.read_rows(entry, "rejected") if r.get("reason") in reasons}
 
-    def write_manifest(self, config_dump: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Rebuild manifest.json from the shard markers."""
+    def write_manifest(self, config_dump: dict[str, Any] | None = None, limit: Any = KEEP) -> dict[str, Any]:
+        """Rebuild manifest.json from the shard markers. `limit`: the run's --limit (None: the whole
+        source), so a reader can tell a run cut short on purpose from one that has not finished; kept
+        as it was when not given."""
         old = self._existing_manifest() or {}
         entries = sorted(self.finished(verify=False).values(), key=lambda e: e.shard)
         manifest = {
@@ -372,6 +380,8 @@ class ShardStore:
         }
         if (revision := self.labeler_revision or old.get("labeler_revision")) is not None:
             manifest["labeler_revision"] = revision
+        if (limit := old.get("limit") if limit is KEEP else limit) is not None:
+            manifest["limit"] = limit
         rows = self.rows_fingerprint or old.get("rows_fingerprint")
         if rows is not None and rows != self.fingerprint:
             manifest["rows_fingerprint"] = rows

@@ -183,7 +183,7 @@ def summarize(root: str | Path) -> RunSummary:
         rollouts=stats.rollouts,
         unknown_rollouts=stats.unknown_rollouts,
         unknown_rate=round(stats.unknown_rollouts / stats.rollouts, 4) if stats.rollouts else 0.0,
-        warnings=_warnings(stats) + _left_open_warnings(root, stats),
+        warnings=_warnings(stats) + _budget_warnings(manifest.get("config"), stats) + _left_open_warnings(root, stats),
         requests_refused=stats.requests_refused,
         tokens=stats.tokens,
         rollouts_per_labeled_step=_per(stats.rollouts, labels["labeled_steps"]),
@@ -328,6 +328,19 @@ def _warnings(stats: ShardStats) -> list[str]:
             "the next run of the same command asks for them again"
         )
     return out
+
+
+def _budget_warnings(config: Any, stats: ShardStats) -> list[str]:
+    """A token budget no rollout fits: the run labels nothing by rollouts, and only this says why."""
+    annotate = config.get("annotate") if isinstance(config, dict) else None
+    budget = annotate.get("max_rollout_tokens") if isinstance(annotate, dict) else None
+    if budget is None or stats.rollouts or not stats.rows:
+        return []
+    return [
+        f"annotate.max_rollout_tokens ({budget}) is too small for a single rollout: no prefix was rolled out, "
+        "so no step was labeled by its rollouts (the rows say token_budget where a search stopped); raise it, "
+        "or leave it out for no token budget"
+    ]
 
 
 def _left_open_warnings(root: str | Path, stats: ShardStats) -> list[str]:
