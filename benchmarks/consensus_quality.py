@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems.arithmetic import true_first_error
 from prm_synth.problems.quality import step_label_quality
 from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, Problem, ShardStats
-from prm_synth.store.canary_counts import precision_report
+from prm_synth.store.canary_counts import CanaryStats, precision_report
 
 PROFILES = JUDGE_PROFILES
 POLICIES = ("agree", "soft", "judge-only", "mc-only")  # every row judged with m votes (`select: all`)
@@ -197,12 +198,23 @@ def run_profile(shards: list[list[LabeledRecord]], judge: SimulatedJudgeConfig, 
     needed, spent = judge_shards(shards, judge, args, "needed")
     out["soft-needed"], soft_stats = filter_rows(needed, soft_config(args), rows, args)
     out["soft-needed"] |= cost(spent, rows)
-    estimate = precision_report(soft_stats.estimate)
+    estimate = precision_report(soft_stats.estimate, all_canaries(getattr(args, "canary_stats", [])))
     out["target_precision"] = soft_config(args).target_precision
     out["measured_precision"] = {k: out["soft-needed"][f"{k}_precision"] for k in ("good", "bad")}
     out["estimated_precision"] = {k: estimate[k] for k in ("good", "bad")}
+    alone = precision_report(soft_stats.estimate)["bad"]
+    out["posterior_bad_interval"] = [alone["low"], alone["high"]] if alone else [None, None]
     out["kept_rows"] = soft_stats.kept
     return out
+
+
+def all_canaries(per_shard: Sequence[CanaryStats | None]) -> CanaryStats | None:
+    """The shards' canary counts summed, as a run's summary sums them (ShardStats)."""
+    total = ShardStats()
+    for c in per_shard:
+        if c is not None:
+            total = total + ShardStats(canaries=dataclasses.asdict(c))
+    return CanaryStats.read(total.canaries)
 
 
 def cost(stats: JudgeStats, rows: int) -> dict[str, Any]:
@@ -287,6 +299,8 @@ def main() -> None:
             f"{'':<12}soft-needed at target {result['target_precision']}: measured good/bad "
             f"{result['measured_precision']['good']}/{result['measured_precision']['bad']}, the run's estimate "
             + ", ".join(f"{k} {v['point']} [{v['low']}, {v['high']}]" for k, v in e.items() if v)
+            + f" (bad from the posterior alone: [{result['posterior_bad_interval'][0]}, "
+            f"{result['posterior_bad_interval'][1]}])"
         )
         print(
             f"{'':<12}judge measured in the run: names pinned errors {_f(result['judge_recall_pinned'], 0)}, "

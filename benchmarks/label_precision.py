@@ -79,7 +79,9 @@ def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, An
         kept += out.records
         stats = stats + out.stats
     measured = precision(kept)
-    estimate = precision_report(stats.consensus.estimate if stats.consensus else {})
+    canaries = CanaryStats.read(stats.canaries)
+    estimate = precision_report(stats.consensus.estimate if stats.consensus else {}, canaries)
+    posterior_alone = precision_report(stats.consensus.estimate if stats.consensus else {})  # no canaries
     inside = {}
     for kind in ("good", "bad"):
         e, m = estimate.get(kind), measured[kind]
@@ -90,6 +92,7 @@ def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, An
         "kept": len(kept),
         "measured": {k: None if v is None else round(v, 4) for k, v in measured.items()},
         "estimated": {k: estimate[k] for k in ("good", "bad")},
+        "posterior_bad_interval": [alone["low"], alone["high"]] if (alone := posterior_alone["bad"]) else None,
         "inside": inside,
         "judge_requests_per_row": round(stats.judge.samples / max(stats.rows + stats.rejected, 1), 3)
         if stats.judge

@@ -204,3 +204,76 @@ def test_inspect_the_summary_and_the_card_say_how_right_the_labels_are(tmp_path)
     export_to_dir(root, tmp_path / "out", ["trl"])
     card = " ".join((tmp_path / "out" / "README.md").read_text(encoding="utf-8").split())
     assert "estimated precision of the kept labels" in card and "upper bound" in card
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 60),
+    per_row=st.integers(1, 6),
+    early=st.floats(0.0, 1.0),
+    point=st.floats(0.9, 1.0),
+)
+def test_the_bad_interval_holds_what_the_canaries_measured_when_the_labelers_confidence_is_optimistic(
+    rows, per_row, early, point
+):
+    """A world where the labeler's confidence is optimistic: the posterior expects the kept bad labels
+    right with a tight spread (`point`, no variance), while the planted errors show the rollouts placing
+    some first errors early (`early`: the share of the canaries' bad labels before the planted step).
+    The reported bad interval must hold the precision pooled from both (what the kept labels measure
+    when they err as the canaries do on as many labels), and the point stays the posterior's."""
+    from prm_synth.store.canary_counts import precision_report
+
+    labels = rows * per_row
+    wrong = round(early * labels)
+    canaries = CanaryStats(
+        planted=rows,
+        by_answer={"wrong": {"canaries": rows, "mc_at": rows, "mc_bad_labels": labels, "mc_bad_wrong": wrong}},
+    )
+    sums = {"bad_labels": 100.0, "bad_expected": 100.0 * point, "bad_var": 0.0, "bad_low": 100.0 * point}
+    sums |= {"wrong:" + k: v for k, v in sums.items()}
+    measured = (100.0 * point + labels - wrong) / (100.0 + labels)
+    for report in (precision_report(sums, canaries), precision_report(sums, canaries)["by_answer"]["wrong"]):
+        bad = report["bad"]
+        assert bad["low"] <= round(measured, 4) <= bad["high"], (bad, measured)
+        assert bad["point"] == round(point, 4)  # the point stays the posterior's
+    alone = precision_report(sums)["bad"]  # without canaries the interval is the posterior's alone
+    assert alone["low"] == alone["high"] == round(point, 4)
+
+
+def test_canaries_count_the_bad_labels_the_rollouts_place_before_the_planted_step():
+    """A canary planted at step 3 whose rollouts placed the first error at step 1: its bad labels are
+    steps 1.. (the labeled ones), and the two before the planted step are wrong."""
+    from prm_synth.judge.canaries import measure
+    from prm_synth.schema import LabeledRecord
+
+    def canary(first_error: int, labels: list[bool | None]) -> LabeledRecord:
+        n = len(labels)
+        return LabeledRecord(
+            id="s", problem_id="p", source="t", question="q", gold_answer="1", steps=[f"step {i}" for i in range(n)],
+            final_answer="1", final_correct=True, mc_values=[None] * n, mc_correct=[0] * n, mc_total=[0] * n,
+            labels=labels, label_source=["mc"] * n, label_rule="r", first_error_mc=first_error, annotator="a",
+            policy_model="m", config_fingerprint="f", rollouts=0, tokens=0,
+        )  # fmt: skip
+
+    early = measure([(canary(1, [True, False, False, False, None]), 3)]).of("right")
+    assert (early["mc_before"], early["mc_bad_labels"], early["mc_bad_wrong"]) == (1, 3, 2)
+    late = measure([(canary(4, [True, True, True, True, False]), 3)]).of("right")
+    assert (late["mc_after"], late["mc_bad_labels"], late["mc_bad_wrong"]) == (1, 1, 0)
+    clean = measure([(canary(-1, [True] * 5), 3)]).of("right")
+    assert (clean["mc_clean"], clean["mc_bad_labels"]) == (1, 0)
+
+
+def test_the_bad_interval_holds_the_measured_precision_where_the_posterior_alone_is_too_sure():
+    """A simulated run where the labeler's confidence is optimistic (the policy repairs early slips, a
+    judge that misses errors there and repeats one reading; development seed 3): the posterior alone
+    reports a bad interval that misses the kept bad labels' measured precision, and the interval the run
+    reports, which also holds the canaries' measurement, contains it."""
+    import label_precision
+
+    result = label_precision.run_case("repair", "correlated", 3, 60)
+    measured, bad = result["measured"]["bad"], result["estimated"]["bad"]
+    low, high = result["posterior_bad_interval"]
+    assert not low <= measured <= high, "the world no longer makes the posterior alone too sure"
+    assert bad["low"] <= measured <= bad["high"], (bad, measured)
+    assert bad["low"] <= low and bad["high"] >= high  # widened, never narrowed
+    assert result["canaries"]["planted"] >= 8

@@ -181,6 +181,10 @@ def measure(rows: Sequence[tuple[LabeledRecord, int]]) -> CanaryStats:
         stats.tokens += record.tokens
         f = record.first_error_mc
         c["mc_clean" if f == -1 else "mc_at" if f == planted else "mc_before" if f < planted else "mc_after"] += 1
+        if f >= 0:  # the bad labels the placement gives: it and the labeled steps after it
+            bad = [f, *(i for i in range(f + 1, len(record.labels)) if record.labels[i] is not None)]
+            c["mc_bad_labels"] += len(bad)
+            c["mc_bad_wrong"] += sum(1 for i in bad if i < planted)
         votes = [v for v in record.judge_votes if v != UNPARSEABLE]
         c["unreadable"] += len(record.judge_votes) - len(votes)
         c["votes"] += len(votes)

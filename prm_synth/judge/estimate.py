@@ -24,7 +24,6 @@ the judge's rates at both ends of their 95% intervals (canary_stats.precision_re
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
@@ -43,22 +42,12 @@ from prm_synth.judge.accuracy import (
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.judge.posterior import first_error_prior, posterior
 from prm_synth.schema import LabeledRecord
-from prm_synth.store.canary_counts import CanaryStats, Z
+from prm_synth.store.canary_counts import CanaryStats, Z, wilson
 
 # The target is held one standard error towards the pessimistic end of the judge's measured rates: a
 # shard's rates are measured on few rows, and keeping at the point estimate keeps the rows a too-low
 # estimate of hidden errors lets through (chosen on seeds 0-3 of benchmarks/label_precision.py).
 CAUTIOUS_Z = 1.0
-
-
-def wilson(hits: float, total: float, z: float = Z) -> tuple[float, float]:
-    """The Wilson score interval of a proportion (0..1 where nothing was counted)."""
-    if total <= 0:
-        return 0.0, 1.0
-    p = hits / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def step_votes(records: Sequence[LabeledRecord]) -> list[tuple[int, int]]:

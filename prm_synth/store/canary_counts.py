@@ -3,6 +3,9 @@ a dict (`ShardStats.canaries`, summed key by key over shards); `CanaryStats.read
 
 Per answer class of the canary ("right": the planted error hides behind a right answer; "wrong"):
 - the rollouts' first error against the planted step: `mc_at`, `mc_before`, `mc_after`, `mc_clean`;
+  the bad labels that placement gives (`mc_bad_labels`: the placed step and the labeled steps after it)
+  and how many of them are wrong (`mc_bad_wrong`: before the planted step), the bad-label precision the
+  labeler reaches on this run, measured and not modelled (precision_report);
 - the judge's readable votes: `named` (the planted step), `missed` (-1), `before`/`after` (another step),
   `offset_sum` (the summed distance of those step votes), `unreadable`;
 - vote dependence within a row: `pairs` of readable votes on one row and how many of them are equal
@@ -22,6 +25,8 @@ CLASS_KEYS = (
     "mc_before",
     "mc_after",
     "mc_clean",
+    "mc_bad_labels",
+    "mc_bad_wrong",
     "votes",
     "named",
     "missed",
@@ -103,6 +108,8 @@ class CanaryStats:
             out[answer] = {
                 "canaries": n,
                 "rollouts": {k: c[f"mc_{k}"] / n if n else None for k in ("at", "before", "after", "clean")},
+                # the share of the bad labels the rollouts' placement gives that are right (precision_report)
+                "rollouts_bad_precision": 1.0 - c["mc_bad_wrong"] / c["mc_bad_labels"] if c["mc_bad_labels"] else None,
                 "judge_recall": c["named"] / v if v else None,
                 "judge_missed": c["missed"] / v if v else None,
                 "judge_mean_location_error": c["offset_sum"] / steps if steps else None,
@@ -130,11 +137,35 @@ class CanaryStats:
 Z = 1.96  # the intervals' normal quantile (95%)
 
 
-def precision_report(sums: dict[str, float]) -> dict[str, object]:
-    """`estimated_precision` from the summed expectations (ConsensusStats.estimate): good and bad, point
-    and interval, overall and per answer class."""
+def wilson(hits: float, total: float, z: float = Z) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (0..1 where nothing was counted)."""
+    if total <= 0:
+        return 0.0, 1.0
+    p = hits / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
-    def one(prefix: str, kind: str) -> dict[str, float | int] | None:
+
+def canary_bad_counts(canaries: CanaryStats | None, answers: tuple[str, ...]) -> tuple[int, int]:
+    """(right, all) bad labels the rollouts' placement gave the canaries of `answers` (a bad label is right
+    when it is at or after the planted step): the bad-label precision measured, not modelled."""
+    if canaries is None:
+        return 0, 0
+    labels = sum(canaries.of(a)["mc_bad_labels"] for a in answers)
+    return labels - sum(canaries.of(a)["mc_bad_wrong"] for a in answers), labels
+
+
+def precision_report(sums: dict[str, float], canaries: CanaryStats | None = None) -> dict[str, object]:
+    """`estimated_precision` from the summed expectations (ConsensusStats.estimate): good and bad, point
+    and interval, overall and per answer class. The point is the posterior's. The bad labels' interval
+    also holds the 95% Wilson interval of the posterior's expected right labels pooled with the canaries'
+    measured ones (`canary_bad_counts`): the posterior trusts the rollouts' own confidence, optimistic
+    where they fail from a clean prefix more often than it says, and the canaries measure that directly.
+    Pooled, a few canaries that saw no wrong label do not widen a well-measured run to nothing, and many
+    that saw some pull the low end down to what they saw."""
+
+    def one(prefix: str, kind: str, answers: tuple[str, ...]) -> dict[str, float | int] | None:
         labels = sums.get(f"{prefix}{kind}_labels", 0.0)
         if labels <= 0:
             return None
@@ -142,6 +173,10 @@ def precision_report(sums: dict[str, float]) -> dict[str, object]:
         spread = Z * math.sqrt(sums.get(f"{prefix}{kind}_var", 0.0)) / labels
         ends = [sums.get(f"{prefix}{kind}_{end}", point * labels) / labels for end in ("low", "high")]
         low, high = min([point, *ends]) - spread, max([point, *ends]) + spread
+        right, counted = canary_bad_counts(canaries, answers) if kind == "bad" else (0, 0)
+        if counted:
+            pooled = wilson(point * labels + right, labels + counted)
+            low, high = min(low, pooled[0]), max(high, pooled[1])
         return {
             "point": round(point, 4),
             "low": round(max(0.0, low), 4),
@@ -149,6 +184,7 @@ def precision_report(sums: dict[str, float]) -> dict[str, object]:
             "labels": int(labels),
         }
 
-    out: dict[str, object] = {"good": one("", "good"), "bad": one("", "bad")}
-    out["by_answer"] = {c: {"good": one(f"{c}:", "good"), "bad": one(f"{c}:", "bad")} for c in ("right", "wrong")}
+    both = ("right", "wrong")
+    out: dict[str, object] = {"good": one("", "good", both), "bad": one("", "bad", both)}
+    out["by_answer"] = {c: {"good": one(f"{c}:", "good", (c,)), "bad": one(f"{c}:", "bad", (c,))} for c in both}
     return out

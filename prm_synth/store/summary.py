@@ -122,7 +122,7 @@ class RunSummary:
         not keep a row with an estimate."""
         if self.consensus is None or not self.consensus.estimate:
             return None
-        return precision_report(self.consensus.estimate) | {
+        return precision_report(self.consensus.estimate, self.canaries) | {
             "rests_on": self.canaries.summary() if self.canaries else None,
             "limit": PRECISION_LIMIT,
         }
