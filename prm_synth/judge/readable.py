@@ -91,27 +91,16 @@ def check_readable(
     The share is over the votes that stand in the shard: this attempt's, and the readable ones of the
     attempts before it (`earlier`: the shard as written before, when this attempt only finished some of
     its rows). Over a re-ask alone, one row's one unreadable vote would be "1 of 1", every run, forever."""
-    j, v = stats.judge, stats.verify
-    ej, ev = (earlier.judge, earlier.verify) if earlier is not None else (None, None)
     checks = [
-        (
-            "judge",
-            judge_engine,
-            j.unparseable if j else 0,
-            (j.samples if j else 0) + (ej.samples - ej.unparseable if ej else 0),
-            "votes",
-            "judge_unreadable",
-        ),
-        (
-            "verifier",
-            verify_engine,
-            v.unreadable_chains if v else 0,
-            (v.chains if v else 0) + (ev.chains - ev.unreadable_chains if ev else 0),
-            "chains",
-            "verify_unreadable",
-        ),
+        ("judge", judge_engine, "judge", lambda j: (j.unparseable, j.samples), "votes", "judge_unreadable"),
+        ("verifier", verify_engine, "verify", lambda v: (v.unreadable_chains, v.chains), "chains", "verify_unreadable"),
     ]
-    for name, engine, unreadable, asked, what, reason in checks:
+    for name, engine, section, count, what, reason in checks:
+        now, before = getattr(stats, section), getattr(earlier, section) if earlier is not None else None
+        unreadable, asked = count(now) if now else (0, 0)
+        if before:  # the readable votes (or chains) of the attempts before this one still stand
+            before_unreadable, before_asked = count(before)
+            asked += before_asked - before_unreadable
         if not asked or unreadable <= asked * UNREADABLE_FAILS:
             continue
         open_rows = [r for r in rejected if r.reason == reason]
