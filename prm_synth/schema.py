@@ -72,6 +72,8 @@ UnlabeledReason = Literal[
     "undecided_unlocated",
     "token_budget",  # the solution's rollout tokens (annotate.max_rollout_tokens) ran out before it was decided
     "truncated_thinking",  # the last step of a solution whose thinking trace never closes: it has no answer
+    # consensus kept the row with only the labels that reach consensus.target_precision; not this one
+    "below_target",
 ]
 # The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's

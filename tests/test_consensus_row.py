@@ -48,7 +48,11 @@ def test_an_unchanged_row_keeps_no_copy_of_its_labels():
 
 def test_min_confidence_is_checked_against_the_posterior_under_soft():
     record = row([T, N, N, F], [0.99, 0.6, 0.3, 0.0], [1, 1, 1])
-    _, (rejected,), _ = apply_consensus([record], ConsensusConfig(confidence=0.9), min_confidence=0.9999)
+    (kept,), _, _ = apply_consensus([record], ConsensusConfig(confidence=0.9), min_confidence=0.9999)
+    # the votes' first error (step 1) is not 0.9999 sure: the row keeps only the labels that are
+    assert kept.labels == [T, N, N, F] and kept.unlabeled_reason[1:3] == ["below_target"] * 2
+    unsure = row([N, N, N, N], [0.7, 0.6, 0.5, 0.4], [0, 2, -1])
+    _, (rejected,), _ = apply_consensus([unsure], ConsensusConfig(confidence=0.9), min_confidence=0.9999)
     assert rejected.reason == "low_confidence" and "posterior" in (rejected.detail or "")
 
 

@@ -32,6 +32,7 @@ UNDECIDED_UNINFORMATIVE: UnlabeledReason = "undecided_uninformative"
 UNDECIDED_VERDICT: UnlabeledReason = "undecided_verdict"
 UNDECIDED_UNLOCATED: UnlabeledReason = "undecided_unlocated"
 TOKEN_BUDGET: UnlabeledReason = "token_budget"
+BELOW_TARGET: UnlabeledReason = "below_target"  # consensus kept the row without this label (judge/consensus.py)
 TRUNCATED_THINKING: UnlabeledReason = "truncated_thinking"
 
 

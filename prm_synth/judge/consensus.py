@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
+from prm_synth.annotate.labels import AFTER_ERROR, BELOW_TARGET, confident_labels
 from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.accuracy import (
     ClassAccuracy,
@@ -53,11 +53,11 @@ from prm_synth.judge.accuracy import (
 )
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.judge.estimate import (
-    bad_steps_after,
     estimate_kept,
-    expected_precision,
-    label_expectations,
+    expectations,
+    followed_labels,
     rates_by_class,
+    sure_labels,
 )
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior, prefix_confidence
 from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
@@ -139,6 +139,9 @@ class Decision:
     detail: str | None = None
     first_error: int | None = None  # the labels follow this first error (-1: none); None: as measured
     prefix_confidence: list[float] | None = None  # soft: per step, P(prefix correct) (`consensus_p_good`)
+    # soft under target_precision: a row kept with only the labels that reach it (hold_to_target), the
+    # others unlabeled (`below_target`); None: the labels follow `first_error`
+    labels: tuple[bool | None, ...] | None = None
 
 
 def decide(
@@ -218,36 +221,81 @@ def hold_to_target(
     decisions: Sequence[Decision],
     rates: Sequence[ClassAccuracy],
     config: ConsensusConfig,
+    min_confidence: float = 0.0,
 ) -> list[Decision]:
     """`consensus.target_precision`: the rows soft would keep, taken from the surest down (by the expected
     precision of their labels), each kept only while the kept good labels and the kept bad labels each
     stay at the target expected precision, read one standard error towards the pessimistic end of the
-    judge's rates (`ClassAccuracy.cautious`); the others rejected with their reason. The target holds for
-    the shard's kept labels together (and so for the run's), not row by row: a row whose labels are 0.95
-    sure may be kept beside surer ones, never below `confidence`."""
+    judge's rates (`ClassAccuracy.cautious`). The target holds for the shard's kept labels together (and
+    so for the run's), not row by row: a row whose labels are 0.95 sure may be kept beside surer ones,
+    never below `confidence`.
+
+    A row that misses (soft's whole-row decision is not sure enough, or its whole labels would take the
+    pool below the target) keeps the labels that reach the target on their own (`sure_labels`: a good
+    prefix, a bad step and the labeled ones after it, each at the target or more under the cautious
+    rates), the others left unlabeled (`below_target`), where it has any such label and the pool still
+    holds; else it is rejected with its reason."""
     out = list(decisions)
+    level = max(config.target_precision, min_confidence)
     candidates = []
     for i, (record, decision) in enumerate(zip(records, decisions, strict=True)):
         if decision.keep and decision.first_error is not None:
             post = posterior(record, rates[i].cautious or rates[i].accuracy)
-            candidates.append((-expected_precision(post, decision.first_error), record.id, i, post))
+            labels = followed_labels(record, decision.first_error)
+            candidates.append((-_precision(expectations(post, labels)), record.id, i, labels, post))
     sums = dict.fromkeys(("good_labels", "good_expected", "bad_labels", "bad_expected"), 0.0)
-    for surest, _, i, post in sorted(candidates):
-        first_error = decisions[i].first_error
-        assert first_error is not None
-        expected = label_expectations(post, first_error, bad_steps_after(records[i], first_error))
+
+    def fits(expected: dict[str, float]) -> dict[str, float] | None:
         after = {k: sums[k] + expected[k] for k in sums}
-        if all(
-            after[f"{kind}_expected"] >= config.target_precision * after[f"{kind}_labels"] for kind in ("good", "bad")
-        ):
+        target = config.target_precision
+        return after if all(after[f"{k}_expected"] >= target * after[f"{k}_labels"] for k in ("good", "bad")) else None
+
+    missed = [i for i, d in enumerate(decisions) if not d.keep and d.reason == "low_confidence"]
+    for surest, _, i, labels, _post in sorted(candidates):
+        if (after := fits(expectations(_post, labels))) is not None:
             sums = after
             continue
+        missed.append(i)
         detail = (
             f"its labels' expected precision {-surest:.3f} would take the shard's kept labels below "
             f"consensus.target_precision {config.target_precision}"
         )
         out[i] = Decision(False, "low_confidence", detail, prefix_confidence=decisions[i].prefix_confidence)
+    partial = []
+    for i in missed:
+        post = posterior(records[i], rates[i].cautious or rates[i].accuracy)
+        labels = sure_labels(post, records[i].labels, level)
+        if any(label is not None for label in labels):
+            partial.append((-_precision(expectations(post, labels)), records[i].id, i, labels, post))
+    for _, _, i, labels, post in sorted(partial):
+        if (after := fits(expectations(post, labels))) is not None:
+            sums = after
+            out[i] = Decision(True, prefix_confidence=out[i].prefix_confidence, labels=tuple(labels))
     return out
+
+
+def _precision(expected: dict[str, float]) -> float:
+    """The expected share of right labels among a row's labels (1 for a row without labels)."""
+    labels = expected["good_labels"] + expected["bad_labels"]
+    return (expected["good_expected"] + expected["bad_expected"]) / labels if labels else 1.0
+
+
+def keep_sure(record: LabeledRecord, labels: Sequence[bool | None]) -> int:
+    """Set a row's labels to the ones that reach the target (`sure_labels`; None: unlabeled, `after_error`
+    after a bad label, else `below_target`), each one set or changed with the source "consensus"; returns
+    how many. `first_error_mc` becomes the labels' first bad step (-1: none)."""
+    old_labels, sources = list(record.labels), list(record.label_source)
+    reasons: list[UnlabeledReason | None] = []
+    changed = 0
+    for i, new in enumerate(labels):
+        if new != old_labels[i]:
+            sources[i] = "consensus"
+            changed += 1
+        after_bad = any(label is False for label in labels[:i])
+        reasons.append(None if new is not None else AFTER_ERROR if after_bad else BELOW_TARGET)
+    record.labels, record.label_source, record.unlabeled_reason = list(labels), sources, reasons
+    record.first_error_mc = next((i for i, label in enumerate(labels) if label is False), -1)
+    return changed
 
 
 def apply_consensus(
@@ -284,7 +332,8 @@ def apply_consensus(
         agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
         decisions.append(decide(record, config, min_confidence, by_class[answer_class(record)].accuracy))
     if config.policy == "soft":  # the kept rows' labels, together, at the precision asked
-        decisions = hold_to_target(records, decisions, [by_class[answer_class(r)] for r in records], config)
+        rates = [by_class[answer_class(r)] for r in records]
+        decisions = hold_to_target(records, decisions, rates, config, min_confidence)
     for record, decision in zip(records, decisions, strict=True):
         if decision.prefix_confidence is not None:
             record.consensus_p_good = decision.prefix_confidence
@@ -292,9 +341,15 @@ def apply_consensus(
         source["rows"] += 1
         source["agree"] += bool(record.consensus)
         if decision.keep:
-            if config.policy == "soft" and decision.first_error is not None:
-                estimate.update(estimate_kept(record, decision.first_error, by_class[answer_class(record)]))
-            if decision.first_error is not None:
+            if config.policy == "soft" and (decision.first_error is not None or decision.labels is not None):
+                labels = decision.labels or followed_labels(record, decision.first_error)  # type: ignore[arg-type]
+                estimate.update(estimate_kept(record, labels, by_class[answer_class(record)]))
+            if decision.labels is not None:
+                before = list(record.labels)
+                if keep_sure(record, decision.labels) > 0:
+                    record.labels_before_consensus = before
+                    completed += 1
+            elif decision.first_error is not None:
                 before = list(record.labels)
                 if follow(record, decision.first_error) > 0:
                     record.labels_before_consensus = before

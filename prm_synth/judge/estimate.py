@@ -44,10 +44,12 @@ from prm_synth.judge.posterior import first_error_prior, posterior
 from prm_synth.schema import LabeledRecord
 from prm_synth.store.canary_counts import CanaryStats, Z, wilson
 
-# The target is held one standard error towards the pessimistic end of the judge's measured rates: a
-# shard's rates are measured on few rows, and keeping at the point estimate keeps the rows a too-low
-# estimate of hidden errors lets through (chosen on seeds 0-3 of benchmarks/label_precision.py).
-CAUTIOUS_Z = 1.0
+# The target is held two standard errors towards the pessimistic end of the judge's measured rates: a
+# shard's rates are measured on few rows (a dozen canaries), and keeping at the point estimate keeps the
+# rows a too-low estimate of hidden errors lets through. Chosen on seeds 0-3 of
+# benchmarks/label_precision.py with the partial labels of consensus.hold_to_target (repair world,
+# realistic judge: z 1 kept 50.8 rows at good precision .956, z 2 47.5 at .969, z 3 39.3 at .975).
+CAUTIOUS_Z = 2.0
 
 
 def step_votes(records: Sequence[LabeledRecord]) -> list[tuple[int, int]]:
@@ -95,19 +97,50 @@ def label_expectations(
     """For one kept row whose labels follow `first_error` (-1: none): its good labels (the steps before
     it) and bad labels (`bad_steps`: the ones consensus.follow labels bad, it and the labeled steps after
     it; None: it and every step after), how many of each the posterior expects right, and the variance of
-    that count over the posterior: a row's labels stand or fall together (one missed error makes every
-    good label after it wrong), so they are never counted as independent draws."""
+    that count over the posterior (`expectations`)."""
     n = len(post) - 1
     end = n if first_error == -1 else first_error
-    bad = list(range(end, n)) if bad_steps is None else [i for i in bad_steps if end <= i < n]
-    out: dict[str, float] = {"good_labels": float(end), "bad_labels": float(len(bad))}
-    for kind, right in (
-        ("good", lambda k: min(k, end)),  # good labels before the true first error k (n: none) are right
-        ("bad", lambda k: sum(1 for i in bad if i >= k) if k < n else 0),  # bad ones at or after it are
+    bad = set(range(end, n) if bad_steps is None else (i for i in bad_steps if end <= i < n))
+    return expectations(post, [True if i < end else False if i in bad else None for i in range(n)])
+
+
+def expectations(post: Sequence[float], labels: Sequence[bool | None]) -> dict[str, float]:
+    """For one kept row's labels (None: unlabeled), how many good and bad labels it holds, how many of
+    each the posterior `post` over the first error (index n: none) expects right (a good label at step i
+    is right when the true first error is after i, a bad one when it is at or before i), and the variance
+    of that count over the posterior: a row's labels stand or fall together (one missed error makes every
+    good label after it wrong), so they are never counted as independent draws."""
+    n = len(post) - 1
+    good = [i for i, label in enumerate(labels) if label is True]
+    bad = [i for i, label in enumerate(labels) if label is False]
+    out: dict[str, float] = {"good_labels": float(len(good)), "bad_labels": float(len(bad))}
+    for kind, steps, right in (
+        ("good", good, lambda k, i: i < k),
+        ("bad", bad, lambda k, i: k <= i),
     ):
-        mean = sum(p * right(k) for k, p in enumerate(post))
+        counts = [sum(1 for i in steps if right(k, i)) for k in range(n + 1)]
+        mean = sum(p * c for p, c in zip(post, counts, strict=True))
         out[f"{kind}_expected"] = mean
-        out[f"{kind}_var"] = max(0.0, sum(p * right(k) ** 2 for k, p in enumerate(post)) - mean * mean)
+        out[f"{kind}_var"] = max(0.0, sum(p * c * c for p, c in zip(post, counts, strict=True)) - mean * mean)
+    return out
+
+
+def sure_labels(post: Sequence[float], labeled: Sequence[bool | None], level: float) -> list[bool | None]:
+    """The labels a row keeps where its whole-row first error is not sure enough: each step good where the
+    posterior puts its prefix correct at `level` or more (P(first error after it)), bad where it puts the
+    first error at or before it at `level` or more and the step was labeled (`labeled`: the labels as
+    measured; a step after an error the rollouts left unlabeled stays unlabeled), the rest unlabeled."""
+    n = len(post) - 1
+    out: list[bool | None] = []
+    later = post[n] + sum(post[:n])  # P(first error >= 0) + P(none): 1 up to rounding
+    for i in range(n):
+        later -= post[i]  # P(first error after step i)
+        if later >= level:
+            out.append(True)
+        elif 1.0 - later >= level and (labeled[i] is not None or not any(x is False for x in out)):
+            out.append(False)
+        else:
+            out.append(None)
     return out
 
 
@@ -131,16 +164,23 @@ def bad_steps_after(record: LabeledRecord, first_error: int) -> list[int]:
     return [first_error, *(i for i in range(first_error + 1, len(record.labels)) if record.labels[i] is not None)]
 
 
-def estimate_kept(record: LabeledRecord, first_error: int, accuracy: ClassAccuracy) -> dict[str, float]:
-    """One kept row's expected right labels (overall and under its answer class's key), and the same at
-    the pessimistic and the optimistic end of the judge's rates (`low`, `high`)."""
-    bad = bad_steps_after(record, first_error)
-    out = label_expectations(posterior(record, accuracy.accuracy), first_error, bad)
+def estimate_kept(record: LabeledRecord, labels: Sequence[bool | None], accuracy: ClassAccuracy) -> dict[str, float]:
+    """One kept row's expected right labels (`labels`: the labels it is kept with; overall and under its
+    answer class's key), and the same at the pessimistic and the optimistic end of the judge's rates
+    (`low`, `high`)."""
+    out = expectations(posterior(record, accuracy.accuracy), labels)
     for end, rates in (("low", accuracy.low), ("high", accuracy.high)):
-        ends = label_expectations(posterior(record, rates or accuracy.accuracy), first_error, bad)
+        ends = expectations(posterior(record, rates or accuracy.accuracy), labels)
         out |= {f"{kind}_{end}": ends[f"{kind}_expected"] for kind in ("good", "bad")}
     prefix = f"{answer_class(record)}:"
     return out | {prefix + k: v for k, v in out.items()}
+
+
+def followed_labels(record: LabeledRecord, first_error: int) -> list[bool | None]:
+    """The labels consensus.follow gives a row whose labels follow `first_error` (-1: none)."""
+    end = len(record.labels) if first_error == -1 else first_error
+    bad = set(bad_steps_after(record, first_error))
+    return [True if i < end else False if i in bad else None for i in range(len(record.labels))]
 
 
 def canary_accuracy(

@@ -1,0 +1,87 @@
+"""Rows kept with only the labels that reach `consensus.target_precision` (judge/consensus.hold_to_target):
+which labels (`estimate.sure_labels`), what they are expected to be worth (`estimate.expectations`), what
+the row holds afterwards, and what a trainer's view of such a row is."""
+
+from __future__ import annotations
+
+import pytest
+from _prm_helpers import labeled_row
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prm_synth.config import ConsensusConfig
+from prm_synth.export.rows import SkipRow, to_trl
+from prm_synth.judge.consensus import apply_consensus
+from prm_synth.judge.estimate import expectations, label_expectations, sure_labels
+
+T, F, N = True, False, None
+
+posteriors = st.lists(st.floats(0.0, 1.0), min_size=2, max_size=9).filter(lambda w: sum(w) > 1e-6)
+
+
+def normalized(weights: list[float]) -> list[float]:
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+@given(posteriors, st.floats(0.5, 0.999), st.data())
+@settings(max_examples=200, deadline=None)
+def test_every_sure_label_reaches_the_level_on_its_own(weights, level, data):
+    post = normalized(weights)
+    n = len(post) - 1
+    measured = data.draw(st.lists(st.sampled_from([T, F, N]), min_size=n, max_size=n))
+    labels = sure_labels(post, measured, level)
+    for i, label in enumerate(labels):
+        after = sum(post[i + 1 :])  # P(first error after step i), index n: none
+        if label is True:
+            assert after >= level - 1e-9
+        elif label is False:
+            assert 1.0 - after >= level - 1e-9
+    good = [i for i, label in enumerate(labels) if label is True]
+    assert good == list(range(len(good)))  # good labels are a prefix: a later one needs every earlier step right
+    bad = [i for i, label in enumerate(labels) if label is False]
+    # after the first bad label, only the steps the rollouts labeled are labeled bad (as consensus.follow does)
+    assert all(measured[i] is not None for i in bad[1:])
+    # one row's expected right labels never exceed its labels
+    e = expectations(post, labels)
+    assert e["good_expected"] <= e["good_labels"] + 1e-9 and e["bad_expected"] <= e["bad_labels"] + 1e-9
+    assert e["good_expected"] >= level * e["good_labels"] - 1e-9 and e["bad_expected"] >= level * e["bad_labels"] - 1e-9
+
+
+@given(posteriors, st.data())
+@settings(max_examples=200, deadline=None)
+def test_the_general_expectation_agrees_with_the_whole_row_one(weights, data):
+    post = normalized(weights)
+    n = len(post) - 1
+    first_error = data.draw(st.integers(-1, n - 1))
+    end = n if first_error == -1 else first_error
+    whole = label_expectations(post, first_error)
+    labels = [T if i < end else F for i in range(n)]
+    assert expectations(post, labels) == pytest.approx(whole)
+
+
+def row(labels, p_good, votes, right=False):
+    return labeled_row(labels, steps=["a\n", "b\n", "c\n", "d"], final_correct=right, judge_votes=votes, p_good=p_good)
+
+
+def test_a_row_without_a_sure_first_error_keeps_its_sure_labels_and_a_trainer_sees_its_prefix():
+    # the votes split between steps 1 and 2: the rollouts are sure of step 0 (good), and together they put
+    # the first error at or before step 2 surely, but not at step 1 or at step 2
+    record = row([T, N, N, F], [0.999, 0.6, 0.3, 0.0], [1, 2, -1])
+    (kept,), rejected, stats = apply_consensus([record], ConsensusConfig())
+    assert not rejected
+    assert kept.labels == [T, N, F, F] and kept.unlabeled_reason == [None, "below_target", None, None]
+    assert kept.first_error_mc == 2 and kept.label_source[2] == "consensus"
+    assert kept.labels_before_consensus == [T, N, N, F]
+    # the run's estimate counts exactly the labels kept
+    assert (stats.estimate["good_labels"], stats.estimate["bad_labels"]) == (1.0, 2.0)
+    # a trainer's view stops at the first unlabeled step: only the sure good prefix is supervised
+    assert to_trl({**kept.to_row(), "question": "q"})["labels"] == [True]
+
+
+def test_a_row_with_no_label_at_the_target_is_rejected_and_views_skip_one_without_a_first_label():
+    record = row([N, N, N, N], [0.7, 0.6, 0.5, 0.4], [0, 2, -1])
+    kept, (rejected,), _ = apply_consensus([record], ConsensusConfig())
+    assert not kept and rejected.reason == "low_confidence"
+    with pytest.raises(SkipRow):
+        to_trl({"question": "q", "steps": ["a\n", "b\n"], "labels": [None, False]})
