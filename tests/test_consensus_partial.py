@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from prm_synth.config import ConsensusConfig
 from prm_synth.export.rows import SkipRow, to_trl
-from prm_synth.judge.consensus import apply_consensus
+from prm_synth.judge.consensus import apply_consensus, pool_holds
 from prm_synth.judge.estimate import expectations, label_expectations, sure_labels
 
 T, F, N = True, False, None
@@ -85,3 +85,27 @@ def test_a_row_with_no_label_at_the_target_is_rejected_and_views_skip_one_withou
     assert not kept and rejected.reason == "low_confidence"
     with pytest.raises(SkipRow):
         to_trl({"question": "q", "steps": ["a\n", "b\n"], "labels": [None, False]})
+
+
+def pooled(*rows: tuple[list[float], list[bool | None]]) -> dict[str, float]:
+    sums: dict[str, float] = {}
+    for post, labels in rows:
+        for k, v in expectations(post, labels).items():
+            sums[k] = sums.get(k, 0.0) + v
+    return sums
+
+
+def test_the_pool_is_held_with_a_margin_for_rows_that_stand_or_fall_together():
+    # one good label sure at 0.999: held, though one standard deviation of a lone label exceeds 3% of it
+    assert pool_holds(pooled(([0.001, 0.999], [T])), "good", 0.97)
+    # 300 sure good labels beside one 10-step row that is clean at 0.99: kept
+    sure = ([0.0] * 10 + [1.0], [T] * 10)
+    lumpy = ([0.01] + [0.0] * 9 + [0.99], [T] * 10)
+    assert pool_holds(pooled(*[sure] * 30, lumpy), "good", 0.97)
+    # the same row at 0.95 among few sure labels: at its expectation the pool is at 0.97 or more, but one
+    # miss makes all ten of its labels wrong, and one standard deviation of that exceeds the target's room
+    shaky = ([0.05] + [0.0] * 9 + [0.95], [T] * 10)
+    few = pooled(*[sure] * 2, shaky)
+    assert few["good_labels"] - few["good_expected"] <= 0.03 * few["good_labels"]  # the expectation holds
+    assert not pool_holds(few, "good", 0.97)
+    assert pool_holds(pooled(*[sure] * 30, shaky), "good", 0.97)  # enough sure labels beside it: kept

@@ -47,6 +47,8 @@ UNPARSEABLE = -2
 MAX_ANSWER_CHARS = 20_000
 
 _INDEX = re.compile(r"-?\d+")
+
+
 def all_unreadable(votes: Sequence[int]) -> bool:
     """Votes were asked and not one could be read: the judge failed on this row (no verdict either way)."""
     return bool(votes) and all(v == UNPARSEABLE for v in votes)

@@ -24,6 +24,7 @@ the judge's rates at both ends of their 95% intervals (canary_stats.precision_re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
@@ -44,12 +45,11 @@ from prm_synth.judge.posterior import first_error_prior, posterior
 from prm_synth.schema import LabeledRecord
 from prm_synth.store.canary_counts import CanaryStats, Z, wilson
 
-# The target is held two standard errors towards the pessimistic end of the judge's measured rates: a
-# shard's rates are measured on few rows (a dozen canaries), and keeping at the point estimate keeps the
-# rows a too-low estimate of hidden errors lets through. Chosen on seeds 0-3 of
-# benchmarks/label_precision.py with the partial labels of consensus.hold_to_target (repair world,
-# realistic judge: z 1 kept 50.8 rows at good precision .956, z 2 47.5 at .969, z 3 39.3 at .975).
-CAUTIOUS_Z = 2.0
+# The target is held one standard error towards the pessimistic end of the judge's measured rates: a
+# shard's rates are measured on few rows, and keeping at the point estimate keeps the rows a too-low
+# estimate of hidden errors lets through (chosen on seeds 0-3 of benchmarks/label_precision.py, with
+# consensus.POOL_Z: z 1 and 2 keep 49.5 and 47.0 rows of the repair world at good precision .978 and .979).
+CAUTIOUS_Z = 1.0
 
 
 def step_votes(records: Sequence[LabeledRecord]) -> list[tuple[int, int]]:
@@ -122,6 +122,9 @@ def expectations(post: Sequence[float], labels: Sequence[bool | None]) -> dict[s
         mean = sum(p * c for p, c in zip(post, counts, strict=True))
         out[f"{kind}_expected"] = mean
         out[f"{kind}_var"] = max(0.0, sum(p * c * c for p, c in zip(post, counts, strict=True)) - mean * mean)
+        # log P(every label of the kind right): what consensus.pool_holds reads for a pool of few labels
+        all_right = sum(p for p, c in zip(post, counts, strict=True) if c == len(steps))
+        out[f"{kind}_log_all_right"] = math.log(max(all_right, 1e-300))
     return out
 
 
@@ -169,6 +172,7 @@ def estimate_kept(record: LabeledRecord, labels: Sequence[bool | None], accuracy
     answer class's key), and the same at the pessimistic and the optimistic end of the judge's rates
     (`low`, `high`)."""
     out = expectations(posterior(record, accuracy.accuracy), labels)
+    out = {k: v for k, v in out.items() if not k.endswith("_log_all_right")}  # hold_to_target's, not the run's
     for end, rates in (("low", accuracy.low), ("high", accuracy.high)):
         ends = expectations(posterior(record, rates or accuracy.accuracy), labels)
         out |= {f"{kind}_{end}": ends[f"{kind}_expected"] for kind in ("good", "bad")}
