@@ -176,6 +176,8 @@ def estimate_kept(record: LabeledRecord, labels: Sequence[bool | None], accuracy
     for end, rates in (("low", accuracy.low), ("high", accuracy.high)):
         ends = expectations(posterior(record, rates or accuracy.accuracy), labels)
         out |= {f"{kind}_{end}": ends[f"{kind}_expected"] for kind in ("good", "bad")}
+        if end == "low":  # the spread of the right count where the judge is at its worst (precision_report)
+            out |= {f"{kind}_var_low": ends[f"{kind}_var"] for kind in ("good", "bad")}
     prefix = f"{answer_class(record)}:"
     return out | {prefix + k: v for k, v in out.items()}
 
@@ -241,6 +243,11 @@ def canary_accuracy(
         return low, high
 
     (low, high), (cautious, _) = ends(Z), ends(CAUTIOUS_Z)
+    # the interval's pessimistic end also reads the votes as dependent as the canaries' rows' votes agree
+    # beyond chance (a judge that repeats one reading on every sample gives fewer independent votes than
+    # it seems; miss_dependence sees only its misses): where it exceeds the point's dependence
+    if canaries and (agreement := canaries.agreement_beyond_chance()) and agreement > low.dependence:
+        low = replace(low, dependence=agreement)
     errors_from: Literal["measured", "prior", "canaries"] = (
         "canaries" if from_canaries else "measured" if enough_errors else "prior"
     )

@@ -170,7 +170,9 @@ def precision_report(sums: dict[str, float], canaries: CanaryStats | None = None
         if labels <= 0:
             return None
         point = sums.get(f"{prefix}{kind}_expected", 0.0) / labels
-        spread = Z * math.sqrt(sums.get(f"{prefix}{kind}_var", 0.0)) / labels
+        # the spread of the right count under the posterior, at the judge's worse end where it is wider
+        var = max(sums.get(f"{prefix}{kind}_var", 0.0), sums.get(f"{prefix}{kind}_var_low", 0.0))
+        spread = Z * math.sqrt(var) / labels
         ends = [sums.get(f"{prefix}{kind}_{end}", point * labels) / labels for end in ("low", "high")]
         low, high = min([point, *ends]) - spread, max([point, *ends]) + spread
         right, counted = canary_bad_counts(canaries, answers) if kind == "bad" else (0, 0)
