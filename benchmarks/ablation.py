@@ -22,6 +22,7 @@ under `nice`. Prints a Markdown table, then one JSON line; `--report` also write
 benchmarks/results/ablation-seeds-SEEDS-DATE.md (the tuning table's verdicts point to these).
 
     python benchmarks/ablation.py --seeds 0-1 --problems 75 [--only NAME ...] [--jobs 2]
+    python benchmarks/ablation.py --pair BASE.json OTHER.json   # two revisions' fidelity --per-seed files
 """
 
 from __future__ import annotations
@@ -231,8 +232,22 @@ def main() -> None:
     parser.add_argument("--nice", type=int, default=10, help="nice level of each run (0: none)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "ablation")
     parser.add_argument("--no-run", action="store_true", help="only read the runs in --out")
+    parser.add_argument(
+        "--pair",
+        nargs=2,
+        type=Path,
+        metavar=("BASE", "OTHER"),
+        help="only compare two fidelity --per-seed files (two labeler revisions on the same seeds), paired",
+    )
     parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
+    if args.pair:
+        paired = compare(figures(args.pair[0]), figures(args.pair[1]))
+        for key, value in paired.items():
+            print(f"{key}: {cell(value) if isinstance(value, tuple) else value}")
+        print(json.dumps({"base": str(args.pair[0]), "other": str(args.pair[1]), "paired": paired}))
+        write_report("ablation", {"pair": [str(p) for p in args.pair], "paired": paired}, page="revisions-paired")
+        return
     names = args.only if args.only is not None else list(ABLATIONS)
     for name in names:
         if name not in ABLATIONS:
