@@ -15,9 +15,12 @@ whether the interval holds the measured precision. Cases (world, judge profile):
 
 Settings were chosen on seeds 0-3; the figures reported are on held-out seeds 200-202 (the default).
 
-    .venv/bin/python benchmarks/label_precision.py [--problems 60] [--seeds 200 201 202]
+    .venv/bin/python benchmarks/label_precision.py [--problems 60] [--seeds 200 201 202] [--report]
 
-The last line is one JSON object: per case, per seed and on average, the figures above.
+Beside kept rows: the kept good and bad labels, the rows kept with only the labels that reach the target
+(`partial`: consensus left their other steps `below_target`), and the kept rows a trainer's view exports
+(`trainable`: the first step labeled). The last line is one JSON object: per case, per seed and on
+average, the figures above; `--report` also writes benchmarks/results/label_precision-seeds-<seeds>-<date>.md.
 """
 
 from __future__ import annotations
@@ -56,6 +59,16 @@ def config_for(world: str, profile: str, seed: int, problems: int) -> Any:
     )
 
 
+def label_counts(rows: list[LabeledRecord]) -> dict[str, int]:
+    """Kept good and bad labels, rows kept with some steps left below the target, rows a view exports."""
+    return {
+        "good_labels": sum(r.labels.count(True) for r in rows),
+        "bad_labels": sum(r.labels.count(False) for r in rows),
+        "partial": sum(1 for r in rows if "below_target" in (r.unlabeled_reason or [])),
+        "trainable": sum(1 for r in rows if r.labels and r.labels[0] is not None),
+    }
+
+
 def precision(rows: list[LabeledRecord]) -> dict[str, float | None]:
     good = good_right = bad = bad_right = 0
     for r in rows:
@@ -90,6 +103,7 @@ def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, An
     hidden = sum(1 for r in right if true_first_error(r.steps) >= 0)
     return {
         "kept": len(kept),
+        **label_counts(kept),
         "measured": {k: None if v is None else round(v, 4) for k, v in measured.items()},
         "estimated": {k: estimate[k] for k in ("good", "bad")},
         "posterior_bad_interval": [alone["low"], alone["high"]] if (alone := posterior_alone["bad"]) else None,
@@ -103,10 +117,13 @@ def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, An
 
 
 def main() -> None:
+    from _report import ReportFlag, write_report  # benchmarks/ is on sys.path: run as a script
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="*", default=[200, 201, 202])
     parser.add_argument("--cases", nargs="*", default=[f"{w}/{p}" for w, p in CASES])
+    parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
     started = time.perf_counter()
     result: dict[str, Any] = {"problems": args.problems, "seeds": args.seeds, "cases": {}}
@@ -114,7 +131,10 @@ def main() -> None:
         world, profile = case.split("/")
         runs = {seed: run_case(world, profile, seed, args.problems) for seed in args.seeds}
         mean = {
-            "kept": round(sum(r["kept"] for r in runs.values()) / len(runs), 2),
+            **{
+                k: round(sum(r[k] for r in runs.values()) / len(runs), 2)
+                for k in ("kept", "trainable", "partial", "good_labels", "bad_labels")
+            },
             **{
                 f"{k}_precision": round(sum(r["measured"][k] or 0.0 for r in runs.values()) / len(runs), 4)
                 for k in ("good", "bad")
@@ -126,7 +146,8 @@ def main() -> None:
         }
         for seed, r in runs.items():
             print(
-                f"{case:22} seed {seed}: kept {r['kept']:3}  measured {r['measured']}  "
+                f"{case:22} seed {seed}: kept {r['kept']:3} (partial {r['partial']}, trainable {r['trainable']}, "
+                f"labels {r['good_labels']}/{r['bad_labels']})  measured {r['measured']}  "
                 f"estimated good {r['estimated']['good']} bad {r['estimated']['bad']}  inside {r['inside']}  "
                 f"right hiding {r['kept_right_hiding_error']}",
                 flush=True,
@@ -135,6 +156,8 @@ def main() -> None:
         result["cases"][case] = {"mean": mean, "runs": runs}
     result["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result))
+    head = {case: c["mean"] for case, c in result["cases"].items()}
+    write_report("label_precision", head, page=f"label_precision-seeds-{'-'.join(map(str, args.seeds))}")
 
 
 if __name__ == "__main__":

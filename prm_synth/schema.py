@@ -60,8 +60,7 @@ RejectReason = Literal[
 REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
 # Rejected for now (a stage's engine failed on them, not their content): the next run finishes them from their payload.
 LEFT_OPEN_REASONS = frozenset({"judge_unreadable", "verify_unreadable"})
-# Why a step has no label (a row's `unlabeled_reason`).
-UnlabeledReason = Literal[
+UnlabeledReason = Literal[  # why a step has no label (a row's `unlabeled_reason`)
     "after_error",  # its prefix follows the first bad step: it holds that error
     "undecided_budget",  # the rollout budget ran out before the evidence was clear
     "undecided_uninformative",  # no probe was worth its rollouts
@@ -72,8 +71,7 @@ UnlabeledReason = Literal[
     "undecided_unlocated",
     "token_budget",  # the solution's rollout tokens (annotate.max_rollout_tokens) ran out before it was decided
     "truncated_thinking",  # the last step of a solution whose thinking trace never closes: it has no answer
-    # consensus kept the row with only the labels that reach consensus.target_precision; not this one
-    "below_target",
+    "below_target",  # consensus kept the row with only its labels at consensus.target_precision
 ]
 # The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
 # `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's
