@@ -72,10 +72,12 @@ class ConsensusConfig(Strict):
     """`soft`: how many votes `prior_accuracy` weighs against the shard's measurement."""
     target_precision: float = Field(0.97, gt=0.0, lt=1.0)
     """`soft`: the precision the kept labels must reach: rows are kept from the surest down while a shard's
-    kept good labels and kept bad labels each stay at this expected precision (under the posterior, one
-    standard error towards the pessimistic end of the judge's measured rates); votes are asked while they
-    can still move a row across it. 0.97: the step precision the issue that set it (#49) holds PRM
-    training data to; the run reports what it reached (`estimated_precision`)."""
+    kept good labels and kept bad labels each stay at this precision (under the posterior, one standard
+    error towards the pessimistic end of the judge's measured rates, with one standard deviation of the
+    wrong-label count to spare); a row that misses it keeps only its labels that reach it on their own,
+    its other steps unlabeled (`below_target`). Votes are asked while they can still move a row across it.
+    0.97: the step precision the issue that set it (#49) holds PRM training data to; the run reports what
+    it reached (`estimated_precision`)."""
     class_min_votes: int = Field(20, ge=0, le=1_000_000)
     """`soft`: the judge's accuracy on one answer class (right-answer or wrong-answer rows) is measured from
     the readable votes on that class's rows the rollouts pinned; with fewer votes than this, the class reads
