@@ -22,6 +22,7 @@ under `nice`. Prints a Markdown table, then one JSON line; `--report` also write
 benchmarks/results/ablation-seeds-SEEDS-DATE.md (the tuning table's verdicts point to these).
 
     python benchmarks/ablation.py --seeds 0-1 --problems 75 [--only NAME ...] [--jobs 2]
+    python benchmarks/ablation.py --pair BASE.json OTHER.json   # two revisions' fidelity --per-seed files
 """
 
 from __future__ import annotations
@@ -78,14 +79,18 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "max_rollouts": ("128", "one budget (localize_max_rollouts) for every solution"),
     "confidence": ("0.95", "one confidence for good and bad labels, bad_confidence's"),
     "min_gain": ("0.0", "no gain threshold outside pinning: a search spends its budget"),
+    "prefix_batch_min": ("1", "OmegaPRM's bisection asks a prefix probe_batch rollouts at a time"),
 }
+# Settings read by another labeling method than the default: screened on that method's rows (fidelity.py
+# --methods), against that method's unmodified rows (baseline run `default-METHOD`).
+METHOD_OF: dict[str, str] = {"prefix_batch_min": "omegaprm"}
 FIGURES = ("good_precision", "bad_precision", "first_error_accuracy", "coverage", "rollouts_per_question")
 PRECISION = ("good_precision", "bad_precision")
 BETTER_UP = {"good_precision", "bad_precision", "first_error_accuracy", "coverage"}
 DROP = 0.005  # a precision drop beyond this is never noise
 
 
-def run_args(args: argparse.Namespace, out: Path, override: str | None) -> list[str]:
+def run_args(args: argparse.Namespace, out: Path, override: str | None, method: str = "default") -> list[str]:
     cmd = [
         *(["nice", "-n", str(args.nice)] if args.nice else []),
         sys.executable,
@@ -102,13 +107,23 @@ def run_args(args: argparse.Namespace, out: Path, override: str | None) -> list[
         str(out),
         "--png",
         str(out.with_suffix(".png")),
+        "--domain-problems",
+        "0",
+        *(["--methods", method] if method != "default" else []),
     ]
     return cmd + (["--set", override] if override else [])
 
 
+def baseline(name: str) -> str:
+    """The run an ablation is compared with: the unmodified labeler of its method."""
+    method = METHOD_OF.get(name, "default")
+    return "default" if method == "default" else f"default-{method}"
+
+
 def run_all(args: argparse.Namespace, names: list[str]) -> None:
     """Run the baseline and every named ablation not run yet, at most `args.jobs` at once."""
-    todo = [("default", None)] + [(n, f"{n}={ABLATIONS[n][0]}") for n in names]
+    bases = list(dict.fromkeys(["default", *(baseline(n) for n in names)]))
+    todo = [(b, None) for b in bases] + [(n, f"{n}={ABLATIONS[n][0]}") for n in names]
     todo = [(n, o) for n, o in todo if not (args.out / f"{n}.json").exists()]
     running: list[tuple[str, subprocess.Popen[bytes], float]] = []
     env = os.environ | {"PYTHONPATH": str(HERE.parent)}
@@ -116,7 +131,8 @@ def run_all(args: argparse.Namespace, names: list[str]) -> None:
         while todo and len(running) < args.jobs:
             name, override = todo.pop(0)
             log = (args.out / f"{name}.log").open("wb")
-            cmd = run_args(args, args.out / f"{name}.json", override)
+            method = METHOD_OF.get(name, name.removeprefix("default-") if name.startswith("default-") else "default")
+            cmd = run_args(args, args.out / f"{name}.json", override, method)
             running.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), time.time()))
             print(f"started {name}", file=sys.stderr, flush=True)
         for item in list(running):
@@ -128,10 +144,10 @@ def run_all(args: argparse.Namespace, names: list[str]) -> None:
         time.sleep(2)
 
 
-def figures(path: Path) -> dict[tuple[str, str], dict[str, float | None]]:
-    """(seed, world) -> the default method's figures, from a fidelity `--per-seed` file."""
+def figures(path: Path, method: str = "default") -> dict[tuple[str, str], dict[str, float | None]]:
+    """(seed, world) -> one method's figures, from a fidelity `--per-seed` file."""
     data = json.loads(path.read_text())["seeds"]
-    return {(seed, world): by["default"] for seed, worlds in data.items() for world, by in worlds.items()}
+    return {(seed, world): by[method] for seed, worlds in data.items() for world, by in worlds.items()}
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
@@ -216,8 +232,22 @@ def main() -> None:
     parser.add_argument("--nice", type=int, default=10, help="nice level of each run (0: none)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "ablation")
     parser.add_argument("--no-run", action="store_true", help="only read the runs in --out")
+    parser.add_argument(
+        "--pair",
+        nargs=2,
+        type=Path,
+        metavar=("BASE", "OTHER"),
+        help="only compare two fidelity --per-seed files (two labeler revisions on the same seeds), paired",
+    )
     parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
+    if args.pair:
+        paired = compare(figures(args.pair[0]), figures(args.pair[1]))
+        for key, value in paired.items():
+            print(f"{key}: {cell(value) if isinstance(value, tuple) else value}")
+        print(json.dumps({"base": str(args.pair[0]), "other": str(args.pair[1]), "paired": paired}))
+        write_report("ablation", {"pair": [str(p) for p in args.pair], "paired": paired}, page="revisions-paired")
+        return
     names = args.only if args.only is not None else list(ABLATIONS)
     for name in names:
         if name not in ABLATIONS:
@@ -229,7 +259,11 @@ def main() -> None:
     if not base_path.exists():
         sys.exit(f"error: no baseline run in {base_path}")
     base = figures(base_path)
-    rows = {n: compare(base, figures(args.out / f"{n}.json")) for n in names if (args.out / f"{n}.json").exists()}
+    rows = {}
+    for n in names:
+        method, path, base_of = METHOD_OF.get(n, "default"), args.out / f"{n}.json", args.out / f"{baseline(n)}.json"
+        if path.exists() and base_of.exists():
+            rows[n] = compare(figures(base_of, method), figures(path, method))
     missing = [n for n in names if n not in rows]
     worlds = len({w for _, w in base})
     print(

@@ -159,6 +159,7 @@ METHODS: dict[str, tuple[dict[str, Any], str]] = {
     "mc8": ({"method": "mc", "k": 8}, "hard"),
     "sprt": ({"method": "binary", "search_test": "sprt"}, "hard"),
     "changepoint": ({"method": "binary", "search_test": "changepoint"}, "hard"),
+    "omegaprm": ({"method": "omegaprm"}, "hard"),  # one row per root-to-leaf path of each question's tree
 }
 BINS = 10
 SHORT = {

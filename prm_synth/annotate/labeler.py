@@ -267,6 +267,18 @@ class _Base:
         return results
 
 
+class _Searching(_Base):
+    """A labeler whose rows come from a first-error search (binary, omegaprm), built once from its config
+    with the labeler's token budget."""
+
+    annotate: BinaryConfig | OmegaConfig
+
+    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
+        super().__init__(config, fingerprint)
+        self.annotate = config.annotate  # type: ignore[assignment]
+        self.search = make_search(self.annotate, self.budget)
+
+
 class SolutionLabeler(_Base):
     """A per-solution method: one annotator and one row per sampled solution."""
 
@@ -342,16 +354,12 @@ class MCLabeler(SolutionLabeler):
         )
 
 
-class BinaryLabeler(SolutionLabeler):
+class BinaryLabeler(SolutionLabeler, _Searching):
     """binary: a first-error search per sampled solution (the changepoint search, the default, or a bisection
     with a test)."""
 
     method = "binary"
-
-    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
-        super().__init__(config, fingerprint)
-        self.annotate: BinaryConfig = config.annotate  # type: ignore[assignment]
-        self.search = make_search(self.annotate, self.budget)
+    annotate: BinaryConfig
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         return self._search(steps, final_status, key, None)
@@ -389,15 +397,11 @@ class BinaryLabeler(SolutionLabeler):
         return self.search.card_text()
 
 
-class OmegaLabeler(_Base):
+class OmegaLabeler(_Searching):
     """omegaprm: one search tree per question (it draws its own rollouts), one row per root-to-leaf path."""
 
     method = "omegaprm"
-
-    def __init__(self, config: PipelineConfig, fingerprint: str) -> None:
-        super().__init__(config, fingerprint)
-        self.annotate: OmegaConfig = config.annotate  # type: ignore[assignment]
-        self.search = make_search(self.annotate, self.budget)
+    annotate: OmegaConfig
 
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         """OmegaPRM's own way to place a given solution's first error: its bisection with its test."""

@@ -93,22 +93,12 @@ def export(
         # Every check (views, tokenizer, marker) before anything is written or a repo is created.
         plan = plan_export(directory, formats or None, tokenizer, marker, min_confidence, soft_from if soft else None)
         # The Hub's errors (HubExportError) come scrubbed of the token.
+        options = {"test_fraction": test_fraction, "seed": seed, "license": license, "plan": plan, "plots": plots}
         if to_dir is not None:
-            result = export_to_dir(
-                directory, to_dir, test_fraction=test_fraction, seed=seed, license=license, plan=plan, plots=plots
-            )
+            result = export_to_dir(directory, to_dir, **options)
         else:
             assert repo_id is not None
-            result = export_to_hub(
-                directory,
-                repo_id,
-                private=private,
-                test_fraction=test_fraction,
-                seed=seed,
-                license=license,
-                plan=plan,
-                plots=plots,
-            )
+            result = export_to_hub(directory, repo_id, private=private, **options)
     if json_out:
         typer.echo(json.dumps(result.as_dict(), sort_keys=True, default=str))
         return

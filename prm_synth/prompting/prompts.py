@@ -62,16 +62,28 @@ def render_judge_prompt(question: str, steps: Sequence[str]) -> str:
     return _PREAMBLE + question.strip() + _SOLUTION_HEADER + paragraphs + _INSTRUCTION
 
 
-def parse_judge_prompt(prompt: str) -> tuple[str, list[str]] | None:
-    """(question, stripped steps) from a prompt made by `render_judge_prompt`; None for other text."""
-    if len(prompt) > MAX_PROMPT_CHARS or not prompt.startswith(_PREAMBLE) or not prompt.endswith(_INSTRUCTION):
+def _split_prompt(
+    prompt: str, preamble: str, instruction: str, header: str, first_step: str, last: bool
+) -> tuple[str, str] | None:
+    """(question, solution) of a prompt made as preamble + question + header + solution + instruction,
+    where the solution starts with `first_step`; None for other text (or text too long to read). The
+    header's `last` occurrence ends the question where a question may hold it, else the first."""
+    if len(prompt) > MAX_PROMPT_CHARS or not prompt.startswith(preamble) or not prompt.endswith(instruction):
         return None
-    body = prompt[len(_PREAMBLE) : -len(_INSTRUCTION)]
-    # The first paragraph tag right after the header ends the question (questions hold no tags).
-    cut = body.find(_SOLUTION_HEADER + "<paragraph_0>\n")
+    body = prompt[len(preamble) : -len(instruction)]
+    cut = (body.rfind if last else body.find)(header + first_step)
     if cut < 0:
         return None
-    question, solution = body[:cut], body[cut + len(_SOLUTION_HEADER) :]
+    return body[:cut], body[cut + len(header) :]
+
+
+def parse_judge_prompt(prompt: str) -> tuple[str, list[str]] | None:
+    """(question, stripped steps) from a prompt made by `render_judge_prompt`; None for other text."""
+    # The first paragraph tag right after the header ends the question (questions hold no tags).
+    parts = _split_prompt(prompt, _PREAMBLE, _INSTRUCTION, _SOLUTION_HEADER, "<paragraph_0>\n", last=False)
+    if parts is None:
+        return None
+    question, solution = parts
     steps: list[str] = []
     pos = 0
     for m in _PARAGRAPH.finditer(solution):
@@ -124,17 +136,10 @@ def render_verify_prompt(question: str, steps: Sequence[str]) -> str:
 
 def parse_verify_prompt(prompt: str) -> tuple[str, list[str]] | None:
     """(question, steps as shown) from a prompt made by `render_verify_prompt`; None for other text."""
-    if (
-        len(prompt) > MAX_PROMPT_CHARS
-        or not prompt.startswith(_VERIFY_PREAMBLE)
-        or not prompt.endswith(_VERIFY_INSTRUCTION)
-    ):
+    parts = _split_prompt(prompt, _VERIFY_PREAMBLE, _VERIFY_INSTRUCTION, _VERIFY_SOLUTION_HEADER, "Step 1: ", last=True)
+    if parts is None:
         return None
-    body = prompt[len(_VERIFY_PREAMBLE) : -len(_VERIFY_INSTRUCTION)]
-    cut = body.rfind(_VERIFY_SOLUTION_HEADER + "Step 1: ")
-    if cut < 0:
-        return None
-    question, solution = body[:cut], body[cut + len(_VERIFY_SOLUTION_HEADER) :]
+    question, solution = parts
     steps: list[str] = []
     for i, line in enumerate(solution.split("\n"), start=1):
         m = _NUMBERED_STEP.fullmatch(line)
