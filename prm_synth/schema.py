@@ -36,6 +36,7 @@ RejectReason = Literal[
     "duplicate_id",
     "broken_line",
     "line_too_long",
+    "missing_tests",  # a code problem (grader.kind code) without tests to run
     "engine_refused",  # sample / annotate / judge: the engine refused the request
     "engine_refused_permanent",  # ... on `run.refused_runs` runs in a row: for good (run --retry-refused)
     # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of

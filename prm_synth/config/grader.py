@@ -79,5 +79,5 @@ def check_grader(grader: GraderConfig, problems_kind: str) -> None:
         raise ValueError(
             f"problems.kind 'choice-file' needs grader.kind 'choice' (or majority of choice), not {grader.kind!r}"
         )
-    if problems_kind == "humaneval" and grader.kind != "code":
-        raise ValueError(f"problems.kind 'humaneval' needs grader.kind 'code', not {grader.kind!r}")
+    if problems_kind in CODE_SOURCES and grader.kind != "code":
+        raise ValueError(f"problems.kind {problems_kind!r} needs grader.kind 'code', not {grader.kind!r}")
