@@ -24,8 +24,7 @@ STAGES: tuple[str, ...] = get_args(Stage)
 VerdictStatus = Literal["correct", "incorrect", "unknown"]
 # Why an input or a row was rejected (the `reason` of a RejectedRecord), by stage:
 RejectReason = Literal[
-    # load: a source row that is no usable problem
-    "not_an_object",
+    "not_an_object",  # load (to line_too_long, and missing_tests): a source row that is no usable problem
     "missing_question",
     "bad_question",
     "empty_question",
