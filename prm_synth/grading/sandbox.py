@@ -88,6 +88,9 @@ def _bwrap_args(binary: str, folder: str, as_root: bool) -> list[str]:
     interpreter_prefix = os.path.realpath(sys.base_prefix)
     args = [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     homes = {os.path.realpath(p) for p in (str(Path.home()), "/root") if os.path.isdir(p)}
+    # a home of "/" (a service user's, e.g. `nobody` on some systems) is no home to hide: a tmpfs there
+    # would hide the whole file system, the interpreter with it (tests/test_sandbox_nonroot.py)
+    homes.discard("/")
     for home in sorted(homes):
         args += ["--perms", "0755", "--tmpfs", home]
     for home in homes:
