@@ -239,6 +239,11 @@ def main() -> None:
         metavar=("BASE", "OTHER"),
         help="only compare two fidelity --per-seed files (two labeler revisions on the same seeds), paired",
     )
+    parser.add_argument(
+        "--page",
+        default=None,
+        help="the results page's name before its date (default ablation-seeds-SEEDS; one a day replaces another)",
+    )
     parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
     if args.pair:
@@ -280,7 +285,7 @@ def main() -> None:
     }
     print(json.dumps(head))
     # one page per seed range: the screenings on development seeds and their confirmations apart
-    write_report("ablation", head, page=f"ablation-seeds-{args.seeds}")
+    write_report("ablation", head, page=args.page or f"ablation-seeds-{args.seeds}")
 
 
 if __name__ == "__main__":

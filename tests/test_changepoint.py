@@ -248,15 +248,15 @@ def _binomial_shard(seed: int) -> list[Evidence]:
 
 
 def test_the_second_phase_pools_the_shards_luck_and_classes_as_the_final_relabeling_does():
-    # its k is chosen with the default at half the shard's weight (the thin first phases barely tell
-    # the k apart); the luck and class weights are pooled under it as `relabel` pools them: at half
-    # weight a clean prefix reading about half could still be an early error with luck near 0.5, and
-    # the search paid rollouts to rule out what the shard had ruled out already
+    # its k is chosen with the default weighing as much as the shard (the thin first phases barely
+    # tell the k apart); the luck and class weights are pooled under it as `relabel` pools them: at
+    # that weight a clean prefix reading about half could still be an early error with luck near 0.5,
+    # and the search paid rollouts to rule out what the shard had ruled out already
     settings = ChangepointSettings()
     for seed in range(4):
         evs = _binomial_shard(seed)  # luck 0.15
         second = second_phase_priors(evs, settings)
-        cautious = pool_priors(evs, replace(settings, pool_strength=settings.k_choice_default_weight * len(evs)), ())
+        cautious = pool_priors(evs, replace(settings, pool_strength=float(len(evs))), ())
         assert second.k == cautious.k and second.recent_share == 0.0  # the search's priors read no fresh-error luck
         sharp = pool_priors(evs, settings, ())
         near = np.abs(Q_GRID - 0.15) <= 0.06

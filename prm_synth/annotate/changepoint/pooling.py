@@ -55,11 +55,14 @@ def pool_priors(
     the weight the luck and class weights are pooled with (`second_phase_priors`).
 
     Then, under the chosen k, each r in `recents` (a fresh error's extra luck): every error read both
-    ways, the share read with r (`recent_share_prior` before the shard speaks) pooled by EM too; kept where
+    ways, the share read with r (even odds before the shard speaks) pooled by EM too; kept where
     its fit beats the plain one's by ln(solutions) (at least ln(strength)), else the plain priors.
     `recents=()` for priors the search scores probes under (`probe_gains` reads no extra luck).
     Tuning: docs/design/changepoint-tuning.md."""
-    rounds, strength, share_prior = settings.pool_rounds, settings.pool_strength, settings.recent_share_prior
+    rounds, strength = settings.pool_rounds, settings.pool_strength
+    # no lean for or against a fresh error's extra luck before the shard speaks (a lean of 0.1, the
+    # removed `recent_share_prior`, changed nothing beyond noise: docs/design/changepoint-tuning.md)
+    share_prior = 0.5
     base = base or Priors()
     if not evidence:
         return base
@@ -121,9 +124,9 @@ def luck_loglik(ev: Evidence, priors: Priors) -> np.ndarray:
 def second_phase_priors(first_phase: Sequence[Evidence], settings: ChangepointSettings) -> Priors:
     """The priors the searches go on under after their first phase: the shard's luck and difficulty
     classes pooled from first phases as `relabel` pools them, the rollouts' overdispersion k chosen
-    with the default weighing `k_choice_default_weight` solutions per solution of the shard, and no
-    fresh-error luck (the search's probe scoring reads none; `relabel` pools it)."""
-    return pool_priors(first_phase, settings, (), k_strength=settings.k_choice_default_weight * len(first_phase))
+    with the default weighing one solution per solution of the shard, and no fresh-error luck (the
+    search's probe scoring reads none; `relabel` pools it)."""
+    return pool_priors(first_phase, settings, (), k_strength=float(len(first_phase)))
 
 
 class FirstPhasePool:

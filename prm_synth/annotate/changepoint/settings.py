@@ -62,14 +62,10 @@ class ChangepointSettings:
     # ---- two phases and pooling
     pool_after: int = 16
     """Rollouts a search spends under the default priors before waiting for the shard's pooled ones: pooling's evidence against its delay."""
-    k_choice_default_weight: float = 0.5
-    """Weight of the default priors (solutions per solution) while the second phase chooses overdispersion k: caution against fit."""
     pool_rounds: int = 8
     """EM rounds of the shard's pooled priors: convergence against time."""
     pool_strength: float = 8.0
     """Solutions' worth of the default priors in the pooled ones: a small shard's stability against its own reading."""
-    recent_share_prior: float = 0.1
-    """Share of errors read with a fresh error's extra luck before the shard says otherwise."""
     k_choices: tuple[float, ...] = (60.0, 12.0, 400.0)
     """Overdispersion k of a prefix's rollouts a shard's pooling may choose (the searches start at the default's first): fit against caution."""
     recent_choices: tuple[float, ...] = (0.5,)
