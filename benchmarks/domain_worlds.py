@@ -71,6 +71,7 @@ GRADERS: dict[str, dict[str, Any]] = {
 }
 JUDGED = ("no_gold", "no_gold_blind")  # the whole shard: judge, canaries, soft consensus
 JUDGE_SAMPLES = 8  # judge votes per row (chosen on seeds 0-3)
+JUDGE_SELECT = "all"
 
 
 @dataclass
@@ -126,7 +127,7 @@ def config_for(world: str, seed: int) -> PipelineConfig:
     if world in JUDGED:
         judge = JUDGE_PROFILES["realistic"].model_dump(mode="json") | {"seed": seed}
         # every row is asked (select: all): against a pseudo-gold the rollouts pin nothing for sure
-        data |= {"judge": {"engine": judge, "samples": JUDGE_SAMPLES, "select": "all"}, "consensus": {}}
+        data |= {"judge": {"engine": judge, "samples": JUDGE_SAMPLES, "select": JUDGE_SELECT}, "consensus": {}}
     return PipelineConfig.model_validate(data)
 
 

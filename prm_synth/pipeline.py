@@ -209,6 +209,7 @@ def judge_onwards(
             canaries=canaries,
             # a row asked on earlier runs starts at the first sample index those runs did not use
             first_samples=[(asked_before or {}).get(r.id, 0) * config.judge.samples for r in records],
+            doubt=doubt,
         )
         if config.judge is not None and judging
         else (records, [], None)

@@ -79,3 +79,14 @@ def test_the_posterior_with_doubt_is_a_distribution_and_no_doubt_changes_nothing
     post = posterior(r, JudgeAccuracy(0.6, 0.9, 0.3, doubt=doubt, doubt_clean=clean))
     assert abs(sum(post) - 1.0) < 1e-9 and all(p >= 0 for p in post)
     assert posterior(r, JudgeAccuracy(0.6, 0.9, 0.3, doubt=0.0, doubt_clean=clean)) == posterior(r, RATES)
+
+
+def test_a_row_with_doubt_is_always_sent_to_the_judge_even_when_its_rollouts_pinned_it() -> None:
+    from prm_synth.config import ConsensusConfig, JudgeConfig
+    from prm_synth.judge.selection import selected
+
+    pinned = row("b", False, first_error=3)
+    pinned.p_good = [1.0, 1.0, 1.0, 0.0, 0.0]  # the rollouts pinned step 3 (against the pseudo-gold)
+    config = JudgeConfig(engine={"kind": "simulated-judge"}, calibrate=0.0)
+    assert selected([pinned], config, ConsensusConfig()) == [False]  # against a real gold: no vote needed
+    assert selected([pinned], config, ConsensusConfig(), {"b": (0.3, 0.5)}) == [True]
