@@ -47,7 +47,6 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "rule_right_answer_cap": ("off", "right answers' steps capped by the shard's measured hidden-error rate"),
     "check_correct": ("0.0", "no right answers' early prefixes tested (the shard's process-error measurement)"),
     "recent_choices": ("()", "no reading of an error with a fresh error's extra luck"),
-    "recent_share_prior": ("0.5", "no lean against a fresh error's extra luck before the shard speaks"),
     "pool_after": ("1000000", "one phase: no search goes on under the shard's first-phase pooled priors"),
     "rule_lone_bad": ("off", "a lone bad label need not hold under the default / each luck mode"),
     "rule_repaired_slip": ("off", "no dip test for a repaired slip on tested right answers"),
@@ -66,7 +65,6 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "localize_cap": ("56", "no higher cap a prefix while localizing than outside it (max_rollouts)"),
     "bad_confidence": ("0.9", "one confidence for good and bad labels"),
     "check_prefixes": ("1000", "every early prefix of a checked solution tested, no cap"),
-    "k_choice_default_weight": ("1.0", "the default priors weigh as much as the shard's solutions choosing k"),
     "pool_rounds": ("1", "one EM round of the shard's pooled priors"),
     "pool_strength": ("0.0", "no default priors in the pooled ones"),
     "slip_significance": ("0.0", "no dip test finds a repaired slip"),
@@ -83,7 +81,7 @@ ABLATIONS: dict[str, tuple[str, str]] = {
 }
 # Settings read by another labeling method than the default: screened on that method's rows (fidelity.py
 # --methods), against that method's unmodified rows (baseline run `default-METHOD`).
-METHOD_OF: dict[str, str] = {"prefix_batch_min": "omegaprm"}
+METHOD_OF: dict[str, str] = {"prefix_batch_min": "omegaprm-changepoint"}
 FIGURES = ("good_precision", "bad_precision", "first_error_accuracy", "coverage", "rollouts_per_question")
 PRECISION = ("good_precision", "bad_precision")
 BETTER_UP = {"good_precision", "bad_precision", "first_error_accuracy", "coverage"}

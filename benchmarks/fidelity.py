@@ -160,7 +160,9 @@ METHODS: dict[str, tuple[dict[str, Any], str]] = {
     "mc8": ({"method": "mc", "k": 8}, "hard"),
     "sprt": ({"method": "binary", "search_test": "sprt"}, "hard"),
     "changepoint": ({"method": "binary", "search_test": "changepoint"}, "hard"),
-    "omegaprm": ({"method": "omegaprm"}, "hard"),  # one row per root-to-leaf path of each question's tree
+    # one row per root-to-leaf path of each question's tree; the paper's bisection, and the posterior's
+    "omegaprm": ({"method": "omegaprm"}, "hard"),
+    "omegaprm-changepoint": ({"method": "omegaprm", "search_test": "changepoint"}, "hard"),
 }
 BINS = 10
 SHORT = {
