@@ -518,7 +518,7 @@ def main() -> None:
         type=int,
         default=None,
         help="problems per seed in each world beyond math (domain_worlds.py: code in the sandbox, choice, "
-        "no gold), on the held-out seeds 1010-1011; default min(--problems, 40); 0 leaves them out",
+        "no gold), on the held-out seeds 1010-1013; default min(--problems, 40); 0 leaves them out",
     )
     parser.add_argument("--per-seed", type=Path, default=None, help="write every world-seed's figures here (JSON)")
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
