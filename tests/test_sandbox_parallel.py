@@ -4,6 +4,7 @@ is shown by a barrier two runs must reach together (a generous deadline), not by
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -91,3 +92,39 @@ def test_the_pool_size_is_a_setting_outside_the_fingerprint() -> None:
     assert wide.grader.sandbox.workers == 8 and plain.grader.sandbox.workers is None
     assert plain.fingerprint() == wide.fingerprint()
     assert 1 <= code_grading.default_workers() <= 4
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="as root each run in flight gets a user of its own; else one user runs all"
+)
+def test_a_fork_bomb_beside_a_program_does_not_spend_its_process_budget() -> None:
+    bomb = "```python\nimport os\nwhile True:\n    os.fork()\n```\n"
+    threads = (
+        "```python\nimport threading\n"
+        "for _ in range(300):\n"
+        "    t = threading.Thread(target=lambda: None)\n    t.start()\n    t.join()\n"
+        "def inc(x):\n    return x + 1\n```\n"
+    )
+    code_grading._run.cache_clear()
+    grader = CodeGrader(LIMITS.model_copy(update={"workers": 2}))
+    verdicts = grader.grade_many([bomb, threads, bomb.replace("True", "1"), threads.replace("300", "301")], KEY)
+    assert verdicts[0].status != "correct" and verdicts[2].status != "correct"
+    assert [v.status for v in (verdicts[1], verdicts[3])] == ["correct", "correct"], verdicts
+
+
+def test_runs_in_flight_get_distinct_unknown_users_nobody_first() -> None:
+    import contextlib
+    import pwd
+
+    from prm_synth.grading.sandbox_users import NOBODY, run_user
+
+    with run_user() as first:
+        assert first == NOBODY  # one run at a time runs as nobody, as always
+        with contextlib.ExitStack() as stack:
+            others = [stack.enter_context(run_user()) for _ in range(3)]
+            assert len({first, *others}) == 4
+            for uid in others:
+                with pytest.raises(KeyError):
+                    pwd.getpwuid(uid)  # no user is known by it
+    with run_user() as again:
+        assert again == NOBODY  # given back
