@@ -15,8 +15,9 @@ What the sandbox guarantees (each tested in tests/test_sandbox.py):
   in flight (sandbox_users.py), since root is exempt from RLIMIT_NPROC and one user's budget is shared),
   file size, no core files;
 - in the parent: a wall-clock timer and a cap on the bytes of output read; either kills the whole sandbox.
-Limits: the program runs as `nobody` (as root) or as the calling user (else), whose other processes count
-toward the process limit (the limit is raised by the count found at start); the program can read what the
+Limits: the program runs as `nobody` or an unused id of its own (as root) or as the calling user (else),
+whose other processes, and the programs graded beside it, count toward the process limit (the limit is
+raised by the count found at start); the program can read what the
 read-only root shows to that user (system files, other users' world-readable files outside the home);
 a program written to forge a pass from inside the harness's own process is not defended against (the
 verdict line holds a per-run nonce sent on stdin, so printing a guessed line does not pass).
