@@ -157,9 +157,10 @@ def apply(overrides: Mapping[str, Any]) -> None:
     if fields:
         from prm_synth.annotate.changepoint.settings import ChangepointSettings
 
-        of = ChangepointSettings.of.__func__  # type: ignore[attr-defined]
+        for maker in ("of", "of_bisection"):  # the binary search's settings, and OmegaPRM's bisection's
+            made = getattr(ChangepointSettings, maker).__func__
 
-        def of_overridden(cls: type[ChangepointSettings], config: Any) -> ChangepointSettings:
-            return dataclasses.replace(of(cls, config), **fields)
+            def overridden(cls: type[ChangepointSettings], config: Any, made: Any = made) -> ChangepointSettings:
+                return dataclasses.replace(made(cls, config), **fields)
 
-        ChangepointSettings.of = classmethod(of_overridden)  # type: ignore[method-assign,assignment]
+            setattr(ChangepointSettings, maker, classmethod(overridden))

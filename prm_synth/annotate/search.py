@@ -164,7 +164,7 @@ class ChangepointSearch:
             self.budget = budget  # probes ranked per expected token where it is set
         else:
             # OmegaPRM's bisection decides a prefix with the posterior alone and ranks no probes
-            self.settings = ChangepointSettings(confidence=config.confidence)
+            self.settings = ChangepointSettings.of_bisection(config)
             self.budget = NO_TOKEN_BUDGET
         # OmegaPRM's bisection: rollouts a prefix probe asks at a time, and at most
         self.prefix_batch = max(config.probe_batch, self.settings.prefix_batch_min)

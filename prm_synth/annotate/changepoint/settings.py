@@ -105,6 +105,11 @@ class ChangepointSettings:
             localize_max_rollouts=bound,
         )
 
+    @classmethod
+    def of_bisection(cls, config: Any) -> ChangepointSettings:
+        """OmegaPRM's bisection with the posterior: its config's confidence, the other settings the default's."""
+        return cls(confidence=config.confidence)
+
     def __hash__(self) -> int:
         return self.__dict__["_hash"]
 
