@@ -39,7 +39,8 @@ exact grading, one step per line, independent rollouts); the first is the model'
 
 Beyond math (benchmarks/domain_worlds.py, under "domains" in the JSON line): a code world (programs
 run in the sandbox, bugs at known steps, some hidden by a later step), a multiple-choice world and a
-no-gold world (majority pseudo-gold, wrong on a known share), each on the held-out seeds 1010-1011.
+no-gold world (majority pseudo-gold, wrong on a known share; judged and filtered by soft consensus with
+each row's pseudo-gold doubt, and its variants), each on the held-out seeds 1010-1013.
 
 Each world's problems get one sampled solution each (`--samples N`: N, which the default search
 labels with their problem's luck shared) and are labeled through the library's labeler
@@ -517,7 +518,7 @@ def main() -> None:
         type=int,
         default=None,
         help="problems per seed in each world beyond math (domain_worlds.py: code in the sandbox, choice, "
-        "no gold), on the held-out seeds 1010-1011; default min(--problems, 40); 0 leaves them out",
+        "no gold), on the held-out seeds 1010-1013; default min(--problems, 40); 0 leaves them out",
     )
     parser.add_argument("--per-seed", type=Path, default=None, help="write every world-seed's figures here (JSON)")
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
