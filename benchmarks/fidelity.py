@@ -71,9 +71,10 @@ Last line, one JSON object for the default method:
 (with --methods, one more JSON line per extra method precedes it, in the same shape).
 
 Seeds: `--seeds dev` (0-17, the seeds settings are chosen on: the ablation's screenings too),
-`--seeds used` (1000-1005: once called held-out, then looked at by a choice: the 2026-12-05 ablation
+`--seeds used` (1000-1007: once called held-out, then looked at by a choice: the 2026-12-05 ablation
 chose its removals on 1000-1001 and confirmed them on 1002-1003; the 2026-12-06 round kept two settings
-after its report on 1004-1005; neither development nor held-out now), `--seeds heldout` (1006-1029,
+after its report on 1004-1005, and its second round one after its report on 1006-1007; neither
+development nor held-out now), `--seeds heldout` (1008-1029,
 which no choice has looked at: report these), `--seeds A-B` or `--seeds N` (`--seed N`
 alone: one seed, as before). Over several seeds each world's figures are the mean and standard error
 over seeds, the reliability table and diagram pool the seeds, and the last line is
@@ -172,9 +173,10 @@ SHORT = {
 }
 MIN_BIN = 100  # steps a bin needs before its gap counts
 # dev: choices are made here; used: looked at by a choice (the 2026-12-05 ablation chose on 1000-1001 and
-# confirmed on 1002-1003; the 2026-12-06 round kept mode_rise and recent_choices after reading 1004-1005);
+# confirmed on 1002-1003; the 2026-12-06 round kept mode_rise and recent_choices after reading 1004-1005,
+# and its second round restored recent_share_prior after reading 1006-1007);
 # heldout: no choice has looked at them (report these; choose nothing on them)
-SEED_RANGES = {"dev": range(0, 18), "used": range(1000, 1006), "heldout": range(1006, 1030)}
+SEED_RANGES = {"dev": range(0, 18), "used": range(1000, 1008), "heldout": range(1008, 1030)}
 FIGURES = (
     "good_precision",
     "bad_precision",
@@ -502,8 +504,8 @@ def main() -> None:
         "--seeds",
         type=parse_seeds,
         default=None,
-        help="dev (0-17: settings are chosen on these), used (1000-1005: choices looked at them), "
-        "heldout (1006-1029: no choice looked at them; report these), A-B or N",
+        help="dev (0-17: settings are chosen on these), used (1000-1007: choices looked at them), "
+        "heldout (1008-1029: no choice looked at them; report these), A-B or N",
     )
     parser.add_argument(
         "--set",
