@@ -109,3 +109,46 @@ def test_the_pool_is_held_with_a_margin_for_rows_that_stand_or_fall_together():
     assert few["good_labels"] - few["good_expected"] <= 0.03 * few["good_labels"]  # the expectation holds
     assert not pool_holds(few, "good", 0.97)
     assert pool_holds(pooled(*[sure] * 30, shaky), "good", 0.97)  # enough sure labels beside it: kept
+
+
+shard_rows = st.lists(
+    st.tuples(
+        st.lists(st.floats(0.0, 1.0), min_size=2, max_size=6),
+        st.lists(st.integers(-1, 5), max_size=3),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(shard_rows)
+@settings(max_examples=60, deadline=None)
+def test_every_row_is_kept_whole_kept_with_its_sure_labels_or_rejected_with_a_reason(rows):
+    records = []
+    for i, (p_good, votes, right) in enumerate(rows):
+        n = len(p_good)
+        p = sorted(p_good, reverse=True)
+        labels = [True if x >= 0.99 else False if x <= 0.01 else None for x in p]
+        if False in labels:  # a labeler's labels: nothing good after the first bad step
+            first = labels.index(False)
+            labels = labels[:first] + [None if x is None else False for x in labels[first:]]
+        r = labeled_row(labels, id=f"p{i}-s0", problem_id=f"p{i}", final_correct=right, p_good=p)
+        r.steps, r.judge_votes = [f"step {k}\n" for k in range(n)], [v for v in votes if v < n]
+        records.append(r)
+    kept, rejected, stats = apply_consensus(records, ConsensusConfig())
+    assert len(kept) + len(rejected) == len(records)  # nothing lost
+    assert all(r.reason == "low_confidence" for r in rejected)
+    for r in kept:
+        assert len(r.labels) == len(r.steps) == len(r.unlabeled_reason or [None] * len(r.labels))
+        reasons = r.unlabeled_reason or [None] * len(r.labels)
+        # a label and a reason never both, and below_target only on rows consensus kept partly
+        assert all((label is None) == (why is not None) for label, why in zip(r.labels, reasons, strict=True) if why)
+        if "below_target" in reasons:
+            assert any(label is not None for label in r.labels)
+            good = [i for i, label in enumerate(r.labels) if label is True]
+            assert good == list(range(len(good)))
+            assert r.first_error_mc == next((i for i, label in enumerate(r.labels) if label is False), -1)
+    # the run's estimate counts exactly the kept labels
+    assert stats.estimate.get("good_labels", 0.0) == sum(r.labels.count(True) for r in kept)
+    assert stats.estimate.get("bad_labels", 0.0) == sum(r.labels.count(False) for r in kept)
