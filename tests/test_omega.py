@@ -444,3 +444,46 @@ def test_a_correct_leaf_never_lies_below_a_bad_state():
             assert False not in labels, (path.steps, labels)
     (through_x,) = [p for p in result.paths() if "s1=bad" in p.text]
     assert through_x.text == "s0=ok\ns1=bad\n" and apply_rule(through_x.annotation, "hard").labels == [True, False]
+
+
+def hard_step_world(length: int, error_at: int, unknown_every: int = 0) -> RolloutFn:
+    """From a clean prefix, one rollout in five goes wrong first at line `error_at` (the hard step), the
+    rest are clean; a wrong prefix never recovers (no luck). With `unknown_every`, every such rollout
+    cannot be graded (its text is still written)."""
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        start = lines(prefix)
+        bad_at = error_at if i % 5 == 1 and start <= error_at and "bad" not in prefix else None
+        text = "".join(f"s{j}={'bad' if j == bad_at else 'ok'}\n" for j in range(start, length))
+        if unknown_every and i % unknown_every == unknown_every - 1:
+            return text, "unknown", 5
+        return text, "incorrect" if "bad" in prefix + text else "correct", 5
+
+    return rollout
+
+
+def labels_against_truth(result: OmegaResult) -> int:
+    """Assert every label of every path against the truth (a step is good iff no line up to it is bad);
+    return how many wrong paths have their true first error labeled bad."""
+    located = 0
+    for path in result.paths():
+        truth = next((i for i, s in enumerate(path.steps) if "bad" in s), -1)
+        labels = apply_rule(path.annotation, "hard").labels
+        for i, label in enumerate(labels):
+            if label is not None:
+                assert label == (truth < 0 or i < truth), (path.steps, truth, labels, path.annotation.p_good)
+        located += truth >= 0 and labels[truth] is False
+    return located
+
+
+def test_posterior_labels_of_a_world_with_ungradable_rollouts_match_the_truth():
+    """Regression: a tree node's total is its graded rollouts, and the posterior's evidence subtracted the
+    ungradable ones a second time: a prefix with 13 of 17 graded rollouts right and 4 ungradable read as
+    13 right of 13, one with 5 of 5 and 1 ungradable as 5 right of 4 (a negative count of failures). The
+    labels went wrong both ways: here the true first error was labeled good; in the fidelity benchmark's
+    mixed world a clean step with MC 1.0 was labeled bad (bad precision 0.04)."""
+    cfg = config(k=10, rollout_budget=400, search_limit=4, search_test="changepoint")
+    result = drive(omegaprm(cfg, split_lines, correct_leaves=1), Prober(hard_step_world(8, 5, unknown_every=5)))
+    check_tree_and_paths(result, posterior=True)
+    assert any(a["unknown"] for _, a in result.tree.nodes(data=True))  # the world did leave rollouts ungraded
+    labels_against_truth(result)

@@ -221,7 +221,8 @@ def evidence_along(
         {prefix: (r.correct, r.graded) for prefix, r in known.items()}
         if known is not None
         else {
-            a["prefix"]: (a["correct"], a["total"] - a.get("unknown", 0))
+            # a node's total is already its graded rollouts (`set_measurement`): unknown is not subtracted again
+            a["prefix"]: (a["correct"], a["total"])
             for _, a in tree.nodes(data=True)
             if a["kind"] != "rollout"
         }
