@@ -487,3 +487,19 @@ def test_posterior_labels_of_a_world_with_ungradable_rollouts_match_the_truth():
     check_tree_and_paths(result, posterior=True)
     assert any(a["unknown"] for _, a in result.tree.nodes(data=True))  # the world did leave rollouts ungraded
     labels_against_truth(result)
+
+
+def test_a_partial_path_ending_at_the_bad_state_the_bisection_found_labels_it_bad():
+    """Regression: a partial path's evidence stopped one prefix short of its own text, so the bad state the
+    bisection found (its leaf, 0 of 3 rollouts right) was no evidence for the path's labels: here the first
+    error was labeled good (p_good 0.92, from the clean prefixes before it alone), and OmegaPRM with the
+    posterior located almost no first error (fidelity's hard_step world: first-error accuracy 0.04, against
+    1.0 with `fixed`)."""
+    cfg = config(k=10, rollout_budget=400, search_limit=4, search_test="changepoint")
+    result = drive(omegaprm(cfg, split_lines, correct_leaves=1), Prober(hard_step_world(8, 5)))
+    check_tree_and_paths(result, posterior=True)
+    (wrong,) = [p for p in result.paths() if p.final_status is None]
+    leaf = result.tree.nodes[wrong.nodes[-1]]
+    assert leaf["kind"] == "state" and leaf["decided"] is False and "s5=bad" in leaf["prefix"]
+    assert apply_rule(wrong.annotation, "hard").labels[5] is False
+    assert labels_against_truth(result) == 1

@@ -190,7 +190,8 @@ def _label_by_posterior(tree: nx.DiGraph, path: OmegaPath, priors: Priors, confi
     horizon = None
     if path.final_status is None:  # a partial path: its prefixes have as many steps ahead as a complete one
         lengths = sorted(len(a["steps"]) for _, a in tree.nodes(data=True) if a["kind"] == "rollout")
-        horizon = lengths[len(lengths) // 2] if lengths else None
+        # at least one step past the leaf: the leaf is a measured state, its own prefix is evidence
+        horizon = max(lengths[len(lengths) // 2] if lengths else 0, len(path.steps) + 1)
     post = Posterior(evidence_along(tree, path.steps, path.final_status or "unknown", horizon=horizon), priors)
     p_good = post.p_good[: len(path.steps)]  # a partial path's posterior spans the horizon
     lab = labels_from_posterior(p_good.tolist(), confidence, UNDECIDED_BUDGET)
@@ -216,7 +217,9 @@ def evidence_along(
     from the tree's states or, during the search, from every prefix measured so far (`known`).
     `horizon`: steps of a complete solution when `steps` are only its beginning (a partial path): the
     evidence then spans the horizon, the prefixes past the path unmeasured and the verdict unknown,
-    so a prefix's clean chance counts the steps still ahead of it, not the path's own length."""
+    so a prefix's clean chance counts the steps still ahead of it, not the path's own length, and the
+    path's own text (prefix n) is a measured prefix too (a partial path ends at a state: often the bad
+    one a bisection found). Without a horizon, prefix n is the complete solution: its verdict."""
     counts = (
         {prefix: (r.correct, r.graded) for prefix, r in known.items()}
         if known is not None
@@ -229,7 +232,7 @@ def evidence_along(
     )
     n = len(steps)
     ev = Evidence.empty(max(n, horizon or n), verdict if (horizon or n) <= n else "unknown")
-    for j in range(n):
+    for j in range(min(n + 1, ev.n)):
         c, t = counts.get("".join(steps[:j]), (0, 0))
         ev.correct[j], ev.graded[j] = c, t
     return ev
