@@ -503,3 +503,31 @@ def test_a_partial_path_ending_at_the_bad_state_the_bisection_found_labels_it_ba
     assert leaf["kind"] == "state" and leaf["decided"] is False and "s5=bad" in leaf["prefix"]
     assert apply_rule(wrong.annotation, "hard").labels[5] is False
     assert labels_against_truth(result) == 1
+
+
+@pytest.mark.parametrize("search_test", ["fixed", "changepoint"])
+def test_a_prefix_the_test_gives_up_on_ends_that_rollouts_bisection_not_the_search(search_test):
+    """Regression: a prefix its test could not decide (here: every rollout of it ungradable; under the
+    posterior also one it cannot call within probe_max_rollouts) stopped the question's whole search as
+    if the budget were spent: under the posterior most questions of fidelity's worlds got one selection
+    and a fifth of their rollout budget."""
+    weird = "s0=ok\ns1=weird\ns2=ok\ns3=ok\ns4=ok\ns5=ok\n"
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        if prefix == "":
+            if i % 4 == 1:  # the shortest wrong rollout (selected first): no prefix of it can be graded
+                return weird, "incorrect", 5
+            bad_at = 4 if i % 4 == 3 else None
+            return completion("", bad_at), "incorrect" if bad_at is not None else "correct", 50
+        if "weird" in prefix:
+            return completion(prefix, None), "unknown", 5
+        if "bad" in prefix:
+            return completion(prefix, None), "incorrect", 5
+        return completion(prefix, None), "correct", 5  # a clean prefix always finishes right (no hard step)
+
+    cfg = config(k=4, rollout_budget=400, search_limit=2, search_test=search_test)
+    search, result = searched(cfg, Prober(rollout))
+    assert [c.text for c in search.selected] == [weird, completion("", 4)]
+    assert search.spent < cfg.rollout_budget and result.stop_reason == "search_limit"
+    assert not any("weird" in a["prefix"] for n, a in result.tree.nodes(data=True) if n != ROOT)
+    assert labels_against_truth(result) == 1  # the second rollout's first error is found

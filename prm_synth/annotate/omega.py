@@ -127,9 +127,11 @@ class OmegaSearch:
             candidate = self._select()
             finished = yield from self._binary_search(candidate)
             self.tree.nodes[candidate.state]["N"] += 1  # maintenance: the selected state was visited
-            if not finished:
+            if not finished and self.spent >= cfg.rollout_budget:
                 stop_reason = "budget"
                 break
+            # Unfinished with budget left: the test gave up on a prefix (one it cannot decide, or whose
+            # rollouts cannot be graded). That ends this rollout's bisection, not the question's search.
         return self._result(screened_out=False, stop_reason=stop_reason)
 
     def _select(self) -> Candidate:
@@ -150,7 +152,8 @@ class OmegaSearch:
         return candidate
 
     def _binary_search(self, candidate: Candidate) -> Generator[list[Probe], list[ProbeResult], bool]:
-        """Bisect the rollout for its first prefix with MC = 0; False when the budget ran out first.
+        """Bisect the rollout for its first prefix with MC = 0; False when the budget ran out first or
+        the test gave up on a prefix (the first error is then left unresolved).
 
         Invariant: position lo is good (−1 is the selected state itself, which has MC > 0) and
         position hi is bad (n−1 is the complete rollout: known incorrect, never re-sampled).
@@ -179,8 +182,9 @@ class OmegaSearch:
         for mid, result in good:
             self._add_state(base + tuple(steps[: mid + 1]), result, good=True)
         if hi - lo > 1:
-            # Interrupted by the budget: the first error is somewhere in (lo, hi]; a bad state at hi
-            # would claim it is at hi, so the unresolved bad probes stay out of the tree.
+            # Interrupted (by the budget, or a prefix the test gave up on): the first error is somewhere
+            # in (lo, hi]; a bad state at hi would claim it is at hi, so the unresolved bad probes stay
+            # out of the tree.
             return False
         if hi == len(steps) - 1:
             self._add_complete(base, state["prefix"], candidate.text, "incorrect", candidate.tokens)
