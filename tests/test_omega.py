@@ -531,3 +531,20 @@ def test_a_prefix_the_test_gives_up_on_ends_that_rollouts_bisection_not_the_sear
     assert search.spent < cfg.rollout_budget and result.stop_reason == "search_limit"
     assert not any("weird" in a["prefix"] for n, a in result.tree.nodes(data=True) if n != ROOT)
     assert labels_against_truth(result) == 1  # the second rollout's first error is found
+
+
+def test_a_bad_leaf_is_labeled_with_the_evidence_its_bisection_decided_on():
+    """Regression: a path that ends at the bad state a bisection found was labeled from its own prefixes
+    alone, so the probes past the state along the selected rollout (all wrong) and the rollout's own wrong
+    answer, on which the search had called the state bad, were lost: 0 of 3 right after 2 of 3 left the
+    first error unlabeled (p_good 0.54), and OmegaPRM with the posterior located a fifth of the first
+    errors where `fixed` locates all (fidelity's hard_step world: 0.21 against 1.0)."""
+    cfg = config(k=10, rollout_budget=400, search_limit=4, search_test="changepoint")
+    search, result = searched(cfg, Prober(hard_step_world(20, 3)))
+    check_tree_and_paths(result, posterior=True)
+    (wrong,) = [p for p in result.paths() if p.final_status is None]
+    assert apply_rule(wrong.annotation, "hard").labels == [True, True, True, False]
+    assert labels_against_truth(result) == 1
+    leaf = wrong.nodes[-1]
+    assert result.found_on[leaf][: len(wrong.steps)] == tuple(wrong.steps)  # the rollout it was found on
+    assert len(result.found_on[leaf]) == 20 and search.tree.nodes[leaf]["total"] == 3

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from prm_synth.annotate.bisection import decide
@@ -74,10 +74,14 @@ class OmegaResult:
     # search_test changepoint: the posterior's priors, and the confidence a step label needs (paths get p_good)
     priors: Priors | None = None
     confidence: float = 0.9
+    # every prefix the search measured, the tree's states or not: (right, graded) (the posterior's evidence)
+    measured: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # a bad state's node -> the selected rollout the bisection found it on (its steps, known incorrect)
+    found_on: dict[int, Steps] = field(default_factory=dict)
 
     def paths(self) -> list[OmegaPath]:
         """One entry per root-to-leaf path (leaves in node order); the bare root gives none."""
-        return tree_paths(self.tree, self.priors, self.confidence)
+        return tree_paths(self.tree, self.priors, self.confidence, self.measured, self.found_on)
 
 
 # ------------------------------------------------------------------ the search
@@ -103,6 +107,7 @@ class OmegaSearch:
         self.pool: list[Candidate] = []
         self.selected: list[Candidate] = []
         self.spent = 0  # rollouts this question's probes asked for (never above the budget)
+        self.found_on: dict[int, Steps] = {}  # a bad state -> the rollout its bisection ran on
 
     # ---------------------------------------------------------- main loop
     def run(self) -> Annotator[OmegaResult]:
@@ -189,7 +194,9 @@ class OmegaSearch:
         if hi == len(steps) - 1:
             self._add_complete(base, state["prefix"], candidate.text, "incorrect", candidate.tokens)
         else:
-            self._add_state(base + tuple(steps[: hi + 1]), bad[hi], good=False)
+            node = self._add_state(base + tuple(steps[: hi + 1]), bad[hi], good=False)
+            if self.tree.is_bad(node):  # not a state an earlier search already decided good
+                self.found_on.setdefault(node, base + tuple(steps))
         return True
 
     def _decide(
@@ -296,6 +303,8 @@ class OmegaSearch:
             stop_reason=stop_reason,
             priors=self.priors,
             confidence=self.config.confidence,
+            measured={prefix: (r.correct, r.graded) for prefix, r in self._known.items()},
+            found_on={node: steps for node, steps in self.found_on.items() if node in self.tree},
         )
 
 
