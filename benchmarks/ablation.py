@@ -5,7 +5,7 @@ share 0, a cap equal to the budget, two thresholds made one) or one special-case
 (benchmarks/labeler_settings.py: `RULES`). Each runs benchmarks/fidelity.py on the same worlds,
 seeds and problems as the unmodified labeler: development seeds (fidelity.py `dev`, the default 0-1),
 since a screening chooses what to remove; the pruned labeler is then reported on held-out seeds
-(`heldout`, 1006-1029), which no choice looks at. A world's sampled solutions do not depend on
+(`heldout`, 1008-1029), which no choice looks at. A world's sampled solutions do not depend on
 the labeler, so the comparison is paired per world-seed. Per entry: the paired difference (removed
 minus default; mean and standard error) of
 - min good / bad precision: the worst world's, per seed (mean and standard error over seeds);
@@ -47,6 +47,7 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "rule_right_answer_cap": ("off", "right answers' steps capped by the shard's measured hidden-error rate"),
     "check_correct": ("0.0", "no right answers' early prefixes tested (the shard's process-error measurement)"),
     "recent_choices": ("()", "no reading of an error with a fresh error's extra luck"),
+    "recent_share_prior": ("0.5", "no lean against a fresh error's extra luck before the shard speaks"),
     "pool_after": ("1000000", "one phase: no search goes on under the shard's first-phase pooled priors"),
     "rule_lone_bad": ("off", "a lone bad label need not hold under the default / each luck mode"),
     "rule_repaired_slip": ("off", "no dip test for a repaired slip on tested right answers"),

@@ -37,6 +37,7 @@ from prm_synth.annotate.result import Progress, quiet
 from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError, RunStopped
 from prm_synth.engines.stream import STOPPING
+from prm_synth.grading.doubt import doubts_of
 from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.readable import (  # the error and its message are read here too (flows, tests)
@@ -126,7 +127,11 @@ def process_shard(
     # before the judge: what the canaries measure is what the judge's accuracy is read from
     canaries = run_canaries(engine, judge_engine, config, labeled.records, problems, shard.index)
     clock.lap("canaries")
-    tail = judge_onwards(config, labeled.records, judge_engine, verify_engine, clock, canaries=canaries.stats)
+    # a pseudo-gold may be wrong where no rollout can see it: the judge weighs that (grading/majority.py)
+    doubt = doubts_of(config.grader, labeled.records, problems, majority.audit) if majority is not None else None
+    tail = judge_onwards(
+        config, labeled.records, judge_engine, verify_engine, clock, canaries=canaries.stats, doubt=doubt
+    )
     records, judge_stats, consensus_stats, verify_stats = tail.records, tail.judge, tail.consensus, tail.verify
 
     rejected = load_rejected + sampled.rejected + labeled.rejected + tail.rejected
@@ -187,6 +192,7 @@ def judge_onwards(
     verify_only: list[LabeledRecord] | None = None,
     canaries: CanaryStats | None = None,
     asked_before: Mapping[str, int] | None = None,
+    doubt: Mapping[str, tuple[float, float]] | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
     that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
@@ -203,6 +209,7 @@ def judge_onwards(
             canaries=canaries,
             # a row asked on earlier runs starts at the first sample index those runs did not use
             first_samples=[(asked_before or {}).get(r.id, 0) * config.judge.samples for r in records],
+            doubt=doubt,
         )
         if config.judge is not None and judging
         else (records, [], None)
@@ -210,7 +217,7 @@ def judge_onwards(
     clock.lap("judge")
     pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
     kept, consensus_rejected, consensus_stats = (
-        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned, canaries=canaries)
+        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned, canaries=canaries, doubt=doubt)
         if config.consensus and judging
         else (judged, [], None)
     )
@@ -251,7 +258,14 @@ def finish_open_rows(
     runs = {str(r["id"]): (asked_before or {}).get(str(r["id"]), 1) for r in rows}
     # read under what the shard's own canaries measured, as its other rows were
     tail = judge_onwards(
-        config, to_judge, judge_engine, verify_engine, clock, verify_only=to_verify, canaries=canaries, asked_before=runs
+        config,
+        to_judge,
+        judge_engine,
+        verify_engine,
+        clock,
+        verify_only=to_verify,
+        canaries=canaries,
+        asked_before=runs,
     )
     for r in tail.rejected:
         r.config_fingerprint = fingerprint

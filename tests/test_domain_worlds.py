@@ -13,7 +13,9 @@ import pytest
 
 from prm_synth.config.grader import GraderConfig, SandboxLimits
 from prm_synth.engines.base import GenerationRequest
+from prm_synth.engines.simulated import JUDGE_PROFILES
 from prm_synth.engines.simulated_domains import (
+    DomainJudge,
     DomainPolicy,
     DomainWorld,
     parse_chain,
@@ -23,7 +25,7 @@ from prm_synth.engines.simulated_domains import (
 )
 from prm_synth.grading import sandbox
 from prm_synth.grading.registry import make_grader
-from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.prompts import policy_user_prompt, render_judge_prompt
 from prm_synth.sampling.steps import split_steps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -94,17 +96,50 @@ def test_the_no_gold_worlds_majority_is_wrong_where_the_misconception_is() -> No
 
 
 @needs_sandbox
-def test_label_quality_in_each_world_on_held_out_seeds() -> None:
-    results = domain_worlds.run(12, [1010], ["code", "choice", "no_gold"])
+def test_label_quality_in_each_world() -> None:
+    results = domain_worlds.run(12, [2], ["code", "choice"])
     for world in ("code", "choice"):
         assert results[world]["rows"] == 12
         assert results[world]["good_precision"] >= 0.9, (world, results[world])
         assert (results[world]["bad_precision"] or 1.0) >= 0.9, (world, results[world])
+
+
+def test_the_no_gold_card_table_is_the_worlds_truth_level_by_level() -> None:
+    results = domain_worlds.run(30, [2], ["no_gold", "no_gold_blind"])
     gold = results["no_gold"]
-    table = gold["agreement_accuracy"]
-    assert sum(row["total"] for row in table) == gold["rows"]  # every kept problem's majority was audited
+    table, truth = gold["agreement_accuracy"], gold["agreement_truth"]
+    assert sum(row["total"] for row in table) == gold["problems_with_pseudo_gold"]  # every majority audited
+    assert table == truth  # per agreement level, the audit against held-out gold is the chains' own truth
     wrong = sum(row["total"] - row["right"] for row in table)
-    assert wrong / gold["rows"] == pytest.approx(gold["majority_wrong_rate"])  # the card's table is the truth's
+    assert wrong / gold["problems_with_pseudo_gold"] == pytest.approx(gold["majority_wrong_rate"], abs=1e-4)
+    assert gold["majority_wrong_rate"] > 0.1  # the world's misconception makes some majorities wrong
+    blind = results["no_gold_blind"]
+    assert blind["agreement_accuracy"] == []  # no gold at all: no table, the doubt comes from the votes
+    for r in (gold, blind):  # judged and filtered: every row kept or rejected, the kept ones precise
+        assert r["rows"] + r["consensus_rejected"] == r["problems_with_pseudo_gold"]
+        assert r["rows"] >= 5
+        assert r["good_precision"] >= 0.9 and (r["bad_precision"] or 1.0) >= 0.9, r
+
+
+def test_the_domain_judge_is_not_an_oracle_on_the_misconception() -> None:
+    world = DomainWorld("math", step_error=0.0, recover=0.0, trap=1.0, trap_error=1.0, seed=4)
+    policy, judge = DomainPolicy(world), DomainJudge(world)
+    profile = JUDGE_PROFILES["realistic"].errors
+    assert profile is not None
+    named = total = 0
+    for problem in world_problems("math", 20, 4):
+        chain = parse_chain(problem.question)
+        assert chain is not None
+        (result,) = policy.generate([GenerationRequest(policy_user_prompt(problem.question))])
+        steps = split_steps(result.completions[0].text, "line")
+        truth = true_first_error("math", chain, steps)
+        assert truth >= 0  # every problem holds the misconception, always written
+        (votes,) = judge.generate([GenerationRequest(render_judge_prompt(problem.question, steps), n=20)])
+        answers = [c.text.rsplit("{", 1)[-1].rstrip("}") for c in votes.completions if "boxed" in c.text]
+        named += sum(a == str(truth) for a in answers)
+        total += len(answers)
+    expected = profile.recall_right_answer * (1 - profile.off_by)  # the swayed recall, never the oracle's
+    assert abs(named / total - expected) < 0.06, (named, total, expected)
 
 
 def test_worlds_are_reproducible() -> None:

@@ -35,10 +35,11 @@ def test_seed_ranges_parse():
     fidelity = _load("fidelity")
     assert fidelity.parse_seeds("dev") == list(range(18))
     # seeds a choice has looked at (the 2026-12-05 ablation chose on 1000-1001 and confirmed on 1002-1003;
-    # the 2026-12-06 round kept two settings after reading 1004-1005) are named used, never held-out:
+    # the 2026-12-06 round kept two settings after reading 1004-1005, and one after reading 1006-1007)
+    # are named used, never held-out:
     # held-out seeds are those no choice has looked at
-    assert fidelity.parse_seeds("used") == list(range(1000, 1006))
-    assert fidelity.parse_seeds("heldout") == list(range(1006, 1030))
+    assert fidelity.parse_seeds("used") == list(range(1000, 1008))
+    assert fidelity.parse_seeds("heldout") == list(range(1008, 1030))
     assert fidelity.parse_seeds("1000-1003") == [1000, 1001, 1002, 1003]
     assert fidelity.parse_seeds("7") == [7]
     ranges = [set(fidelity.parse_seeds(name)) for name in ("dev", "used", "heldout")]

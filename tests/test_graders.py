@@ -55,7 +55,9 @@ def test_the_default_grader_leaves_the_fingerprint_as_it_was() -> None:
     assert plain.fingerprint() != validate_config(BASE | {"grader": {"kind": "majority"}}).fingerprint()
 
 
-@pytest.mark.parametrize("name", ["humaneval-demo", "humaneval-server", "choice-demo", "majority-demo"])
+@pytest.mark.parametrize(
+    "name", ["humaneval-demo", "humaneval-server", "choice-demo", "majority-demo", "code-file-demo"]
+)
 def test_the_domain_pipelines_validate(name: str) -> None:
     config = load_config(ROOT / "pipelines" / f"{name}.yaml")
     assert config.grader.kind in {"code", "choice", "majority"}

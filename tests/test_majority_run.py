@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from _simulated_run import pipeline_data, write_run
 
+import prm_synth.pipeline as pipeline
 from prm_synth.export.card import render_card
 from prm_synth.export.grader_card import level_span, majority_counts
 from prm_synth.store.readers import iter_records
@@ -39,3 +41,32 @@ def test_majority_run_marks_rows_rejects_and_states_it_on_the_card(tmp_path: Pat
         if key.startswith("total@"):
             level = key.split("@")[1]
             assert f"| {level_span(level)} | {counts['right@' + level]} | {value} |" in card
+
+
+def test_a_judged_majority_run_reads_each_rows_doubt_and_reconciles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[dict[str, tuple[float, float]]] = []
+    real = pipeline.doubts_of
+
+    def spy(*args: object, **kwargs: object) -> dict[str, tuple[float, float]]:
+        seen.append(real(*args, **kwargs))  # type: ignore[arg-type]
+        return seen[-1]
+
+    data = pipeline_data(
+        "simulated",
+        problems={"kind": "builtin", "count": 16, "seed": 3, "min_ops": 2, "max_ops": 4},
+        policy={"kind": "simulated", "step_error": 0.2, "recover": 0.05, "seed": 1, "step_format": "line"},
+        grader={"kind": "majority", "votes": 6, "min_agreement": 0.5},
+        judge={"engine": {"kind": "simulated-judge", "accuracy": 0.8}, "samples": 3, "select": "all"},
+        consensus={"policy": "soft"},
+        output={"shard_size": 8},
+    )
+    monkeypatch.setattr(pipeline, "doubts_of", spy)
+    out = write_run(tmp_path / "run", data)
+    rows = list(iter_records(out))
+    assert summarize(out).reconciles
+    doubts = {k: v for shard in seen for k, v in shard.items()}
+    assert doubts and all(0.0 <= q <= 1.0 and 0.0 <= r <= 1.0 for q, r in doubts.values())
+    assert all(r["id"] in doubts for r in rows if r["final_correct"] is not None)  # every graded row had one
+    assert all(r["judge_votes"] for r in rows)  # every row was judged (select: all)

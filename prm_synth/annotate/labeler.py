@@ -35,7 +35,7 @@ from prm_synth.config import BinaryConfig, MCConfig, OmegaConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading.majority import gold_origin
 from prm_synth.grading.math import Verdict
-from prm_synth.grading.registry import grade_answer, make_grader
+from prm_synth.grading.registry import grade_answer, grade_answers, make_grader
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.prompting.thinking import engine_markers
 from prm_synth.sampling.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
@@ -106,6 +106,9 @@ def new_scheduler(
         else (lambda text, gold: grade_answer(grader, text, gold, markers).status),
         on_progress=on_progress,
         budget=budget,
+        grade_batch=(lambda texts, gold: [v.status for v in grade_answers(grader, texts, gold, markers)])
+        if grader.kind == "code"
+        else None,
     )
 
 

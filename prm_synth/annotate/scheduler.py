@@ -121,6 +121,7 @@ class ProbeScheduler:
         progress_interval_s: float = 2.0,
         label: str = "annotate",
         budget: TokenBudget = NO_TOKEN_BUDGET,
+        grade_batch: Callable[[list[str], str], list[str]] | None = None,
     ) -> None:
         self.engine = engine
         self.stream: GenerationStream = stream_for(engine)
@@ -128,6 +129,8 @@ class ProbeScheduler:
         self.max_batch_requests = max_batch_requests
         self.max_in_flight = max_in_flight
         self.grader = grader or (lambda text, gold: grade(text, gold).status)
+        # a request's rollouts graded together (`code`: their programs run at once, grading/code.py)
+        self.grade_batch = grade_batch or (lambda texts, gold: [self.grader(t, gold) for t in texts])
         self.on_progress = on_progress
         self.progress_interval_s = progress_interval_s
         self.label = label
@@ -405,9 +408,11 @@ class ProbeScheduler:
         if len(result.completions) != sent.n:
             raise RuntimeError(f"engine returned {len(result.completions)} completions, asked {sent.n}")
         est = self._estimates.setdefault(key, _Estimate())
+        live = [key[1] + c.text for c in result.completions if not is_truncated(c.finish_reason)]
+        graded = iter(self.grade_batch(live, job.gold))
         for i, completion in enumerate(result.completions):
             truncated = is_truncated(completion.finish_reason)  # cut by max_tokens: never correct
-            status = "unknown" if truncated else self.grader(key[1] + completion.text, job.gold)
+            status = "unknown" if truncated else next(graded)
             self.stats.unknown_rollouts += status == "unknown"
             est.samples[sent.first + i] = (completion.text, status, completion.generated_tokens)
             est.asked_by[sent.first + i] = job.key

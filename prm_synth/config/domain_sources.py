@@ -1,6 +1,8 @@
-"""Problem sources beyond math word problems: HumanEval (code with tests) and multiple-choice files.
+"""Problem sources beyond math word problems: HumanEval and files of code problems with tests, and
+multiple-choice files.
 
-Each is a `problems.kind` of its own; the loaders are prm_synth/problems/humaneval.py and choice_file.py.
+Each is a `problems.kind` of its own; the loaders are prm_synth/problems/humaneval.py, code_file.py and
+choice_file.py.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ def existing_file(v: Path, info: ValidationInfo) -> Path:
         raise ValueError(f"problem file not found: {v}")
     return v
 
+
 # Sources whose problems carry tests (`grader.kind: code` needs one).
-CODE_SOURCES = frozenset({"humaneval"})
+CODE_SOURCES = frozenset({"humaneval", "code-file"})
 
 
 class HumanEvalSource(Strict):
@@ -43,5 +46,24 @@ class ChoiceFileSource(Strict):
     """Column holding the answer: a letter, or the text of one option."""
     id: str | None = None
     """Column holding a problem id (None: ids are made from the row's position)."""
+
+    _exists = field_validator("path")(classmethod(lambda cls, v, info: existing_file(v, info)))
+
+
+class CodeFileSource(Strict):
+    kind: Literal["code-file"] = "code-file"
+    """Code problems with tests from a local JSONL file: a prompt, the tests, the function's name."""
+    path: Path
+    """The JSONL file; a relative path resolves against the pipeline file's folder."""
+    prompt: str = "prompt"
+    """Column holding the task shown to the policy (an instruction to end with one ```python block is added)."""
+    tests: str = "tests"
+    """Column holding the tests: Python source defining `check(candidate)` (HumanEval's form) or plain asserts."""
+    entry_point: str = "entry_point"
+    """Column holding the name of the function the tests call."""
+    solution: str | None = "solution"
+    """Column holding a reference program, the row's gold answer (shown to a judge); optional in each row."""
+    id: str | None = "id"
+    """Column holding a problem id (a row without one: an id made from its position)."""
 
     _exists = field_validator("path")(classmethod(lambda cls, v, info: existing_file(v, info)))

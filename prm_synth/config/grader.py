@@ -6,7 +6,7 @@ folders made before the section existed keep their fingerprint and resume. Every
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -33,6 +33,14 @@ class SandboxLimits(Strict):
     """Bytes of stdout and stderr read back; more is a limit hit ("output_limit")."""
     file_mb: int = Field(16, ge=1, le=4096)
     """Largest file (RLIMIT_FSIZE, MiB) the program may write in its temporary folder."""
+    workers: int | None = Field(None, ge=1, le=256)
+    """Sandboxed runs at once when a batch of programs is graded (each still in its own sandbox; results
+    in the batch's order). None: min(4, CPUs). Changes no verdict, so it is left out of the fingerprint."""
+
+    def fingerprint_part(self, transport: bool = False) -> dict[str, Any]:
+        data = super().fingerprint_part(transport)
+        data.pop("workers", None)  # how many at once, never what a program's verdict is
+        return data
 
 
 class GraderConfig(Strict):
@@ -79,5 +87,5 @@ def check_grader(grader: GraderConfig, problems_kind: str) -> None:
         raise ValueError(
             f"problems.kind 'choice-file' needs grader.kind 'choice' (or majority of choice), not {grader.kind!r}"
         )
-    if problems_kind == "humaneval" and grader.kind != "code":
-        raise ValueError(f"problems.kind 'humaneval' needs grader.kind 'code', not {grader.kind!r}")
+    if problems_kind in CODE_SOURCES and grader.kind != "code":
+        raise ValueError(f"problems.kind {problems_kind!r} needs grader.kind 'code', not {grader.kind!r}")

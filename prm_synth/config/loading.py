@@ -121,7 +121,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Pi
     path = Path(path)
     data = read_yaml_mapping(path)
     src = data.get("problems")
-    if isinstance(src, dict) and src.get("kind") in ("file", "choice-file") and "path" in src:
+    if isinstance(src, dict) and src.get("kind") in ("file", "choice-file", "code-file") and "path" in src:
         p = Path(str(src["path"])).expanduser()
         if not p.is_absolute():  # like other config files: relative to the file that names it
             src["path"] = str((path.parent / p).resolve())

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prm_synth.config.base import MAX_OPS, Strict
-from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource, existing_file
+from prm_synth.config.domain_sources import ChoiceFileSource, CodeFileSource, HumanEvalSource, existing_file
 
 
 class FieldMapping(Strict):
@@ -92,5 +92,6 @@ class HFSource(_MappedSource):
 
 
 ProblemSource = Annotated[
-    BuiltinSource | FileSource | HFSource | HumanEvalSource | ChoiceFileSource, Field(discriminator="kind")
+    BuiltinSource | FileSource | HFSource | HumanEvalSource | ChoiceFileSource | CodeFileSource,
+    Field(discriminator="kind"),
 ]

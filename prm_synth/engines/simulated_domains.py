@@ -16,6 +16,9 @@ writes depends on the world's `form`:
   misconception: one step where the policy writes the same wrong operand with probability `trap_error`,
   so its most common answer is wrong there (the no-gold world: the majority is wrong at a known rate).
 
+`DomainJudge` judges the `math` and `choice` forms' solutions with a judge error profile (the realistic
+one by default: not an oracle), its truth recomputed from the step text as the policy's is.
+
 The truth of any written solution is recomputed from its steps (`true_first_error`), never taken from a
 labeler. Randomness comes from (seed, prompt, prefix, sample index), as in the math simulation.
 """
@@ -29,8 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from prm_synth.config import JudgeErrorProfile, SimulatedJudgeConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
-from prm_synth.engines.simulated import count_tokens, digest
+from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, count_tokens, digest
 from prm_synth.schema import Problem
 
 Form = Literal["code", "choice", "math"]
@@ -240,3 +244,50 @@ class DomainPolicy:
             nearest = min(allowed, key=lambda i: (abs(options[i] - value), i))
             return f"The answer is ({LETTERS[nearest]})."
         return f"The answer is {value}."
+
+
+# ---------------------------------------------------------------- the judge
+class DomainJudge(SimulatedJudge):
+    """A judge of the line forms (`math`, `choice`) that errs as a `JudgeErrorProfile` says (the
+    realistic profile by default), the truth recomputed from the step text. A misconception step is read
+    with the profile's `recall_right_answer` whatever the final answer: the policy shares the
+    misconception, and a judge is swayed by an answer everyone reaches as by a right one (the harder case,
+    and the one no rollout can see)."""
+
+    def __init__(self, world: DomainWorld, config: SimulatedJudgeConfig | None = None) -> None:
+        super().__init__(config or JUDGE_PROFILES["realistic"].model_copy(update={"seed": world.seed}))
+        self.world = world
+        self.policy = DomainPolicy(world)
+
+    def _named_error(self, question: str, steps: list[str], rng: random.Random) -> int | None:
+        profile = self.config.errors or JudgeErrorProfile()
+        chain = parse_chain(question)
+        if rng.random() < profile.format_failure:
+            return None
+        lines = [s if s.endswith("\n") else s + "\n" for s in steps]  # the judge prompt strips each step
+        truth = -1 if chain is None else true_first_error(self.world.form, chain, lines)
+        if truth < 0 or chain is None:
+            return rng.randrange(len(steps)) if rng.random() < profile.false_alarm else -1
+        right_answer = _final_value(self.world.form, "".join(lines)) == chain.answer
+        misconception = _op_at(self.world.form, lines, truth) == self.policy.trap_step(chain)
+        recall = profile.recall_right_answer if right_answer or misconception else profile.recall_wrong_answer
+        if rng.random() >= recall:
+            return -1
+        if rng.random() < profile.off_by:
+            off = [i for i in range(truth - profile.max_offset, truth + profile.max_offset + 1) if i != truth]
+            off = [i for i in off if 0 <= i < len(steps)]
+            if off:
+                return rng.choice(off)
+        return truth
+
+
+def _final_value(form: Form, text: str) -> int | None:
+    evs = events(form, text)
+    return evs[-1][2] if evs else None
+
+
+def _op_at(form: Form, steps: list[str], step: int) -> int | None:
+    """The index of the first operation a step writes (None: it writes none)."""
+    before = sum(1 for _, kind, _ in events(form, "".join(steps[:step])) if kind == "op")
+    here = [kind for _, kind, _ in events(form, steps[step])]
+    return before if "op" in here else None

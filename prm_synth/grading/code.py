@@ -7,7 +7,10 @@ except a sandbox that could not be made."""
 from __future__ import annotations
 
 import functools
+import os
 import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from prm_synth.config.grader import SandboxLimits
 from prm_synth.grading.keys import dump_key, json_key, load_key
@@ -16,6 +19,13 @@ from prm_synth.grading.sandbox import run_tests
 from prm_synth.schema import Problem
 
 MAX_PROGRAM_CHARS = 100_000
+
+
+def default_workers() -> int:
+    """Sandboxed runs at once by default (`grader.sandbox.workers`: None): min(4, CPUs)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 _FENCE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
 
@@ -61,6 +71,20 @@ class CodeGrader:
         if verdict.reason == "sandbox_unavailable":
             _run.cache_clear()  # never remembered: the next program tries to make a sandbox again
         return verdict
+
+    def grade_many(self, texts: Sequence[str], key: str) -> list[Verdict]:
+        """`grade` of each text, in order, the distinct ones run at once in a bounded pool of threads (each
+        thread waits on its own sandbox process: the GIL is free while it runs). A text that repeats is
+        run once: the verdicts are the same as one by one, whatever the pool's size or timing."""
+        distinct = list(dict.fromkeys(texts))
+        workers = min(self.limits.workers or default_workers(), len(distinct))
+        if workers <= 1:
+            verdicts = [self.grade(t, key) for t in distinct]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prm-synth-sandbox") as pool:
+                verdicts = list(pool.map(lambda t: self.grade(t, key), distinct))
+        by_text = dict(zip(distinct, verdicts, strict=True))
+        return [by_text[t] for t in texts]
 
     def canonical(self, text: str, key: str) -> str | None:
         return None  # programs are not voted on (majority takes math, choice or exact)

@@ -10,6 +10,7 @@ field. `canonical` reads a solution's final answer as the value votes are counte
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from prm_synth.config.grader import GraderConfig
@@ -97,3 +98,45 @@ def grade_completion(
     if math_grading.is_truncated(finish_reason):
         return Verdict("unknown", None, "truncated")
     return grade_answer(grader, text, key, thinking)
+
+
+def grade_answers(
+    grader: Grader, texts: Sequence[str], key: str, thinking: ThinkingMarkers | None = None
+) -> list[Verdict]:
+    """`grade_answer` of each text, in order; a grader that runs programs (`code`) runs them at once in
+    its bounded pool (`grade_many`), the others one by one."""
+    out: list[Verdict | None] = [None] * len(texts)
+    pending: list[tuple[int, str]] = []
+    for i, text in enumerate(texts):
+        if thinking is not None:
+            answer = thinking.answer_section(text)
+            if answer is None:
+                out[i] = Verdict("unknown", None, TRUNCATED_THINKING)
+                continue
+            text = answer
+        pending.append((i, text))
+    many = getattr(grader, "grade_many", None)
+    answers = [t for _, t in pending]
+    verdicts = many(answers, key) if many is not None else [grader.grade(t, key) for t in answers]
+    for (i, _), verdict in zip(pending, verdicts, strict=True):
+        out[i] = verdict
+    return [v for v in out if v is not None]
+
+
+def grade_completions(
+    grader: Grader, completions: Sequence[tuple[str, str | None]], key: str, thinking: ThinkingMarkers | None = None
+) -> list[Verdict]:
+    """`grade_completion` of each (text, finish reason), in order, graded together (`grade_answers`)."""
+    out: list[Verdict | None] = [None] * len(completions)
+    pending: list[tuple[int, str]] = []
+    for i, (text, finish_reason) in enumerate(completions):
+        if thinking is not None and thinking.answer_section(text) is None:
+            out[i] = Verdict("unknown", None, TRUNCATED_THINKING)
+        elif math_grading.is_truncated(finish_reason):
+            out[i] = Verdict("unknown", None, "truncated")
+        else:
+            pending.append((i, text))
+    verdicts = grade_answers(grader, [t for _, t in pending], key, thinking)
+    for (i, _), verdict in zip(pending, verdicts, strict=True):
+        out[i] = verdict
+    return [v for v in out if v is not None]

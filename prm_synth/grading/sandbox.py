@@ -11,11 +11,13 @@ What the sandbox guarantees (each tested in tests/test_sandbox.py):
   interpreter's own installation bound back read-only when it lives there;
 - its own pid, IPC and UTS namespaces (it sees and signals no outside process), and it dies with its parent;
 - rlimits set inside before the program runs: CPU seconds, address space, processes (as an unprivileged
-  user: started as root, the harness drops to `nobody`, since root is exempt from RLIMIT_NPROC), file size,
-  no core files;
+  user: started as root, the harness drops to `nobody`, or to an unused id of its own while other runs are
+  in flight (sandbox_users.py), since root is exempt from RLIMIT_NPROC and one user's budget is shared),
+  file size, no core files;
 - in the parent: a wall-clock timer and a cap on the bytes of output read; either kills the whole sandbox.
-Limits: the program runs as `nobody` (as root) or as the calling user (else), whose other processes count
-toward the process limit (the limit is raised by the count found at start); the program can read what the
+Limits: the program runs as `nobody` or an unused id of its own (as root) or as the calling user (else),
+whose other processes, and the programs graded beside it, count toward the process limit (the limit is
+raised by the count found at start); the program can read what the
 read-only root shows to that user (system files, other users' world-readable files outside the home);
 a program written to forge a pass from inside the harness's own process is not defended against (the
 verdict line holds a per-run nonce sent on stdin, so printing a guessed line does not pass).
@@ -40,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prm_synth.config.grader import SandboxLimits
+from prm_synth.grading.sandbox_users import run_user
 
 log = logging.getLogger(__name__)
 
-NOBODY = 65534
 HARNESS = Path(__file__).with_name("sandbox_harness.py")
 _warned: set[str] = set()
 
@@ -88,6 +90,9 @@ def _bwrap_args(binary: str, folder: str, as_root: bool) -> list[str]:
     interpreter_prefix = os.path.realpath(sys.base_prefix)
     args = [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     homes = {os.path.realpath(p) for p in (str(Path.home()), "/root") if os.path.isdir(p)}
+    # a home of "/" (a service user's, e.g. `nobody` on some systems) is no home to hide: a tmpfs there
+    # would hide the whole file system, the interpreter with it (tests/test_sandbox_nonroot.py)
+    homes.discard("/")
     for home in sorted(homes):
         args += ["--perms", "0755", "--tmpfs", home]
     for home in homes:
@@ -116,18 +121,18 @@ def run_tests(solution: str, tests: str, entry_point: str, limits: SandboxLimits
         return RunResult("fault", "sandbox_unavailable", b"")
     as_root = os.geteuid() == 0
     processes = limits.processes if as_root else limits.processes + _count_own_processes()
-    with tempfile.TemporaryDirectory(prefix="prm-synth-code-") as folder:
+    with tempfile.TemporaryDirectory(prefix="prm-synth-code-") as folder, run_user() as user:
         for name, text in (("solution.py", solution), ("tests.py", tests)):
             Path(folder, name).write_text(text, encoding="utf-8", errors="surrogatepass")
         shutil.copyfile(HARNESS, Path(folder, "harness.py"))
-        if as_root:
-            os.chown(folder, NOBODY, NOBODY)
+        if as_root:  # a user of its own while it runs: no other run spends its process budget
+            os.chown(folder, user, user)
         limit_args = [
             str(limits.cpu_s),
             str(limits.memory_mb << 20),
             str(processes),
             str(limits.file_mb << 20),
-            str(NOBODY if as_root else -1),
+            str(user if as_root else -1),
             entry_point,
         ]
         command = [*_bwrap_args(binary, folder, as_root), os.path.realpath(sys.executable), "-I", "-S"]

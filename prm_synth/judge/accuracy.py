@@ -19,7 +19,7 @@ rest missed) instead of a figure it has no data for.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from prm_synth.config import PINNED, ConsensusConfig
@@ -81,6 +81,10 @@ class JudgeAccuracy:
     # fifths of a solution, where the judge's step votes fall; None: even)
     hidden: float = 0.0
     hidden_shape: tuple[float, ...] | None = None
+    # one row graded against a pseudo-gold (grader.kind majority): P(the pseudo-gold is wrong), and then
+    # P(this row's answer is the truth) (grading/majority.row_doubts); 0: a real gold
+    doubt: float = 0.0
+    doubt_clean: float = 0.0
 
     def hidden_prior(self, n: int) -> list[float]:
         """P(first error = k) for k = 0..n-1 of a hidden error in a row of n steps."""
@@ -175,7 +179,24 @@ class ClassAccuracy:
     cautious: JudgeAccuracy | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self.accuracy) | {"errors_from": self.errors_from, "clean_from": self.clean_from}
+        rates = {k: v for k, v in asdict(self.accuracy).items() if k not in ("doubt", "doubt_clean")}  # per row
+        return rates | {"errors_from": self.errors_from, "clean_from": self.clean_from}
+
+    def with_doubt(self, doubt: float, doubt_clean: float) -> ClassAccuracy:
+        """The class's rates read for one row graded against a pseudo-gold (`JudgeAccuracy.doubt`)."""
+        if doubt <= 0.0:
+            return self
+
+        def one(rates: JudgeAccuracy | None) -> JudgeAccuracy | None:
+            return None if rates is None else replace(rates, doubt=doubt, doubt_clean=doubt_clean)
+
+        return replace(
+            self,
+            accuracy=replace(self.accuracy, doubt=doubt, doubt_clean=doubt_clean),
+            low=one(self.low),
+            high=one(self.high),
+            cautious=one(self.cautious),
+        )
 
 
 def class_accuracy(counts: JudgeCounts, config: ConsensusConfig) -> ClassAccuracy:

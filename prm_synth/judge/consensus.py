@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from prm_synth.annotate.labels import AFTER_ERROR, confident_labels
@@ -256,6 +256,7 @@ def apply_consensus(
     min_confidence: float = 0.0,
     pinned: float = PINNED,
     canaries: CanaryStats | None = None,
+    doubt: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
     ties, complete (or relabel) the kept rows the policy says. The judge's accuracy is measured on the rows
@@ -271,7 +272,9 @@ def apply_consensus(
     by_source: dict[str, dict[str, int]] = {}
     counts = measure_judge(records, pinned)
     class_counts = measure_by_class(records, pinned)  # the judge's accuracy per answer class
-    by_class = rates_by_class(records, config, pinned, canaries)  # from the canaries where the shard has them
+    doubt = doubt or {}  # per row id graded against a pseudo-gold: (P(it is wrong), P(the row is right then))
+    by_class = rates_by_class(records, config, pinned, canaries, doubt)  # from the canaries where the shard has them
+    row_rates = [by_class[answer_class(r)].with_doubt(*doubt.get(r.id, (0.0, 0.0))) for r in records]
     estimate: Counter[str] = Counter()
     completed = ties_broken = 0
     decisions: list[Decision] = []
@@ -282,10 +285,10 @@ def apply_consensus(
         judge = record.judge_first_error
         record.consensus = None if judge is None else agrees_with_labels(record.labels, judge, config.tolerance)
         agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
-        decisions.append(decide(record, config, min_confidence, by_class[answer_class(record)].accuracy))
+        decisions.append(decide(record, config, min_confidence, row_rates[len(decisions)].accuracy))
     if config.policy == "soft":  # the kept rows' labels, together, at the precision asked
-        decisions = hold_to_target(records, decisions, [by_class[answer_class(r)] for r in records], config)
-    for record, decision in zip(records, decisions, strict=True):
+        decisions = hold_to_target(records, decisions, row_rates, config)
+    for record, decision, rates in zip(records, decisions, row_rates, strict=True):
         if decision.prefix_confidence is not None:
             record.consensus_p_good = decision.prefix_confidence
         source = by_source.setdefault(record.source, {"rows": 0, "kept": 0, "rejected": 0, "agree": 0})
@@ -293,7 +296,7 @@ def apply_consensus(
         source["agree"] += bool(record.consensus)
         if decision.keep:
             if config.policy == "soft" and decision.first_error is not None:
-                estimate.update(estimate_kept(record, decision.first_error, by_class[answer_class(record)]))
+                estimate.update(estimate_kept(record, decision.first_error, rates))
             if decision.first_error is not None:
                 before = list(record.labels)
                 if follow(record, decision.first_error) > 0:

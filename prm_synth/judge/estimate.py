@@ -24,7 +24,7 @@ the judge's rates at both ends of their 95% intervals (canary_stats.precision_re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -60,7 +60,12 @@ def step_votes(records: Sequence[LabeledRecord]) -> list[tuple[int, int]]:
     return out
 
 
-def fit_hidden(rows: Sequence[LabeledRecord], rates: JudgeAccuracy, iterations: int = 60) -> tuple[float, float]:
+def fit_hidden(
+    rows: Sequence[LabeledRecord],
+    rates: JudgeAccuracy,
+    iterations: int = 60,
+    doubt: Mapping[str, tuple[float, float]] | None = None,
+) -> tuple[float, float]:
     """(share of right-answer rows hiding an error, the judge's clean rate), fitted by EM to the rows'
     votes under the posterior's own model (consensus.posterior): each row's prior is the rollouts'
     (1 - share) mixed with a hidden error (share, spread by `rates.hidden_shape`), its votes read under
@@ -70,17 +75,24 @@ def fit_hidden(rows: Sequence[LabeledRecord], rates: JudgeAccuracy, iterations: 
     if not voted:
         return 0.0, rates.clean
     share, clean = 0.2, rates.clean
+    doubt = doubt or {}  # rows graded against a pseudo-gold: their own doubt explains part of what is hidden
     for _ in range(iterations):
         current = replace(rates, hidden=share, clean=clean)
         hidden_mass = clean_votes = clean_minus = 0.0
         for r in voted:
             n = len(r.labels)
-            post = posterior(r, current)
+            q, right = doubt.get(r.id, (0.0, 0.0))
+            post = posterior(r, replace(current, doubt=q, doubt_clean=right))
             rollout = first_error_prior(r)
             spread = current.hidden_prior(n)
             # P(hidden component | votes) = posterior mass the hidden part of the prior explains
-            mixed = [(1 - share) * p + share * q for p, q in zip(rollout, [*spread, 0.0], strict=True)]
-            hidden_mass += sum(post[k] * share * spread[k] / mixed[k] for k in range(n) if mixed[k] > 0)
+            mixed = [(1 - share) * p + share * h for p, h in zip(rollout, [*spread, 0.0], strict=True)]
+            if q > 0.0:
+                mixed = [
+                    (1 - q) * m + q * d for m, d in zip(mixed, [*((1 - right) * h for h in spread), right], strict=True)
+                ]
+            own = [(1 - q) * share * h for h in spread]
+            hidden_mass += sum(post[k] * own[k] / mixed[k] for k in range(n) if mixed[k] > 0)
             votes = [v for v in r.judge_votes if v != UNPARSEABLE]
             clean_votes += post[n] * len(votes)
             clean_minus += post[n] * votes.count(-1)
@@ -149,6 +161,7 @@ def canary_accuracy(
     canaries: CanaryStats | None = None,
     answer: AnswerClass = "wrong",
     rows: Sequence[LabeledRecord] = (),
+    doubt: Mapping[str, tuple[float, float]] | None = None,
 ) -> ClassAccuracy:
     """The class's shrunk measured rates (accuracy.estimated_accuracy), each replaced by the prior where
     fewer than `class_min_votes` votes measured it. Where the shard's canaries hold votes of the class,
@@ -173,7 +186,7 @@ def canary_accuracy(
         if answer != "right" or not rows:
             return JudgeAccuracy(r, clean, m, dependence)
         base = JudgeAccuracy(r, clean, m, dependence, 0.0, vote_shape(rows))
-        hidden, fitted_clean = fit_hidden(rows, base)
+        hidden, fitted_clean = fit_hidden(rows, base, doubt=doubt)
         return replace(base, hidden=hidden, clean=fitted_clean)
 
     named, missed, votes = (c["named"], c["missed"], c["votes"]) if c and from_canaries else (0, 0, 0)
@@ -223,11 +236,12 @@ def rates_by_class(
     config: ConsensusConfig,
     pinned: float = PINNED,
     canaries: CanaryStats | None = None,
+    doubt: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[AnswerClass, ClassAccuracy]:
     """Each answer class's rates as soft reads them: measured on `records` (one shard's rows, pinned at
-    `pinned`) and on the shard's canaries."""
+    `pinned`) and on the shard's canaries; `doubt`: rows graded against a pseudo-gold (grading/majority.py)."""
     counts = measure_by_class(records, pinned)
     return {
-        c: canary_accuracy(counts[c], config, canaries, c, [r for r in records if answer_class(r) == c])
+        c: canary_accuracy(counts[c], config, canaries, c, [r for r in records if answer_class(r) == c], doubt)
         for c in ANSWER_CLASSES
     }

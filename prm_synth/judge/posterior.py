@@ -49,6 +49,11 @@ def posterior(record: LabeledRecord, accuracy: JudgeAccuracy) -> list[float]:
     if accuracy.hidden > 0.0 and n:  # errors the rollouts cannot see (right answers): the run's own share
         spread = [*accuracy.hidden_prior(n), 0.0]
         prior = [(1.0 - accuracy.hidden) * p + accuracy.hidden * q for p, q in zip(prior, spread, strict=True)]
+    if accuracy.doubt > 0.0 and n:  # graded against a pseudo-gold that may be wrong (grader.kind majority)
+        # then the rollouts measured against a wrong answer: the row is right with `doubt_clean` (its answer
+        # is the truth), else its error is one they cannot place (spread as a hidden one)
+        spread = [(1.0 - accuracy.doubt_clean) * q for q in accuracy.hidden_prior(n)] + [accuracy.doubt_clean]
+        prior = [(1.0 - accuracy.doubt) * p + accuracy.doubt * q for p, q in zip(prior, spread, strict=True)]
     votes = [v for v in record.judge_votes if v != UNPARSEABLE and -1 <= v < n]
     # votes that repeat one reading are worth fewer independent ones (accuracy.JudgeAccuracy.dependence)
     weight = 1.0 / (1.0 + (len(votes) - 1) * accuracy.dependence) if len(votes) > 1 else 1.0

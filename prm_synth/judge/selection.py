@@ -21,7 +21,7 @@ cannot take there; the others get another vote, up to `samples`. An unreadable v
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from prm_synth.config import ConsensusConfig, JudgeConfig
@@ -54,10 +54,17 @@ def calibrates(record: LabeledRecord, share: float) -> bool:
     return draw / 2**64 < share
 
 
-def selected(records: Sequence[LabeledRecord], config: JudgeConfig, consensus: ConsensusConfig) -> list[bool]:
-    """Per row, whether the judge is asked about it."""
+def selected(
+    records: Sequence[LabeledRecord],
+    config: JudgeConfig,
+    consensus: ConsensusConfig,
+    doubt: Mapping[str, tuple[float, float]] | None = None,
+) -> list[bool]:
+    """Per row, whether the judge is asked about it. A row with a `doubt` (graded against a pseudo-gold
+    that may be wrong, grading/majority.py) always is: the rollouts' pin stands on that pseudo-gold."""
     level = max(config.skip_confidence, consensus.confidence)
-    return [needs_judge(r, level) or calibrates(r, config.calibrate) for r in records]
+    doubt = doubt or {}
+    return [r.id in doubt or needs_judge(r, level) or calibrates(r, config.calibrate) for r in records]
 
 
 def reaches(record: LabeledRecord, accuracy: ClassAccuracy, consensus: ConsensusConfig) -> bool:
@@ -92,6 +99,7 @@ def judge_selected(
     max_batch_requests: int,
     canaries: CanaryStats | None = None,
     first_samples: Sequence[int] | None = None,
+    doubt: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage under `soft`: `select: all` asks every row `samples` votes at once (judge_records);
     `needed` asks the selected rows in rounds until each is settled (see the module doc), through the same
@@ -102,13 +110,18 @@ def judge_selected(
 
     def settled_rows(votes: list[list[int]], rows: list[int]) -> list[bool]:
         so_far = [replace(r, judge_votes=v) for r, v in zip(records, votes, strict=True)]
-        accuracy = rates_by_class(so_far, consensus, config.skip_confidence, canaries)
+        accuracy = rates_by_class(so_far, consensus, config.skip_confidence, canaries, doubt)
         return [
-            settled(so_far[i], accuracy[answer_class(so_far[i])], consensus, config.samples - len(votes[i]))
+            settled(
+                so_far[i],
+                accuracy[answer_class(so_far[i])].with_doubt(*(doubt or {}).get(so_far[i].id, (0.0, 0.0))),
+                consensus,
+                config.samples - len(votes[i]),
+            )
             for i in rows
         ]
 
-    sent = selected(records, config, consensus)
+    sent = selected(records, config, consensus, doubt)
     return judge_records(
         engine, records, config, max_batch_requests, sent=sent, settled=settled_rows, first_samples=first_samples
     )
@@ -122,10 +135,11 @@ def judge_stage(
     max_batch_requests: int,
     canaries: CanaryStats | None = None,
     first_samples: Sequence[int] | None = None,
+    doubt: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
     """The judge stage as the pipeline runs it: under `soft`, only the rows a vote can change, votes asked
     until settled (`judge_selected`); under any other policy (or none), every row with `samples` votes.
     `first_samples`: per row, the sample index its first vote is drawn at (judge_solutions)."""
     if consensus is not None and consensus.policy == "soft":
-        return judge_selected(engine, records, config, consensus, max_batch_requests, canaries, first_samples)
+        return judge_selected(engine, records, config, consensus, max_batch_requests, canaries, first_samples, doubt)
     return judge_records(engine, records, config, max_batch_requests, first_samples=first_samples)

@@ -11,10 +11,10 @@ from typing import Any
 
 from prm_synth.config.domain_sources import ChoiceFileSource
 from prm_synth.grading.choice import gold_letter
-from prm_synth.schema import Item, Problem, reject
+from prm_synth.problems.jsonl_rows import jsonl_rows
+from prm_synth.schema import Item, Problem, RejectedRecord, reject
 
 MAX_OPTIONS = len(string.ascii_uppercase)
-MAX_LINE_CHARS = 1 << 20
 
 
 def render_question(question: str, options: list[str]) -> str:
@@ -62,24 +62,5 @@ def _read(index: int, row: Any, src: ChoiceFileSource, seen: set[str], gold_opti
 
 def iter_choice_file(src: ChoiceFileSource, gold_optional: bool = False) -> Iterator[Item]:
     seen: set[str] = set()
-    with src.path.open(encoding="utf-8-sig", errors="surrogateescape") as f:
-        for index, line in enumerate(f):
-            if not line.strip():
-                continue
-            if len(line) > MAX_LINE_CHARS:
-                yield reject(f"choice-file:{index}", None, "choice-file", "load", "line_too_long", f"line {index + 1}")
-                continue
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):
-                yield reject(
-                    f"choice-file:{index}",
-                    None,
-                    "choice-file",
-                    "load",
-                    "broken_line",
-                    f"{src.path}:{index + 1}",
-                    line[:2000],
-                )
-                continue
-            yield _read(index, row, src, seen, gold_optional)
+    for item in jsonl_rows(src.path, "choice-file"):
+        yield item if isinstance(item, RejectedRecord) else _read(item[0], item[1], src, seen, gold_optional)

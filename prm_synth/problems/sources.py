@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
-from prm_synth.config.domain_sources import ChoiceFileSource, HumanEvalSource
+from prm_synth.config.domain_sources import ChoiceFileSource, CodeFileSource, HumanEvalSource
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import last_boxed
 from prm_synth.problems import arithmetic
 from prm_synth.problems.choice_file import iter_choice_file
+from prm_synth.problems.code_file import iter_code_file
 from prm_synth.problems.humaneval import iter_humaneval
 from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
 from prm_synth.store.shards import storable
@@ -64,6 +65,8 @@ def iter_problems(source: Any, gold_optional: bool = False) -> Iterator[Item]:
         return iter_humaneval(source)
     if isinstance(source, ChoiceFileSource):
         return iter_choice_file(source, gold_optional)
+    if isinstance(source, CodeFileSource):
+        return iter_code_file(source)
     raise TypeError(f"unknown problem source {type(source).__name__}")
 
 

@@ -15,7 +15,7 @@ from prm_synth.config import EngineConfig, PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import Verdict
-from prm_synth.grading.registry import grade_completion, make_grader
+from prm_synth.grading.registry import grade_completions, make_grader
 from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.prompting.thinking import ThinkingMarkers, resolve_markers
@@ -105,7 +105,11 @@ def read_solutions(
     split = splitter(config.steps, markers)
     grader = make_grader(config.grader)
     out = Sampled(tokens=result.prompt_tokens + result.generated_tokens, completions=len(result.completions))
-    for j, completion in enumerate(result.completions):
+    # graded together: a `code` grader runs the programs at once (grading/code.py), others one by one
+    verdicts = grade_completions(
+        grader, [(c.text, c.finish_reason) for c in result.completions], grader.key(problem), markers
+    )
+    for j, (completion, verdict) in enumerate(zip(result.completions, verdicts, strict=True)):
         steps = split(completion.text)
         if not steps:
             detail = "the policy produced no text to split into steps"
@@ -121,7 +125,6 @@ def read_solutions(
                 )
             )
             continue
-        verdict = grade_completion(grader, completion.text, grader.key(problem), completion.finish_reason, markers)
         share = completion.generated_tokens + result.prompt_tokens // max(1, len(result.completions))
         out.solutions.append(Solution(problem, j, steps, verdict, share, completion.generated_tokens))
     return out

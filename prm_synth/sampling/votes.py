@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from prm_synth.grading import math as math_grading
-from prm_synth.grading.majority import MajorityAudit
+from prm_synth.grading.majority import MAX_VOTED_ANSWERS, MajorityAudit
 from prm_synth.grading.registry import make_grader
 from prm_synth.sampling.sample import sampling_request
 from prm_synth.schema import Problem, RejectedRecord, reject
@@ -65,7 +65,11 @@ def pseudo_gold(engine: Any, problems: list[Problem], config: Any) -> MajorityOu
             out.audit.kept += 1
             out.audit.add(share, right)
             data = json.loads(problem.grading) if problem.grading else {}
-            data |= {"pseudo_gold_share": round(share, 6), "held_out_gold": problem.gold_answer or None}
+            data |= {
+                "pseudo_gold_share": round(share, 6),
+                "held_out_gold": problem.gold_answer or None,
+                "pseudo_gold_votes": dict(counts[:MAX_VOTED_ANSWERS]),  # what row_doubts reads
+            }
             out.problems.append(
                 replace(problem, gold_answer=top, grading=json.dumps(data, ensure_ascii=False, sort_keys=True))
             )

@@ -55,14 +55,11 @@ def pool_priors(
     the weight the luck and class weights are pooled with (`second_phase_priors`).
 
     Then, under the chosen k, each r in `recents` (a fresh error's extra luck): every error read both
-    ways, the share read with r (even odds before the shard speaks) pooled by EM too; kept where
+    ways, the share read with r (`recent_share_prior` before the shard speaks) pooled by EM too; kept where
     its fit beats the plain one's by ln(solutions) (at least ln(strength)), else the plain priors.
     `recents=()` for priors the search scores probes under (`probe_gains` reads no extra luck).
     Tuning: docs/design/changepoint-tuning.md."""
-    rounds, strength = settings.pool_rounds, settings.pool_strength
-    # no lean for or against a fresh error's extra luck before the shard speaks (a lean of 0.1, the
-    # removed `recent_share_prior`, changed nothing beyond noise: docs/design/changepoint-tuning.md)
-    share_prior = 0.5
+    rounds, strength, share_prior = settings.pool_rounds, settings.pool_strength, settings.recent_share_prior
     base = base or Priors()
     if not evidence:
         return base

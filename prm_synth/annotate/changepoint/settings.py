@@ -66,6 +66,8 @@ class ChangepointSettings:
     """EM rounds of the shard's pooled priors: convergence against time."""
     pool_strength: float = 8.0
     """Solutions' worth of the default priors in the pooled ones: a small shard's stability against its own reading."""
+    recent_share_prior: float = 0.1
+    """Share of errors read with a fresh error's extra luck before the shard says otherwise."""
     k_choices: tuple[float, ...] = (60.0, 12.0, 400.0)
     """Overdispersion k of a prefix's rollouts a shard's pooling may choose (the searches start at the default's first): fit against caution."""
     recent_choices: tuple[float, ...] = (0.5,)

@@ -1,0 +1,61 @@
+"""Code problems with tests from a JSONL file (`problems.kind: code-file`): a prompt, the tests (Python
+source defining `check(candidate)`, HumanEval's form, or plain asserts) and the entry point (the name of
+the function the tests call), an optional reference solution and id. Graded by `grader.kind: code` in the
+sandbox (grading/code.py). Each row is checked up front: a row without a prompt, without tests or with an
+entry point that is no Python name is rejected with its reason (stage "load"), never dropped, before any
+sampling; the tests are never run here (they run only inside the sandbox, against a solution)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from prm_synth.config.domain_sources import CodeFileSource
+from prm_synth.problems.jsonl_rows import jsonl_rows
+from prm_synth.schema import Item, Problem, RejectedRecord, reject
+
+SOURCE = "code-file"
+MAX_TESTS_CHARS = 200_000  # tests are run, not read by a model: bounded all the same
+
+
+def instruction(entry_point: str) -> str:
+    return f"\n\nEnd with the whole function `{entry_point}`, with its imports, in one ```python code block."
+
+
+def _read(index: int, row: Any, src: CodeFileSource, seen: set[str]) -> Item:
+    pid = f"code-{index:06d}"
+    if isinstance(row, dict) and src.id and row.get(src.id) is not None:
+        pid = str(row[src.id])
+
+    def no(reason: Any, detail: str) -> Item:
+        return reject(f"{SOURCE}:{index}", pid, SOURCE, "load", reason, detail, row)
+
+    if not isinstance(row, dict):
+        return no("not_an_object", f"row {index} is a {type(row).__name__}")
+    prompt, tests, entry = row.get(src.prompt), row.get(src.tests), row.get(src.entry_point)
+    if not isinstance(prompt, str) or not prompt.strip():
+        return no("missing_question", f"row {index} has no text in {src.prompt!r}")
+    if not isinstance(tests, str) or not tests.strip():
+        return no("missing_tests", f"row {index} has no tests in {src.tests!r}: grader.kind code cannot grade it")
+    if len(tests) > MAX_TESTS_CHARS:
+        return no("missing_tests", f"row {index}: {src.tests!r} is over {MAX_TESTS_CHARS} characters")
+    if not isinstance(entry, str) or not entry.isidentifier():
+        return no("bad_question", f"row {index}: {src.entry_point!r} is not a Python function name ({entry!r})")
+    solution = row.get(src.solution) if src.solution else None
+    if pid in seen:
+        return no("duplicate_id", f"row {index}: id {pid!r} was already used by an earlier row")
+    seen.add(pid)
+    return Problem(
+        id=pid,
+        question=prompt.rstrip() + instruction(entry),
+        gold_answer=solution if isinstance(solution, str) else "",
+        source=SOURCE,
+        grading=json.dumps({"entry_point": entry, "tests": tests}, ensure_ascii=False, sort_keys=True),
+    )
+
+
+def iter_code_file(src: CodeFileSource) -> Iterator[Item]:
+    seen: set[str] = set()
+    for item in jsonl_rows(src.path, SOURCE):
+        yield item if isinstance(item, RejectedRecord) else _read(item[0], item[1], src, seen)
