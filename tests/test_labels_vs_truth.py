@@ -1,10 +1,10 @@
 """The default labels against the truth, on a held-out seed: the per-seed claim the docs make.
 
 The claim (README, docs/design/changepoint-tuning.md "Held-out figures"): on held-out seeds no choice has
-looked at (fidelity.py `--seeds heldout`, 1006-1029), every world of the fidelity suite, one seed at a
+looked at (fidelity.py `--seeds heldout`, 1008-1029), every world of the fidelity suite, one seed at a
 time, 150 problems a world: good and bad labels right at least CLAIMED_PRECISION of the time in every
 world (`repair`, where a right answer follows a wrong step that rollouts cannot see, included: the judge
-is the remedy there, JUDGES_CASE would name a lower bound). Here every one of the 17 worlds on held-out seed 1006, the same sample as that seed's
+is the remedy there, JUDGES_CASE would name a lower bound). Here every one of the 17 worlds on held-out seed 1008, the same sample as that seed's
 figures in the docs' table, through the labeler `prm-synth run` uses. The truth is recomputed from the text
 (`arithmetic.true_first_error`), never taken from a labeler. Each world's policy is copied from
 benchmarks/fidelity.py to tests/_worlds.py, so the benchmark may change its worlds.
@@ -24,10 +24,10 @@ from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
 
-HELD_OUT_SEED = 1006  # fidelity.py --seeds heldout: no choice has looked at it
+HELD_OUT_SEED = 1008  # fidelity.py --seeds heldout: no choice has looked at it
 PROBLEMS = 150  # a world's sample in the docs' held-out table
-CLAIMED_PRECISION = 0.93  # the docs' per-seed claim; if this bound must drop, the claim drops with it
-JUDGES_CASE: dict[str, float] = {}  # a world whose good labels are claimed lower (none on 1006-1007)
+CLAIMED_PRECISION = 0.89  # the docs' per-seed claim; if this bound must drop, the claim drops with it
+JUDGES_CASE: dict[str, float] = {}  # a world whose good labels are claimed lower (none on 1008-1009)
 
 
 def _labels(world: str, seed: int) -> tuple[int, int, int, int]:

@@ -444,3 +444,107 @@ def test_a_correct_leaf_never_lies_below_a_bad_state():
             assert False not in labels, (path.steps, labels)
     (through_x,) = [p for p in result.paths() if "s1=bad" in p.text]
     assert through_x.text == "s0=ok\ns1=bad\n" and apply_rule(through_x.annotation, "hard").labels == [True, False]
+
+
+def hard_step_world(length: int, error_at: int, unknown_every: int = 0) -> RolloutFn:
+    """From a clean prefix, one rollout in five goes wrong first at line `error_at` (the hard step), the
+    rest are clean; a wrong prefix never recovers (no luck). With `unknown_every`, every such rollout
+    cannot be graded (its text is still written)."""
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        start = lines(prefix)
+        bad_at = error_at if i % 5 == 1 and start <= error_at and "bad" not in prefix else None
+        text = "".join(f"s{j}={'bad' if j == bad_at else 'ok'}\n" for j in range(start, length))
+        if unknown_every and i % unknown_every == unknown_every - 1:
+            return text, "unknown", 5
+        return text, "incorrect" if "bad" in prefix + text else "correct", 5
+
+    return rollout
+
+
+def labels_against_truth(result: OmegaResult) -> int:
+    """Assert every label of every path against the truth (a step is good iff no line up to it is bad);
+    return how many wrong paths have their true first error labeled bad."""
+    located = 0
+    for path in result.paths():
+        truth = next((i for i, s in enumerate(path.steps) if "bad" in s), -1)
+        labels = apply_rule(path.annotation, "hard").labels
+        for i, label in enumerate(labels):
+            if label is not None:
+                assert label == (truth < 0 or i < truth), (path.steps, truth, labels, path.annotation.p_good)
+        located += truth >= 0 and labels[truth] is False
+    return located
+
+
+def test_posterior_labels_of_a_world_with_ungradable_rollouts_match_the_truth():
+    """Regression: a tree node's total is its graded rollouts, and the posterior's evidence subtracted the
+    ungradable ones a second time: a prefix with 13 of 17 graded rollouts right and 4 ungradable read as
+    13 right of 13, one with 5 of 5 and 1 ungradable as 5 right of 4 (a negative count of failures). The
+    labels went wrong both ways: here the true first error was labeled good; in the fidelity benchmark's
+    mixed world a clean step with MC 1.0 was labeled bad (bad precision 0.04)."""
+    cfg = config(k=10, rollout_budget=400, search_limit=4, search_test="changepoint")
+    result = drive(omegaprm(cfg, split_lines, correct_leaves=1), Prober(hard_step_world(8, 5, unknown_every=5)))
+    check_tree_and_paths(result, posterior=True)
+    assert any(a["unknown"] for _, a in result.tree.nodes(data=True))  # the world did leave rollouts ungraded
+    labels_against_truth(result)
+
+
+def test_a_partial_path_ending_at_the_bad_state_the_bisection_found_labels_it_bad():
+    """Regression: a partial path's evidence stopped one prefix short of its own text, so the bad state the
+    bisection found (its leaf, 0 of 3 rollouts right) was no evidence for the path's labels: here the first
+    error was labeled good (p_good 0.92, from the clean prefixes before it alone), and OmegaPRM with the
+    posterior located almost no first error (fidelity's hard_step world: first-error accuracy 0.04, against
+    1.0 with `fixed`)."""
+    cfg = config(k=10, rollout_budget=400, search_limit=4, search_test="changepoint")
+    result = drive(omegaprm(cfg, split_lines, correct_leaves=1), Prober(hard_step_world(8, 5)))
+    check_tree_and_paths(result, posterior=True)
+    (wrong,) = [p for p in result.paths() if p.final_status is None]
+    leaf = result.tree.nodes[wrong.nodes[-1]]
+    assert leaf["kind"] == "state" and leaf["decided"] is False and "s5=bad" in leaf["prefix"]
+    assert apply_rule(wrong.annotation, "hard").labels[5] is False
+    assert labels_against_truth(result) == 1
+
+
+@pytest.mark.parametrize("search_test", ["fixed", "changepoint"])
+def test_a_prefix_the_test_gives_up_on_ends_that_rollouts_bisection_not_the_search(search_test):
+    """Regression: a prefix its test could not decide (here: every rollout of it ungradable; under the
+    posterior also one it cannot call within probe_max_rollouts) stopped the question's whole search as
+    if the budget were spent: under the posterior most questions of fidelity's worlds got one selection
+    and a fifth of their rollout budget."""
+    weird = "s0=ok\ns1=weird\ns2=ok\ns3=ok\ns4=ok\ns5=ok\n"
+
+    def rollout(prefix: str, i: int) -> tuple[str, str, int]:
+        if prefix == "":
+            if i % 4 == 1:  # the shortest wrong rollout (selected first): no prefix of it can be graded
+                return weird, "incorrect", 5
+            bad_at = 4 if i % 4 == 3 else None
+            return completion("", bad_at), "incorrect" if bad_at is not None else "correct", 50
+        if "weird" in prefix:
+            return completion(prefix, None), "unknown", 5
+        if "bad" in prefix:
+            return completion(prefix, None), "incorrect", 5
+        return completion(prefix, None), "correct", 5  # a clean prefix always finishes right (no hard step)
+
+    cfg = config(k=4, rollout_budget=400, search_limit=2, search_test=search_test)
+    search, result = searched(cfg, Prober(rollout))
+    assert [c.text for c in search.selected] == [weird, completion("", 4)]
+    assert search.spent < cfg.rollout_budget and result.stop_reason == "search_limit"
+    assert not any("weird" in a["prefix"] for n, a in result.tree.nodes(data=True) if n != ROOT)
+    assert labels_against_truth(result) == 1  # the second rollout's first error is found
+
+
+def test_a_bad_leaf_is_labeled_with_the_evidence_its_bisection_decided_on():
+    """Regression: a path that ends at the bad state a bisection found was labeled from its own prefixes
+    alone, so the probes past the state along the selected rollout (all wrong) and the rollout's own wrong
+    answer, on which the search had called the state bad, were lost: 0 of 3 right after 2 of 3 left the
+    first error unlabeled (p_good 0.54), and OmegaPRM with the posterior located a fifth of the first
+    errors where `fixed` locates all (fidelity's hard_step world: 0.21 against 1.0)."""
+    cfg = config(k=10, rollout_budget=400, search_limit=4, search_test="changepoint")
+    search, result = searched(cfg, Prober(hard_step_world(20, 3)))
+    check_tree_and_paths(result, posterior=True)
+    (wrong,) = [p for p in result.paths() if p.final_status is None]
+    assert apply_rule(wrong.annotation, "hard").labels == [True, True, True, False]
+    assert labels_against_truth(result) == 1
+    leaf = wrong.nodes[-1]
+    assert result.found_on[leaf][: len(wrong.steps)] == tuple(wrong.steps)  # the rollout it was found on
+    assert len(result.found_on[leaf]) == 20 and search.tree.nodes[leaf]["total"] == 3

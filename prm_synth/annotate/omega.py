@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from prm_synth.annotate.bisection import decide
@@ -74,10 +74,14 @@ class OmegaResult:
     # search_test changepoint: the posterior's priors, and the confidence a step label needs (paths get p_good)
     priors: Priors | None = None
     confidence: float = 0.9
+    # every prefix the search measured, the tree's states or not: (right, graded) (the posterior's evidence)
+    measured: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # a bad state's node -> the selected rollout the bisection found it on (its steps, known incorrect)
+    found_on: dict[int, Steps] = field(default_factory=dict)
 
     def paths(self) -> list[OmegaPath]:
         """One entry per root-to-leaf path (leaves in node order); the bare root gives none."""
-        return tree_paths(self.tree, self.priors, self.confidence)
+        return tree_paths(self.tree, self.priors, self.confidence, self.measured, self.found_on)
 
 
 # ------------------------------------------------------------------ the search
@@ -103,6 +107,7 @@ class OmegaSearch:
         self.pool: list[Candidate] = []
         self.selected: list[Candidate] = []
         self.spent = 0  # rollouts this question's probes asked for (never above the budget)
+        self.found_on: dict[int, Steps] = {}  # a bad state -> the rollout its bisection ran on
 
     # ---------------------------------------------------------- main loop
     def run(self) -> Annotator[OmegaResult]:
@@ -127,9 +132,11 @@ class OmegaSearch:
             candidate = self._select()
             finished = yield from self._binary_search(candidate)
             self.tree.nodes[candidate.state]["N"] += 1  # maintenance: the selected state was visited
-            if not finished:
+            if not finished and self.spent >= cfg.rollout_budget:
                 stop_reason = "budget"
                 break
+            # Unfinished with budget left: the test gave up on a prefix (one it cannot decide, or whose
+            # rollouts cannot be graded). That ends this rollout's bisection, not the question's search.
         return self._result(screened_out=False, stop_reason=stop_reason)
 
     def _select(self) -> Candidate:
@@ -150,7 +157,8 @@ class OmegaSearch:
         return candidate
 
     def _binary_search(self, candidate: Candidate) -> Generator[list[Probe], list[ProbeResult], bool]:
-        """Bisect the rollout for its first prefix with MC = 0; False when the budget ran out first.
+        """Bisect the rollout for its first prefix with MC = 0; False when the budget ran out first or
+        the test gave up on a prefix (the first error is then left unresolved).
 
         Invariant: position lo is good (−1 is the selected state itself, which has MC > 0) and
         position hi is bad (n−1 is the complete rollout: known incorrect, never re-sampled).
@@ -179,13 +187,16 @@ class OmegaSearch:
         for mid, result in good:
             self._add_state(base + tuple(steps[: mid + 1]), result, good=True)
         if hi - lo > 1:
-            # Interrupted by the budget: the first error is somewhere in (lo, hi]; a bad state at hi
-            # would claim it is at hi, so the unresolved bad probes stay out of the tree.
+            # Interrupted (by the budget, or a prefix the test gave up on): the first error is somewhere
+            # in (lo, hi]; a bad state at hi would claim it is at hi, so the unresolved bad probes stay
+            # out of the tree.
             return False
         if hi == len(steps) - 1:
             self._add_complete(base, state["prefix"], candidate.text, "incorrect", candidate.tokens)
         else:
-            self._add_state(base + tuple(steps[: hi + 1]), bad[hi], good=False)
+            node = self._add_state(base + tuple(steps[: hi + 1]), bad[hi], good=False)
+            if self.tree.is_bad(node):  # not a state an earlier search already decided good
+                self.found_on.setdefault(node, base + tuple(steps))
         return True
 
     def _decide(
@@ -292,6 +303,8 @@ class OmegaSearch:
             stop_reason=stop_reason,
             priors=self.priors,
             confidence=self.config.confidence,
+            measured={prefix: (r.correct, r.graded) for prefix, r in self._known.items()},
+            found_on={node: steps for node, steps in self.found_on.items() if node in self.tree},
         )
 
 

@@ -150,9 +150,17 @@ class OmegaPath:
         return "".join(self.steps)
 
 
-def tree_paths(tree: nx.DiGraph, priors: Priors | None = None, confidence: float = 0.9) -> list[OmegaPath]:
+def tree_paths(
+    tree: nx.DiGraph,
+    priors: Priors | None = None,
+    confidence: float = 0.9,
+    measured: dict[str, tuple[int, int]] | None = None,
+    found_on: dict[int, Steps] | None = None,
+) -> list[OmegaPath]:
     """One entry per root-to-leaf path (leaves in node order); the bare root gives none. With the
-    change-point posterior's `priors` (search_test changepoint), each path is labeled by it."""
+    change-point posterior's `priors` (search_test changepoint), each path is labeled by it, from the
+    counts of every prefix the search `measured` (default: the tree's states) and, for a path that ends
+    at a bad state, along the rollout the bisection `found_on` it."""
     out = []
     for leaf in sorted(tree.nodes):
         if leaf == ROOT or tree.out_degree(leaf):
@@ -160,7 +168,8 @@ def tree_paths(tree: nx.DiGraph, priors: Priors | None = None, confidence: float
         node_path = nx.shortest_path(tree, ROOT, leaf)[1:]
         path = _flatten(tree, node_path)
         if priors is not None:
-            _label_by_posterior(tree, path, priors, confidence)
+            rollout = (found_on or {}).get(leaf)
+            _label_by_posterior(tree, path, priors, confidence, measured, rollout)
         out.append(path)
     return out
 
@@ -184,14 +193,29 @@ def _flatten(tree: nx.DiGraph, node_path: list[int]) -> OmegaPath:
     return OmegaPath(steps, correct, total, ann.label_source, final_status, node_path, ann)
 
 
-def _label_by_posterior(tree: nx.DiGraph, path: OmegaPath, priors: Priors, confidence: float) -> None:
-    """A path's labels from the change-point posterior over its measured prefixes."""
+def _label_by_posterior(
+    tree: nx.DiGraph,
+    path: OmegaPath,
+    priors: Priors,
+    confidence: float,
+    measured: dict[str, tuple[int, int]] | None = None,
+    rollout: Steps | None = None,
+) -> None:
+    """A path's labels from the change-point posterior over its measured prefixes. A path that ends at
+    a bad state is the beginning of the selected rollout its bisection ran on: that rollout's measured
+    prefixes past the state and its own wrong answer are evidence too (the search decided the state
+    bad on them; the path alone would lose them)."""
     ann = path.annotation
     horizon = None
-    if path.final_status is None:  # a partial path: its prefixes have as many steps ahead as a complete one
-        lengths = sorted(len(a["steps"]) for _, a in tree.nodes(data=True) if a["kind"] == "rollout")
-        horizon = lengths[len(lengths) // 2] if lengths else None
-    post = Posterior(evidence_along(tree, path.steps, path.final_status or "unknown", horizon=horizon), priors)
+    if rollout is not None and list(rollout[: len(path.steps)]) == path.steps:
+        ev = evidence_along(tree, rollout, "incorrect", measured=measured)
+    else:
+        if path.final_status is None:  # a partial path: its prefixes have as many steps ahead as a complete one
+            lengths = sorted(len(a["steps"]) for _, a in tree.nodes(data=True) if a["kind"] == "rollout")
+            # at least one step past the leaf: the leaf is a measured state, its own prefix is evidence
+            horizon = max(lengths[len(lengths) // 2] if lengths else 0, len(path.steps) + 1)
+        ev = evidence_along(tree, path.steps, path.final_status or "unknown", horizon=horizon, measured=measured)
+    post = Posterior(ev, priors)
     p_good = post.p_good[: len(path.steps)]  # a partial path's posterior spans the horizon
     lab = labels_from_posterior(p_good.tolist(), confidence, UNDECIDED_BUDGET)
     ann.p_good = [float(p) for p in p_good]
@@ -211,24 +235,31 @@ def evidence_along(
     verdict: VerdictStatus,
     known: dict[str, ProbeResult] | None = None,
     horizon: int | None = None,
+    measured: dict[str, tuple[int, int]] | None = None,
 ) -> Evidence:
     """Counts of every measured prefix along `steps` (index j: the first j steps; 0 is the question),
-    from the tree's states or, during the search, from every prefix measured so far (`known`).
+    from the tree's states, or every prefix the search measured (`measured`: (right, graded)), or during
+    the search every prefix measured so far (`known`).
     `horizon`: steps of a complete solution when `steps` are only its beginning (a partial path): the
     evidence then spans the horizon, the prefixes past the path unmeasured and the verdict unknown,
-    so a prefix's clean chance counts the steps still ahead of it, not the path's own length."""
+    so a prefix's clean chance counts the steps still ahead of it, not the path's own length, and the
+    path's own text (prefix n) is a measured prefix too (a partial path ends at a state: often the bad
+    one a bisection found). Without a horizon, prefix n is the complete solution: its verdict."""
     counts = (
         {prefix: (r.correct, r.graded) for prefix, r in known.items()}
         if known is not None
+        else measured
+        if measured
         else {
-            a["prefix"]: (a["correct"], a["total"] - a.get("unknown", 0))
+            # a node's total is already its graded rollouts (`set_measurement`): unknown is not subtracted again
+            a["prefix"]: (a["correct"], a["total"])
             for _, a in tree.nodes(data=True)
             if a["kind"] != "rollout"
         }
     )
     n = len(steps)
     ev = Evidence.empty(max(n, horizon or n), verdict if (horizon or n) <= n else "unknown")
-    for j in range(n):
+    for j in range(min(n + 1, ev.n)):
         c, t = counts.get("".join(steps[:j]), (0, 0))
         ev.correct[j], ev.graded[j] = c, t
     return ev

@@ -218,7 +218,7 @@ P_GOOD_TESTS = ("changepoint",)  # the searches that estimate a per-step p_good
 # pooling, thresholds, rules): hashed into the config fingerprint and written to the manifest, so an
 # output folder labeled by another revision is refused, never resumed into one dataset of two
 # labelers' rows. Bump it with every change that changes a row of `benchmarks/fidelity.py`.
-LABELER_REVISIONS = {"changepoint": "2026-12-06.2"}
+LABELER_REVISIONS = {"changepoint": "2026-12-06.3"}
 AnnotateConfig = Annotated[MCConfig | BinaryConfig | OmegaConfig, Field(discriminator="method")]
 
 
