@@ -282,9 +282,13 @@ def test_consensus_run_reports_its_statistics_in_summary_and_artifacts(tmp_path)
     assert consensus is not None
     assert consensus.rows == 80 and consensus.kept == summary.rows
     assert summary.rows + summary.rejected == 80 and summary.reconciles
-    assert 0 < consensus.fractions()["kept_fraction"] < 1 and consensus.agreement
+    assert 0 < consensus.fractions()["kept_fraction"] <= 1 and consensus.agreement
     rejected = list(iter_records(tmp_path / "out", "rejected"))
-    assert {r["stage"] for r in rejected} == {"consensus"}
+    partly = [r for r in iter_records(tmp_path / "out") if "below_target" in (r["unlabeled_reason"] or [])]
+    # a row whose labels miss consensus.target_precision is kept with its sure labels only, or rejected
+    # whole where it has none: this run has such rows
+    assert rejected or partly
+    assert {r["stage"] for r in rejected} <= {"consensus"}
     assert all(json.loads(r["payload"])["judge_votes"] for r in rejected)  # the whole record travels along
     with get_client(sync_client=True) as client:
         markdown = [a for a in client.read_artifacts() if a.key == "simulated-consensus-summary"]

@@ -48,5 +48,6 @@ def test_the_searches_unlabeled_reasons_are_the_schemas():
         "undecided_misfit",  # rows of labeler revisions before 2026-12-05.5 (the model check, removed)
         labels.TOKEN_BUDGET,
         labels.TRUNCATED_THINKING,
-    ]  # the verdict's, the change-point search's own, and the scheduler's token budget
+        labels.BELOW_TARGET,
+    ]  # the verdict's, the change-point search's own, the scheduler's token budget, and soft consensus's
     assert set(names) == set(get_args(UnlabeledReason))
