@@ -33,11 +33,18 @@ class HumanEvalSource(Strict):
     """The first this many problems (None: all 164)."""
 
 
-class ChoiceFileSource(Strict):
-    kind: Literal["choice-file"] = "choice-file"
-    """Multiple-choice problems from a local JSONL file: a question, a list of options, the answer."""
+class _JsonlFileSource(Strict):
+    """A source read from a local JSONL file, one problem a line (problems/jsonl_rows.py)."""
+
     path: Path
     """The JSONL file; a relative path resolves against the pipeline file's folder."""
+
+    _exists = field_validator("path")(classmethod(lambda cls, v, info: existing_file(v, info)))
+
+
+class ChoiceFileSource(_JsonlFileSource):
+    kind: Literal["choice-file"] = "choice-file"
+    """Multiple-choice problems from a local JSONL file: a question, a list of options, the answer."""
     question: str = "question"
     """Column holding the question text."""
     options: str = "options"
@@ -47,14 +54,10 @@ class ChoiceFileSource(Strict):
     id: str | None = None
     """Column holding a problem id (None: ids are made from the row's position)."""
 
-    _exists = field_validator("path")(classmethod(lambda cls, v, info: existing_file(v, info)))
 
-
-class CodeFileSource(Strict):
+class CodeFileSource(_JsonlFileSource):
     kind: Literal["code-file"] = "code-file"
     """Code problems with tests from a local JSONL file: a prompt, the tests, the function's name."""
-    path: Path
-    """The JSONL file; a relative path resolves against the pipeline file's folder."""
     prompt: str = "prompt"
     """Column holding the task shown to the policy (an instruction to end with one ```python block is added)."""
     tests: str = "tests"
@@ -65,5 +68,3 @@ class CodeFileSource(Strict):
     """Column holding a reference program, the row's gold answer (shown to a judge); optional in each row."""
     id: str | None = "id"
     """Column holding a problem id (a row without one: an id made from its position)."""
-
-    _exists = field_validator("path")(classmethod(lambda cls, v, info: existing_file(v, info)))

@@ -11,8 +11,8 @@ from typing import Any
 
 from prm_synth.config.domain_sources import ChoiceFileSource
 from prm_synth.grading.choice import gold_letter
-from prm_synth.problems.jsonl_rows import jsonl_rows
-from prm_synth.schema import Item, Problem, RejectedRecord, reject
+from prm_synth.problems.jsonl_rows import jsonl_rows, row_start
+from prm_synth.schema import Item, Problem, RejectedRecord
 
 MAX_OPTIONS = len(string.ascii_uppercase)
 
@@ -24,18 +24,10 @@ def render_question(question: str, options: list[str]) -> str:
 
 def _read(index: int, row: Any, src: ChoiceFileSource, seen: set[str], gold_optional: bool) -> Item:
     source = "choice-file"
-    pid = f"choice-{index:06d}"
-    if isinstance(row, dict) and src.id and row.get(src.id) is not None:
-        pid = str(row[src.id])
-
-    def no(reason: Any, detail: str) -> Item:
-        return reject(f"{source}:{index}", pid, source, "load", reason, detail, row)
-
-    if not isinstance(row, dict):
-        return no("not_an_object", f"row {index} is a {type(row).__name__}")
-    question, options, answer = row.get(src.question), row.get(src.options), row.get(src.answer)
-    if not isinstance(question, str) or not question.strip():
-        return no("missing_question", f"row {index} has no text in {src.question!r}")
+    pid, no, rejected = row_start(index, row, src.id, src.question, "choice", source)
+    if rejected is not None:
+        return rejected
+    question, options, answer = row[src.question], row.get(src.options), row.get(src.answer)
     if (
         not isinstance(options, list)
         or not 2 <= len(options) <= MAX_OPTIONS

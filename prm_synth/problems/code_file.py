@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from prm_synth.config.domain_sources import CodeFileSource
-from prm_synth.problems.jsonl_rows import jsonl_rows
-from prm_synth.schema import Item, Problem, RejectedRecord, reject
+from prm_synth.problems.jsonl_rows import jsonl_rows, row_start
+from prm_synth.schema import Item, Problem, RejectedRecord
 
 SOURCE = "code-file"
 MAX_TESTS_CHARS = 200_000  # tests are run, not read by a model: bounded all the same
@@ -24,18 +24,10 @@ def instruction(entry_point: str) -> str:
 
 
 def _read(index: int, row: Any, src: CodeFileSource, seen: set[str]) -> Item:
-    pid = f"code-{index:06d}"
-    if isinstance(row, dict) and src.id and row.get(src.id) is not None:
-        pid = str(row[src.id])
-
-    def no(reason: Any, detail: str) -> Item:
-        return reject(f"{SOURCE}:{index}", pid, SOURCE, "load", reason, detail, row)
-
-    if not isinstance(row, dict):
-        return no("not_an_object", f"row {index} is a {type(row).__name__}")
-    prompt, tests, entry = row.get(src.prompt), row.get(src.tests), row.get(src.entry_point)
-    if not isinstance(prompt, str) or not prompt.strip():
-        return no("missing_question", f"row {index} has no text in {src.prompt!r}")
+    pid, no, rejected = row_start(index, row, src.id, src.prompt, "code", SOURCE)
+    if rejected is not None:
+        return rejected
+    prompt, tests, entry = row[src.prompt], row.get(src.tests), row.get(src.entry_point)
     if not isinstance(tests, str) or not tests.strip():
         return no("missing_tests", f"row {index} has no tests in {src.tests!r}: grader.kind code cannot grade it")
     if len(tests) > MAX_TESTS_CHARS:
