@@ -250,7 +250,9 @@ def main() -> None:
         for key, value in paired.items():
             print(f"{key}: {cell(value) if isinstance(value, tuple) else value}")
         print(json.dumps({"base": str(args.pair[0]), "other": str(args.pair[1]), "paired": paired}))
-        write_report("ablation", {"pair": [str(p) for p in args.pair], "paired": paired}, page=args.page or "revisions-paired")
+        write_report(
+            "ablation", {"pair": [str(p) for p in args.pair], "paired": paired}, page=args.page or "revisions-paired"
+        )
         return
     names = args.only if args.only is not None else list(ABLATIONS)
     for name in names:

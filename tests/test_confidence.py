@@ -59,7 +59,9 @@ def test_consensus_rejects_rows_labeled_below_the_minimum_confidence():
     assert [r.id for r in kept] == ["a-s0"]
     assert [(r.id, r.reason) for r in rejected] == [("b-s0", "low_confidence")]
     assert stats.rejected_by_reason == {"low_confidence": 1}
-    kept, _, _ = apply_consensus([sure, doubtful], ConsensusConfig(policy="agree"))  # no threshold: both agree, both kept
+    kept, _, _ = apply_consensus(
+        [sure, doubtful], ConsensusConfig(policy="agree")
+    )  # no threshold: both agree, both kept
     assert len(kept) == 2
 
 

@@ -17,7 +17,12 @@ def _stored_before_soft_was_the_default(config: dict) -> dict:
     """The full dump an output folder's manifest held before this change: `agree` written out, and none of
     the fields added with it (judge.select, skip_confidence, calibrate, consensus.class_min_votes)."""
     dump = validate_config(config | {"consensus": {"policy": "agree"}}).model_dump(mode="json")
-    added = (("judge", "select"), ("judge", "skip_confidence"), ("judge", "calibrate"), ("consensus", "class_min_votes"))
+    added = (
+        ("judge", "select"),
+        ("judge", "skip_confidence"),
+        ("judge", "calibrate"),
+        ("consensus", "class_min_votes"),
+    )
     for section, key in added:
         dump[section].pop(key)
     return dump
@@ -40,7 +45,10 @@ def test_a_stored_config_of_the_former_default_loads_with_its_policy_and_fingerp
     assert validate_config(other).fingerprint() == old.fingerprint()
     # under soft it is what changes the rows
     soft = SIM | {"judge": JUDGE, "consensus": {}}
-    assert validate_config(soft).fingerprint() != validate_config(soft | {"judge": JUDGE | {"select": "all"}}).fingerprint()
+    assert (
+        validate_config(soft).fingerprint()
+        != validate_config(soft | {"judge": JUDGE | {"select": "all"}}).fingerprint()
+    )
 
 
 def test_a_folder_made_under_the_former_default_resumes_with_it(tmp_path, caplog):

@@ -81,14 +81,22 @@ def _cases(tmp_path: Path) -> list[tuple[str, list[str], str]]:
         ("inspect", ["inspect", str(folder)], "prm_synth.store.summary.summarize"),
         ("show", ["show", str(folder)], "prm_synth.store.readers.iter_records"),
         ("export", ["export", str(folder), "--to-dir", str(tmp_path / "x")], "prm_synth.export.hub.plan_export"),
-        ("eval judge", ["eval", "judge", str(bench), "--model", "demo"], "prm_synth.products.evaluate.load_processbench"),
+        (
+            "eval judge",
+            ["eval", "judge", str(bench), "--model", "demo"],
+            "prm_synth.products.evaluate.load_processbench",
+        ),
         (
             "eval labels",
             ["eval", "labels", str(bench), "--gold-answers", str(bench), "--pipeline", str(SIMULATED)],
             "prm_synth.products.evaluate.load_gold_answers",
         ),
         ("eval dataset", ["eval", "dataset", str(folder)], "prm_synth.products.evaluate.evaluate_dataset"),
-        ("train", ["train", str(folder), "--model", "m", "--out", str(tmp_path / "prm")], "prm_synth.products.train.train_prm"),
+        (
+            "train",
+            ["train", str(folder), "--model", "m", "--out", str(tmp_path / "prm")],
+            "prm_synth.products.train.train_prm",
+        ),
         ("eval prm", ["eval", "prm", "m", "--processbench", str(bench)], "prm_synth.products.prm_eval.evaluate_prm"),
     ]
 

@@ -102,9 +102,7 @@ def row_digest(row: dict[str, Any]) -> str:
     """sha256 (first 16 hex digits) of the row's canonical JSON, its config fingerprint left out, and
     the nullable columns added after the fixture's first version left out where null (`ADDED_COLUMNS`):
     a column the labeler does not fill leaves the pinned digests alone."""
-    body = {
-        k: v for k, v in row.items() if k != "config_fingerprint" and not (k in ADDED_COLUMNS and v is None)
-    }
+    body = {k: v for k, v in row.items() if k != "config_fingerprint" and not (k in ADDED_COLUMNS and v is None)}
     text = json.dumps(_canonical(body), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -34,7 +34,9 @@ def test_the_summary_inspect_and_the_card_report_what_the_judge_cost(tmp_path):
     assert summary.judge_requests == judge.samples == judge.requests
     assert summary.rows_judged + summary.rows_not_judged == rows and summary.rows_not_judged > 0
     assert summary.rows_judged <= summary.judge_requests <= 3 * summary.rows_judged
-    assert summary.judge_tokens > 0 and summary.judge_tokens_per_kept_row == round(summary.judge_tokens / summary.rows, 2)
+    assert summary.judge_tokens > 0 and summary.judge_tokens_per_kept_row == round(
+        summary.judge_tokens / summary.rows, 2
+    )
     out = json.loads(json.dumps(summary.to_dict()))
     assert out["judge_requests"] == summary.judge_requests and out["judge_tokens"] == summary.judge_tokens
     assert out["rows_judged"] == summary.rows_judged and out["judge"]["rows_skipped"] == summary.rows_not_judged

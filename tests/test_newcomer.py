@@ -171,7 +171,9 @@ def test_a_resume_with_nothing_left_answers_without_prefect_and_in_words(judged)
     assert "{'" not in out and "True" not in out and re.search(r"reconciles +yes", out)
     judge = next(line for line in out.splitlines() if line.strip().startswith("judge accuracy"))
     assert len(judge) < 160, judge  # `inspect` and the card give it whole
-    assert re.search(r"rejected +\d+ \((low_confidence|[a-z_]+) \d+", out) or re.search(r"rejected +0( \(none\))?\n", out)
+    assert re.search(r"rejected +\d+ \((low_confidence|[a-z_]+) \d+", out) or re.search(
+        r"rejected +0( \(none\))?\n", out
+    )
     as_json = json.loads(_resume(pipeline, run, "--limit", "20", "--json").stdout.strip().splitlines()[-1])
     assert as_json["shards_skipped"] == 1 and as_json["shards_run"] == 0
 

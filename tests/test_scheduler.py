@@ -113,7 +113,9 @@ def test_more_rollouts_on_a_known_prefix_only_samples_the_missing_ones(mode):
 
 @settings(max_examples=40, deadline=None)
 @given(waiters=st.integers(1, 6), others=st.integers(0, 4), in_flight=st.integers(1, 4), batch=st.integers(1, 5))
-def test_a_waiting_annotator_resumes_with_the_futures_result_and_does_not_hold_a_slot(waiters, others, in_flight, batch):
+def test_a_waiting_annotator_resumes_with_the_futures_result_and_does_not_hold_a_slot(
+    waiters, others, in_flight, batch
+):
     engine = CountingEngine()
     sched = ProbeScheduler(engine, SamplingOptions(), max_batch_requests=batch, max_in_flight=in_flight, grader=grader)
     ready: Future[str] = Future()
@@ -133,10 +135,14 @@ def test_a_waiting_annotator_resumes_with_the_futures_result_and_does_not_hold_a
     # the waiters come first: with one slot, the resolver only runs because waiting frees the slot
     specs = [SolutionJob(f"w{i}", "p", "Q", "1", waiter(f"w{i}")) for i in range(waiters)]
     specs += [SolutionJob("r", "p", "Q", "1", resolver())]
-    specs += [SolutionJob(f"o{i}", f"p{i}", "Q", "1", scripted([[Probe.of_steps(STEPS, 0, 1)]], [])) for i in range(others)]
+    specs += [
+        SolutionJob(f"o{i}", f"p{i}", "Q", "1", scripted([[Probe.of_steps(STEPS, 0, 1)]], [])) for i in range(others)
+    ]
     finished = dict((job.key, value) for job, value in sched.run(specs))
     assert got == {f"w{i}": "pooled" for i in range(waiters)}
-    assert {finished[f"w{i}"] for i in range(waiters)} == {f"w{i}:2" for i in range(waiters)} and finished["r"] == "resolver"
+    assert {finished[f"w{i}"] for i in range(waiters)} == {f"w{i}:2" for i in range(waiters)} and finished[
+        "r"
+    ] == "resolver"
     assert len(finished) == waiters + 1 + others
     assert sched.stats.annotators_waited == waiters
 

@@ -236,7 +236,9 @@ def test_a_run_over_hostile_rows_and_a_damaged_shard_end_to_end(tmp_path: Path) 
 def test_stats_go_to_the_marker_typed_and_come_back_equal(tmp_path: Path) -> None:
     from prm_synth.schema import ConsensusStats
 
-    stats = ShardStats(inputs=4, rows=2, rejected=1, rollout_tokens=70, judge_tokens=5, consensus=ConsensusStats(rows=2))
+    stats = ShardStats(
+        inputs=4, rows=2, rejected=1, rollout_tokens=70, judge_tokens=5, consensus=ConsensusStats(rows=2)
+    )
     store = ShardStore(tmp_path, "fp")
     store.prepare({}, "")
     store.write_shard(0, [], [], problems=4, stats=stats)

@@ -302,9 +302,7 @@ def simulated_jobs(policy: SimulatedPolicy, count: int) -> list[SolutionJob]:
             steps = split_steps(completion.text, "line")
             status = grade(completion.text, str(chain.answer)).status
             key = f"q{i}-s{j}"
-            jobs.append(
-                SolutionJob(key, f"q{i}", user, str(chain.answer), binary_search(steps, status, config))
-            )
+            jobs.append(SolutionJob(key, f"q{i}", user, str(chain.answer), binary_search(steps, status, config)))
     return jobs
 
 
@@ -357,7 +355,9 @@ def test_the_watchdog_warns_once_per_period_of_no_progress_and_progress_resets_i
     clock.now = 60
     with caplog.at_level("WARNING"):
         assert dog.check(waiting)
-    assert "no progress for 60 s" in caplog.text and "2 request(s) in the engine (fake at http://server/v1)" in caplog.text
+    assert (
+        "no progress for 60 s" in caplog.text and "2 request(s) in the engine (fake at http://server/v1)" in caplog.text
+    )
     clock.now = 119
     assert not dog.check(waiting)  # at most once per period
     clock.now = 120

@@ -109,7 +109,9 @@ def test_an_interval_starting_on_a_boundary_that_rounding_misfiles_ends():
 
 @settings(max_examples=300, deadline=None)
 @given(
-    origin=st.one_of(st.floats(0.0, 1e7), st.sampled_from([2047.999, 4095.9999999, 2.0**20 - 1e-6, 3037.1899814263015])),
+    origin=st.one_of(
+        st.floats(0.0, 1e7), st.sampled_from([2047.999, 4095.9999999, 2.0**20 - 1e-6, 3037.1899814263015])
+    ),
     width=st.sampled_from([0.1, 0.3, 1.0, 0.7, 1e-3, 2.5]),
     steps=st.lists(st.floats(0.0, 50.0), min_size=1, max_size=20),
     max_buckets=st.integers(2, 50),

@@ -77,7 +77,9 @@ def test_an_unreadable_judge_fails_the_run_keeps_the_rows_and_the_fixed_judge_fi
         errors = [line for line in result.output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and result.output.strip().splitlines()[-1] == errors[0], result.output
         error = errors[0]
-        assert "judge-typo" in error and judge.url in error and "24 of 24 votes" in error  # the run's sums, not one shard's
+        assert (
+            "judge-typo" in error and judge.url in error and "24 of 24 votes" in error
+        )  # the run's sums, not one shard's
         assert "cannot be read" in error and "I have looked at every paragraph" in error
         assert "\x1b" not in error and "\\x1b" in error  # the model's text cannot drive the terminal
         assert "Traceback" not in result.output

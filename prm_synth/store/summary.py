@@ -139,7 +139,9 @@ class RunSummary:
                 parts.append(f"{kind} labels {e['point']:.3f} (95% interval {e['low']:.3f}-{e['high']:.3f})")
         if short:
             planted = self.canaries.planted if self.canaries else 0
-            return f"{', '.join(parts) or 'no labels kept'}; {planted} planted errors, an upper bound (inspect says more)"
+            return (
+                f"{', '.join(parts) or 'no labels kept'}; {planted} planted errors, an upper bound (inspect says more)"
+            )
         rests = self.canaries.text() if self.canaries else "no planted errors (canaries off)"
         return f"{', '.join(parts) or 'no labels kept'}; rests on {rests}. {PRECISION_LIMIT}"
 
