@@ -19,10 +19,9 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,58 +257,13 @@ def _stops_engines_on_a_signal() -> Iterator[None]:
     SIGTERM while shards run: the engines are stopped before the signal goes on, so the shard threads
     waiting on them return at once (their requests fail with RunStopped, an in-process vLLM engine's
     are aborted) instead of the flow waiting for every request to finish. The CLI's worker stops on its
-    own (prm_synth.cli.supervise); there the signal never reaches the flow.
-
-    The engines stop at the signal itself (`_at_the_signal`), not only when its exception reaches this
-    frame: the code the main thread is in when the signal lands (Prefect's task submission and futures)
-    may hold the exception back, and the shard threads would wait on a server that never answers for
-    minutes meanwhile. A run a signal stopped ends interrupted even where that code swallowed it."""
-    fired: list[int] = []
-    restore = _at_the_signal(fired)
+    own (prm_synth.cli.supervise); there the signal never reaches the flow."""
     try:
         yield
     except (KeyboardInterrupt, TerminationSignal) as e:
         name = signal.Signals(e.signal).name if isinstance(e, TerminationSignal) else signal.SIGINT.name
         stop_engines(f"the run is stopping ({name})")
         raise
-    finally:
-        restore()
-    if fired:
-        raise KeyboardInterrupt if fired[0] == signal.SIGINT else TerminationSignal(signal=fired[0])
-
-
-def _at_the_signal(fired: list[int]) -> Callable[[], None]:
-    """In the main thread: SIGINT and SIGTERM stop the engines the moment they arrive, in a thread of their
-    own (a handler must not wait on a lock the code it interrupted holds), note the signal in `fired`,
-    then go on to the handler they had (Ctrl-C's KeyboardInterrupt, Prefect's TerminationSignal). Only
-    where Ctrl-C is Python's own: a process with its own stop (the CLI's worker,
-    prm_synth.cli.supervise) keeps it unchanged. Returns what puts the handlers back (those a handler
-    has not replaced since)."""
-    in_main = threading.current_thread() is threading.main_thread()
-    if not in_main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return lambda: None
-    previous: dict[int, Any] = {}
-
-    def at_signal(signum: int, frame: Any) -> None:
-        fired.append(signum)
-        reason = f"the run is stopping ({signal.Signals(signum).name})"
-        threading.Thread(target=stop_engines, args=(reason,), name="stop-engines", daemon=True).start()
-        handler = previous[signum]
-        if callable(handler):
-            handler(signum, frame)
-        elif handler in (signal.SIG_DFL, None):  # the default: end as the signal ends a process
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, at_signal)
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            if signal.getsignal(sig) is at_signal:
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-    return restore
 
 
 def _label_shards(
