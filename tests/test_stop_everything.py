@@ -137,8 +137,12 @@ def test_a_stop_of_every_process_or_of_the_prefect_server_mid_vote_is_a_clean_qu
         assert _dataset(out) == _dataset(reference)  # byte-identical to the uninterrupted run
 
 
+# Ctrl-C as a Python started from a terminal has it: a test runner started in the background (a CI
+# script, `cmd &`) hands its children SIGINT ignored, and such a child rightly never hears it.
 IN_PROCESS = """
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import flows.synthesize
 from prm_synth.config import load_config
 flows.synthesize.synthesize(config=load_config(sys.argv[1]), out_dir=sys.argv[2])
