@@ -66,6 +66,7 @@ from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
 from prm_synth.store.canary_counts import CanaryStats
 from prm_synth.store.layout import ShardEntry
+from prm_synth.store.limit import keeps_finished, kept_past_limit, recorded_limit
 from prm_synth.store.resume import run_fingerprint
 from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardStore
@@ -200,8 +201,12 @@ def _ray_options(config: PipelineConfig) -> contextlib.AbstractContextManager[An
     return remote_options(num_cpus=1, num_gpus=gpus)
 
 
+def _source_size(config: PipelineConfig) -> int | None:
+    return count_hint(config.problems)
+
+
 def _expected_shards(config: PipelineConfig, limit: int | None) -> int | None:
-    hint = count_hint(config.problems)
+    hint = _source_size(config)
     if hint is None:
         return None
     return math.ceil((min(hint, limit) if limit else hint) / config.output.shard_size)
@@ -313,8 +318,14 @@ def _label_shards(
         entry = finished.get(shard.index)
         redo: list[str] | None = None
         reopen: list[str] | None = None
+        if entry is not None and entry.problems > len(shard.items):
+            # This run's --limit cuts a finished shard: it is kept byte for byte (store/limit.py), its
+            # refused problems and open rows included (a run without the limit asks them again).
+            outcome.skipped += 1
+            progress.advance(entry.stats.tokens, resumed=True)
+            continue
         # A shard cut short by an earlier --limit holds fewer problems than now: it is redone.
-        if entry is not None and entry.problems == len(shard.items):
+        if entry is not None and keeps_finished(entry, len(shard.items)):
             # Problems the engine refused are not done: only they are asked again, the rest is kept; so
             # are rows whose judge (or verifier) could not be read: only they are judged again.
             redo = sorted(store.refused_problems(entry, permanent=retry_refused))
@@ -374,7 +385,8 @@ def synthesize(
         with _stops_engines_on_a_signal():
             outcome = _label_shards(config, target, shards, store, progress, retry_refused)
         progress.close()  # on an exception (Ctrl-C), the command closes it: close_active_progress
-        store.write_manifest(config_dump, limit=None if dry_run else limit)
+        held = store.finished(verify=False).values()
+        store.write_manifest(config_dump, limit=None if dry_run else recorded_limit(limit, held, _source_size(config)))
 
         summary = summarize(target)
         if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
@@ -400,6 +412,7 @@ def synthesize(
             shards_failed=sorted(outcome.failed),
             requests_retried=retries_since(retries_before),
             dry_run=dry_run,
+            kept_past_limit=None if dry_run else kept_past_limit(held, limit, config.output.shard_size),
         )
         publish_run_artifacts(summary, config)
         if not dry_run:

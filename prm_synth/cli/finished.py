@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 def nothing_left(config: PipelineConfig, out_dir: Path, limit: int | None, retry_refused: bool) -> RunSummary | None:
     """The summary of `out_dir` when a run of `config` would label nothing there, else None."""
+    from prm_synth.store.limit import keeps_finished, kept_past_limit
     from prm_synth.store.readers import read_manifest
     from prm_synth.store.resume import run_fingerprint
     from prm_synth.store.shards import DatasetError, ShardStore
@@ -45,14 +46,16 @@ def nothing_left(config: PipelineConfig, out_dir: Path, limit: int | None, retry
         shards = 0
         for index, size in enumerate(_shard_sizes(config, limit)):
             entry = finished.get(index)
-            if entry is None or entry.problems != size:
+            if entry is None or not keeps_finished(entry, size):
                 return None
-            if store.refused_problems(entry, permanent=retry_refused) or store.open_rows(entry):
+            cut = entry.problems > size  # cut by this run's --limit: kept as it is, open rows and all
+            if not cut and (store.refused_problems(entry, permanent=retry_refused) or store.open_rows(entry)):
                 return None
             shards += 1
         if shards == 0:
             return None  # an empty source: the flow says so
         summary = summarize(out_dir)
+        kept = kept_past_limit(finished.values(), limit, config.output.shard_size)
     finally:
         store.release()
     summary.run = RunFacts(
@@ -63,6 +66,7 @@ def nothing_left(config: PipelineConfig, out_dir: Path, limit: int | None, retry
         shards_failed=[],
         requests_retried=0,
         dry_run=False,
+        kept_past_limit=kept,
     )
     return summary
 

@@ -15,6 +15,7 @@ from prm_synth.config import ConfigError, rows_reconcile, validate_config
 from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
 from prm_synth.store.canary_counts import CanaryStats, precision_report
 from prm_synth.store.left_open import sample_in
+from prm_synth.store.limit import KeptPastLimit
 from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, read_manifest
 
 # What `estimated_precision` cannot promise, said wherever it is shown.
@@ -68,6 +69,8 @@ class RunFacts:
     requests_retried: int
     dry_run: bool
     startup_seconds: float = 0.0  # set by the CLI, which knows when the command started
+    # finished shards holding problems past this run's --limit, kept as they are (store/limit.py)
+    kept_past_limit: KeptPastLimit | None = None
 
 
 @dataclass
@@ -255,6 +258,7 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
         ("rejected", f"{summary.rejected} ({_counts(summary.rejected_by_reason)})"),
         ("reconciles", "yes" if summary.reconciles else "NO: counts do not add up"),
         ("shards", str(summary.shards) + (f" ({run.shards_run} run, {run.shards_skipped} resumed)" if run else "")),
+        *([("kept past --limit", run.kept_past_limit.text())] if run and run.kept_past_limit else []),
         ("rollouts", f"{summary.rollouts} ({summary.unknown_rollouts} ungradable)"),
     ]
     if run is not None:
