@@ -102,7 +102,8 @@ def _get(config: Mapping[str, Any], *path: str, default: Any = "n/a") -> Any:
 
 
 SOFT_TEXT = {  # what a soft view's float targets are
-    "p_good": "`p_good`, the first-error search's posterior probability that the step's prefix is still correct",
+    "p_good": "the probability the labels give the step's prefix being correct (the soft consensus's posterior "
+    "where it set the labels, else `p_good`, the first-error search's)",
     "mc": "`mc_values`, the share of rollouts from the step's prefix that reached the gold answer "
     "(Math-Shepherd's soft label)",
 }

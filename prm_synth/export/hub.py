@@ -30,7 +30,14 @@ import pyarrow.compute as pc
 from prm_synth.errors import PrmSynthError, PrmSynthInputError
 from prm_synth.export.card import REDACTED, render_card
 from prm_synth.export.consumers import load_tokenizer, tokenizer_name
-from prm_synth.export.rows import CHAINS_COLUMN, CONFIDENCE_COLUMN, DEFAULT_MARKER, SOFT_SOURCES, Marker
+from prm_synth.export.rows import (
+    CHAINS_COLUMN,
+    CONFIDENCE_COLUMN,
+    CONSENSUS_CONFIDENCE_COLUMN,
+    DEFAULT_MARKER,
+    SOFT_SOURCES,
+    Marker,
+)
 from prm_synth.export.token_check import choose_marker, verify_views
 from prm_synth.export.views import SOFT_VIEWS, VERIFIER_VIEW, VIEW_NAMES, VIEWS
 from prm_synth.export.writing import ViewExport, export_view
@@ -105,10 +112,12 @@ class ExportPlan:
 
 
 def has_p_good(dataset_dir: str | Path) -> bool:
-    """Whether any step of the run has a p_good (read column-wise, one shard at a time)."""
+    """Whether any step of the run has a probability its labels give it (`label_probability`): a p_good,
+    or the soft consensus's posterior (read column-wise, one shard at a time)."""
     return any(
-        CONFIDENCE_COLUMN in table.column_names and pc.count(pc.list_flatten(table[CONFIDENCE_COLUMN])).as_py() > 0
+        column in table.column_names and pc.count(pc.list_flatten(table[column])).as_py() > 0
         for table in iter_tables(dataset_dir, "data")
+        for column in (CONFIDENCE_COLUMN, CONSENSUS_CONFIDENCE_COLUMN)
     )
 
 

@@ -3,7 +3,8 @@
 Each picture answers one question a researcher asks before training on the labels:
 - label_share_by_step.png: at each step position, how many steps are good, bad, unlabeled?
 - first_error_position.png: where do the first errors fall?
-- p_good.png: how sure is the labeler (the default labeler's per-step P(good))?
+- p_good.png: how sure are the labels (per step, the probability they finally give the prefix: the
+  consensus's posterior where it set them, else the default labeler's P(good); export/rows.py)?
 - unlabeled_and_rejected.png: why are steps left unlabeled, and why were rows rejected?
 - cost_per_row.png: what did labeling a row cost (rollouts, tokens)?
 - judge_accuracy.png (judged runs): how often was the judge right, on right- and wrong-answer rows?
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.errors import PrmSynthError
+from prm_synth.export.rows import label_probability
 
 PICTURES_FOLDER = "plots"  # in an export: the card links the pictures there
 MAX_POSITIONS = 30  # step positions drawn one bar each; later steps share the last bar
@@ -70,7 +72,8 @@ def gather(root: str | Path) -> RunFigures:
     for row in iter_records(root, "data"):
         figures.rows += 1
         labels = row["labels"]
-        p_good = row.get("p_good") or [None] * len(labels)
+        # the labels' final probability (the consensus's where it set them): p_good.png shows what they rest on
+        p_good = label_probability(row) or [None] * len(labels)
         reasons = row.get("unlabeled_reason") or [None] * len(labels)
         for i, label in enumerate(labels):
             position = min(i, MAX_POSITIONS)

@@ -77,22 +77,51 @@ def with_min_confidence(row: Row, min_confidence: float) -> Row:
 
 
 def label_confidence(row: Row) -> list[float | None] | None:
-    """Per step, how sure the row's labels are that its prefix is correct: the soft consensus posterior's
-    (`consensus_p_good`), which the labels follow, where it ran; else the labeler's `p_good`."""
-    return row.get("consensus_p_good") or row.get("p_good")
+    """Per step, how sure the row's labels are that its prefix is correct: the labels' final probability
+    (`label_probability`)."""
+    return label_probability(row)
+
+
+# The column the soft consensus stores its posterior's P(prefix correct) in, per step (judge/consensus.py).
+CONSENSUS_CONFIDENCE_COLUMN = "consensus_p_good"
+
+
+def label_probability(row: Row) -> list[float | None] | None:
+    """Per step, the probability that its prefix is correct as the row's labels finally stand (None where
+    nothing gives one), so that p >= 0.5 exactly where the label is good:
+
+    - where the soft consensus ran, its posterior (`consensus_p_good`), which its labels follow;
+    - else, for a label the consensus set or changed without a posterior (`agree`, `judge-only`: label
+      source `consensus`), the label itself, 1.0 or 0.0: the judge's word is final there;
+    - else the labeler's `p_good` (the first-error search's posterior), which its labels follow.
+
+    None for a row with none of them (per-step MC without a judge: its soft label is `mc_values`)."""
+    if (posterior := row.get(CONSENSUS_CONFIDENCE_COLUMN)) is not None:
+        return posterior
+    labels = row["labels"]
+    sources = row.get("label_source") or [None] * len(labels)
+    p_good = row.get(CONFIDENCE_COLUMN)
+    if "consensus" not in sources:
+        return p_good
+    measured = p_good or [None] * len(labels)
+    return [
+        (None if label is None else float(label)) if source == "consensus" else p
+        for label, source, p in zip(labels, sources, measured, strict=True)
+    ]
 
 
 # Soft targets: the float a step is trained toward instead of its good/bad label. `p_good` is the
-# first-error search's posterior that the prefix is still correct (where the run's search estimates
-# one, as the default search does); `mc` is Math-Shepherd's soft label,
-# the share of rollouts from the prefix that reached the answer (`mc_values`).
+# probability the labels give the step's prefix (`label_probability`: the soft consensus's posterior
+# where it set the labels, else the first-error search's `p_good`); `mc` is Math-Shepherd's soft label,
+# the share of rollouts from the prefix that reached the answer (`mc_values`), as the rollouts measured it.
 SOFT_SOURCES = {"p_good": "p_good", "mc": "mc_values"}
 
 
 def with_soft_targets(row: Row, source: str) -> Row:
     """The row with its soft targets (`soft`) from `source`, and its labels cut where a step has none:
     a view stops before such a step, as before an unlabeled one (no target is guessed)."""
-    values = row.get(SOFT_SOURCES[source]) or [None] * len(row["labels"])
+    read = label_probability(row) if source == "p_good" else row.get(SOFT_SOURCES[source])
+    values = read or [None] * len(row["labels"])
     labels = [lab if v is not None else None for lab, v in zip(row["labels"], values, strict=True)]
     return {**row, "labels": labels, "soft": values}
 

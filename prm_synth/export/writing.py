@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from prm_synth.export.rows import (
     CHAINS_COLUMN,
     CONFIDENCE_COLUMN,
+    CONSENSUS_CONFIDENCE_COLUMN,
     DEFAULT_MARKER,
     SOFT_SOURCES,
     Marker,
@@ -250,5 +251,6 @@ def iter_record_rows(dataset_dir: str | Path) -> Iterable[list[dict[str, Any]]]:
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
     # Only the columns a view reads: converting the whole record to Python would double the work.
-    columns = [c for c in (*_READ_COLUMNS, CONFIDENCE_COLUMN, CHAINS_COLUMN) if c in table.column_names]
+    read = (*_READ_COLUMNS, CONFIDENCE_COLUMN, CONSENSUS_CONFIDENCE_COLUMN, CHAINS_COLUMN)
+    columns = [c for c in read if c in table.column_names]
     return table.select(columns).to_pylist()
