@@ -158,6 +158,9 @@ RECORD_SCHEMA = pa.schema(
         # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
         pa.field("labels_before_consensus", pa.list_(pa.bool_())),
         pa.field("gold_origin", pa.string()),  # null: the problem's gold; "majority 0.750": a pseudo-gold. Added later.
+        # Why the final answer could not be graded (final_correct null): the grader's reason (truncated,
+        # no_answer, a sandbox's timeout, ...); null where it was graded. Added later: older shards lack it.
+        pa.field("final_unknown_reason", pa.string()),
     ]
 )
 
@@ -214,6 +217,7 @@ class LabeledRecord:
     consensus_p_good: list[float] | None = None  # per step, P(prefix correct) under soft's posterior
     labels_before_consensus: list[bool | None] | None = None  # the labels before consensus changed them
     gold_origin: str | None = None  # None: the problem's gold; "majority 0.75": a pseudo-gold (grading/majority.py)
+    final_unknown_reason: str | None = None  # why final_correct is None (the grader's reason); None: graded
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

@@ -96,13 +96,20 @@ def _canonical(value: Any) -> Any:
 
 # nullable columns added to the record schema after the fixture was first generated
 ADDED_COLUMNS = frozenset({"consensus_p_good", "labels_before_consensus", "gold_origin"})
+# columns added after the fixture that only restate what a pinned column holds (why `final_correct` is
+# null: the grader's reason), left out always: they do not move a label
+RESTATING_COLUMNS = frozenset({"final_unknown_reason"})
 
 
 def row_digest(row: dict[str, Any]) -> str:
     """sha256 (first 16 hex digits) of the row's canonical JSON, its config fingerprint left out, and
     the nullable columns added after the fixture's first version left out where null (`ADDED_COLUMNS`):
     a column the labeler does not fill leaves the pinned digests alone."""
-    body = {k: v for k, v in row.items() if k != "config_fingerprint" and not (k in ADDED_COLUMNS and v is None)}
+    body = {
+        k: v
+        for k, v in row.items()
+        if k != "config_fingerprint" and k not in RESTATING_COLUMNS and not (k in ADDED_COLUMNS and v is None)
+    }
     text = json.dumps(_canonical(body), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -163,6 +163,7 @@ class _Base:
         if out_of_tokens:  # the token budget ran out: the steps it left undecided say so
             reasons = token_budget_reasons(reasons, ann.mc_total, ann.mc_unknown)
         reasons = truncated_trace_reasons(reasons, verdict.reason)
+        final_correct = None if verdict.status == "unknown" or not complete else verdict.status == "correct"
         return LabeledRecord(
             id=row_id,
             problem_id=problem.id,
@@ -171,7 +172,8 @@ class _Base:
             gold_answer=problem.gold_answer,
             steps=steps,
             final_answer=verdict.extracted if complete else None,
-            final_correct=None if verdict.status == "unknown" or not complete else verdict.status == "correct",
+            final_correct=final_correct,
+            final_unknown_reason=(verdict.reason or "unknown") if final_correct is None else None,
             mc_values=lab.mc_values,
             mc_correct=ann.mc_correct,
             mc_total=ann.mc_total,

@@ -4,30 +4,30 @@ Text of the dataset (model output, questions, answers) is shown literally: as ri
 as markup (a step holding `[/INST]` or `[a, b]` is shown as written), with control characters shown
 as escapes (a model's escape sequence cannot retitle or clear the terminal).
 
-`inspect` prints the run's counts and label statistics as a table (`--json` for scripts); `show` prints a
-few labeled rows step by step, with each step's label, how it was obtained, its MC counts and `p_good`,
-and what the row cost, so a researcher can read the labels before training on them.
+`inspect` prints the run's counts and label statistics as a table (`--json` for scripts); `show` prints
+rows to audit step by step (picked and drawn by `show_rows.py`: the first ones, by id, a seeded random
+sample, the rejected ones; `--json` as stored), with each step's label, how it was obtained, its MC
+counts and `p_good`, and what the row cost, so a researcher can read the labels before training on them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, Group
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from prm_synth.cli.common import fail, guarded, visible
+from prm_synth.cli.show_rows import first_error_words
+
+__all__ = ["first_error_words", "inspect", "register", "show"]
 
 if TYPE_CHECKING:
     from prm_synth.store.summary import RunSummary
-
-STEP_CHARS = 160  # a step longer than this is cut in `show` (the shards keep it whole)
 
 
 def register(app: typer.Typer) -> None:
@@ -89,80 +89,39 @@ def summary_table(summary: RunSummary, title: str) -> Table:
 # ---------------------------------------------------------------- show
 def show(
     directory: Annotated[Path, typer.Argument(help="An output folder of `prm-synth run`.")],
-    n: Annotated[int, typer.Option("--n", "-n", min=1, help="How many rows.")] = 3,
+    n: Annotated[int, typer.Option("--n", "-n", min=1, help="How many rows (the first ones).")] = 3,
     bad: Annotated[bool, typer.Option("--bad", help="Only rows with a bad step.")] = False,
+    ids: Annotated[
+        list[str] | None,
+        typer.Option("--id", help="The row with this id, or every row of this problem id (repeatable)."),
+    ] = None,
+    random_n: Annotated[
+        int | None,
+        typer.Option("--random", min=1, help="N rows drawn at random (the same for the same --seed), not the first."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="With --random: the seed of the draw.")] = 0,
+    rejected: Annotated[
+        bool, typer.Option("--rejected", help="Rejected rows instead: stage, reason, detail and the row as labeled.")
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Each row as stored, one JSON object a line (nothing cut).")
+    ] = False,
 ) -> None:
-    """A few labeled rows, step by step: labels, how each was found, MC counts, p_good, cost."""
+    """Rows to audit, step by step: labels, how each was found, MC counts, p_good, cost, why ungradable."""
+    from prm_synth.cli.show_rows import json_lines, pick_rows, renderables
     from prm_synth.store.lock import reading
 
     with reading(directory):
-        rows = list(islice(pick_rows(directory, bad), n))
-    if not rows:
-        fail(f"{directory} has no labeled rows" + (" with a bad step" if bad else ""))
+        rows = pick_rows(directory, n=n, bad=bad, ids=ids or (), random_n=random_n, seed=seed, rejected=rejected)
+    if json_out:
+        for line in json_lines(rows):
+            typer.echo(line)
+        return
     console = Console()
-    for row in rows:
-        console.print(row_table(row))
-
-
-def pick_rows(directory: Path, bad: bool) -> Iterator[dict[str, Any]]:
-    """Rows in shard order; with `bad`, only those holding a bad label."""
-    from prm_synth.store.readers import iter_records, read_manifest
-
-    read_manifest(directory)  # a folder that is not a run fails here, naming it
-    for row in iter_records(directory, "data"):
-        if not bad or any(label is False for label in row["labels"]):
-            yield row
-
-
-_LABEL = {True: Text("good", style="green"), False: Text("bad", style="bold red"), None: Text("-", style="dim")}
+    for shown in renderables(rows):
+        console.print(shown)
 
 
 def literal(text: object, style: str = "") -> Text:
     """Dataset text for the terminal: no markup, no emoji codes, control characters made visible."""
     return Text(visible(text), style=style)
-
-
-def first_error_words(labels: list[bool | None], first: int) -> str:
-    """What the labels say about the first error: the first bad label is where the error was found, not
-    necessarily where it is when unlabeled steps come before it (the error may lie among them)."""
-    if first < 0:
-        return "no error found" if all(label is True for label in labels) else "no bad label (some steps unlabeled)"
-    open_before = [str(i) for i in range(first) if labels[i] is None]
-    if not open_before:
-        return f"first error at step {first}"
-    return f"first bad label at step {first} (the error may be earlier: step {', '.join(open_before)} unlabeled)"
-
-
-def row_table(row: Mapping[str, Any]) -> Group:
-    """One record: a header line (answer, first error, cost), then a table row per step (text, label,
-    its source, MC counts, p_good, why unlabeled) and the question."""
-    correct = {True: "right", False: "wrong", None: "ungradable"}[row["final_correct"]]
-    first = row["first_error_mc"]
-    header = literal(
-        f"{row['id']}  answer {row['final_answer']} ({correct}, gold {row['gold_answer']})  "
-        f"{first_error_words(row['labels'], first)}  "
-        f"cost {row['rollouts']} rollouts, {row['tokens']} tokens",
-        style="bold",
-    )
-    question = " ".join(row["question"].split())
-    table = Table(caption=literal(f"Q: {question[: STEP_CHARS * 2]}"), caption_justify="left")
-    for name, style in (("#", "dim"), ("step", None), ("label", None), ("source", None), ("MC", None)):
-        table.add_column(name, style=style, overflow="fold")
-    table.add_column("p_good", justify="right")
-    table.add_column("why unlabeled", style="dim", overflow="fold")
-    n = len(row["steps"])
-    p_good = row.get("p_good") or [None] * n
-    reasons = row.get("unlabeled_reason") or [None] * n
-    for i, step in enumerate(row["steps"]):
-        text = " ".join(step.split())
-        total = row["mc_total"][i]
-        table.add_row(
-            str(i),
-            literal(text if len(text) <= STEP_CHARS else text[:STEP_CHARS] + "…"),
-            _LABEL[row["labels"][i]],
-            literal(row["label_source"][i]),
-            f"{row['mc_correct'][i]}/{total}" if total else "-",
-            "-" if p_good[i] is None else f"{p_good[i]:.2f}",
-            literal(reasons[i] or ""),
-        )
-    return Group(header, table)
