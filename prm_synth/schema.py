@@ -136,12 +136,10 @@ RECORD_SCHEMA = pa.schema(
         pa.field("config_fingerprint", pa.string(), nullable=False),
         pa.field("rollouts", pa.int64(), nullable=False),
         pa.field("tokens", pa.int64(), nullable=False),
-        # Per step, the posterior probability that its prefix is still correct, from a search that
-        # estimates one (the default search does);
-        # null for methods that do not estimate it. Added after the first release: older shards lack it.
+        # Per step, the posterior probability that its prefix is still correct, from a search that estimates
+        # one (the default search does); null for methods that do not. Added later: older shards lack it.
         pa.field("p_good", pa.list_(pa.float64())),
-        # Per step, why it has no label: null exactly where labeled (annotate.labels.unlabeled_reasons).
-        pa.field("unlabeled_reason", pa.list_(pa.string())),
+        pa.field("unlabeled_reason", pa.list_(pa.string())),  # per step, why unlabeled (null exactly where labeled)
         # Verification chains (prm_synth/judge/verify.py; null where no `verify` stage ran): the chains whose
         # step verdicts agree with the labels, and for every other chain of the row why it was dropped.
         pa.field("verify_chains", pa.list_(pa.string())),
@@ -158,9 +156,7 @@ RECORD_SCHEMA = pa.schema(
         # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
         pa.field("labels_before_consensus", pa.list_(pa.bool_())),
         pa.field("gold_origin", pa.string()),  # null: the problem's gold; "majority 0.750": a pseudo-gold. Added later.
-        # Why the final answer could not be graded (final_correct null): the grader's reason (truncated,
-        # no_answer, a sandbox's timeout, ...); null where it was graded. Added later: older shards lack it.
-        pa.field("final_unknown_reason", pa.string()),
+        pa.field("final_unknown_reason", pa.string()),  # why final_correct is null (the grader's reason). Added later.
     ]
 )
 
