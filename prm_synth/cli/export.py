@@ -15,6 +15,17 @@ import typer
 from prm_synth.cli.common import fail, guarded
 from prm_synth.export.views import VIEWS
 
+# Why a view left a row out (export/rows.py's SkipRow reasons, export/writing.py's _skip_reason), in words.
+SKIP_WORDS = {
+    "no_labeled_steps": "first step unlabeled",
+    "no_soft_target": "first step without a soft target",
+    "below_min_confidence": "first label below --min-confidence",
+    "marker_in_text": "step marker in the text",
+    "not_verified": "not verified",
+    "no_kept_chain": "no kept chain",
+    "unreadable_chain": "unreadable chain",
+}
+
 
 def register(app: typer.Typer) -> None:
     app.command("export")(guarded(export))
@@ -105,8 +116,8 @@ def export(
     where = f"https://huggingface.co/datasets/{repo_id}" if repo_id else str(to_dir)
     for name, view in result.views.items():
         rows = ", ".join(f"{split} {s.rows}" for split, s in view.splits.items())
-        skipped = sum(view.skipped.values())
-        typer.echo(f"{name:<14} {rows}" + (f"  (skipped {skipped})" if skipped else ""))
+        why = ", ".join(f"{SKIP_WORDS.get(reason, reason)} {n}" for reason, n in sorted(view.skipped.items()))
+        typer.echo(f"{name:<14} {rows}" + (f"  (skipped {sum(view.skipped.values())}: {why})" if why else ""))
     for name, check in result.token_checks.items():
         typer.echo(
             f"{name:<14} {check['labels_found']}/{check['labels']} labels found by its trainer's tokenization, "

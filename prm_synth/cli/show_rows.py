@@ -129,8 +129,8 @@ def _short(value: object) -> str | None:
     return text if "\n" not in text.strip() and len(text) <= SHORT_ANSWER else None
 
 
-def _answer_words(row: Mapping[str, Any]) -> str:
-    """The final answer, its verdict (and why it could not be graded), for the header."""
+def _answer_words(row: Mapping[str, Any], gold: str) -> str:
+    """The final answer, its verdict (and why it could not be graded) and the gold, for the header."""
     correct = row.get("final_correct")
     if correct is None:
         reason = row.get("final_unknown_reason")
@@ -144,7 +144,7 @@ def _answer_words(row: Mapping[str, Any]) -> str:
         shown = short
     else:
         shown = f"of {len(str(answer).strip().splitlines())} lines"
-    return f"answer {shown} ({verdict})"
+    return f"answer {shown} ({verdict}, gold {gold})"
 
 
 def row_table(row: Mapping[str, Any], gold_shown: set[str] | None = None) -> Group:
@@ -155,7 +155,7 @@ def row_table(row: Mapping[str, Any], gold_shown: set[str] | None = None) -> Gro
     short_gold = _short(gold)
     first = row["first_error_mc"]
     header = literal(
-        f"{row['id']}  {_answer_words(row)}, gold {short_gold if short_gold is not None else 'below'}  "
+        f"{row['id']}  {_answer_words(row, short_gold if short_gold is not None else 'below')}  "
         f"{first_error_words(row['labels'], first)}  "
         f"cost {row['rollouts']} rollouts, {row['tokens']} tokens",
         style="bold",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.config import ConfigError, rows_reconcile, validate_config
-from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
+from prm_synth.schema import REJECT_REASONS, ConsensusStats, JudgeStats, ShardStats, VerifyStats
 from prm_synth.store.canary_counts import CanaryStats, precision_report
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.limit import KeptPastLimit
@@ -226,9 +226,10 @@ def judge_cost_text(summary: RunSummary) -> str | None:
     if summary.judge is None:
         return None
     skipped = f", {summary.rows_not_judged} not sent (the rollouts pinned them)" if summary.rows_not_judged else ""
+    per_row = summary.judge_tokens_per_kept_row
     return (
         f"{summary.judge_requests} requests (votes asked) on {summary.rows_judged} rows{skipped}; "
-        f"{summary.judge_tokens} tokens, {summary.judge_tokens_per_kept_row} a kept row"
+        f"{summary.judge_tokens} tokens, " + (f"{per_row} a kept row" if per_row is not None else "no row kept")
     )
 
 
@@ -253,7 +254,7 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
     run, labels = summary.run, summary.labels
     bad = labels.get("bad_step_fraction")
     rows: list[tuple[str, str]] = [
-        ("problems in", f"{summary.problems_in} ({summary.problems_loaded} loaded)"),
+        ("problems in", problems_in_text(summary)),
         ("rows out", str(summary.rows)),
         ("rejected", f"{summary.rejected} ({_counts(summary.rejected_by_reason)})"),
         ("reconciles", "yes" if summary.reconciles else "NO: counts do not add up"),
@@ -310,6 +311,20 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
     if run is not None:
         rows.append(("wall time", f"{run.wall_seconds:.1f} s ({run.startup_seconds:.1f} s start-up)"))
     return rows
+
+
+# Why a problem is rejected before it is labeled: its source row (stage load) or, without a gold answer,
+# its policy's answers reached no majority (grader.kind majority).
+BEFORE_LABELING = frozenset(REJECT_REASONS[: REJECT_REASONS.index("missing_tests") + 1]) | {"no_majority"}
+
+
+def problems_in_text(summary: RunSummary) -> str:
+    """How many problems were read, how many went on to be labeled, and why the others did not."""
+    read, loaded = summary.problems_in, summary.problems_loaded
+    if loaded >= read:
+        return f"{read} ({loaded} loaded)"
+    reasons = {k: v for k, v in summary.rejected_by_reason.items() if k in BEFORE_LABELING}
+    return f"{read} ({loaded} loaded; {read - loaded} rejected before labeling: {_counts(reasons)})"
 
 
 def _counts(counts: dict[str, int] | None) -> str:
