@@ -33,7 +33,11 @@ def test_a_soft_completed_row_carries_the_posteriors_confidence_and_its_labels_a
     # the rollouts' p_good alone (0.6 at step 1) would drop the completed bad label at 0.9; the posterior keeps it
     as_row = kept.to_row()
     assert with_min_confidence(as_row, 0.9)["labels"][:2] == [T, F]
-    assert with_min_confidence({**as_row, "consensus_p_good": None}, 0.9)["labels"][1] is None
+    # (a label the consensus set without a posterior, under `agree` or `judge-only`, counts as certain:
+    # export/rows.py label_probability; one the rollouts set is read at its p_good)
+    measured = [source if source != "consensus" else "test" for source in as_row["label_source"]]
+    assert with_min_confidence({**as_row, "consensus_p_good": None, "label_source": measured}, 0.9)["labels"][1] is None
+    assert with_min_confidence({**as_row, "consensus_p_good": None}, 0.9)["labels"][:2] == [T, F]
     assert with_min_confidence(as_row, 0.99999)["labels"][1] is None  # and not past what the posterior says
     # eval dataset's "before consensus" reads the row as labeled
     assert as_labeled(as_row)["labels"] == [T, N, N, F] and as_labeled(as_row)["first_error_mc"] == 3

@@ -57,7 +57,8 @@ def export(
         typer.Option(
             min=0.0,
             max=1.0,
-            help="Leave out labels whose p_good is below this (default: the run's labels.min_confidence); "
+            help="Leave out labels whose probability (p_good; the consensus's where it set the label) is below this "
+            "(default: the run's labels.min_confidence); "
             "a row stops before its first doubtful step. Rows of methods without p_good keep no label above 0.",
         ),
     ] = None,
@@ -65,7 +66,8 @@ def export(
         bool,
         typer.Option(
             "--soft",
-            help="Soft targets: each step's label is a float (p_good, or the MC value) in the trl and openrlhf "
+            help="Soft targets: each step's label is a float (its probability, p_good: the consensus's where it set "
+            "the label, >= 0.5 exactly where the label is good; or the MC value) in the trl and openrlhf "
             "views, for trainers that read float labels (OpenRLHF's PRMLoss); see --soft-from.",
         ),
     ] = False,
