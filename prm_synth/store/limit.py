@@ -5,7 +5,9 @@ finished shard is labeling that was paid for: a run with a smaller limit than th
 folder (a user peeking at the first 20 problems of a finished 200-problem run) keeps every finished
 shard byte for byte, the ones past the limit and the one the limit cuts in the middle alike, and says
 so in its summary. A shard cut short by an earlier, smaller limit holds fewer problems than a larger
-limit asks for: that one is still relabeled whole (the flow's resume rule).
+limit asks for: that one is still relabeled whole (the flow's resume rule), since the labeler pools
+what it learns over a shard's problems and consensus holds a shard's labels to its target together, so
+a shard labeled in two parts would hold other rows than the same shard labeled at once.
 """
 
 from __future__ import annotations
