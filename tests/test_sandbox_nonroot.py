@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _sandbox_programs import SECRET_HUNT
 
 from prm_synth.grading import sandbox
 
@@ -49,10 +50,16 @@ def _drop() -> list[str] | None:
     return None
 
 
+MARKER = f"prm-synth-marker-{uuid.uuid4().hex}"
+# secrets planted in the grading process's environment: none may reach a program (bwrap's own process
+# inside the sandbox, readable at /proc/1/environ by this user, included)
+PLANTED = {"OPENAI_API_KEY": "sk-" + MARKER, "HF_TOKEN": "hf_" + MARKER, "PRM_SYNTH_PLANTED": MARKER}
+
+
 def _environment() -> dict[str, str]:
     paths = [str(ROOT), *site.getsitepackages()]
     # HOME "/": some systems give `nobody` that home; the sandbox once hid "/" as a home, and every run failed
-    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths), "HOME": "/", "LANG": "C.UTF-8"}
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths), "HOME": "/", "LANG": "C.UTF-8", **PLANTED}
 
 
 def _interpreter(drop: list[str]) -> str | None:
@@ -112,6 +119,9 @@ def test_a_grading_run_as_an_unprivileged_user_keeps_the_guarantees() -> None:
             "except OSError:\n    wrote = False\n"
             "def inc(x):\n    return x + 1 if wrote else x\n"
         ),
+        "secrets": SECRET_HUNT.format(marker=MARKER.encode()),
+        # right only if it can read another process's environment: the hunt above is not empty
+        "reads_environ": SECRET_HUNT.format(marker=MARKER.encode()).replace("found = any", "found = readable or any"),
     }
     try:
         done = subprocess.run(
@@ -137,4 +147,6 @@ def test_a_grading_run_as_an_unprivileged_user_keeps_the_guarantees() -> None:
     assert result["wrong"][0] == "incorrect"
     assert result["network"][0] == "incorrect", result["network"]  # no network: the connection failed
     assert result["write"][0] == "incorrect", result["write"]  # the write outside its folder failed
+    assert result["secrets"] == ["incorrect", "failed:AssertionError"], result["secrets"]
+    assert result["reads_environ"] == ["correct", "passed"]  # /proc/1/environ was read, and held none
     assert not escaped

@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 
 HARNESS = Path(__file__).with_name("sandbox_harness.py")
 _warned: set[str] = set()
+# The only environment bubblewrap itself is started with: its own first process inside the sandbox keeps
+# the environment it was started with, and a program reads that from /proc/1/environ (the pipeline's keys
+# among it), so no variable of the pipeline's is ever handed to bwrap.
+BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+# The program's whole environment (`--clearenv` first): a plain PATH, a home and temporary folder of its own.
+SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp/run", "TMPDIR": "/tmp"}
 
 
 @dataclass(frozen=True)
@@ -108,8 +114,9 @@ def _bwrap_args(binary: str, folder: str, as_root: bool) -> list[str]:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for the harness to drop to nobody
     else:
         args += ["--unshare-user"]
-    args += ["--die-with-parent", "--new-session", "--clearenv", "--setenv", "HOME", "/tmp/run"]
-    args += ["--setenv", "PATH", "/usr/bin:/bin"]
+    args += ["--die-with-parent", "--new-session", "--clearenv"]
+    for name, value in SANDBOX_ENV.items():
+        args += ["--setenv", name, value]
     return args
 
 
@@ -144,7 +151,12 @@ def _supervise(command: list[str], limits: SandboxLimits) -> RunResult:
     nonce = secrets.token_hex(16)
     try:
         proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=BWRAP_ENV,
         )
     except OSError as e:
         _warn_once(f"bwrap could not start: {e}")
