@@ -123,3 +123,15 @@ def test_threads_past_the_process_bound_are_unknown_and_not_remembered(monkeypat
     assert grade(GOOD + "# once\n") == ("correct", "passed")
     assert grade(GOOD + "# once\n") == ("correct", "passed")
     assert len(calls) == 3  # a verdict is remembered
+
+
+def test_the_programs_files_never_touch_the_hosts_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    # whatever TMPDIR is, no folder of the host holds a program's files for another program to read:
+    # bubblewrap copies them from memory into the sandbox's own tmpfs
+    def no_host_folder(*args: object, **kwargs: object) -> str:
+        raise AssertionError("a host folder was made for a program")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_host_folder)
+    monkeypatch.setenv("TMPDIR", str(Path.cwd()))
+    program = "import os\nassert sorted(os.listdir('.')) == ['harness.py', 'solution.py', 'tests.py']\n" + GOOD
+    assert run(program).status == "pass"

@@ -149,7 +149,7 @@ def run_tests(solution: str, tests: str, entry_point: str, limits: SandboxLimits
             command += [f"{sandbox_mounts.RUN_FOLDER}/harness.py", *limit_args]
             return _supervise(command, limits, tuple(files.values()))
     except NoFreeUserError as e:
-        log.warning("code grading: %s", e)
+        _warn_once(str(e))
         return RunResult("fault", "no_free_user", b"")
     finally:
         for fd in files.values():

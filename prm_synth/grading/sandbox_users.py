@@ -75,9 +75,12 @@ def candidates() -> list[int]:
 
 def _lock_folder() -> str:
     """LOCK_FOLDER, made root's and private; refused when someone else's (a planted folder or link)."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(LOCK_FOLDER, 0o700)
-    info = os.lstat(LOCK_FOLDER)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(LOCK_FOLDER, 0o700)
+        info = os.lstat(LOCK_FOLDER)
+    except OSError as e:  # a read-only /run, no room: no user can be taken safely
+        raise NoFreeUserError(f"cannot make {LOCK_FOLDER} ({e}): no sandbox user is taken") from e
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
         raise NoFreeUserError(f"{LOCK_FOLDER} is not a private folder of this user's: no sandbox user is taken")
     return LOCK_FOLDER
@@ -85,7 +88,11 @@ def _lock_folder() -> str:
 
 def _try_take(folder: str, uid: int) -> int | None:
     """An open descriptor holding `uid`'s lock, or None when another run holds it."""
-    fd = os.open(os.path.join(folder, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    path = os.path.join(folder, f"{uid}.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise NoFreeUserError(f"cannot open {path} ({e}): no sandbox user is taken") from e
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
