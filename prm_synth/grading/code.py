@@ -36,10 +36,11 @@ def last_code_block(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-# Unknown verdicts worth remembering: the program's own doing whenever it runs. Any other unknown (a
-# memory, process or disk bound, the wall clock, no sandbox, no free user) may come of what ran beside
-# it or of the host (fork refused with EAGAIN, an allocation refused), so it is tried again next time.
-REMEMBERED_UNKNOWN = frozenset({"cpu_limit", "output_limit", "file_limit"})
+# Unknown verdicts worth remembering: the program's own doing whenever it runs, and the wall clock (a
+# program that sleeps would cost `wall_s` each time it is graded again). Any other unknown (a memory,
+# process or disk bound, no sandbox, no free user) may come of what ran beside it or of the host (fork
+# refused with EAGAIN, an allocation refused), and such programs end fast: tried again next time.
+REMEMBERED_UNKNOWN = frozenset({"cpu_limit", "output_limit", "file_limit", "wall_limit"})
 
 
 class _CachedRuns:
