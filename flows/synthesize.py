@@ -65,7 +65,7 @@ from prm_synth.problems.sources import count_hint
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
 from prm_synth.store.canary_counts import CanaryStats
-from prm_synth.store.layout import ShardEntry
+from prm_synth.store.layout import ShardEntry, shard_name
 from prm_synth.store.limit import keeps_finished, kept_past_limit, recorded_limit
 from prm_synth.store.resume import run_fingerprint
 from prm_synth.store.schema_upgrade import upgrade_shards
@@ -231,6 +231,9 @@ class ShardsOutcome:
     refused: dict[int, str] = field(default_factory=dict)  # failed because the engine refused everything
     unreadable: dict[int, UnreadableJudgeError] = field(default_factory=dict)  # written, judge unreadable
     disk: OSError | None = None  # a shard could not be written: the disk is full (no later shard is started)
+    # shards whose marker says finished but whose files no longer match it (a run killed between rewriting a
+    # file and its marker, as the schema upgrade does): redone whole, and named in the summary
+    mismatched: list[int] = field(default_factory=list)
 
 
 def _open_shards(config: PipelineConfig, limit: int | None, dry_run: bool) -> Iterator[ShardInput]:
@@ -283,6 +286,7 @@ def _label_shards(
     ask again the problems refused for good too (`engine_refused_permanent`)."""
     logger = get_run_logger()
     finished = store.finished()
+    marked = store.finished(verify=False)  # the markers alone: no file read
     if finished:
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
     window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None, list[str] | None]] = deque()
@@ -316,6 +320,9 @@ def _label_shards(
         if outcome.disk is not None or STOPPING.is_set():  # a full disk, or a stop: no further shard starts
             break
         entry = finished.get(shard.index)
+        if entry is None and shard.index in marked:
+            outcome.mismatched.append(shard.index)
+            logger.warning("shard %d: its files do not match its marker: redone whole", shard.index)
         redo: list[str] | None = None
         reopen: list[str] | None = None
         if entry is not None and entry.problems > len(shard.items):
@@ -391,6 +398,12 @@ def synthesize(
         summary = summarize(target)
         if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
             summary.warnings.append(EMPTY_SOURCE)
+        if outcome.mismatched:
+            names = ", ".join(shard_name(i) for i in outcome.mismatched)
+            summary.warnings.append(
+                f"{names}: the files no longer matched the shard's marker (a run killed while rewriting them, "
+                "as the upgrade to today's columns does, or files changed by hand): redone whole"
+            )
         if outcome.refused_for_good:
             summary.warnings.append(
                 f"{outcome.refused_for_good} problem(s) the engine refused on {config.run.refused_runs} runs in a "

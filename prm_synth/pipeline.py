@@ -48,6 +48,7 @@ from prm_synth.judge.readable import (  # the error and its message are read her
 from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
+from prm_synth.problems.vetting import vetted
 from prm_synth.sampling.votes import pseudo_gold
 from prm_synth.schema import (
     ConsensusStats,
@@ -94,6 +95,7 @@ class ShardOutput:
 def iter_shards(config: PipelineConfig, limit: int | None = None) -> Iterator[ShardInput]:
     """Cut the problem stream into shards of `output.shard_size` source rows, lazily."""
     items: Iterable[Item] = iter_problems(config.problems, gold_optional=config.grader.kind == "majority")
+    items = vetted(items, config.grader)  # a problem its grader could never grade right is rejected at load
     if limit is not None:
         items = islice(items, limit)
     it = iter(items)

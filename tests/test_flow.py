@@ -88,6 +88,9 @@ def test_flow_labels_simulated_problems_and_resumes(tmp_path):
     (out / "shards" / "shard-00003.json").unlink()
     again = synthesize(config=config, out_dir=str(out), limit=120)
     assert again.run.shards_run == 2 and again.run.shards_skipped == 3
+    # the shard whose file no longer matched its marker (a torn rewrite) is named; the unmarked one is just undone
+    named = [w for w in again.warnings if "no longer matched" in w]
+    assert len(named) == 1 and "shard-00001" in named[0] and "shard-00003" not in named[0], again.warnings
     assert [r["id"] for r in iter_records(out)] == [r["id"] for r in rows]
     check_dataset(out)
 

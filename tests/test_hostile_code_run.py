@@ -1,6 +1,7 @@
 """`prm-synth run` on HumanEval against an OpenAI-compatible server whose every program is hostile: it
 loops, forks without end, allocates 10 GB, opens a socket, writes outside its folder, reads the home
-folder, prints 1 GB, or exits before the tests. The run finishes, every row is graded wrong or unknown,
+folder, prints 1 GB, exits before the tests, reads every process's environment, connects to unix
+sockets, holds 1 GB in five processes, or fills the disk. The run finishes, every row is graded wrong or unknown,
 nothing outside the sandbox changes, and the counts reconcile."""
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ PROGRAMS = {  # HumanEval's first eight entry points, each answered with one hos
     "intersperse": "import os\nprint(open(os.path.expanduser('~/.bashrc')).read())\n",
     "parse_nested_parens": "import sys\nfor _ in range(16384):\n    sys.stdout.write('x' * 65536)\n",
     "filter_by_substring": "import sys\nsys.exit(0)\n",
+    # the run's secrets, the host's unix sockets, memory of many processes together, the disk
+    "sum_product": "import glob\nprint([open(p, 'rb').read() for p in glob.glob('/proc/*/environ')])\n",
+    "rolling_max": (
+        "import glob, socket\nfor p in glob.glob('/run/**', recursive=True) + glob.glob('/tmp/**', recursive=True):\n"
+        "    s = socket.socket(socket.AF_UNIX)\n    s.connect(p)\n"
+    ),
+    "make_palindrome": (
+        "import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        b = bytearray(200 << 20)\n"
+        "        time.sleep(60)\nos.wait()\n"
+    ),
+    "string_xor": "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (15 << 20))\n    i += 1\n",
 }
 
 

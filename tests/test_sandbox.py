@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _sandbox_programs import SECRET_HUNT
 
 from prm_synth.config.grader import SandboxLimits
 from prm_synth.grading import sandbox
@@ -106,6 +107,26 @@ def test_reads_a_file_in_the_home_folder(tmp_path: Path, monkeypatch: pytest.Mon
     status, _, _ = grade(f"KEY = open({root_file!r}).read()\n{GOOD}")
     assert status == "incorrect"
     still_works()
+
+
+def test_no_secret_of_the_pipeline_reaches_the_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = f"prm-synth-marker-{uuid.uuid4().hex}"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-" + marker)
+    monkeypatch.setenv("HF_TOKEN", "hf_" + marker)
+    monkeypatch.setenv("PRM_SYNTH_PLANTED", marker)
+    status, reason, _ = grade(SECRET_HUNT.format(marker=marker.encode()))
+    assert (status, reason) == ("incorrect", "failed:AssertionError")
+    # bubblewrap itself (the sandbox's first process) is started with none of them either
+    started: list[dict[str, str]] = []
+    real = sandbox.subprocess.Popen
+
+    def recording(*args: object, **kwargs: object) -> object:
+        started.append(dict(kwargs.get("env") or os.environ))  # type: ignore[call-overload]
+        return real(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", recording)
+    assert grade(f"{GOOD}# {marker}\n")[:2] == ("correct", "passed")  # a program not graded before: it runs
+    assert started and all(marker not in "".join(f"{k}={v}" for k, v in env.items()) for env in started)
 
 
 def test_prints_1_gb() -> None:

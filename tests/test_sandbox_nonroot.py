@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _sandbox_programs import DISK_FILL, SECRET_HUNT, SOCKET_HUNT, reached, unix_server
 
 from prm_synth.grading import sandbox
 
@@ -49,10 +50,16 @@ def _drop() -> list[str] | None:
     return None
 
 
+MARKER = f"prm-synth-marker-{uuid.uuid4().hex}"
+# secrets planted in the grading process's environment: none may reach a program (bwrap's own process
+# inside the sandbox, readable at /proc/1/environ by this user, included)
+PLANTED = {"OPENAI_API_KEY": "sk-" + MARKER, "HF_TOKEN": "hf_" + MARKER, "PRM_SYNTH_PLANTED": MARKER}
+
+
 def _environment() -> dict[str, str]:
     paths = [str(ROOT), *site.getsitepackages()]
     # HOME "/": some systems give `nobody` that home; the sandbox once hid "/" as a home, and every run failed
-    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths), "HOME": "/", "LANG": "C.UTF-8"}
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths), "HOME": "/", "LANG": "C.UTF-8", **PLANTED}
 
 
 def _interpreter(drop: list[str]) -> str | None:
@@ -97,6 +104,9 @@ def test_a_grading_run_as_an_unprivileged_user_keeps_the_guarantees() -> None:
     listener.setblocking(False)
     port = listener.getsockname()[1]
     escape = Path("/var/tmp") / f"prm-synth-escape-{uuid.uuid4().hex}"  # world-writable, outside /tmp
+    socket_path = f"/tmp/prm-synth-sock-{uuid.uuid4().hex[:12]}"  # a host socket anyone may connect to
+    abstract = f"\0prm-synth-{uuid.uuid4().hex}"
+    servers = [unix_server(socket_path), unix_server(abstract)]
     # each hostile program passes only if what it tries succeeds: a pass would be an escape
     programs = {
         "right": "def inc(x):\n    return x + 1\n",
@@ -112,6 +122,11 @@ def test_a_grading_run_as_an_unprivileged_user_keeps_the_guarantees() -> None:
             "except OSError:\n    wrote = False\n"
             "def inc(x):\n    return x + 1 if wrote else x\n"
         ),
+        "sockets": SOCKET_HUNT.format(paths=[socket_path], abstract=abstract),
+        "disk": DISK_FILL.format(bound=256 << 20),  # the default disk_mb, its folder, /tmp and /dev/shm together
+        "secrets": SECRET_HUNT.format(marker=MARKER.encode()),
+        # right only if it can read another process's environment: the hunt above is not empty
+        "reads_environ": SECRET_HUNT.format(marker=MARKER.encode()).replace("found = any", "found = readable or any"),
     }
     try:
         done = subprocess.run(
@@ -124,8 +139,12 @@ def test_a_grading_run_as_an_unprivileged_user_keeps_the_guarantees() -> None:
         )
         with pytest.raises(BlockingIOError):
             listener.accept()  # nothing reached the host's loopback
+        assert not any(reached(s) for s in servers)  # nor a host unix socket
     finally:
         listener.close()
+        for server in servers:
+            server.close()
+        Path(socket_path).unlink(missing_ok=True)
         escaped = escape.exists()
         if escaped:
             escape.unlink()
@@ -137,4 +156,8 @@ def test_a_grading_run_as_an_unprivileged_user_keeps_the_guarantees() -> None:
     assert result["wrong"][0] == "incorrect"
     assert result["network"][0] == "incorrect", result["network"]  # no network: the connection failed
     assert result["write"][0] == "incorrect", result["write"]  # the write outside its folder failed
+    assert result["sockets"] == ["incorrect", "failed:AssertionError"], result["sockets"]
+    assert result["disk"] == ["incorrect", "failed:AssertionError"], result["disk"]
+    assert result["secrets"] == ["incorrect", "failed:AssertionError"], result["secrets"]
+    assert result["reads_environ"] == ["correct", "passed"]  # /proc/1/environ was read, and held none
     assert not escaped

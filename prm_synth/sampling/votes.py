@@ -1,5 +1,7 @@
 """The votes of `grader.kind: majority` (prm_synth/grading/majority.py): each problem's pseudo-gold from
-`grader.votes` policy samples, or its `no_majority` rejection, before labeling."""
+`grader.votes` policy samples, or its `no_majority` rejection, before labeling. A problem whose votes
+the engine refuses (HTTP 400: a prompt past the model's context) is rejected `engine_refused` with the
+server's words, as the other graders' sampling records it, and asked again by the next run."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
+from prm_synth.engines.base import GenerationRequest, GenerationResult, RequestRefused
 from prm_synth.grading import math as math_grading
 from prm_synth.grading.majority import MAX_VOTED_ANSWERS, MajorityAudit
 from prm_synth.grading.registry import make_grader
@@ -23,6 +26,24 @@ class MajorityOutcome:
     tokens: int = 0
 
 
+def _generate_each(engine: Any, requests: list[GenerationRequest]) -> list[GenerationResult | RequestRefused]:
+    """Each request's result, or the `RequestRefused` the engine answered it with: a batch call that is
+    refused does not say which request was, so the batch is then asked one request at a time and only
+    the refused ones fail (as the sampling stage's engine adapter does)."""
+    try:
+        return list(engine.generate(requests))
+    except RequestRefused as refused:
+        if len(requests) == 1:
+            return [refused]
+    out: list[GenerationResult | RequestRefused] = []
+    for request in requests:
+        try:
+            out.append(engine.generate([request])[0])
+        except RequestRefused as refused:
+            out.append(refused)
+    return out
+
+
 def pseudo_gold(engine: Any, problems: list[Problem], config: Any) -> MajorityOutcome:
     """Each problem with its majority answer as gold (or its `no_majority` rejection), in input order."""
     g = config.grader
@@ -32,7 +53,14 @@ def pseudo_gold(engine: Any, problems: list[Problem], config: Any) -> MajorityOu
     for start in range(0, len(problems), step):
         batch = problems[start : start + step]
         requests = [replace(sampling_request(p, config), n=g.votes) for p in batch]
-        for problem, result in zip(batch, engine.generate(requests), strict=True):
+        for problem, result in zip(batch, _generate_each(engine, requests), strict=True):
+            if isinstance(result, RequestRefused):  # rejected with the server's words; the rest go on
+                out.rejected.append(
+                    reject(
+                        f"{problem.id}-majority", problem.id, problem.source, "sample", "engine_refused", str(result)
+                    )
+                )
+                continue
             out.tokens += result.prompt_tokens + result.generated_tokens
             key = grader.key(problem)
             texts = [c.text for c in result.completions if not math_grading.is_truncated(c.finish_reason)]
