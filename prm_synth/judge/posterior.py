@@ -12,7 +12,7 @@ from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.schema import LabeledRecord
 
-__all__ = ["first_error_prior", "open_interval", "posterior", "prefix_confidence"]
+__all__ = ["first_error_prior", "late_prior", "open_interval", "posterior", "prefix_confidence"]
 
 
 def open_interval(labels: Sequence[bool | None]) -> tuple[int, int]:
@@ -42,10 +42,34 @@ def first_error_prior(record: LabeledRecord) -> list[float]:
     return [1.0 / width if lo <= k <= hi else 0.0 for k in range(n + 1)]
 
 
+def late_prior(prior: Sequence[float], late: float, distance: float = 0.0) -> list[float]:
+    """The rollouts' prior (`first_error_prior`) where, with probability `late`, the change-point they found
+    is late: the policy repaired an earlier slip, so rollouts from after it still reached the answer and
+    the true first error lies before it, `distance` steps before on average (geometric over the earlier
+    steps; 0: each earlier step as likely). Both are measured, never assumed: how often the canaries'
+    rollouts placed a planted error after its step beyond what their own prior allowed, and how far
+    (CanaryStats.late_rate, late_distance). The mass at "no error" (index n) is left alone: an error the
+    rollouts did not see at all is `JudgeAccuracy.hidden`'s."""
+    if late <= 0.0:
+        return list(prior)
+    n = len(prior) - 1
+    ratio = 1.0 - 1.0 / distance if distance >= 1.0 else 1.0  # each step further back this much less likely
+    out = list(prior)
+    reach = 0.0  # what step k receives from the later change-points j: sum of c_j * ratio ** (j - k - 1)
+    for k in range(n - 1, -1, -1):
+        out[k] += reach
+        moved = late * prior[k] if k > 0 else 0.0
+        out[k] -= moved
+        if k > 0:  # spread over steps k-1 .. 0 with weights ratio ** (d - 1), d = 1..k
+            norm = float(k) if ratio >= 1.0 else (1.0 - ratio**k) / (1.0 - ratio)
+            reach = moved / norm + ratio * reach
+    return out
+
+
 def posterior(record: LabeledRecord, accuracy: JudgeAccuracy) -> list[float]:
     """P(first error = k | rollouts, votes) for k = 0..n-1 and, at index n, no error."""
     n = len(record.labels)
-    prior = first_error_prior(record)
+    prior = late_prior(first_error_prior(record), accuracy.late, accuracy.late_distance)
     if accuracy.hidden > 0.0 and n:  # errors the rollouts cannot see (right answers): the run's own share
         spread = [*accuracy.hidden_prior(n), 0.0]
         prior = [(1.0 - accuracy.hidden) * p + accuracy.hidden * q for p, q in zip(prior, spread, strict=True)]
