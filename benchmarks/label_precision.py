@@ -41,7 +41,13 @@ WORLDS: dict[str, dict[str, Any]] = {
     "plain": {"step_error": 0.1, "recover": 0.05, "recover_in_sample": True},
     "repair": {"step_error": 0.1, "recover": 0.05, "recover_in_sample": True, "repair": 0.6},
     # the policy repairs early slips in wrong-answer rows as much as in right ones (issue 57)
-    "slip_repair": {"step_error": 0.1, "recover": 0.05, "recover_in_sample": True, "repair": 0.6, "repair_goes_on": True},
+    "slip_repair": {
+        "step_error": 0.1,
+        "recover": 0.05,
+        "recover_in_sample": True,
+        "repair": 0.6,
+        "repair_goes_on": True,
+    },
 }
 CASES = (("plain", "realistic"), ("repair", "realistic"), ("repair", "correlated"), ("plain", "oracle"))
 

@@ -262,7 +262,9 @@ def continue_canaries(
     return out
 
 
-def controls(records: Sequence[LabeledRecord], config: PipelineConfig, shard: int, canaries: int) -> list[LabeledRecord]:
+def controls(
+    records: Sequence[LabeledRecord], config: PipelineConfig, shard: int, canaries: int
+) -> list[LabeledRecord]:
     """The shard's clean controls: `control_share` as many as its canaries, a stable draw of the rows the
     rollouts found clean at the pinned level (right answer, every prefix at p_good >= PINNED)."""
     cfg = config.canaries

@@ -90,7 +90,9 @@ def fit_hidden(
             n = len(r.labels)
             q, right = doubt.get(r.id, (0.0, 0.0))
             post = posterior(r, replace(current, doubt=q, doubt_clean=right))
-            rollout = late_prior(first_error_prior(r), current.late, current.late_distance)  # as posterior() reads the rollouts
+            rollout = late_prior(
+                first_error_prior(r), current.late, current.late_distance
+            )  # as posterior() reads the rollouts
             spread = current.hidden_prior(n)
             # P(hidden component | votes) = posterior mass the hidden part of the prior explains
             mixed = [(1 - share) * p + share * h for p, h in zip(rollout, [*spread, 0.0], strict=True)]

@@ -14,7 +14,8 @@ Per answer class of the canary ("right": the planted error hides behind a right 
 - late placement (the policy repaired the planted slip, so its rollouts put the error later): `mc_late_steps`
   (summed steps the placement is after the planted step), and per rate L of LATE_GRID the summed log
   likelihood of the planted steps under the rollouts' prior mixed with L (`late_ll:<L>`,
-  posterior.late_prior): floats summed over shards like the counts; `late_rate` is their maximum.
+  posterior.late_prior): floats summed over shards like the counts; `late_rate` is the rate they make
+  likeliest on average (their posterior mean).
 
 Clean controls (`controls`): rows the rollouts found clean at the pinned level, judged with every sample
 like the canaries: how many (`rows`), their readable votes, how many said "no error" (`said_clean`) and
@@ -79,13 +80,16 @@ class CanaryStats:
 
     def late_rate(self, answer: str) -> float:
         """How often the rollouts put a planted error after its step, beyond what their own prior allows:
-        the rate L of LATE_GRID under which the class's canaries' planted steps are likeliest (the
-        maximum-likelihood mixture weight of posterior.late_prior); 0 without canaries of the class."""
+        the mixture weight L of posterior.late_prior, its posterior mean over LATE_GRID (each rate as likely
+        before the canaries) given the class's canaries' planted steps, so a few canaries that saw no late
+        placement leave some doubt, and many pin it; 0 without canaries of the class."""
         c = self.by_answer.get(answer, {})
-        scored = [(c[late_key(rate)], -rate) for rate in LATE_GRID if late_key(rate) in c]
+        scored = [(c[late_key(rate)], rate) for rate in LATE_GRID if late_key(rate) in c]
         if not scored or not c.get("canaries"):
             return 0.0
-        return -max(scored)[1]
+        top = max(x for x, _ in scored)
+        weights = [(math.exp(x - top), rate) for x, rate in scored]
+        return sum(w * rate for w, rate in weights) / sum(w for w, _ in weights)
 
     def late_distance(self, answer: str) -> float:
         """How many steps after the planted step the class's late placements fell, on average (0: none)."""
