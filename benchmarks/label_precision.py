@@ -52,7 +52,7 @@ WORLDS: dict[str, dict[str, Any]] = {
 CASES = (("plain", "realistic"), ("repair", "realistic"), ("repair", "correlated"), ("plain", "oracle"))
 
 
-def config_for(world: str, profile: str, seed: int, problems: int) -> Any:
+def config_for(world: str, profile: str, seed: int, problems: int, canaries: dict[str, Any] | None = None) -> Any:
     judge = JUDGE_PROFILES[profile].model_dump(mode="json") | {"seed": seed}
     return validate_config(
         {
@@ -62,6 +62,7 @@ def config_for(world: str, profile: str, seed: int, problems: int) -> Any:
             "sampling": {"samples_per_problem": 1},
             "judge": {"engine": judge, "samples": 3},
             "consensus": {},
+            "canaries": canaries or {},
             "output": {"shard_size": problems},
         }
     )
@@ -90,8 +91,10 @@ def precision(rows: list[LabeledRecord]) -> dict[str, float | None]:
     return {"good": good_right / good if good else None, "bad": bad_right / bad if bad else None}
 
 
-def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, Any]:
-    config = config_for(world, profile, seed, problems)
+def run_case(
+    world: str, profile: str, seed: int, problems: int, canaries: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    config = config_for(world, profile, seed, problems, canaries)
     policy, judge = SimulatedPolicy(config.policy), SimulatedJudge(config.judge.engine)
     kept: list[LabeledRecord] = []
     stats = ShardStats()

@@ -319,8 +319,10 @@ def vote_key(vote: int, planted: int) -> str:
     return "miss" if vote == -1 else str(vote - planted)
 
 
-def measure(rows: Sequence[tuple[LabeledRecord, int]]) -> CanaryStats:
-    """Counts over (labeled and judged canary, planted step) pairs."""
+def measure(rows: Sequence[tuple[LabeledRecord, int]], continued: bool = True) -> CanaryStats:
+    """Counts over (labeled and judged canary, planted step) pairs. The late-placement likelihoods only
+    for canaries the policy `continued`: an in-place canary's chain is whole again right after its
+    planted step, so how its rollouts place it says nothing of the policy's recovery from a slip."""
     stats = CanaryStats(planted=len(rows))
     keys: Counter[str] = Counter()
     late_steps: dict[str, list[int]] = {}  # per class, how many steps late each late placement fell
@@ -339,7 +341,7 @@ def measure(rows: Sequence[tuple[LabeledRecord, int]]) -> CanaryStats:
         c["mc_late_steps"] += max(0, f - planted) if f >= 0 else 0
         # the planted step's likelihood under each late-placement rate, where the rollouts placed an error
         # at all (one they missed is the hidden share's, estimate.fit_hidden: late_prior leaves "none" alone)
-        if f >= 0 and planted < len(record.labels):
+        if continued and f >= 0 and planted < len(record.labels):
             prior = first_error_prior(record)
             for rate in LATE_GRID:
                 key = late_key(rate)
@@ -417,7 +419,7 @@ def run_canaries(
     if requests:  # a refused row is left out of `judged`: split by id, not by place
         rows, checks = [r for r in judged if r.id in by_solution], [r for r in judged if r.id not in by_solution]
     pairs = [(r, by_solution[r.id].planted.step) for r in rows]
-    stats = measure(pairs)
+    stats = measure(pairs, continued=config.canaries.planter == "continued")
     stats.judge_requests = requests
     if config.judge is not None and judge_engine is not None and checks:
         measure_controls(stats, checks)
