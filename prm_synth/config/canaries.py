@@ -32,7 +32,8 @@ class CanariesConfig(Strict):
     the prior only, and `estimated_precision` has no planted errors to rest on)."""
     share: float = Field(0.1, ge=0.0, le=1.0)
     """The share of a shard's solutions planted with an error (at least `min_per_shard`, at most all the
-    eligible ones: right-answer solutions whose rollouts found no error)."""
+    eligible ones: graded solutions with a plantable step the rollouts found clean before; `in_place`:
+    right-answer solutions whose rollouts found no error)."""
     min_per_shard: int = Field(12, ge=0, le=100_000)
     """The fewest canaries a shard plants, where it has that many eligible solutions."""
     wrong_answer_share: float = Field(0.3, ge=0.0, le=1.0)
@@ -48,8 +49,8 @@ class CanariesConfig(Strict):
     planter, one number or operator changed with the rest as written, in right-answer rows only (the
     rollouts then never face the policy's own recovery from an error)."""
     control_share: float = Field(0.5, ge=0.0, le=10.0)
-    """Clean controls per canary (`continued` only): rows the rollouts found clean at the pinned level,
-    judged with every sample like the canaries, so the judge's false alarms are measured too. Cost: each
-    is `judge.samples` judge requests."""
+    """Clean controls per canary (`continued` only): right-answer rows the rollouts found clean (every step
+    labeled good, every prefix at p_good >= 0.9), judged with every sample like the canaries, so the
+    judge's false alarms are measured too. Cost: each is `judge.samples` judge requests."""
     seed: int = 0
     """The seed of the draw (which solutions, which step, which change): a resumed run plants the same."""

@@ -16,7 +16,7 @@ Since steps 0..k-1 are the policy's own and believed clean, step k is the canary
 other step as written, planted in right-answer rows whose rollouts found no error (the chain is whole
 again right after the planted step, so the rollouts never face the policy's own recovery).
 
-Clean controls (`controls`): a share of rows the rollouts found clean at the pinned level, judged with
+Clean controls (`controls`): a share of rows the rollouts found clean (every prefix at p_good >= 0.9), judged with
 every sample beside the canaries: the judge's false alarms, measured.
 
 The canaries go through the same labeler (`Labeler.label_solutions`, its own scheduler, so no row of
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from prm_synth.annotate.labeler import make_labeler  # the stage that labels the data labels the canaries
-from prm_synth.config import PINNED, PipelineConfig
+from prm_synth.config import PipelineConfig
 from prm_synth.config.canaries import CanariesConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
 from prm_synth.grading.math import grade_completion, is_truncated
@@ -266,9 +266,9 @@ def controls(
     records: Sequence[LabeledRecord], config: PipelineConfig, shard: int, canaries: int
 ) -> list[LabeledRecord]:
     """The shard's clean controls: `control_share` as many as its canaries, a stable draw of the rows the
-    rollouts found clean at the pinned level (right answer, every prefix at p_good >= PINNED)."""
+    rollouts found clean (right answer, every step labeled good, every prefix at p_good >= BELIEVED_CLEAN)."""
     cfg = config.canaries
-    pool = [r for r in records if r.final_correct is True and pinned_first_error(r, PINNED) == -1]
+    pool = [r for r in records if r.final_correct is True and pinned_first_error(r, BELIEVED_CLEAN) == -1]
     pool.sort(key=lambda r: draw(cfg.seed, shard, r.id, "control").random())
     return pool[: min(len(pool), round(cfg.control_share * canaries))]
 
