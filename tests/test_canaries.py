@@ -199,7 +199,8 @@ def test_inspect_the_summary_and_the_card_say_how_right_the_labels_are(tmp_path)
     assert report["rests_on"]["planted"] > 0 and report["limit"] == PRECISION_LIMIT
     text = summarize(root).precision_text()
     assert text is not None and "planted errors" in text and "upper bound" in text
-    shown = " ".join(CliRunner().invoke(app, ["inspect", str(root)], env={"COLUMNS": "300"}).output.split())
+    output = CliRunner().invoke(app, ["inspect", str(root)], env={"COLUMNS": "300"}).output
+    shown = " ".join(output.replace("│", " ").split())  # a wrapped cell's lines, read as one text
     assert "estimated precision" in shown and "upper bound" in shown
     export_to_dir(root, tmp_path / "out", ["trl"])
     card = " ".join((tmp_path / "out" / "README.md").read_text(encoding="utf-8").split())

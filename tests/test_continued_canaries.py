@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.judge.canaries import NUMBER, plant_in_prefix, plantable, result_span
-from prm_synth.judge.posterior import late_prior
+from prm_synth.judge.posterior import late_mixture, late_prior
 from prm_synth.problems import arithmetic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,18 +43,56 @@ def test_no_plant_changes_a_number_the_question_gives(steps):
 
 @given(
     st.lists(st.floats(0.0, 1.0), min_size=2, max_size=30).filter(lambda p: sum(p) > 0),
-    st.floats(0.0, 0.95),
-    st.floats(0.0, 6.0),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 0.9),
 )
 @settings(max_examples=200, deadline=None)
-def test_late_placement_moves_mass_only_to_earlier_steps_and_keeps_a_distribution(weights, late, distance):
+def test_late_placement_moves_mass_only_to_earlier_steps_and_keeps_a_distribution(weights, late, hazard):
     prior = [w / sum(weights) for w in weights]
-    out = late_prior(prior, late, distance)
-    assert abs(sum(out) - 1.0) < 1e-9 and min(out) >= -1e-12
-    assert out[-1] == prior[-1]  # "no error" is the hidden share's, never moved
-    for j in range(len(prior) - 1):  # what lies at or before j only grows
-        assert sum(out[: j + 1]) >= sum(prior[: j + 1]) - 1e-9
-    assert late_prior(prior, 0.0) == prior
+    for out in (late_prior(prior, late, hazard), late_mixture(prior, late)):
+        assert abs(sum(out) - 1.0) < 1e-9 and min(out) >= -1e-12
+        assert out[-1] == prior[-1]  # "no error" is the hidden share's, never moved
+        for j in range(len(prior) - 1):  # what lies at or before j only grows
+            assert sum(out[: j + 1]) >= sum(prior[: j + 1]) - 1e-9
+    assert late_prior(prior, 0.0, hazard) == prior == late_prior(prior, late, 0.0)
+
+
+def test_a_change_point_is_doubted_by_the_odds_of_a_repaired_slip_before_it():
+    """Rollouts sure the first error is step 4 (of 6): each earlier step holds a repaired slip with odds
+    hazard * late / (1 - hazard) against none, so a later change-point and a higher late rate doubt it more."""
+    sure = [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    out = late_prior(sure, 0.5, 0.1)
+    odds = 0.1 * 0.5 / 0.9
+    assert abs(out[4] - 1.0 / (1.0 + 4 * odds)) < 1e-12 and all(abs(out[i] - odds * out[4]) < 1e-12 for i in range(4))
+    assert (
+        late_prior(sure, 0.8, 0.1)[4] < out[4] and late_prior([0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0], 0.5, 0.1)[1] > out[4]
+    )
+    assert late_mixture(sure, 0.3)[4] == 0.7
+
+
+def test_the_late_rate_is_what_the_canaries_planted_steps_make_likeliest():
+    from prm_synth.judge.canaries import measure
+    from prm_synth.schema import LabeledRecord
+
+    def canary(p_good: list[float], final_correct: bool = False) -> LabeledRecord:
+        n = len(p_good)
+        first = next(i for i, p in enumerate(p_good) if p < 0.5)
+        labels = [i < first for i in range(n)]
+        return LabeledRecord(
+            id="s", problem_id="p", source="t", question="q", gold_answer="1", steps=[f"step {i}" for i in range(n)],
+            final_answer="2", final_correct=final_correct, mc_values=[None] * n, mc_correct=[0] * n,
+            mc_total=[0] * n, labels=labels, label_source=["mc"] * n, label_rule="r", first_error_mc=first,
+            annotator="a", policy_model="m", config_fingerprint="f", rollouts=0, tokens=0, p_good=p_good,
+        )  # fmt: skip
+
+    at = canary([0.99, 0.99, 0.01, 0.0, 0.0])  # placed at the planted step 2
+    late = canary([0.99, 0.99, 0.99, 0.99, 0.01])  # placed at 4: the policy repaired the slip at 2
+    assert measure([(at, 2)] * 10).late_rate("wrong") < 0.1  # a posterior mean: ten canaries leave some doubt
+    assert measure([(at, 2)] * 40).late_rate("wrong") < measure([(at, 2)] * 10).late_rate("wrong")
+    assert 0.3 < measure([(at, 2)] * 5 + [(late, 2)] * 5).late_rate("wrong") < 0.7
+    assert measure([(late, 2)] * 10).late_rate("wrong") > 0.8
+    assert measure([(late, 2)] * 10, continued=False).late_rate("wrong") == 0.0  # in-place canaries: no evidence
+    assert measure([(late, 2)] * 10).late_rate("right") == 0.0  # per class
 
 
 def test_the_repair_world_puts_repaired_slips_in_wrong_answer_rows_and_leaves_the_default_world_alone():

@@ -45,7 +45,7 @@ from prm_synth.grading.math import grade_completion, is_truncated
 from prm_synth.grading.registry import grade_completions, make_grader
 from prm_synth.judge.accuracy import answer_class, pinned_first_error
 from prm_synth.judge.ask import UNPARSEABLE, judge_records
-from prm_synth.judge.posterior import first_error_prior, late_prior
+from prm_synth.judge.posterior import first_error_prior, late_mixture
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.prompting.thinking import engine_markers
 from prm_synth.sampling.sample import Solution
@@ -325,13 +325,7 @@ def measure(rows: Sequence[tuple[LabeledRecord, int]], continued: bool = True) -
     planted step, so how its rollouts place it says nothing of the policy's recovery from a slip."""
     stats = CanaryStats(planted=len(rows))
     keys: Counter[str] = Counter()
-    late_steps: dict[str, list[int]] = {}  # per class, how many steps late each late placement fell
     for record, planted in rows:
-        if record.first_error_mc > planted:
-            late_steps.setdefault(answer_class(record), []).append(record.first_error_mc - planted)
-    for record, planted in rows:
-        steps = late_steps.get(answer_class(record), [])
-        distance = sum(steps) / len(steps) if steps else 0.0
         c = stats.by_answer.setdefault(answer_class(record), {k: 0 for k in CLASS_KEYS})
         c["canaries"] += 1
         stats.rollouts += record.rollouts
@@ -345,7 +339,7 @@ def measure(rows: Sequence[tuple[LabeledRecord, int]], continued: bool = True) -
             prior = first_error_prior(record)
             for rate in LATE_GRID:
                 key = late_key(rate)
-                c[key] = c.get(key, 0.0) + math.log(max(late_prior(prior, rate, distance)[planted], LATE_FLOOR))
+                c[key] = c.get(key, 0.0) + math.log(max(late_mixture(prior, rate)[planted], LATE_FLOOR))
         if f >= 0:  # the bad labels the placement gives: it and the labeled steps after it
             bad = [f, *(i for i in range(f + 1, len(record.labels)) if record.labels[i] is not None)]
             c["mc_bad_labels"] += len(bad)

@@ -9,7 +9,8 @@ dependence comes from the canaries too (CanaryStats.miss_dependence).
 
 Late placement: a slip the policy repaired leaves the rollouts' change-point after the true first error;
 how often (beyond the rollouts' own doubt) is measured on the class's canaries, which the policy itself
-continues from the planted slip (CanaryStats.late_rate), and enters every posterior as
+continues from the planted slip (CanaryStats.late_rate), and with the shard's rate of fresh errors per
+step (how often a slip is there to repair: posterior.slip_hazard) enters every posterior as
 posterior.late_prior.
 
 Hidden errors (`fit_hidden`): on right-answer rows the rollouts are blind (a repaired slip still reaches
@@ -46,7 +47,7 @@ from prm_synth.judge.accuracy import (
     measure_by_class,
 )
 from prm_synth.judge.ask import UNPARSEABLE
-from prm_synth.judge.posterior import first_error_prior, late_prior, posterior
+from prm_synth.judge.posterior import first_error_prior, late_prior, posterior, slip_hazard
 from prm_synth.schema import LabeledRecord
 from prm_synth.store.canary_counts import CanaryStats, Z, wilson
 
@@ -91,7 +92,7 @@ def fit_hidden(
             q, right = doubt.get(r.id, (0.0, 0.0))
             post = posterior(r, replace(current, doubt=q, doubt_clean=right))
             rollout = late_prior(
-                first_error_prior(r), current.late, current.late_distance
+                first_error_prior(r), current.late, current.hazard
             )  # as posterior() reads the rollouts
             spread = current.hidden_prior(n)
             # P(hidden component | votes) = posterior mass the hidden part of the prior explains
@@ -215,6 +216,7 @@ def canary_accuracy(
     answer: AnswerClass = "wrong",
     rows: Sequence[LabeledRecord] = (),
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    hazard: float = 0.0,
 ) -> ClassAccuracy:
     """The class's shrunk measured rates (accuracy.estimated_accuracy), each replaced by the prior where
     fewer than `class_min_votes` votes measured it. Where the shard's canaries hold votes of the class,
@@ -230,7 +232,6 @@ def canary_accuracy(
     clean = measured.clean if enough_clean else prior.clean
     dependence = canaries.miss_dependence() if canaries else 0.0
     late = canaries.late_rate(answer) if canaries else 0.0  # how often the rollouts place an error late
-    distance = canaries.late_distance(answer) if canaries else 0.0  # and how far
     c = canaries.of(answer) if canaries else None
     from_canaries = c is not None and c["votes"] > 0
     w = config.prior_votes
@@ -239,8 +240,8 @@ def canary_accuracy(
         r = min(0.99, max(0.01, (named + w * recall) / (votes + w)))
         m = min(1.0 - r, max(0.01, (missed + w * miss) / (votes + w)))
         if answer != "right" or not rows:
-            return JudgeAccuracy(r, clean, m, dependence, late=late, late_distance=distance)
-        base = JudgeAccuracy(r, clean, m, dependence, 0.0, vote_shape(rows), late=late, late_distance=distance)
+            return JudgeAccuracy(r, clean, m, dependence, late=late, hazard=hazard)
+        base = JudgeAccuracy(r, clean, m, dependence, 0.0, vote_shape(rows), late=late, hazard=hazard)
         hidden, fitted_clean = fit_hidden(rows, base, doubt=doubt)
         return replace(base, hidden=hidden, clean=fitted_clean)
 
@@ -301,7 +302,8 @@ def rates_by_class(
     """Each answer class's rates as soft reads them: measured on `records` (one shard's rows, pinned at
     `pinned`) and on the shard's canaries; `doubt`: rows graded against a pseudo-gold (grading/majority.py)."""
     counts = measure_by_class(records, pinned)
+    hazard = slip_hazard(records)  # how often a slip is there to be repaired (posterior.late_prior)
     return {
-        c: canary_accuracy(counts[c], config, canaries, c, [r for r in records if answer_class(r) == c], doubt)
+        c: canary_accuracy(counts[c], config, canaries, c, [r for r in records if answer_class(r) == c], doubt, hazard)
         for c in ANSWER_CLASSES
     }

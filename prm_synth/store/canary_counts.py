@@ -14,7 +14,7 @@ Per answer class of the canary ("right": the planted error hides behind a right 
 - late placement (the policy repaired the planted slip, so its rollouts put the error later): `mc_late_steps`
   (summed steps the placement is after the planted step), and per rate L of LATE_GRID the summed log
   likelihood of the planted steps under the rollouts' prior mixed with L (`late_ll:<L>`,
-  posterior.late_prior): floats summed over shards like the counts; `late_rate` is the rate they make
+  posterior.late_mixture): floats summed over shards like the counts; `late_rate` is the rate they make
   likeliest on average (their posterior mean).
 
 Clean controls (`controls`): rows the rollouts found clean at the pinned level, judged with every sample
@@ -80,7 +80,7 @@ class CanaryStats:
 
     def late_rate(self, answer: str) -> float:
         """How often the rollouts put a planted error after its step, beyond what their own prior allows:
-        the mixture weight L of posterior.late_prior, its posterior mean over LATE_GRID (each rate as likely
+        the mixture weight L of posterior.late_mixture, its posterior mean over LATE_GRID (each rate as likely
         before the canaries) given the class's canaries' planted steps, so a few canaries that saw no late
         placement leave some doubt, and many pin it; 0 without canaries of the class."""
         c = self.by_answer.get(answer, {})
