@@ -11,7 +11,10 @@ whether the interval holds the measured precision. Cases (world, judge profile):
 - repair, realistic / correlated: the policy repairs early slips (`repair`), so right answers often
   hide an early error; `correlated` misses errors exactly there (right answers, early steps) and its
   votes on one row repeat one reading;
-- plain, oracle: an always-right judge.
+- plain, oracle: an always-right judge;
+- slip_repair, realistic: the policy repairs early slips in wrong-answer rows as much as in right ones
+  (`repair_goes_on`), so the rollouts place the first error late there too (issue 57;
+  benchmarks/results/canaries-continued-2026-12-07.md: chosen on seeds 4-11, 300-302 used, reported on 320-324).
 
 Settings were chosen on seeds 0-3; the figures reported are on held-out seeds 200-202 (the default).
 
@@ -49,7 +52,13 @@ WORLDS: dict[str, dict[str, Any]] = {
         "repair_goes_on": True,
     },
 }
-CASES = (("plain", "realistic"), ("repair", "realistic"), ("repair", "correlated"), ("plain", "oracle"))
+CASES = (
+    ("plain", "realistic"),
+    ("repair", "realistic"),
+    ("repair", "correlated"),
+    ("plain", "oracle"),
+    ("slip_repair", "realistic"),
+)
 
 
 def config_for(world: str, profile: str, seed: int, problems: int, canaries: dict[str, Any] | None = None) -> Any:
