@@ -164,3 +164,19 @@ def test_a_run_plants_canaries_the_policy_continued_in_both_classes_and_measures
         if rests[answer]["canaries"]:
             assert abs(sum(placed[k] for k in ("at", "before", "after", "missed")) - 1.0) < 1e-9
             assert rests[answer]["rollouts_late_rate"] is not None
+
+
+@given(
+    st.lists(st.integers(0, 29), min_size=1, max_size=30, unique=True),
+    st.lists(st.floats(0.0, 0.99), max_size=20),
+    st.integers(0, 2**32),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_canary_stands_on_a_candidate_step_near_where_the_shards_first_errors_stand(candidates, found, seed):
+    from prm_synth.judge.canaries import natural_step
+
+    at = natural_step(sorted(candidates), 30, found, random.Random(seed))
+    assert at in candidates
+    if len(found) >= 5 and len(set(found)) == 1 and int(found[0] * 30) in candidates:
+        assert abs(at - int(found[0] * 30)) <= 1  # one place the shard's errors stand: the canary is there
+    assert natural_step([], 30, found, random.Random(seed)) is None
