@@ -11,7 +11,10 @@ whether the interval holds the measured precision. Cases (world, judge profile):
 - repair, realistic / correlated: the policy repairs early slips (`repair`), so right answers often
   hide an early error; `correlated` misses errors exactly there (right answers, early steps) and its
   votes on one row repeat one reading;
-- plain, oracle: an always-right judge.
+- plain, oracle: an always-right judge;
+- slip_repair, realistic: the policy repairs early slips in wrong-answer rows as much as in right ones
+  (`repair_goes_on`), so the rollouts place the first error late there too (issue 57;
+  benchmarks/results/canaries-continued-2026-12-07.md: chosen on seeds 4-11, 300-302 used, reported on 320-324).
 
 Settings were chosen on seeds 0-3; the figures reported are on held-out seeds 200-202 (the default).
 
@@ -40,11 +43,25 @@ from prm_synth.store.canary_counts import CanaryStats, precision_report
 WORLDS: dict[str, dict[str, Any]] = {
     "plain": {"step_error": 0.1, "recover": 0.05, "recover_in_sample": True},
     "repair": {"step_error": 0.1, "recover": 0.05, "recover_in_sample": True, "repair": 0.6},
+    # the policy repairs early slips in wrong-answer rows as much as in right ones (issue 57)
+    "slip_repair": {
+        "step_error": 0.1,
+        "recover": 0.05,
+        "recover_in_sample": True,
+        "repair": 0.6,
+        "repair_goes_on": True,
+    },
 }
-CASES = (("plain", "realistic"), ("repair", "realistic"), ("repair", "correlated"), ("plain", "oracle"))
+CASES = (
+    ("plain", "realistic"),
+    ("repair", "realistic"),
+    ("repair", "correlated"),
+    ("plain", "oracle"),
+    ("slip_repair", "realistic"),
+)
 
 
-def config_for(world: str, profile: str, seed: int, problems: int) -> Any:
+def config_for(world: str, profile: str, seed: int, problems: int, canaries: dict[str, Any] | None = None) -> Any:
     judge = JUDGE_PROFILES[profile].model_dump(mode="json") | {"seed": seed}
     return validate_config(
         {
@@ -54,6 +71,7 @@ def config_for(world: str, profile: str, seed: int, problems: int) -> Any:
             "sampling": {"samples_per_problem": 1},
             "judge": {"engine": judge, "samples": 3},
             "consensus": {},
+            "canaries": canaries or {},
             "output": {"shard_size": problems},
         }
     )
@@ -82,8 +100,10 @@ def precision(rows: list[LabeledRecord]) -> dict[str, float | None]:
     return {"good": good_right / good if good else None, "bad": bad_right / bad if bad else None}
 
 
-def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, Any]:
-    config = config_for(world, profile, seed, problems)
+def run_case(
+    world: str, profile: str, seed: int, problems: int, canaries: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    config = config_for(world, profile, seed, problems, canaries)
     policy, judge = SimulatedPolicy(config.policy), SimulatedJudge(config.judge.engine)
     kept: list[LabeledRecord] = []
     stats = ShardStats()

@@ -18,6 +18,10 @@ DATA = {
     "sampling": {"samples_per_problem": 2},
     "judge": {"engine": {"kind": "simulated-judge", "accuracy": 0.8}, "samples": 3},
     "consensus": {},  # the defaults: soft, judge.select needed
+    # in-place canaries measure no late placement, so the rollouts' pins stand and some rows go unasked;
+    # the few canaries the policy continues in a 6-row shard leave enough doubt of a late change-point that
+    # every wrong-answer row may be asked (posterior.late_prior)
+    "canaries": {"planter": "in_place"},
     "output": {"shard_size": 6},
 }
 

@@ -88,9 +88,11 @@ class SimulatedPolicyConfig(EngineFields):
             "step_drift",
             "recent_recover",
             "repair",
+            "repair_goes_on",
             "correlation",
         }
     )
+    ADDED_FIELDS: ClassVar[dict[str, Any]] = {"thinking": None, "repair_goes_on": False}
 
     kind: Literal["simulated"] = "simulated"
     """A simulated arithmetic policy whose every step's truth is known (no model, no GPU)."""
@@ -134,6 +136,13 @@ class SimulatedPolicyConfig(EngineFields):
     step with this probability (the wrong equation stays in the text, the chain goes on from the right
     value), so a solution can hold a wrong step and still end on the gold answer. A continuation of a
     prefix that ends on such a slip repairs it at the same rate."""
+    repair_goes_on: bool = False
+    """With `repair`: a repaired slip leaves the chain clean, so the policy goes on writing fresh errors at
+    its usual rate after it (wrong-answer solutions hold repaired slips as often as right ones), and a
+    continuation of a prefix whose running value was put right (the slip repaired) goes on as one of a
+    clean prefix: rollouts from after the slip reach the answer about as often as from a clean prefix.
+    Any fresh slip in the first half may be repaired, not only the solution's first (False: a repaired
+    slip is the solution's last error, as before)."""
     correlation: float = Field(0.0, ge=0.0, le=5.0)
     """Correlated rollouts: all continuations of one prefix share a factor exp(correlation * z), z ~ N(0, 1)
     drawn per prefix, on their step error and on the odds of their luck."""

@@ -17,7 +17,8 @@ Worlds that break one assumption of a labeler's model each (all off by default; 
 benchmark documents them): per-problem luck (`recover_range`, or populations: `recover_choices`), one
 hard step per problem (`hard_step_error`), ungradable completions (`ungradable`: cut off at
 max_tokens, or no answer), continuations that skip or add a step (`step_drift`), luck that depends on how recent the error is
-(`recent_recover`), and rollouts of one prefix that share their fortune (`correlation`). Each draws
+(`recent_recover`), rollouts of one prefix that share their fortune (`correlation`), and slips the policy
+repairs (`repair`; with `repair_goes_on` in wrong-answer solutions as much as in right ones). Each draws
 its randomness only when it is on, so the default policy writes what it always wrote.
 
 Randomness is derived from (seed, prompt, prefix, sample index), so results do not depend on how
@@ -106,6 +107,7 @@ class _Prefix:
     luck: float  # a continuation's chance to go back to the right value (when wrong)
     error_at: list[float]  # each operation's chance of a fresh error
     first_wrong: int  # the prefix's first wrong line (-1: none)
+    slip: bool  # the prefix ends on a fresh error in the first half of the chain (one a continuation may repair)
 
 
 # A problem's prefixes are probed many times (one request each): parse its question once. Small on
@@ -177,15 +179,20 @@ class SimulatedPolicy(_SimulatedEngine):
         lines = prefix.split("\n")
         first_wrong = arithmetic.true_first_error(lines)
         wrong = first_wrong >= 0 or bool(done and value != truth[done - 1])
+        slip = first_wrong == done - 1 and 2 * (done - 1) < len(problem.ops)  # an early error just written
+        if self.config.repair_goes_on and self.config.repair > 0:
+            # only the running value tells a wrong prefix (a repaired slip left the chain clean), and any
+            # fresh early error just written is a slip to repair, not only the prefix's first
+            wrong = bool(done and value != truth[done - 1])
+            slip = wrong and 2 * (done - 1) < len(problem.ops) and _last_equation_wrong(prefix)
         if wrong and self.config.recent_recover > 0:  # a recent error is noticed more often
             after = arithmetic.count_equations("\n".join(lines[first_wrong + 1 :])) if first_wrong >= 0 else 0
             luck = min(1.0, luck + self.config.recent_recover * 0.5**after)
-        return _Prefix(problem, truth, done, value, wrong, luck, self._errors(problem, mood), first_wrong)
+        return _Prefix(problem, truth, done, value, wrong, luck, self._errors(problem, mood), first_wrong, slip)
 
     def _continue(self, state: _Prefix, prefix: str, rng: random.Random) -> str:
         problem, truth, value, luck, error_at = state.problem, state.truth, state.value, state.luck, state.error_at
-        wrong, done = state.wrong, state.done
-        slip = state.first_wrong == done - 1 and 2 * (done - 1) < len(problem.ops)  # an early error just written
+        wrong, done, slip = state.wrong, state.done, state.slip
         if wrong and self.config.repair > 0 and slip and rng.random() < self.config.repair:
             value, wrong = truth[done - 1], False  # the slip just written is noticed and repaired
             fresh_errors = True
@@ -207,6 +214,7 @@ class SimulatedPolicy(_SimulatedEngine):
                 c = self._wrong_value(c, problem, j, rng)
                 fresh_errors = False  # from now on the wrong value is carried on
                 repaired = self.config.repair > 0 and 2 * j < len(problem.ops) and rng.random() < self.config.repair
+                fresh_errors = repaired and self.config.repair_goes_on  # a repaired slip left the chain clean
                 lucky = not repaired and self.config.recover_in_sample and rng.random() < luck
             if lucky and j == len(problem.ops) - 1:
                 c = truth[-1]  # the last (false) equation happens to land on the gold answer
@@ -424,6 +432,12 @@ JUDGE_PROFILES: dict[str, SimulatedJudgeConfig] = {
         )
     ),
 }
+
+
+def _last_equation_wrong(prefix: str) -> bool:
+    """The prefix's last line with an equation is itself false (a fresh error, not a carried value)."""
+    line = next((x for x in reversed(prefix.split("\n")) if arithmetic.count_equations(x)), "")
+    return bool(arithmetic.step_is_wrong(line))
 
 
 def _right_answer(question: str, steps: list[str]) -> bool:

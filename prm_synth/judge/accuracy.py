@@ -85,6 +85,10 @@ class JudgeAccuracy:
     # P(this row's answer is the truth) (grading/majority.row_doubts); 0: a real gold
     doubt: float = 0.0
     doubt_clean: float = 0.0
+    # how often the rollouts' change-point is late (a slip the policy repaired before it): the class's
+    # canaries' measured rate (CanaryStats.late_rate), read by posterior.late_prior; 0 without canaries
+    late: float = 0.0
+    hazard: float = 0.0  # the shard's rate of fresh errors per step (posterior.slip_hazard): how often a slip is there
 
     def hidden_prior(self, n: int) -> list[float]:
         """P(first error = k) for k = 0..n-1 of a hidden error in a row of n steps."""

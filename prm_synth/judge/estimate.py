@@ -7,6 +7,12 @@ canaries (judge/canaries.py: a planted error's first step is known), shrunk towa
 (accuracy.py) by `consensus.prior_votes`; without canaries of the class, they are accuracy.py's. Vote
 dependence comes from the canaries too (CanaryStats.miss_dependence).
 
+Late placement: a slip the policy repaired leaves the rollouts' change-point after the true first error;
+how often (beyond the rollouts' own doubt) is measured on the class's canaries, which the policy itself
+continues from the planted slip (CanaryStats.late_rate), and with the shard's rate of fresh errors per
+step (how often a slip is there to repair: posterior.slip_hazard) enters every posterior as
+posterior.late_prior.
+
 Hidden errors (`fit_hidden`): on right-answer rows the rollouts are blind (a repaired slip still reaches
 the answer), so the share of those rows that hold an error, and the judge's clean rate there, are fitted
 by EM to the class's votes under the posterior's own model (posterior.py) with the recall fixed from the
@@ -41,7 +47,7 @@ from prm_synth.judge.accuracy import (
     measure_by_class,
 )
 from prm_synth.judge.ask import UNPARSEABLE
-from prm_synth.judge.posterior import first_error_prior, posterior
+from prm_synth.judge.posterior import first_error_prior, late_prior, posterior, slip_hazard
 from prm_synth.schema import LabeledRecord
 from prm_synth.store.canary_counts import CanaryStats, Z, wilson
 
@@ -85,7 +91,9 @@ def fit_hidden(
             n = len(r.labels)
             q, right = doubt.get(r.id, (0.0, 0.0))
             post = posterior(r, replace(current, doubt=q, doubt_clean=right))
-            rollout = first_error_prior(r)
+            rollout = late_prior(
+                first_error_prior(r), current.late, current.hazard
+            )  # as posterior() reads the rollouts
             spread = current.hidden_prior(n)
             # P(hidden component | votes) = posterior mass the hidden part of the prior explains
             mixed = [(1 - share) * p + share * h for p, h in zip(rollout, [*spread, 0.0], strict=True)]
@@ -208,6 +216,7 @@ def canary_accuracy(
     answer: AnswerClass = "wrong",
     rows: Sequence[LabeledRecord] = (),
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    hazard: float = 0.0,
 ) -> ClassAccuracy:
     """The class's shrunk measured rates (accuracy.estimated_accuracy), each replaced by the prior where
     fewer than `class_min_votes` votes measured it. Where the shard's canaries hold votes of the class,
@@ -222,6 +231,7 @@ def canary_accuracy(
     recall, miss = (measured.recall, measured.miss) if enough_errors else (prior.recall, prior.miss)
     clean = measured.clean if enough_clean else prior.clean
     dependence = canaries.miss_dependence() if canaries else 0.0
+    late = canaries.late_rate(answer) if canaries else 0.0  # how often the rollouts place an error late
     c = canaries.of(answer) if canaries else None
     from_canaries = c is not None and c["votes"] > 0
     w = config.prior_votes
@@ -230,8 +240,8 @@ def canary_accuracy(
         r = min(0.99, max(0.01, (named + w * recall) / (votes + w)))
         m = min(1.0 - r, max(0.01, (missed + w * miss) / (votes + w)))
         if answer != "right" or not rows:
-            return JudgeAccuracy(r, clean, m, dependence)
-        base = JudgeAccuracy(r, clean, m, dependence, 0.0, vote_shape(rows))
+            return JudgeAccuracy(r, clean, m, dependence, late=late, hazard=hazard)
+        base = JudgeAccuracy(r, clean, m, dependence, 0.0, vote_shape(rows), late=late, hazard=hazard)
         hidden, fitted_clean = fit_hidden(rows, base, doubt=doubt)
         return replace(base, hidden=hidden, clean=fitted_clean)
 
@@ -292,7 +302,8 @@ def rates_by_class(
     """Each answer class's rates as soft reads them: measured on `records` (one shard's rows, pinned at
     `pinned`) and on the shard's canaries; `doubt`: rows graded against a pseudo-gold (grading/majority.py)."""
     counts = measure_by_class(records, pinned)
+    hazard = slip_hazard(records)  # how often a slip is there to be repaired (posterior.late_prior)
     return {
-        c: canary_accuracy(counts[c], config, canaries, c, [r for r in records if answer_class(r) == c], doubt)
+        c: canary_accuracy(counts[c], config, canaries, c, [r for r in records if answer_class(r) == c], doubt, hazard)
         for c in ANSWER_CLASSES
     }

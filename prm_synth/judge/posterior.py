@@ -6,13 +6,21 @@ What selection.py stops on and what consensus.py's `soft` policy keeps by.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.schema import LabeledRecord
 
-__all__ = ["first_error_prior", "open_interval", "posterior", "prefix_confidence"]
+__all__ = [
+    "first_error_prior",
+    "late_mixture",
+    "late_prior",
+    "open_interval",
+    "posterior",
+    "prefix_confidence",
+    "slip_hazard",
+]
 
 
 def open_interval(labels: Sequence[bool | None]) -> tuple[int, int]:
@@ -42,10 +50,53 @@ def first_error_prior(record: LabeledRecord) -> list[float]:
     return [1.0 / width if lo <= k <= hi else 0.0 for k in range(n + 1)]
 
 
+def late_mixture(prior: Sequence[float], late: float) -> list[float]:
+    """The rollouts' prior where, with probability `late`, the change-point they found is late: the true
+    first error lies at an earlier step (each as likely). What a canary's planted step is scored under
+    (its slip is certain, so `late` is the whole chance: CanaryStats.late_rate)."""
+    return _spread_back(prior, lambda _j: late)
+
+
+def late_prior(prior: Sequence[float], late: float, hazard: float) -> list[float]:
+    """The rollouts' prior for a row of the data, where a change-point j may be late: the policy slipped at
+    an earlier step and repaired it, so rollouts from after the slip still reached the answer. Against
+    "no slip before j", each earlier step i holds such a slip with odds hazard * late / (1 - hazard): a
+    fresh error there (`hazard`, the shard's own rate per step, `slip_hazard`) that the rollouts then place
+    late (`late`, measured on canaries the policy itself continued: CanaryStats.late_rate). Both are
+    measured; neither knows where a world puts its slips. The mass at "no error" (index n) is left alone:
+    an error the rollouts did not see at all is `JudgeAccuracy.hidden`'s."""
+    if late <= 0.0 or hazard <= 0.0:
+        return list(prior)
+    odds = min(hazard, 0.99) * late / (1.0 - min(hazard, 0.99))
+    return _spread_back(prior, lambda j: j * odds / (1.0 + j * odds))
+
+
+def _spread_back(prior: Sequence[float], moved: Callable[[int], float]) -> list[float]:
+    """`prior` with the share `moved(j)` of each step j's mass spread evenly over steps 0..j-1."""
+    n = len(prior) - 1
+    out = list(prior)
+    reach = 0.0  # what step k receives from the later steps: sum over j > k of their moved mass / j
+    for k in range(n - 1, -1, -1):
+        out[k] += reach
+        if k > 0:
+            share = moved(k) * prior[k]
+            out[k] -= share
+            reach += share / k
+    return out
+
+
+def slip_hazard(records: Sequence[LabeledRecord]) -> float:
+    """The shard's rate of fresh errors per step: the first errors its rollouts found over the steps they
+    covered (each row's steps through its first bad label, all of a row without one)."""
+    found = sum(1 for r in records if r.first_error_mc >= 0)
+    steps = sum(r.first_error_mc + 1 if r.first_error_mc >= 0 else len(r.labels) for r in records)
+    return found / steps if steps else 0.0
+
+
 def posterior(record: LabeledRecord, accuracy: JudgeAccuracy) -> list[float]:
     """P(first error = k | rollouts, votes) for k = 0..n-1 and, at index n, no error."""
     n = len(record.labels)
-    prior = first_error_prior(record)
+    prior = late_prior(first_error_prior(record), accuracy.late, accuracy.hazard)
     if accuracy.hidden > 0.0 and n:  # errors the rollouts cannot see (right answers): the run's own share
         spread = [*accuracy.hidden_prior(n), 0.0]
         prior = [(1.0 - accuracy.hidden) * p + accuracy.hidden * q for p, q in zip(prior, spread, strict=True)]

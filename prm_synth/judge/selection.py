@@ -26,24 +26,26 @@ from dataclasses import replace
 
 from prm_synth.config import ConsensusConfig, JudgeConfig
 from prm_synth.engines.base import Engine
-from prm_synth.judge.accuracy import ClassAccuracy, answer_class
+from prm_synth.judge.accuracy import ANSWER_CLASSES, ClassAccuracy, answer_class
 from prm_synth.judge.ask import judge_records
 from prm_synth.judge.estimate import expected_precision, rates_by_class
-from prm_synth.judge.posterior import first_error_prior, posterior
+from prm_synth.judge.posterior import first_error_prior, late_prior, posterior, slip_hazard
 from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord
 from prm_synth.store.canary_counts import CanaryStats
 
 __all__ = ["calibrates", "judge_selected", "judge_stage", "needs_judge", "pinned_at", "selected", "settled"]
 
 
-def pinned_at(record: LabeledRecord, confidence: float) -> bool:
-    """The rollouts alone put the row's most likely first error at `confidence` or more."""
-    return max(first_error_prior(record)) >= confidence
+def pinned_at(record: LabeledRecord, confidence: float, late: float = 0.0, hazard: float = 0.0) -> bool:
+    """The rollouts alone put the row's most likely first error at `confidence` or more (read with the
+    measured rate `late` at which their change-point is late, and the shard's slip `hazard`:
+    posterior.late_prior)."""
+    return max(late_prior(first_error_prior(record), late, hazard)) >= confidence
 
 
-def needs_judge(record: LabeledRecord, confidence: float) -> bool:
+def needs_judge(record: LabeledRecord, confidence: float, late: float = 0.0, hazard: float = 0.0) -> bool:
     """A vote can change the row's labels: a right (or ungraded) answer, or a first error not yet pinned."""
-    return record.final_correct is not False or not pinned_at(record, confidence)
+    return record.final_correct is not False or not pinned_at(record, confidence, late, hazard)
 
 
 def calibrates(record: LabeledRecord, share: float) -> bool:
@@ -59,12 +61,20 @@ def selected(
     config: JudgeConfig,
     consensus: ConsensusConfig,
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    canaries: CanaryStats | None = None,
 ) -> list[bool]:
     """Per row, whether the judge is asked about it. A row with a `doubt` (graded against a pseudo-gold
-    that may be wrong, grading/majority.py) always is: the rollouts' pin stands on that pseudo-gold."""
+    that may be wrong, grading/majority.py) always is: the rollouts' pin stands on that pseudo-gold. A pin
+    is read with the rate at which the shard's canaries found the rollouts' change-point late (a repaired
+    slip before it): where that is measured, a row pinned by the rollouts alone may still need a vote."""
     level = max(config.skip_confidence, consensus.confidence)
     doubt = doubt or {}
-    return [r.id in doubt or needs_judge(r, level) or calibrates(r, config.calibrate) for r in records]
+    hazard = slip_hazard(records)
+    late = {c: (canaries.late_rate(c), hazard) if canaries else (0.0, 0.0) for c in ANSWER_CLASSES}
+    return [
+        r.id in doubt or needs_judge(r, level, *late[answer_class(r)]) or calibrates(r, config.calibrate)
+        for r in records
+    ]
 
 
 def reaches(record: LabeledRecord, accuracy: ClassAccuracy, consensus: ConsensusConfig) -> bool:
@@ -121,7 +131,7 @@ def judge_selected(
             for i in rows
         ]
 
-    sent = selected(records, config, consensus, doubt)
+    sent = selected(records, config, consensus, doubt, canaries)
     return judge_records(
         engine, records, config, max_batch_requests, sent=sent, settled=settled_rows, first_samples=first_samples
     )

@@ -10,7 +10,17 @@ Per answer class of the canary ("right": the planted error hides behind a right 
   `offset_sum` (the summed distance of those step votes), `unreadable`;
 - vote dependence within a row: `pairs` of readable votes on one row and how many of them are equal
   (`pairs_agree`); `vote_keys` counts each vote by its reading (offset from the planted step, or "miss")
-  over all rows, the chance level a row's pairs are compared with.
+  over all rows, the chance level a row's pairs are compared with;
+- late placement (the policy repaired the planted slip, so its rollouts put the error later): `mc_late_steps`
+  (summed steps the placement is after the planted step), and per rate L of LATE_GRID the summed log
+  likelihood of the planted steps under the rollouts' prior mixed with L (`late_ll:<L>`,
+  posterior.late_mixture): floats summed over shards like the counts; `late_rate` is the rate they make
+  likeliest on average (their posterior mean).
+
+Clean controls (`controls`): rows the rollouts found clean at the pinned level, judged with every sample
+like the canaries: how many (`rows`), their readable votes, how many said "no error" (`said_clean`) and
+how many named a step (`false_alarms`), and unreadable votes: the judge's false alarms, measured.
+`judge_requests`: the judge requests the canaries and the controls cost (beside the data's).
 """
 
 from __future__ import annotations
@@ -37,7 +47,15 @@ CLASS_KEYS = (
     "pairs",
     "pairs_agree",
     "pairs_missed",
+    "mc_late_steps",
 )
+CONTROL_KEYS = ("rows", "votes", "said_clean", "false_alarms", "unreadable")
+# the late-placement rates whose likelihood the canaries sum (posterior.late_prior): 0, 0.05, ..., 0.9
+LATE_GRID = tuple(round(0.05 * i, 2) for i in range(19))
+
+
+def late_key(rate: float) -> str:
+    return f"late_ll:{rate:.2f}"
 
 
 @dataclass
@@ -47,6 +65,8 @@ class CanaryStats:
     tokens: int = 0  # rollout and judge tokens spent on canaries
     by_answer: dict[str, dict[str, int]] = field(default_factory=dict)
     vote_keys: dict[str, int] = field(default_factory=dict)
+    controls: dict[str, int] = field(default_factory=dict)  # clean controls' votes (CONTROL_KEYS)
+    judge_requests: int = 0  # judge requests spent on the canaries and the controls
 
     @classmethod
     def read(cls, data: dict[str, Any] | None) -> CanaryStats | None:
@@ -57,6 +77,32 @@ class CanaryStats:
 
     def of(self, answer: str) -> dict[str, int]:
         return {k: 0 for k in CLASS_KEYS} | self.by_answer.get(answer, {})
+
+    def late_rate(self, answer: str) -> float:
+        """How often the rollouts put a planted error after its step, beyond what their own prior allows:
+        the mixture weight L of posterior.late_mixture, its posterior mean over LATE_GRID (each rate as likely
+        before the canaries) given the class's canaries' planted steps, so a few canaries that saw no late
+        placement leave some doubt, and many pin it; 0 without canaries of the class."""
+        c = self.by_answer.get(answer, {})
+        scored = [(c[late_key(rate)], rate) for rate in LATE_GRID if late_key(rate) in c]
+        if not scored or not c.get("canaries"):
+            return 0.0
+        top = max(x for x, _ in scored)
+        weights = [(math.exp(x - top), rate) for x, rate in scored]
+        return sum(w * rate for w, rate in weights) / sum(w for w, _ in weights)
+
+    def late_distance(self, answer: str) -> float:
+        """How many steps after the planted step the class's late placements fell, on average (0: none)."""
+        c = self.of(answer)
+        return c["mc_late_steps"] / c["mc_after"] if c["mc_after"] else 0.0
+
+    def control_counts(self) -> dict[str, int]:
+        return {k: 0 for k in CONTROL_KEYS} | self.controls
+
+    def false_alarm_rate(self) -> float | None:
+        """The share of the clean controls' readable votes that named a step (None: no votes)."""
+        c = self.control_counts()
+        return c["false_alarms"] / c["votes"] if c["votes"] else None
 
     def judge_recall(self, answer: str) -> tuple[int, int]:
         """(votes naming the planted step, readable votes) on canaries of the class."""
@@ -100,6 +146,12 @@ class CanaryStats:
             "tokens": self.tokens,
             "vote_agreement_beyond_chance": self.agreement_beyond_chance(),
             "miss_dependence": round(self.miss_dependence(), 4),
+            "judge_requests": self.judge_requests,
+            "controls": {
+                "rows": self.control_counts()["rows"],
+                "judge_votes": self.control_counts()["votes"],
+                "judge_false_alarm": self.false_alarm_rate(),
+            },
         }
         for answer in ("right", "wrong"):
             c = self.of(answer)
@@ -107,7 +159,11 @@ class CanaryStats:
             steps = c["before"] + c["after"] + c["named"]
             out[answer] = {
                 "canaries": n,
-                "rollouts": {k: c[f"mc_{k}"] / n if n else None for k in ("at", "before", "after", "clean")},
+                "rollouts": {k: c[f"mc_{k}"] / n if n else None for k in ("at", "before", "after", "clean")}
+                | {"missed": c["mc_clean"] / n if n else None},
+                # the mixture weight of a late placement the posterior reads (late_rate), and how late
+                "rollouts_late_rate": self.late_rate(answer) if n else None,
+                "rollouts_mean_steps_late": c["mc_late_steps"] / c["mc_after"] if c["mc_after"] else None,
                 # the share of the bad labels the rollouts' placement gives that are right (precision_report)
                 "rollouts_bad_precision": 1.0 - c["mc_bad_wrong"] / c["mc_bad_labels"] if c["mc_bad_labels"] else None,
                 "judge_recall": c["named"] / v if v else None,
@@ -125,10 +181,16 @@ class CanaryStats:
             c = s[answer]
             if not c["canaries"]:
                 continue
-            bit = f"{c['canaries']} behind a {answer} answer: rollouts placed {c['rollouts']['at']:.0%} at the step"
+            r = c["rollouts"]
+            bit = (
+                f"{c['canaries']} behind a {answer} answer: rollouts placed {r['at']:.0%} at the step, "
+                f"{r['before']:.0%} before, {r['after']:.0%} after, missed {r['missed']:.0%}"
+            )
             if c["judge_recall"] is not None:
                 bit += f", the judge named {c['judge_recall']:.0%} of {c['judge_votes']} votes"
             parts.append(bit)
+        if (alarm := s["controls"]["judge_false_alarm"]) is not None:
+            parts.append(f"the judge named a step on {alarm:.0%} of {s['controls']['rows']} clean controls' votes")
         if (kappa := s["vote_agreement_beyond_chance"]) is not None:
             parts.append(f"a row's votes agree {kappa:.2f} beyond chance")
         return "; ".join(parts)
