@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
+from prm_synth.annotate.given import is_given, label_given, problem_id
 from prm_synth.annotate.jobs import ProgressCallback
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.result import Progress, quiet
@@ -51,6 +52,7 @@ from prm_synth.problems.sources import iter_problems
 from prm_synth.sampling.votes import pseudo_gold
 from prm_synth.schema import (
     ConsensusStats,
+    GivenSolution,
     Item,
     JudgeStats,
     LabeledRecord,
@@ -121,7 +123,13 @@ def process_shard(
         majority = pseudo_gold(engine, problems, config)
         problems, load_rejected = majority.problems, load_rejected + majority.rejected
 
-    labeled = make_labeler(config, fingerprint).label(engine, problems, progress, on_progress)
+    labeler = make_labeler(config, fingerprint)
+    # given solutions (problems.kind solutions): nothing is sampled, the rest runs as for sampled ones
+    given = label_given(labeler, engine, config, shard.items, progress, on_progress) if is_given(config) else None
+    if given is not None:
+        problems, labeled = given.problems, given.labeled
+    else:
+        labeled = labeler.label(engine, problems, progress, on_progress)
     sampled = labeled.sampled
     clock.lap("sample_and_label")
     # before the judge: what the canaries measure is what the judge's accuracy is read from
@@ -141,7 +149,8 @@ def process_shard(
     sched = labeled.stats
     stats = ShardStats(
         inputs=len(shard.items),
-        problems_loaded=len(problems),  # under majority the ones with a pseudo-gold (reconciles as before)
+        # under majority the ones with a pseudo-gold (reconciles as before); given: the solutions loaded
+        problems_loaded=given.loaded if given is not None else len(problems),
         problems_labeled=with_rows,
         solutions_sampled=sampled.completions,
         rows=len(records),
@@ -322,7 +331,7 @@ class ShardRows:
 
 def redo_items(items: list[Item], redo: set[str]) -> list[Item]:
     """The problems of a shard to ask the engine again (those it refused before)."""
-    return [it for it in items if isinstance(it, Problem) and it.id in redo]
+    return [it for it in items if isinstance(it, Problem | GivenSolution) and problem_id(it) in redo]
 
 
 def merge_redo(

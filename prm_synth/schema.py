@@ -36,6 +36,9 @@ RejectReason = Literal[
     "broken_line",
     "line_too_long",
     "missing_tests",  # a code problem (grader.kind code) without tests to run
+    "bad_solution",  # a given solution (problems.kind solutions) that is not text
+    "bad_steps",  # given steps that are not a list of non-empty strings
+    "bad_label",  # a given label of the wrong type, or out of range for the solution's steps
     "engine_refused",  # sample / annotate / judge: the engine refused the request
     "engine_refused_permanent",  # ... on `run.refused_runs` runs in a row: for good (run --retry-refused)
     # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of
@@ -158,6 +161,10 @@ RECORD_SCHEMA = pa.schema(
         # The labels as the labeler left them, where consensus completed or changed them (null: unchanged).
         pa.field("labels_before_consensus", pa.list_(pa.bool_())),
         pa.field("gold_origin", pa.string()),  # null: the problem's gold; "majority 0.750": a pseudo-gold. Added later.
+        # Labels a source brought with a given solution (problems.kind solutions; null elsewhere): the earliest
+        # wrong step (ProcessBench's `label`, -1 none) and, where given per step, the ratings -1/0/1 (PRM800K).
+        pa.field("given_first_error", pa.int32()),
+        pa.field("given_labels", pa.list_(pa.int32())),
     ]
 )
 
@@ -214,6 +221,8 @@ class LabeledRecord:
     consensus_p_good: list[float] | None = None  # per step, P(prefix correct) under soft's posterior
     labels_before_consensus: list[bool | None] | None = None  # the labels before consensus changed them
     gold_origin: str | None = None  # None: the problem's gold; "majority 0.75": a pseudo-gold (grading/majority.py)
+    given_first_error: int | None = None  # a given solution's given earliest wrong step (-1 none; None: not given)
+    given_labels: list[int] | None = None  # its given per-step ratings -1/0/1 (None: not given per step)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -236,8 +245,21 @@ class RejectedRecord:
         return asdict(self)
 
 
-# One source row as it leaves the loader: a problem to label, or its rejection.
-Item = Problem | RejectedRecord
+@dataclass(frozen=True)
+class GivenSolution:
+    """A solution a source brought (`problems.kind: solutions`): labeled as it is, never sampled. Exactly
+    one of `text` (split by the configured strategy) and `steps` (taken as given) is set."""
+
+    id: str  # kept as the labeled row's id
+    problem: Problem
+    text: str | None = None
+    steps: tuple[str, ...] | None = None
+    given_first_error: int | None = None  # the earliest wrong step as given (-1: none)
+    given_ratings: tuple[int, ...] | None = None  # per-step ratings as given (-1 bad, 0 neutral, 1 good)
+
+
+# One source row as it leaves the loader: a problem to label, a given solution, or its rejection.
+Item = Problem | GivenSolution | RejectedRecord
 
 
 def reject(

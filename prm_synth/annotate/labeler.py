@@ -65,7 +65,13 @@ class Labeler(Protocol):
         """Label a shard's problems (sampling their solutions first where the method needs them)."""
         ...
 
-    def label_solutions(self, engine: Engine, solutions: list[Solution], progress: Progress = quiet) -> LabelResult:
+    def label_solutions(
+        self,
+        engine: Engine,
+        solutions: list[Solution],
+        progress: Progress = quiet,
+        on_progress: ProgressCallback | None = None,
+    ) -> LabelResult:
         """Label solutions we are given (evaluation on ProcessBench-format files) exactly as `label`
         labels the ones it samples: the same annotators, the same shard pooling, the same rows."""
         ...
@@ -193,8 +199,14 @@ class _Base:
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         raise NotImplementedError
 
-    def label_solutions(self, engine: Engine, solutions: list[Solution], progress: Progress = quiet) -> LabelResult:
-        scheduler = new_scheduler(engine, self.config, self.budget)
+    def label_solutions(
+        self,
+        engine: Engine,
+        solutions: list[Solution],
+        progress: Progress = quiet,
+        on_progress: ProgressCallback | None = None,
+    ) -> LabelResult:
+        scheduler = new_scheduler(engine, self.config, self.budget, on_progress)
         pool = self._first_phase_pool([s.problem.id for s in solutions])
         if pool is not None:
             for problem in dict.fromkeys(s.problem.id for s in solutions):

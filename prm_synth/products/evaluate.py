@@ -15,7 +15,6 @@ ProcessBench and BIG-Bench Mistake are evaluation sets: measure on them, never t
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +29,12 @@ from prm_synth.judge.ask import CRITIQUE, judge_solutions
 from prm_synth.judge.consensus import record_from_payload
 from prm_synth.judge.verify import VERIFIER_PROMPT
 from prm_synth.problems import arithmetic
+from prm_synth.problems.gold_answers import (  # moved there: `problems.kind: solutions` joins gold too
+    BenchFileError,
+    json_rows,
+    normalize_question,
+)
 from prm_synth.problems.quality import first_error_quality, step_label_quality
-from prm_synth.problems.sources import gold_from_field
 from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
 from prm_synth.sampling.sample import Solution, check_policy_can_solve
 from prm_synth.schema import Problem
@@ -48,31 +51,13 @@ class BenchSample:
     label: int  # earliest wrong step, -1 if none
 
 
-class BenchFileError(PrmSynthInputError):
-    """A benchmark or gold-answer file that cannot be read as one (exit 2); the message names the row."""
-
-
-def _json_rows(path: Path, lines: bool) -> list[Any]:
-    """The rows of a JSON list file, or of a JSON-lines file; BenchFileError naming what is not JSON."""
-    try:
-        text = path.read_text()
-        if lines:
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        rows = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise BenchFileError(f"{path}: not JSON{' lines' if lines else ''} ({type(e).__name__}: {e})") from None
-    if not isinstance(rows, list):
-        raise BenchFileError(f"{path}: expected a JSON list of samples")
-    return rows
-
-
 def load_processbench(path: str | Path, limit: int | None = None) -> list[BenchSample]:
     """A ProcessBench-format file: a JSON list, or JSON lines; fields problem, steps, label (id optional).
 
     A malformed row is an error naming the row: an evaluation set is not silently thinned.
     """
     path = Path(path)
-    rows = _json_rows(path, lines=path.suffix == ".jsonl")
+    rows = json_rows(path, lines=path.suffix == ".jsonl")
     samples = []
     for i, row in enumerate(rows[:limit] if limit is not None else rows):
         where = f"{path} row {i}"
@@ -159,35 +144,6 @@ def evaluate_judge(
 
 
 # ------------------------------------------------------------------ our labeler on a bench file
-
-
-def normalize_question(text: str) -> str:
-    """Join key for problem text: whitespace runs collapse (files differ in spacing, not in words)."""
-    return " ".join(text.split())
-
-
-def gold_from_answer(answer: str) -> str:
-    """GSM8K's answer column ends in '#### 72': the gold answer is what follows (read exactly as the
-    problem loader reads it); other text is taken as is."""
-    if "####" in answer:
-        gold, _ = gold_from_field(answer, "gsm8k")
-        return gold or ""
-    return answer.strip()
-
-
-def load_gold_answers(path: str | Path) -> dict[str, str]:
-    """Normalized problem text -> gold answer, from JSON lines (or a JSON list) with a question field
-    (`question` or `problem`) and an answer field (`answer`, GSM8K's '#### N' understood)."""
-    path = Path(path)
-    gold: dict[str, str] = {}
-    for i, row in enumerate(_json_rows(path, lines=path.suffix != ".json")):
-        if not isinstance(row, dict):
-            raise BenchFileError(f"{path} row {i}: not an object")
-        question = row.get("question", row.get("problem"))
-        answer = row.get("answer")
-        if isinstance(question, str) and answer is not None:
-            gold[normalize_question(question)] = gold_from_answer(str(answer))
-    return gold
 
 
 # ProcessBench steps are paragraphs without their separators: the labeler's continuation prompts

@@ -173,6 +173,8 @@ def summarize(root: str | Path) -> RunSummary:
     stats = sum((e.stats for e in entries), start=ShardStats())
     config = manifest.get("config", {})
     samples = config.get("sampling", {}).get("samples_per_problem", 1)
+    if config.get("problems", {}).get("kind") == "solutions":
+        samples = 1  # given solutions: each loaded one is one row or one rejection (none sampled)
     return RunSummary(
         problems_in=stats.inputs,
         problems_loaded=stats.problems_loaded,
