@@ -31,9 +31,8 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
-from prm_synth.annotate.given import is_given, label_given, problem_id
+from prm_synth.annotate.given import label_shard, problem_of
 from prm_synth.annotate.jobs import ProgressCallback
-from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.result import Progress, quiet
 from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError, RunStopped
@@ -52,7 +51,6 @@ from prm_synth.problems.sources import iter_problems
 from prm_synth.sampling.votes import pseudo_gold
 from prm_synth.schema import (
     ConsensusStats,
-    GivenSolution,
     Item,
     JudgeStats,
     LabeledRecord,
@@ -123,13 +121,9 @@ def process_shard(
         majority = pseudo_gold(engine, problems, config)
         problems, load_rejected = majority.problems, load_rejected + majority.rejected
 
-    labeler = make_labeler(config, fingerprint)
-    # given solutions (problems.kind solutions): nothing is sampled, the rest runs as for sampled ones
-    given = label_given(labeler, engine, config, shard.items, progress, on_progress) if is_given(config) else None
-    if given is not None:
-        problems, labeled = given.problems, given.labeled
-    else:
-        labeled = labeler.label(engine, problems, progress, on_progress)
+    # given solutions (problems.kind solutions) skip sampling; what follows runs as for sampled ones
+    shard_labeled = label_shard(engine, config, fingerprint, shard.items, problems, progress, on_progress)
+    problems, labeled = shard_labeled.problems, shard_labeled.labeled
     sampled = labeled.sampled
     clock.lap("sample_and_label")
     # before the judge: what the canaries measure is what the judge's accuracy is read from
@@ -150,7 +144,7 @@ def process_shard(
     stats = ShardStats(
         inputs=len(shard.items),
         # under majority the ones with a pseudo-gold (reconciles as before); given: the solutions loaded
-        problems_loaded=given.loaded if given is not None else len(problems),
+        problems_loaded=shard_labeled.loaded,
         problems_labeled=with_rows,
         solutions_sampled=sampled.completions,
         rows=len(records),
@@ -331,7 +325,7 @@ class ShardRows:
 
 def redo_items(items: list[Item], redo: set[str]) -> list[Item]:
     """The problems of a shard to ask the engine again (those it refused before)."""
-    return [it for it in items if isinstance(it, Problem | GivenSolution) and problem_id(it) in redo]
+    return [it for it in items if problem_of(it) in redo]
 
 
 def merge_redo(

@@ -13,29 +13,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prm_synth.annotate.jobs import ProgressCallback
-from prm_synth.annotate.labeler import Labeler
+from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.result import LabelResult, Progress, quiet
 from prm_synth.config import PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.grading.registry import grade_completions, make_grader
-from prm_synth.problems.given import check_given_label
+from prm_synth.problems.given import GivenSolution, SourceItem, check_given_label, problem_of
 from prm_synth.prompting.thinking import engine_markers
 from prm_synth.sampling.sample import Sampled, Solution
 from prm_synth.sampling.steps import splitter
-from prm_synth.schema import GivenSolution, Item, Problem, reject
+from prm_synth.schema import Problem, reject
+
+__all__ = ["ShardLabeled", "given_solutions", "label_shard", "problem_of"]
 
 
 @dataclass
-class GivenShard:
-    """What a shard of given solutions made: its problems (in row order), the labeler's result (its
-    `sampled`: the given solutions, none drawn), and how many given solutions were loaded."""
+class ShardLabeled:
+    """What labeling a shard made: its problems (given solutions': their questions, in row order), the
+    labeler's result (given: its `sampled` holds the given solutions, none drawn), and how many problems
+    (given: solutions) were loaded."""
 
     problems: list[Problem]
     labeled: LabelResult
-    loaded: int = 0
+    loaded: int
 
 
-def given_solutions(items: list[Item], config: PipelineConfig, engine: Engine) -> tuple[list[Problem], Sampled]:
+def given_solutions(items: list[SourceItem], config: PipelineConfig, engine: Engine) -> tuple[list[Problem], Sampled]:
     """The shard's given solutions as `Solution`s grouped by problem (row order), and the rejections of
     those whose labels do not fit their steps; nothing is sampled (`completions`, `tokens`: 0)."""
     markers = engine_markers(config.policy, engine)
@@ -63,15 +66,20 @@ def given_solutions(items: list[Item], config: PipelineConfig, engine: Engine) -
     return problems, out
 
 
-def label_given(
-    labeler: Labeler,
+def label_shard(
     engine: Engine,
     config: PipelineConfig,
-    items: list[Item],
+    fingerprint: str,
+    items: list[SourceItem],
+    problems: list[Problem],
     progress: Progress = quiet,
     on_progress: ProgressCallback | None = None,
-) -> GivenShard:
-    """Label a shard's given solutions as sampled ones are labeled, with the labels they came with."""
+) -> ShardLabeled:
+    """Label a shard: its problems' solutions sampled and labeled (`Labeler.label`), or, for given solutions
+    (problems.kind solutions), those labeled as sampled ones are, each row with the labels it came with."""
+    labeler = make_labeler(config, fingerprint)
+    if config.problems.kind != "solutions":
+        return ShardLabeled(problems, labeler.label(engine, problems, progress, on_progress), len(problems))
     problems, given = given_solutions(items, config, engine)
     labeled = labeler.label_solutions(engine, given.solutions, progress, on_progress)
     labeled.sampled = given
@@ -80,15 +88,4 @@ def label_given(
         g = came_with[record.id]
         record.given_first_error = g.given_first_error
         record.given_labels = list(g.given_ratings) if g.given_ratings is not None else None
-    loaded = len(came_with)
-    return GivenShard(problems, labeled, loaded)
-
-
-def is_given(config: PipelineConfig) -> bool:
-    """Whether the run labels given solutions (sampling skipped) rather than sampling its own."""
-    return config.problems.kind == "solutions"
-
-
-def problem_id(item: Problem | GivenSolution) -> str:
-    """The problem a loaded item belongs to (a given solution's question, or the problem itself)."""
-    return item.problem.id if isinstance(item, GivenSolution) else item.id
+    return ShardLabeled(problems, labeled, len(came_with))

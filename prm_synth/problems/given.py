@@ -6,7 +6,7 @@ labels it came with) or a rejection (stage "load") with its reason:
 - no gold answer, neither in the row nor in the `gold_answers` file joined by question ("missing_answer",
   "empty_answer", "unparseable_answer");
 - no solution: neither `solution` text nor `steps`, or empty ones ("empty_solution"); a solution that is not
-  text ("bad_solution"); steps that are not a list of non-empty strings ("bad_steps");
+  text, or steps that are not a list of non-empty strings ("bad_solution");
 - a label that is neither an int nor a list of ratings -1/0/1, or one out of range for given steps
   ("bad_label"; a text solution's labels are checked once it is split, sampling/given.py);
 - an id used by an earlier row ("duplicate_id"): ids are kept as the rows' ids, so they must be unique.
@@ -20,16 +20,41 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prm_synth.config import SolutionFields, SolutionsSource
 from prm_synth.problems.gold_answers import load_gold_answers, normalize_question
 from prm_synth.problems.row_checks import bad_text, gold_from_field, load_rejection, payload_of
-from prm_synth.schema import GivenSolution, Problem, RejectedRecord, RejectReason
+from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason
 
-__all__ = ["check_given_label", "iter_given", "question_id"]
+__all__ = ["GivenSolution", "SourceItem", "check_given_label", "iter_given", "problem_of", "question_id"]
 
 RATINGS = (-1, 0, 1)  # PRM800K's per-step ratings: bad, neutral, good
+
+
+@dataclass(frozen=True)
+class GivenSolution:
+    """A solution a source brought: labeled as it is, never sampled. Exactly one of `text` (split by the
+    configured strategy) and `steps` (taken as given, their separators put back) is set."""
+
+    id: str  # kept as the labeled row's id
+    problem: Problem
+    text: str | None = None
+    steps: tuple[str, ...] | None = None
+    given_first_error: int | None = None  # the earliest wrong step as given (-1: none)
+    given_ratings: tuple[int, ...] | None = None  # per-step ratings as given (-1 bad, 0 neutral, 1 good)
+
+
+# One source row as it leaves a loader: a problem to label, a given solution, or its rejection.
+SourceItem = Item | GivenSolution
+
+
+def problem_of(item: SourceItem) -> str | None:
+    """The problem id a loaded item belongs to (a given solution's question's); None for a rejection."""
+    if isinstance(item, GivenSolution):
+        return item.problem.id
+    return item.id if isinstance(item, Problem) else None
 
 
 def question_id(question: str) -> str:
@@ -127,11 +152,11 @@ class _GivenReader:
         steps = row.get(f.steps)
         if steps is not None:
             if not isinstance(steps, list | tuple) or not all(isinstance(s, str) for s in steps):
-                return None, None, ("bad_steps", f"{f.steps!r} is not a list of strings")
+                return None, None, ("bad_solution", f"{f.steps!r} is not a list of strings")
             if not steps:
                 return None, None, ("empty_solution", f"{f.steps!r} is an empty list")
             if any(not s for s in steps):
-                return None, None, ("bad_steps", f"{f.steps!r} holds an empty step")
+                return None, None, ("bad_solution", f"{f.steps!r} holds an empty step")
             # the separators a set stored its steps without go back, so the steps join to the text
             return None, tuple(s + sep for s in steps[:-1]) + (steps[-1],), None
         text = row.get(f.solution)

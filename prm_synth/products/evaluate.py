@@ -38,6 +38,7 @@ from prm_synth.problems.quality import first_error_quality, step_label_quality
 from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
 from prm_synth.sampling.sample import Solution, check_policy_can_solve
 from prm_synth.schema import Problem
+from prm_synth.store.given_labels import processbench_metric  # a run over given labels reports it too
 from prm_synth.store.readers import iter_records, read_manifest
 
 # ------------------------------------------------------------------ ProcessBench files
@@ -75,28 +76,6 @@ def load_processbench(path: str | Path, limit: int | None = None) -> list[BenchS
 
 
 # ------------------------------------------------------------------ the metric
-
-
-def processbench_metric(labels: Sequence[int], predictions: Sequence[int | None]) -> dict[str, Any]:
-    """ProcessBench's metric as fractions in [0, 1]; an accuracy over no samples is None."""
-    if len(labels) != len(predictions):
-        raise ValueError("labels and predictions differ in length")
-    err = [(lab, p) for lab, p in zip(labels, predictions, strict=True) if lab != -1]
-    cor = [p for lab, p in zip(labels, predictions, strict=True) if lab == -1]
-    err_acc = sum(p == lab for lab, p in err) / len(err) if err else None
-    cor_acc = sum(p == -1 for p in cor) / len(cor) if cor else None
-    if err_acc is None or cor_acc is None:
-        f1 = None
-    else:
-        f1 = 2 * err_acc * cor_acc / (err_acc + cor_acc) if err_acc + cor_acc else 0.0
-    return {
-        "error_acc": err_acc,
-        "correct_acc": cor_acc,
-        "f1": f1,
-        "n_error": len(err),
-        "n_correct": len(cor),
-        "no_prediction": sum(p is None for p in predictions),
-    }
 
 
 def format_metric(m: dict[str, Any]) -> str:
