@@ -8,6 +8,8 @@ carried on the rows and `inspect --json` measures the kept labels against them.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +257,99 @@ def test_processbench_metric_and_first_bad_label():
     assert first_bad_label([True, None, False, False]) == 2 and first_bad_label([True, None]) == -1
     m = processbench_metric([-1, -1, 2, 3], [-1, 0, 2, 1])
     assert (m["correct_acc"], m["error_acc"], m["f1"]) == (0.5, 0.5, 0.5)
+
+
+# ---------------------------------------------------------------- the guide's recipes, as written
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "given-solutions.md"
+
+
+def guide_blocks(heading: str, language: str) -> list[str]:
+    """The fenced blocks of one language under a heading of the guide, exactly as written there."""
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+
+
+def verl_dump(path: Path, data: dict[str, Any], step: int) -> int:
+    """The simulated policy's rollouts of a few problems, as verl writes a step's dump; returns the lines."""
+    config = validate_config(data | {"problems": {**SMALL, "count": 3, "seed": step}})
+    problems = [p for p in iter_problems(config.problems) if isinstance(p, Problem)]
+    sampled = sample_solutions(build_engine(config.policy), problems, config)
+    lines = [
+        {
+            "input": s.problem.question,
+            "output": "".join(s.steps),
+            "gts": s.problem.gold_answer,
+            "score": 1.0,
+            "step": step,
+        }
+        for s in sampled.solutions
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return len(lines)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_guides_rl_rollout_recipe_labels_the_new_dumps_only(tmp_path, monkeypatch):
+    (pipeline,) = guide_blocks("## Label RL rollouts on a schedule", "yaml")
+    (commands,) = guide_blocks("## Label RL rollouts on a schedule", "bash")
+    data = yaml.safe_load(pipeline)
+    # the dump is the simulated policy's: it continues the prefixes, writes a step a line; a small shard
+    data |= {"policy": {"kind": "simulated", "step_error": 0.2, "seed": 0, "step_format": "line"}}
+    data |= {"steps": {"strategy": "line"}, "output": {"shard_size": 4}, "sampling": {"samples_per_problem": 2}}
+    monkeypatch.chdir(tmp_path)
+    Path("rollouts.yaml").write_text(yaml.safe_dump(data))
+    Path("rollouts").mkdir()
+    runs = [shlex.split(line)[1:] for line in commands.splitlines() if line.startswith("prm-synth run ")]
+    assert len(runs) == 2
+
+    first_lines = verl_dump(Path("rollouts/1.jsonl"), data, 1) + verl_dump(Path("rollouts/2.jsonl"), data, 2)
+    first = CliRunner().invoke(app, runs[0])
+    assert first.exit_code == 0, first.output
+    before = {r["id"]: r for r in iter_records(tmp_path / "runs" / "rollouts")}
+    # a new dump, named by its training step: 10 comes after 2 (natural order), so only it is new
+    new_lines = verl_dump(Path("rollouts/10.jsonl"), data, 10)
+    second = CliRunner().invoke(app, runs[1])
+    assert second.exit_code == 0, second.output
+    summary = json.loads(second.output.strip().splitlines()[-1])
+    shard = data["output"]["shard_size"]
+    assert summary["shards_skipped"] == first_lines // shard  # the full shards of the first run are kept
+    assert summary["shards_run"] == -(-(first_lines + new_lines) // shard) - first_lines // shard
+    assert summary["reconciles"] and summary["problems_in"] == first_lines + new_lines
+    after = {r["id"]: r for r in iter_records(tmp_path / "runs" / "rollouts")}
+    rejected = list(iter_records(tmp_path / "runs" / "rollouts", "rejected"))
+    assert len(after) + len(rejected) == first_lines + new_lines
+    assert all(after[k] == row for k, row in before.items() if k in after)  # what was labeled stays
+    assert {r["gold_answer"] for r in after.values()} and all(r["given_first_error"] is None for r in after.values())
+
+
+def test_the_guides_prm800k_flattening_reads_as_given_ratings(tmp_path, monkeypatch):
+    (flatten,) = guide_blocks("## PRM800K", "python")
+    (section,) = guide_blocks("## PRM800K", "yaml")
+    q = arithmetic.generate(__import__("random").Random(4), 3, 3)
+    texts, ratings = ["first", "second", "third"], [1, 0, -1]
+
+    def step(text: str, rating: int, chosen: int | None) -> dict[str, Any]:
+        return {
+            "completions": [{"text": text, "rating": rating, "flagged": None}],
+            "human_completion": None,
+            "chosen_completion": chosen,
+        }
+
+    row = {
+        "question": {"problem": q.question(), "ground_truth_answer": str(q.answer)},
+        "label": {
+            "steps": [step(t, r, None if r == -1 else 0) for t, r in zip(texts, ratings, strict=True)],
+            "finish_reason": "found_error",
+        },
+    }
+    monkeypatch.chdir(tmp_path)
+    Path("phase2_test.jsonl").write_text(json.dumps(row) + "\n")
+    exec(compile(flatten, str(GUIDE), "exec"), {})  # noqa: S102 - the guide's own snippet, run as written
+    data = sampled_config("simulated", annotate={"method": "mc", "k": 2}) | yaml.safe_load(section)
+    data["problems"]["path"] = str(tmp_path / data["problems"]["path"])
+    rows, rejected = run_rows(data)
+    assert not rejected
+    assert [(r["id"], r["steps"], r["given_labels"], r["given_first_error"]) for r in rows] == [
+        ("prm800k-0", ["first\n", "second\n", "third"], ratings, 2)
+    ]

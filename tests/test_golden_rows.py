@@ -95,7 +95,9 @@ def _canonical(value: Any) -> Any:
 
 
 # nullable columns added to the record schema after the fixture was first generated
-ADDED_COLUMNS = frozenset({"consensus_p_good", "labels_before_consensus", "gold_origin"})
+ADDED_COLUMNS = frozenset(
+    {"consensus_p_good", "labels_before_consensus", "gold_origin", "given_first_error", "given_labels"}
+)
 
 
 def row_digest(row: dict[str, Any]) -> str:

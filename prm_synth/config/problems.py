@@ -119,8 +119,9 @@ class SolutionsSource(Strict):
     """Solutions you already have (RL rollouts, existing data sets, human-labeled sets), one a row,
     labeled as they are: sampling is skipped, everything after it runs as for sampled solutions."""
     path: Path | None = None
-    """A local file of solutions (.jsonl, .json or .parquet); a relative path resolves against the
-    pipeline file's folder. Give `path` or `dataset`."""
+    """A local file of solutions (.jsonl, .json or .parquet), one a row, or a folder of them read in natural
+    order (`2.jsonl` before `10.jsonl`: dumps named by step or date come in the order written, new ones last);
+    a relative path resolves against the pipeline file's folder. Give `path` or `dataset`."""
     dataset: str | None = None
     """Instead of `path`: a Hugging Face data set's Hub name, or a builder such as `json` or `parquet`
     with `data_files` (read as `problems.kind: hf` reads one)."""

@@ -19,8 +19,10 @@ The rows come from sources.py's readers (a file, or a Hugging Face data set), wh
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prm_synth.config import SolutionFields, SolutionsSource
@@ -28,7 +30,15 @@ from prm_synth.problems.gold_answers import load_gold_answers, normalize_questio
 from prm_synth.problems.row_checks import bad_text, gold_from_field, load_rejection, payload_of
 from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason
 
-__all__ = ["GivenSolution", "SourceItem", "check_given_label", "iter_given", "problem_of", "question_id"]
+__all__ = [
+    "GivenSolution",
+    "SourceItem",
+    "check_given_label",
+    "iter_given",
+    "problem_of",
+    "question_id",
+    "solution_files",
+]
 
 RATINGS = (-1, 0, 1)  # PRM800K's per-step ratings: bad, neutral, good
 
@@ -55,6 +65,20 @@ def problem_of(item: SourceItem) -> str | None:
     if isinstance(item, GivenSolution):
         return item.problem.id
     return item.id if isinstance(item, Problem) else None
+
+
+SOLUTION_FILES = (".jsonl", ".ndjson", ".json", ".parquet")
+
+
+def _natural(name: str) -> list[Any]:
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
+
+
+def solution_files(folder: Path) -> list[Path]:
+    """The files of solutions in a folder, in natural order (numbers as numbers: verl's `2.jsonl` before
+    `10.jsonl`), so dumps named by training step or date come in the order they were written."""
+    files = [p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in SOLUTION_FILES]
+    return sorted(files, key=lambda p: _natural(p.name))
 
 
 def question_id(question: str) -> str:

@@ -82,6 +82,8 @@ def iter_problems(source: Any, gold_optional: bool = False) -> Iterator[Item]:
 
 def _solution_rows(src: SolutionsSource) -> tuple[str, Iterator[tuple[int, Any]]]:
     """The name and the raw rows of a solutions source: its file, or its data set as `hf` reads one."""
+    if src.path is not None and src.path.is_dir():  # a folder of dumps, in natural order: new ones come last
+        return src.path.name, enumerate(row for f in given.solution_files(src.path) for _, row in file_rows(f))
     if src.path is not None:
         return src.path.stem, file_rows(src.path)
     assert src.dataset is not None  # the config holds one of the two

@@ -31,7 +31,9 @@ from prm_synth.judge.verify import VERIFIER_PROMPT
 from prm_synth.problems import arithmetic
 from prm_synth.problems.gold_answers import (  # moved there: `problems.kind: solutions` joins gold too
     BenchFileError,
+    gold_from_answer,
     json_rows,
+    load_gold_answers,
     normalize_question,
 )
 from prm_synth.problems.quality import first_error_quality, step_label_quality
@@ -40,6 +42,9 @@ from prm_synth.sampling.sample import Solution, check_policy_can_solve
 from prm_synth.schema import Problem
 from prm_synth.store.given_labels import processbench_metric  # a run over given labels reports it too
 from prm_synth.store.readers import iter_records, read_manifest
+
+# read from here too (the commands, tests): the gold-answer join and ProcessBench's metric live below this room
+__all__ = ["BenchFileError", "gold_from_answer", "load_gold_answers", "processbench_metric"]
 
 # ------------------------------------------------------------------ ProcessBench files
 
