@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from prm_synth.cli import app
 from prm_synth.config import ConfigError, validate_config
 from prm_synth.engines import build_engine
+from prm_synth.export.hub import export_to_dir
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.problems import arithmetic
 from prm_synth.problems.given import check_given_label, question_id
@@ -188,6 +189,15 @@ def test_inspect_reports_the_kept_labels_against_the_given_ones(tmp_path):
     # and in words, beside the estimate, in the table
     table = CliRunner().invoke(app, ["inspect", str(out)], env={"COLUMNS": "200"}).output
     assert "against given labels" in table and "ProcessBench F1" in table
+    # the card says which labels were given and which made, with the comparison
+    export_to_dir(out, tmp_path / "repo", ["trl"], test_fraction=0.0)
+    card = " ".join((tmp_path / "repo" / "README.md").read_text().split())
+    assert "The solutions were given, not sampled" in card and "Each problem was solved by a policy" not in card
+    assert (
+        f"`given_first_error` (the earliest wrong step, as the source labeled it) on {len(rows)} of {len(rows)} rows"
+        in card
+    )
+    assert "Labels made by this run: `labels`" in card and "ProcessBench F1" in card
 
 
 def test_prm800k_ratings_give_the_first_error_and_are_kept(tmp_path):

@@ -95,10 +95,9 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
         return
     from itertools import islice
 
-    from prm_synth.problems.given import GivenSolution
+    from prm_synth.problems.given import problems_in  # a given solution's question too
     from prm_synth.problems.sources import ProblemSourceError, iter_problems
     from prm_synth.sampling.sample import PolicyCannotSolveError, check_policy_can_solve
-    from prm_synth.schema import Problem
 
     if isinstance(config.problems, HFSource):
         limit = min(limit or config.output.shard_size, config.output.shard_size)
@@ -106,8 +105,7 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
         items = iter(iter_problems(config.problems))
         if simulated:
             first = islice(items, limit)
-            loaded = (p.problem if isinstance(p, GivenSolution) else p for p in first)  # a given one's question
-            check_policy_can_solve(config.policy, ((p.id, p.question) for p in loaded if isinstance(p, Problem)))
+            check_policy_can_solve(config.policy, ((p.id, p.question) for p in problems_in(first)))
         else:
             next(items, None)
     except (ProblemSourceError, PolicyCannotSolveError) as e:

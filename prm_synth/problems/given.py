@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ __all__ = [
     "check_given_label",
     "iter_given",
     "problem_of",
+    "problems_in",
     "question_id",
     "solution_files",
 ]
@@ -58,6 +59,13 @@ class GivenSolution:
 
 # One source row as it leaves a loader: a problem to label, a given solution, or its rejection.
 SourceItem = Item | GivenSolution
+
+
+def problems_in(items: Iterable[SourceItem]) -> Iterator[Problem]:
+    """The problem of each loaded item (a given solution's question's); a rejection has none."""
+    for item in items:
+        if isinstance(item, GivenSolution | Problem):
+            yield item.problem if isinstance(item, GivenSolution) else item
 
 
 def problem_of(item: SourceItem) -> str | None:
