@@ -363,3 +363,23 @@ def test_the_guides_prm800k_flattening_reads_as_given_ratings(tmp_path, monkeypa
     assert [(r["id"], r["steps"], r["given_labels"], r["given_first_error"]) for r in rows] == [
         ("prm800k-0", ["first\n", "second\n", "third"], ratings, 2)
     ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    texts=st.lists(st.text(alphabet="ab 1=+\n\r\t.", min_size=1, max_size=60), min_size=1, max_size=4),
+    strategy=st.sampled_from(["line", "paragraph"]),
+)
+def test_every_given_text_is_split_without_losing_a_character(texts, strategy):
+    from prm_synth.annotate.given import given_solutions
+    from prm_synth.problems.given import GivenSolution
+
+    config = validate_config(
+        {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}, "steps": {"strategy": strategy}}
+    )
+    problem = Problem(id="q-1", question="What is 1 + 1?", gold_answer="2", source="s")
+    items = [GivenSolution(f"r{i}", problem, text=t) for i, t in enumerate(texts) if t.strip()]
+    problems, sampled = given_solutions(items, config, build_engine(config.policy))
+    assert [s.id for s in sampled.solutions] == [g.id for g in items]
+    assert ["".join(s.steps) for s in sampled.solutions] == [g.text for g in items]
+    assert all(all(s.steps) for s in sampled.solutions) and problems == ([problem] if items else [])
