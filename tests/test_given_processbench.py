@@ -1,6 +1,7 @@
-"""pipelines/processbench-gsm8k.yaml end to end: ProcessBench's GSM8K solutions labeled by the whole pipeline
-(the demo model through vLLM on the CPU as policy and judge), reported against ProcessBench's human labels
-beside the run's own `estimated_precision`."""
+"""pipelines/processbench-gsm8k.yaml end to end: ProcessBench's GSM8K solutions labeled by the pipeline (the
+demo model through vLLM on the CPU as the policy), reported against ProcessBench's human labels beside the
+run's own `estimated_precision` (null here: the shipped pipeline has no judge, which the demo model cannot be,
+its votes unreadable)."""
 
 from __future__ import annotations
 

@@ -56,10 +56,11 @@ def given_solutions(items: list[SourceItem], config: PipelineConfig, engine: Eng
         texts = ["".join(steps) for steps in steps_of]  # the given text exactly (lossless split)
         verdicts = grade_completions(grader, [(t, "stop") for t in texts], grader.key(problem), markers)
         for index, (g, steps, verdict) in enumerate(zip(rows, steps_of, verdicts, strict=True)):
-            _, _, bad = check_given_label(list(g.given_ratings) if g.given_ratings else g.given_first_error, len(steps))
+            label = list(g.given_ratings) if g.given_ratings is not None else g.given_first_error
+            _, _, bad = check_given_label(label, len(steps))
             if bad is not None:
                 detail = f"the given label {bad} (the solution splits into {len(steps)} steps)"
-                payload = {"steps": steps, "label": g.given_ratings or g.given_first_error}
+                payload = {"steps": steps, "label": label}
                 out.rejected.append(reject(g.id, problem.id, problem.source, "split", "bad_label", detail, payload))
                 continue
             out.solutions.append(Solution(problem, index, steps, verdict, tokens=0, given_id=g.id))

@@ -8,12 +8,13 @@ labels it came with) or a rejection (stage "load") with its reason:
 - no solution: neither `solution` text nor `steps`, or empty ones ("empty_solution"); a solution that is not
   text, or steps that are not a list of non-empty strings ("bad_solution");
 - a label that is neither an int nor a list of ratings -1/0/1, or one out of range for given steps
-  ("bad_label"; a text solution's labels are checked once it is split, sampling/given.py);
+  ("bad_label"; a text solution's labels are checked once it is split, annotate/given.py);
 - an id used by an earlier row ("duplicate_id"): ids are kept as the rows' ids, so they must be unique.
 
 Rows of one question are one problem's solutions: they share its id (the `problem_id` column, else one made
 from the question's text), so its prefixes are estimated once and the shard's pooling sees them together.
-The rows come from sources.py's readers (a file, or a Hugging Face data set), which pass them in.
+The rows come from sources.py's readers (a file, a folder of them, or a Hugging Face data set), which pass
+them in.
 """
 
 from __future__ import annotations
