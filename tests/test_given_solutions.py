@@ -383,3 +383,21 @@ def test_every_given_text_is_split_without_losing_a_character(texts, strategy):
     assert [s.id for s in sampled.solutions] == [g.id for g in items]
     assert ["".join(s.steps) for s in sampled.solutions] == [g.text for g in items]
     assert all(all(s.steps) for s in sampled.solutions) and problems == ([problem] if items else [])
+
+
+def test_the_hugging_face_form_reads_the_rows_the_file_form_reads(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    data = sampled_config("simulated", annotate={"method": "mc", "k": 2})
+    write_policy_solutions(data, tmp_path / "rollouts.jsonl", labels=True)
+    by_file = {"kind": "solutions", "path": str(tmp_path / "rollouts.jsonl")}
+    by_hub_form = {"kind": "solutions", "dataset": "json", "data_files": str(tmp_path / "rollouts.jsonl")}
+    items = [
+        list(iter_problems(validate_config(data | {"problems": source}).problems)) for source in (by_file, by_hub_form)
+    ]
+    assert items[0] and [(g.id, g.text, g.given_first_error) for g in items[0]] == [
+        (g.id, g.text, g.given_first_error) for g in items[1]
+    ]
+    with pytest.raises(ConfigError, match="exactly one of `path`"):
+        validate_config(data | {"problems": by_file | {"dataset": "json"}})
