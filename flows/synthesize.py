@@ -61,9 +61,10 @@ from prm_synth.pipeline import (
     unreadable_message,
     write_shard_rows,
 )
+from prm_synth.problems.given import problems_in  # a given solution's question too
 from prm_synth.problems.sources import count_hint
 from prm_synth.sampling.sample import check_policy_can_solve
-from prm_synth.schema import Item, Problem
+from prm_synth.schema import Item
 from prm_synth.store.canary_counts import CanaryStats
 from prm_synth.store.layout import ShardEntry, shard_name
 from prm_synth.store.limit import keeps_finished, kept_past_limit, recorded_limit
@@ -245,7 +246,7 @@ def _open_shards(config: PipelineConfig, limit: int | None, dry_run: bool) -> It
     if first is None:
         get_run_logger().warning(EMPTY_SOURCE)
         return iter(())
-    check_policy_can_solve(config.policy, ((p.id, p.question) for p in first.items if isinstance(p, Problem)))
+    check_policy_can_solve(config.policy, ((p.id, p.question) for p in problems_in(first.items)))
     return itertools.chain([first], shards)
 
 

@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
+from prm_synth.annotate.given import label_shard, problem_of
 from prm_synth.annotate.jobs import ProgressCallback
-from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.result import Progress, quiet
 from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError, RunStopped
@@ -123,7 +123,9 @@ def process_shard(
         majority = pseudo_gold(engine, problems, config)
         problems, load_rejected = majority.problems, load_rejected + majority.rejected
 
-    labeled = make_labeler(config, fingerprint).label(engine, problems, progress, on_progress)
+    # given solutions (problems.kind solutions) skip sampling; what follows runs as for sampled ones
+    shard_labeled = label_shard(engine, config, fingerprint, shard.items, problems, progress, on_progress)
+    problems, labeled = shard_labeled.problems, shard_labeled.labeled
     sampled = labeled.sampled
     clock.lap("sample_and_label")
     # before the judge: what the canaries measure is what the judge's accuracy is read from
@@ -143,7 +145,8 @@ def process_shard(
     sched = labeled.stats
     stats = ShardStats(
         inputs=len(shard.items),
-        problems_loaded=len(problems),  # under majority the ones with a pseudo-gold (reconciles as before)
+        # under majority the ones with a pseudo-gold (reconciles as before); given: the solutions loaded
+        problems_loaded=shard_labeled.loaded,
         problems_labeled=with_rows,
         solutions_sampled=sampled.completions,
         rows=len(records),
@@ -324,7 +327,7 @@ class ShardRows:
 
 def redo_items(items: list[Item], redo: set[str]) -> list[Item]:
     """The problems of a shard to ask the engine again (those it refused before)."""
-    return [it for it in items if isinstance(it, Problem) and it.id in redo]
+    return [it for it in items if problem_of(it) in redo]
 
 
 def merge_redo(

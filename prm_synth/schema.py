@@ -1,9 +1,8 @@
 """What crosses rooms: problems, the public record schema, rejections, vocabularies, shard counters.
 
-The record and rejected-row schemas are Arrow schemas; shards are Arrow IPC stream files with exactly
-these columns. Adding a column is a compatible change; renaming or retyping one is not.
-The vocabularies (label sources, stages, verdicts) are `Literal`s shared by annotators, stages, card and
-tests, so a new word is added in one place.
+The record and rejected-row schemas are Arrow schemas; shards are Arrow IPC stream files with exactly these columns.
+Adding a column is a compatible change; renaming or retyping one is not. The vocabularies (label sources, stages,
+verdicts) are `Literal`s shared by annotators, stages, card and tests, so a new word is added in one place.
 """
 
 from __future__ import annotations
@@ -36,6 +35,8 @@ RejectReason = Literal[
     "broken_line",
     "line_too_long",
     "missing_tests",  # a code problem (grader.kind code) without tests to run
+    "bad_solution",  # problems.kind solutions: a solution not text, or steps not a list of non-empty strings
+    "bad_label",  # ... a given label of the wrong type, or out of range for the solution's steps
     "engine_refused",  # sample / annotate / judge: the engine refused the request
     "engine_refused_permanent",  # ... on `run.refused_runs` runs in a row: for good (run --retry-refused)
     # judge / verify: not one of the row's votes (chains) could be read: a failure of the judge, not of
@@ -44,8 +45,7 @@ RejectReason = Literal[
     "verify_unreadable",
     "judge_unreadable_permanent",  # the same on `run.refused_runs` runs in a row: for good (--retry-refused)
     "verify_unreadable_permanent",
-    # split: the policy wrote nothing to split
-    "empty_solution",
+    "empty_solution",  # split: the policy wrote nothing to split (load: a given solution holds no text)
     "no_majority",  # sample (grader.kind majority): the policy's answers reached no majority to be the gold
     # annotate (OmegaPRM): a question without a row
     "screened_out",
@@ -73,9 +73,9 @@ UnlabeledReason = Literal[  # why a step has no label (a row's `unlabeled_reason
     "truncated_thinking",  # the last step of a solution whose thinking trace never closes: it has no answer
     "below_target",  # consensus kept the row with only its labels at consensus.target_precision
 ]
-# The first-error searches (annotate/search.py's SEARCHES, the one place that reads it).
-# `changepoint` is a search of its own for the binary method, a per-prefix posterior in OmegaPRM's
-# bisection; `calibrated` (an older posterior) is upgraded to it (config/upgrade.py).
+# The first-error searches (annotate/search.py's SEARCHES, the one place that reads it). `changepoint` is a search
+# of its own for the binary method, a per-prefix posterior in OmegaPRM's bisection; `calibrated` (an older
+# posterior) is upgraded to it (config/upgrade.py).
 SearchTestName = Literal["fixed", "sprt", "changepoint"]
 # The nodes of an OmegaPRM tree: the question, a measured prefix, a complete rollout (a leaf).
 NodeKind = Literal["root", "state", "rollout"]
@@ -157,6 +157,8 @@ RECORD_SCHEMA = pa.schema(
         pa.field("labels_before_consensus", pa.list_(pa.bool_())),
         pa.field("gold_origin", pa.string()),  # null: the problem's gold; "majority 0.750": a pseudo-gold. Added later.
         pa.field("final_unknown_reason", pa.string()),  # why final_correct is null (the grader's reason). Added later.
+        pa.field("given_first_error", pa.int32()),  # problems.kind solutions: labels a source gave (output-schema.md)
+        pa.field("given_labels", pa.list_(pa.int32())),
     ]
 )
 
@@ -214,6 +216,8 @@ class LabeledRecord:
     labels_before_consensus: list[bool | None] | None = None  # the labels before consensus changed them
     gold_origin: str | None = None  # None: the problem's gold; "majority 0.75": a pseudo-gold (grading/majority.py)
     final_unknown_reason: str | None = None  # why final_correct is None (the grader's reason); None: graded
+    given_first_error: int | None = None  # a given solution's given earliest wrong step (-1 none; None: not given)
+    given_labels: list[int] | None = None  # its given per-step ratings -1/0/1 (None: not given per step)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -236,7 +240,7 @@ class RejectedRecord:
         return asdict(self)
 
 
-# One source row as it leaves the loader: a problem to label, or its rejection.
+# One source row as it leaves the loader: a problem to label, or its rejection (problems/given.py: SourceItem).
 Item = Problem | RejectedRecord
 
 
@@ -251,11 +255,9 @@ def reject(
     *,
     payload_chars: int = PAYLOAD_CHARS,
 ) -> RejectedRecord:
-    """The one way to reject something: a reason code, a sentence for people, and what we had.
-
-    `payload` is stored as JSON (a string payload is stored as is), cut to `payload_chars`. The config
-    fingerprint is set by the shard writer, which is the one place that knows it.
-    """
+    """The one way to reject something: a reason code, a sentence for people, and what we had. `payload` is
+    stored as JSON (a string payload is stored as is), cut to `payload_chars`. The config fingerprint is set by
+    the shard writer, which is the one place that knows it."""
     text = (
         payload if isinstance(payload, str) or payload is None else json.dumps(payload, ensure_ascii=False, default=str)
     )
@@ -412,11 +414,10 @@ class VerifyStats:
 
 @dataclass
 class ShardStats:
-    """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object.
-
-    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is not a
-    rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy and the
-    judge processed: sampling, rollouts and judging. `majority`: grader.kind majority's counts."""
+    """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object. `rollouts` are
+    continuations sampled from solution prefixes to label them; a sampled solution is not a rollout (it is counted
+    in `solutions_sampled`), while `tokens` counts every token the policy and the judge processed: sampling,
+    rollouts and judging. `majority`: grader.kind majority's counts."""
 
     inputs: int = 0  # source rows in the shard (problems + load rejections)
     problems_loaded: int = 0

@@ -95,7 +95,9 @@ def _canonical(value: Any) -> Any:
 
 
 # nullable columns added to the record schema after the fixture was first generated
-ADDED_COLUMNS = frozenset({"consensus_p_good", "labels_before_consensus", "gold_origin"})
+ADDED_COLUMNS = frozenset(
+    {"consensus_p_good", "labels_before_consensus", "gold_origin", "given_first_error", "given_labels"}
+)
 # columns added after the fixture that only restate what a pinned column holds (why `final_correct` is
 # null: the grader's reason), left out always: they do not move a label
 RESTATING_COLUMNS = frozenset({"final_unknown_reason"})

@@ -51,21 +51,21 @@ from prm_synth.schema import (
     reject,
 )
 
+OnProgress = ProgressCallback | None  # the live progress's callback, where a run shows one
+
 
 class Labeler(Protocol):
     method: str
 
     def label(
-        self,
-        engine: Engine,
-        problems: list[Problem],
-        progress: Progress = quiet,
-        on_progress: ProgressCallback | None = None,
+        self, engine: Engine, problems: list[Problem], progress: Progress = quiet, on_progress: OnProgress = None
     ) -> LabelResult:
         """Label a shard's problems (sampling their solutions first where the method needs them)."""
         ...
 
-    def label_solutions(self, engine: Engine, solutions: list[Solution], progress: Progress = quiet) -> LabelResult:
+    def label_solutions(
+        self, engine: Engine, solutions: list[Solution], progress: Progress = quiet, on_progress: OnProgress = None
+    ) -> LabelResult:
         """Label solutions we are given (evaluation on ProcessBench-format files) exactly as `label`
         labels the ones it samples: the same annotators, the same shard pooling, the same rows."""
         ...
@@ -195,8 +195,10 @@ class _Base:
     def annotate_given(self, steps: list[str], final_status: VerdictStatus, key: str) -> Annotator[Annotation]:
         raise NotImplementedError
 
-    def label_solutions(self, engine: Engine, solutions: list[Solution], progress: Progress = quiet) -> LabelResult:
-        scheduler = new_scheduler(engine, self.config, self.budget)
+    def label_solutions(
+        self, engine: Engine, solutions: list[Solution], progress: Progress = quiet, on_progress: OnProgress = None
+    ) -> LabelResult:
+        scheduler = new_scheduler(engine, self.config, self.budget, on_progress)
         pool = self._first_phase_pool([s.problem.id for s in solutions])
         if pool is not None:
             for problem in dict.fromkeys(s.problem.id for s in solutions):
@@ -288,11 +290,7 @@ class SolutionLabeler(_Base):
     """A per-solution method: one annotator and one row per sampled solution."""
 
     def label(
-        self,
-        engine: Engine,
-        problems: list[Problem],
-        progress: Progress = quiet,
-        on_progress: ProgressCallback | None = None,
+        self, engine: Engine, problems: list[Problem], progress: Progress = quiet, on_progress: OnProgress = None
     ) -> LabelResult:
         """Sample each problem's solutions and label them, sharing one engine stream: a problem's
         annotators start as soon as its own solutions are back (no drain between the two stages)."""
@@ -413,11 +411,7 @@ class OmegaLabeler(_Searching):
         return self.search.annotator(steps, final_status)
 
     def label(
-        self,
-        engine: Engine,
-        problems: list[Problem],
-        progress: Progress = quiet,
-        on_progress: ProgressCallback | None = None,
+        self, engine: Engine, problems: list[Problem], progress: Progress = quiet, on_progress: OnProgress = None
     ) -> LabelResult:
         scheduler = new_scheduler(engine, self.config, self.budget, on_progress)
         markers = engine_markers(self.config.policy, engine)

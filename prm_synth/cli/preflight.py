@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from prm_synth.config import FileSource, HFSource, PipelineConfig
+from prm_synth.config import FileSource, HFSource, PipelineConfig, SolutionsSource
 from prm_synth.config.identity import resume_decision
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.store.layout import DatasetError
@@ -88,13 +88,16 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
     Hugging Face sources are opened by the run itself (opening one can mean a download), except for the
     simulated policy (a test instrument): its first shard is read here, as the flow would."""
     simulated = config.policy.kind == "simulated"
-    if not isinstance(config.problems, FileSource) and not (simulated and isinstance(config.problems, HFSource)):
+    local = isinstance(config.problems, FileSource) or (
+        isinstance(config.problems, SolutionsSource) and config.problems.path is not None
+    )
+    if not local and not (simulated and isinstance(config.problems, HFSource)):
         return
     from itertools import islice
 
+    from prm_synth.problems.given import problems_in  # a given solution's question too
     from prm_synth.problems.sources import ProblemSourceError, iter_problems
     from prm_synth.sampling.sample import PolicyCannotSolveError, check_policy_can_solve
-    from prm_synth.schema import Problem
 
     if isinstance(config.problems, HFSource):
         limit = min(limit or config.output.shard_size, config.output.shard_size)
@@ -102,7 +105,7 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
         items = iter(iter_problems(config.problems))
         if simulated:
             first = islice(items, limit)
-            check_policy_can_solve(config.policy, ((p.id, p.question) for p in first if isinstance(p, Problem)))
+            check_policy_can_solve(config.policy, ((p.id, p.question) for p in problems_in(first)))
         else:
             next(items, None)
     except (ProblemSourceError, PolicyCannotSolveError) as e:

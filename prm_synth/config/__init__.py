@@ -68,6 +68,8 @@ from prm_synth.config.problems import (
     FileSource,
     HFSource,
     ProblemSource,
+    SolutionFields,
+    SolutionsSource,
 )
 from prm_synth.config.run import (
     OutputConfig,
@@ -111,6 +113,8 @@ __all__ = [
     "PipelineConfig",
     "PosteriorConfig",
     "ProblemSource",
+    "SolutionFields",
+    "SolutionsSource",
     "RolloutConfig",
     "RolloutCount",
     "RunConfig",

@@ -121,10 +121,13 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Pi
     path = Path(path)
     data = read_yaml_mapping(path)
     src = data.get("problems")
-    if isinstance(src, dict) and src.get("kind") in ("file", "choice-file", "code-file") and "path" in src:
-        p = Path(str(src["path"])).expanduser()
-        if not p.is_absolute():  # like other config files: relative to the file that names it
-            src["path"] = str((path.parent / p).resolve())
+    files = {"file": ("path",), "choice-file": ("path",), "code-file": ("path",), "solutions": ("path", "gold_answers")}
+    kind = src.get("kind") if isinstance(src, dict) else None
+    for key in files.get(kind, ()) if isinstance(kind, str) and isinstance(src, dict) else ():
+        if isinstance(src.get(key), str):
+            p = Path(src[key]).expanduser()
+            if not p.is_absolute():  # like other config files: relative to the file that names it
+                src[key] = str((path.parent / p).resolve())
     return validate_config(data | (overrides or {}), where=str(path))
 
 

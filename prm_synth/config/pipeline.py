@@ -30,7 +30,8 @@ class PipelineConfig(Strict):
     name: str = Field("prm-synth", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     """The run's name; the default output folder is runs/<name> (a plain folder name, never a path)."""
     problems: ProblemSource
-    """Where the problems come from: `builtin`, `file`, `hf`, `humaneval` or `choice-file` (by `kind`)."""
+    """Where the problems come from: `builtin`, `file`, `hf`, `humaneval`, `choice-file`, or `solutions` (solutions
+    you already have, labeled without sampling) (by `kind`)."""
     grader: GraderConfig = GraderConfig()
     """How a solution's final outcome is checked: `math` (default), `choice`, `exact`, `code`, `majority`."""
     policy: EngineConfig
@@ -87,6 +88,18 @@ class PipelineConfig(Strict):
     @model_validator(mode="after")
     def _grader_fits_problems(self) -> PipelineConfig:
         check_grader(self.grader, self.problems.kind)
+        return self
+
+    @model_validator(mode="after")
+    def _given_solutions_are_labeled_per_solution(self) -> PipelineConfig:
+        # given solutions skip sampling: a method that draws its own (omegaprm), or a gold the policy's own
+        # samples would vote on (majority), has nothing to work on
+        if self.problems.kind == "solutions" and (self.annotate.method == "omegaprm" or self.grader.kind == "majority"):
+            what = "annotate.method omegaprm" if self.annotate.method == "omegaprm" else "grader.kind majority"
+            raise ValueError(
+                f"problems.kind solutions labels the solutions given; {what} samples its own: use annotate.method "
+                "binary or mc, and a gold answer (the answer column, or problems.gold_answers)"
+            )
         return self
 
     @model_validator(mode="after")

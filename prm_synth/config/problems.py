@@ -1,12 +1,12 @@
-"""Where the problems come from: the `problems` section (`builtin`, `file`, `hf`; `humaneval` and
-`choice-file` in config/domain_sources.py)."""
+"""Where the problems come from: the `problems` section (`builtin`, `file`, `hf`, `solutions`; `humaneval`
+and `choice-file` in config/domain_sources.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from prm_synth.config.base import MAX_OPS, Strict
 from prm_synth.config.domain_sources import ChoiceFileSource, CodeFileSource, HumanEvalSource, existing_file
@@ -91,7 +91,71 @@ class HFSource(_MappedSource):
     """Stream the rows instead of downloading the whole data set first."""
 
 
+class SolutionFields(Strict):
+    """Which columns of a solutions source hold what (`problems.kind: solutions`)."""
+
+    question: str = "question"
+    """Column holding the question text."""
+    answer: str = "answer"
+    """Column holding the gold answer (optional per row: `gold_answers` fills it by question)."""
+    answer_format: Literal["plain", "gsm8k", "boxed"] = "plain"
+    """How to read the answer column: `gsm8k` takes what follows "####", `boxed` the last \\boxed{}, `plain` it as is."""
+    solution: str = "solution"
+    """Column holding the solution as one text, split into steps by the `steps` section (losslessly)."""
+    steps: str = "steps"
+    """Column holding the solution as a list of steps, taken as given (used where a row has it)."""
+    id: str = "id"
+    """Column holding the row's id, kept as the labeled row's id (a row without one: `<file>-<row>`)."""
+    problem_id: str = "problem_id"
+    """Column holding the question's id: rows of one question are one problem's solutions (a row without
+    one: an id made from the question's text, so equal questions share it)."""
+    label: str = "label"
+    """Column holding given labels: an int, the earliest wrong step (ProcessBench, -1 for none), or a list
+    of per-step ratings -1/0/1 (PRM800K; 0, neutral, is no error). Optional: rows without carry none."""
+
+
+class SolutionsSource(Strict):
+    kind: Literal["solutions"] = "solutions"
+    """Solutions you already have (RL rollouts, existing data sets, human-labeled sets), one a row,
+    labeled as they are: sampling is skipped, everything after it runs as for sampled solutions."""
+    path: Path | None = None
+    """A local file of solutions (.jsonl, .json or .parquet), one a row, or a folder of them read in natural
+    order (`2.jsonl` before `10.jsonl`: dumps named by step or date come in the order written, new ones last);
+    a relative path resolves against the pipeline file's folder. Give `path` or `dataset`."""
+    dataset: str | None = None
+    """Instead of `path`: a Hugging Face data set's Hub name, or a builder such as `json` or `parquet`
+    with `data_files` (read as `problems.kind: hf` reads one)."""
+    name: str | None = None
+    """With `dataset`: the data set's configuration name."""
+    data_files: str | list[str] | dict[str, str | list[str]] | None = None
+    """With `dataset`: load_dataset's data_files (local or Hub files for a builder such as `json`)."""
+    split: str = "train"
+    """With `dataset`: the split to read."""
+    streaming: bool = True
+    """With `dataset`: stream the rows instead of downloading the whole data set first."""
+    fields: SolutionFields = SolutionFields()
+    """Which columns hold the question, gold answer, solution (or steps), ids and given labels."""
+    gold_answers: Path | None = None
+    """A file of gold answers joined by question text to rows that carry none (JSON lines or a JSON list
+    with `question` or `problem` and `answer`; GSM8K's "#### N" understood), as `eval labels
+    --gold-answers` reads it; a relative path resolves against the pipeline file's folder."""
+    step_separator: str = ""
+    """Put back after every given step but the last, for sets that store steps without their separators
+    (ProcessBench: "\\n\\n"), so a continuation prompt is the text as the policy would have written it."""
+
+    @model_validator(mode="after")
+    def _one_place(self) -> SolutionsSource:
+        if (self.path is None) == (self.dataset is None):
+            raise ValueError("problems.kind solutions needs exactly one of `path` (a local file) or `dataset`")
+        return self
+
+    @field_validator("path", "gold_answers")
+    @classmethod
+    def _exists(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        return None if v is None else existing_file(v, info)
+
+
 ProblemSource = Annotated[
-    BuiltinSource | FileSource | HFSource | HumanEvalSource | ChoiceFileSource | CodeFileSource,
+    BuiltinSource | FileSource | HFSource | HumanEvalSource | ChoiceFileSource | CodeFileSource | SolutionsSource,
     Field(discriminator="kind"),
 ]

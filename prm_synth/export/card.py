@@ -19,6 +19,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from prm_synth.export.card_facts import (
     dataset_info,
+    given_facts,
     label_quality,
     labeling,
     made_rows,
@@ -254,6 +255,7 @@ def render_card(
         "verification": verification_facts(summary, facts),
         "pictures": [(TITLES.get(name, name), path) for name, path in (pictures or {}).items()],
         "grader": grader_facts(dataset_dir, config),
+        "given": given_facts(dataset_dir, config, summary),
     }
     template_str = default_template() if template is None else Path(template).read_text(encoding="utf-8")
     fresh = DatasetCard.from_template(DatasetCardData(**meta), template_str=template_str, **context)

@@ -19,6 +19,7 @@ from prm_synth.export.views import VIEWS
 from prm_synth.export.writing import ViewExport
 from prm_synth.problems.arithmetic import parse_question, true_first_error
 from prm_synth.problems.quality import first_error_quality, step_label_quality
+from prm_synth.store.given_labels import against_given_text, given_labels
 from prm_synth.store.readers import iter_records, iter_tables
 from prm_synth.store.summary import RunSummary
 
@@ -67,6 +68,13 @@ def source_facts(config: Mapping[str, Any]) -> dict[str, Any]:
             "license": "mit" if "gsm8k" in f"{path} {src.get('data_files') or ''}".lower() else "unknown",
             "source_datasets": [path] if path else [],
         }
+    if kind == "solutions":
+        where = (
+            f"`{Path(str(src['path'])).name}`"
+            if src.get("path")
+            else f"the Hugging Face dataset `{src.get('dataset')}`"
+        )
+        return {"description": f"solutions given in {where}", "license": "unknown", "source_datasets": []}
     if kind == "file":
         return {
             "description": f"the problem file `{Path(str(src.get('path', ''))).name}`",
@@ -333,3 +341,23 @@ def dataset_info(exports: Sequence[ViewExport]) -> list[dict[str, Any]]:
         )._to_yaml_dict()
         infos.append(info)
     return infos
+
+
+def given_facts(dataset_dir: str | Path, config: Mapping[str, Any], summary: RunSummary) -> dict[str, Any] | None:
+    """Which labels a source gave and which the run made (`problems.kind: solutions`); None for sampled runs."""
+    if (config.get("problems") or {}).get("kind") != "solutions":
+        return None
+    given = given_labels(dataset_dir)
+    per_step = sum(1 for g in given.values() if g.ratings is not None)
+    if given:
+        gave = (
+            f"`given_first_error` (the earliest wrong step, as the source labeled it) on {len(given)} of "
+            f"{summary.rows} rows" + (f", and per-step ratings `given_labels` on {per_step}" if per_step else "")
+        )
+    else:
+        gave = "none (no row came with a label)"
+    against = summary.against_given
+    return {
+        "given": gave,
+        "against": against_given_text(against) if against is not None else None,
+    }

@@ -17,25 +17,24 @@ valid Unicode is written with backslash escapes.
 from __future__ import annotations
 
 import json
-import math
 import random
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
+from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource, SolutionsSource
 from prm_synth.config.domain_sources import ChoiceFileSource, CodeFileSource, HumanEvalSource
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.grading.math import last_boxed
-from prm_synth.problems import arithmetic
+from prm_synth.problems import arithmetic, given
 from prm_synth.problems.choice_file import iter_choice_file
 from prm_synth.problems.code_file import iter_code_file
 from prm_synth.problems.humaneval import iter_humaneval
-from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
-from prm_synth.store.shards import storable
+from prm_synth.problems.row_checks import PAYLOAD_CHARS, gold_from_field
+from prm_synth.problems.row_checks import bad_text as _bad_text
+from prm_synth.problems.row_checks import load_rejection as _reject
+from prm_synth.problems.row_checks import payload_of as _payload
+from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason
 
-PAYLOAD_CHARS = 2000
 PARQUET_BATCH_ROWS = 1024
 # A problem line longer than this is rejected ("line_too_long") without being held in memory: no
 # question needs a mebibyte, and a file with no line break at all must not be read whole.
@@ -50,7 +49,16 @@ class ProblemSourceError(PrmSynthInputError):
     """A source that cannot be read at all (as opposed to a bad row, which is rejected)."""
 
 
-__all__ = ["Item", "Problem", "ProblemSourceError", "count_hint", "gold_from_field", "iter_problems"]
+__all__ = [
+    "Item",
+    "Problem",
+    "ProblemSourceError",
+    "count_hint",
+    "file_rows",
+    "gold_from_field",
+    "hf_rows",
+    "iter_problems",
+]
 
 
 def iter_problems(source: Any, gold_optional: bool = False) -> Iterator[Item]:
@@ -67,7 +75,20 @@ def iter_problems(source: Any, gold_optional: bool = False) -> Iterator[Item]:
         return iter_choice_file(source, gold_optional)
     if isinstance(source, CodeFileSource):
         return iter_code_file(source)
+    if isinstance(source, SolutionsSource):
+        return given.iter_given(source, *_solution_rows(source))
     raise TypeError(f"unknown problem source {type(source).__name__}")
+
+
+def _solution_rows(src: SolutionsSource) -> tuple[str, Iterator[tuple[int, Any]]]:
+    """The name and the raw rows of a solutions source: its file, or its data set as `hf` reads one."""
+    if src.path is not None and src.path.is_dir():  # a folder of dumps, in natural order: new ones come last
+        return src.path.name, enumerate(row for f in given.solution_files(src.path) for _, row in file_rows(f))
+    if src.path is not None:
+        return src.path.stem, file_rows(src.path)
+    assert src.dataset is not None  # the config holds one of the two
+    hf = HFSource(path=src.dataset, name=src.name, data_files=src.data_files, split=src.split, streaming=src.streaming)
+    return src.dataset + (f"/{src.name}" if src.name else ""), hf_rows(hf)
 
 
 def count_hint(source: BuiltinSource | FileSource | HFSource) -> int | None:
@@ -98,65 +119,6 @@ def _builtin(src: BuiltinSource) -> Iterator[Item]:
 
 
 # ---------------------------------------------------------------- rows -> problems
-_THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-
-
-def gold_from_field(value: Any, answer_format: str) -> tuple[str | None, RejectReason | None]:
-    """(gold answer, None) or (None, reason code) for one answer cell."""
-    if value is None:
-        return None, "missing_answer"
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        return None, "unparseable_answer"
-    if isinstance(value, float) and not math.isfinite(value):
-        return None, "unparseable_answer"  # JSON NaN / Infinity: "nan" is no gold answer
-    text = str(value)
-    if answer_format == "gsm8k":
-        if "####" not in text:
-            return None, "unparseable_answer"
-        text = _THOUSANDS_COMMA.sub("", text.rsplit("####", 1)[1])
-    elif answer_format == "boxed":
-        boxed = last_boxed(text)
-        if boxed is None:
-            return None, "unparseable_answer"
-        text = boxed
-    text = text.strip()
-    return (text, None) if text else (None, "empty_answer")
-
-
-def _payload(row: Any) -> str:
-    try:
-        text = json.dumps(row, ensure_ascii=False, default=str)
-    except (ValueError, RecursionError):  # a circular or absurdly deep structure
-        text = repr(type(row))
-    return storable(text[:PAYLOAD_CHARS])
-
-
-def _reject(
-    source: str, index: int, reason: RejectReason, detail: str, payload: str, problem_id: str | None = None
-) -> RejectedRecord:
-    def text(value: str | None) -> str | None:
-        return None if value is None else storable(value)
-
-    return reject(
-        storable(f"{source}:{index}"),
-        text(problem_id),
-        storable(source),
-        "load",
-        reason,
-        storable(detail),
-        text(payload),
-    )
-
-
-def _bad_text(value: str) -> str | None:
-    """Why `value` cannot be stored (a lone surrogate, at which position), or None."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return f"character {e.start} is {value[e.start]!r} ({e.reason})"
-    return None
-
-
 class _RowReader:
     """Turns raw rows into problems with one field mapping; remembers ids to reject duplicates."""
 
@@ -213,8 +175,15 @@ class _RowReader:
 
 # ---------------------------------------------------------------- files
 def _from_file(src: FileSource, gold_optional: bool = False) -> Iterator[Item]:
-    # The file is opened here, not on the first next(), so a broken file fails at the call.
-    path, stem = src.path, src.path.stem
+    stem = src.path.stem
+    return _RowReader(stem, stem, src.mapping(), gold_optional).read_all(file_rows(src.path))
+
+
+def file_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """The raw rows of a local problem file (.jsonl, .json, .parquet), numbered; a line that is no JSON
+    object comes as its rejection. The file is opened here, not on the first next(), so a broken file
+    fails at the call."""
+    stem = path.stem
     openers = {".jsonl": _jsonl_rows, ".ndjson": _jsonl_rows, ".json": _json_rows, ".parquet": _parquet_rows}
     opener = openers.get(path.suffix.lower())
     if opener is None:
@@ -223,7 +192,7 @@ def _from_file(src: FileSource, gold_optional: bool = False) -> Iterator[Item]:
         )
     if not path.is_file():
         raise ProblemSourceError(f"problem file {path} is not a readable file")
-    return _RowReader(stem, stem, src.mapping(), gold_optional).read_all(opener(path, stem))
+    return opener(path, stem)
 
 
 def _open_problem_file(path: Path) -> Any:
@@ -348,12 +317,18 @@ def _from_hf(src: HFSource, gold_optional: bool = False) -> Iterator[Item]:
     the rows and their ids are those `datasets` gives. Other sources stream through `datasets`, and a
     row over MAX_LINE_BYTES of text is rejected ("line_too_long") as a local line would be."""
     name = src.path + (f"/{src.name}" if src.name else "")
-    where = f"Hugging Face dataset {name!r} (split {src.split!r})"
     reader = _RowReader(name, f"{name}-{src.split}", src.mapping(), gold_optional)
+    return reader.read_all(hf_rows(src))
+
+
+def hf_rows(src: HFSource) -> Iterator[tuple[int, Any]]:
+    """The raw rows of a Hugging Face source, numbered as `datasets` numbers them (see `_from_hf`)."""
+    name = src.path + (f"/{src.name}" if src.name else "")
+    where = f"Hugging Face dataset {name!r} (split {src.split!r})"
     local = _local_files(src)
     if local is not None:
         builder, files = local
-        return reader.read_all(_local_hf_rows(builder, files, name))
+        return _local_hf_rows(builder, files, name)
     import datasets
 
     try:
@@ -362,7 +337,7 @@ def _from_hf(src: HFSource, gold_optional: bool = False) -> Iterator[Item]:
         )
     except Exception as e:
         raise ProblemSourceError(f"cannot load {where}: {type(e).__name__}: {e}") from e
-    return reader.read_all(_hf_rows(ds, where, name))
+    return _hf_rows(ds, where, name)
 
 
 def _is_local(data_files: str | list[str] | dict[str, str | list[str]] | None) -> bool:

@@ -15,7 +15,6 @@ ProcessBench and BIG-Bench Mistake are evaluation sets: measure on them, never t
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +29,22 @@ from prm_synth.judge.ask import CRITIQUE, judge_solutions
 from prm_synth.judge.consensus import record_from_payload
 from prm_synth.judge.verify import VERIFIER_PROMPT
 from prm_synth.problems import arithmetic
+from prm_synth.problems.gold_answers import (  # moved there: `problems.kind: solutions` joins gold too
+    BenchFileError,
+    gold_from_answer,
+    json_rows,
+    load_gold_answers,
+    normalize_question,
+)
 from prm_synth.problems.quality import first_error_quality, step_label_quality
-from prm_synth.problems.sources import gold_from_field
 from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
 from prm_synth.sampling.sample import Solution, check_policy_can_solve
 from prm_synth.schema import Problem
+from prm_synth.store.given_labels import processbench_metric  # a run over given labels reports it too
 from prm_synth.store.readers import iter_records, read_manifest
+
+# read from here too (the commands, tests): the gold-answer join and ProcessBench's metric live below this room
+__all__ = ["BenchFileError", "gold_from_answer", "load_gold_answers", "processbench_metric"]
 
 # ------------------------------------------------------------------ ProcessBench files
 
@@ -48,31 +57,13 @@ class BenchSample:
     label: int  # earliest wrong step, -1 if none
 
 
-class BenchFileError(PrmSynthInputError):
-    """A benchmark or gold-answer file that cannot be read as one (exit 2); the message names the row."""
-
-
-def _json_rows(path: Path, lines: bool) -> list[Any]:
-    """The rows of a JSON list file, or of a JSON-lines file; BenchFileError naming what is not JSON."""
-    try:
-        text = path.read_text()
-        if lines:
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        rows = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise BenchFileError(f"{path}: not JSON{' lines' if lines else ''} ({type(e).__name__}: {e})") from None
-    if not isinstance(rows, list):
-        raise BenchFileError(f"{path}: expected a JSON list of samples")
-    return rows
-
-
 def load_processbench(path: str | Path, limit: int | None = None) -> list[BenchSample]:
     """A ProcessBench-format file: a JSON list, or JSON lines; fields problem, steps, label (id optional).
 
     A malformed row is an error naming the row: an evaluation set is not silently thinned.
     """
     path = Path(path)
-    rows = _json_rows(path, lines=path.suffix == ".jsonl")
+    rows = json_rows(path, lines=path.suffix == ".jsonl")
     samples = []
     for i, row in enumerate(rows[:limit] if limit is not None else rows):
         where = f"{path} row {i}"
@@ -90,28 +81,6 @@ def load_processbench(path: str | Path, limit: int | None = None) -> list[BenchS
 
 
 # ------------------------------------------------------------------ the metric
-
-
-def processbench_metric(labels: Sequence[int], predictions: Sequence[int | None]) -> dict[str, Any]:
-    """ProcessBench's metric as fractions in [0, 1]; an accuracy over no samples is None."""
-    if len(labels) != len(predictions):
-        raise ValueError("labels and predictions differ in length")
-    err = [(lab, p) for lab, p in zip(labels, predictions, strict=True) if lab != -1]
-    cor = [p for lab, p in zip(labels, predictions, strict=True) if lab == -1]
-    err_acc = sum(p == lab for lab, p in err) / len(err) if err else None
-    cor_acc = sum(p == -1 for p in cor) / len(cor) if cor else None
-    if err_acc is None or cor_acc is None:
-        f1 = None
-    else:
-        f1 = 2 * err_acc * cor_acc / (err_acc + cor_acc) if err_acc + cor_acc else 0.0
-    return {
-        "error_acc": err_acc,
-        "correct_acc": cor_acc,
-        "f1": f1,
-        "n_error": len(err),
-        "n_correct": len(cor),
-        "no_prediction": sum(p is None for p in predictions),
-    }
 
 
 def format_metric(m: dict[str, Any]) -> str:
@@ -159,35 +128,6 @@ def evaluate_judge(
 
 
 # ------------------------------------------------------------------ our labeler on a bench file
-
-
-def normalize_question(text: str) -> str:
-    """Join key for problem text: whitespace runs collapse (files differ in spacing, not in words)."""
-    return " ".join(text.split())
-
-
-def gold_from_answer(answer: str) -> str:
-    """GSM8K's answer column ends in '#### 72': the gold answer is what follows (read exactly as the
-    problem loader reads it); other text is taken as is."""
-    if "####" in answer:
-        gold, _ = gold_from_field(answer, "gsm8k")
-        return gold or ""
-    return answer.strip()
-
-
-def load_gold_answers(path: str | Path) -> dict[str, str]:
-    """Normalized problem text -> gold answer, from JSON lines (or a JSON list) with a question field
-    (`question` or `problem`) and an answer field (`answer`, GSM8K's '#### N' understood)."""
-    path = Path(path)
-    gold: dict[str, str] = {}
-    for i, row in enumerate(_json_rows(path, lines=path.suffix != ".json")):
-        if not isinstance(row, dict):
-            raise BenchFileError(f"{path} row {i}: not an object")
-        question = row.get("question", row.get("problem"))
-        answer = row.get("answer")
-        if isinstance(question, str) and answer is not None:
-            gold[normalize_question(question)] = gold_from_answer(str(answer))
-    return gold
 
 
 # ProcessBench steps are paragraphs without their separators: the labeler's continuation prompts

@@ -62,10 +62,11 @@ class Solution:
     verdict: Verdict
     tokens: int  # its share of the sampling request's tokens (generated + prompt / n)
     generated_tokens: int = 0  # the tokens the policy generated for it (a rollout's length is judged by it)
+    given_id: str | None = None  # a given solution's own id (problems.kind solutions), kept as its row's
 
     @property
     def id(self) -> str:
-        return solution_id(self.problem.id, self.index)
+        return self.given_id if self.given_id is not None else solution_id(self.problem.id, self.index)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any
 from prm_synth.config import ConfigError, rows_reconcile, validate_config
 from prm_synth.schema import REJECT_REASONS, ConsensusStats, JudgeStats, ShardStats, VerifyStats
 from prm_synth.store.canary_counts import CanaryStats, precision_report
+from prm_synth.store.given_labels import against_given, against_given_text
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.limit import KeptPastLimit
 from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, read_manifest
@@ -118,6 +119,8 @@ class RunSummary:
     rollout_tokens_per_located_error: float | None = None
 
     canaries: CanaryStats | None = None  # what the planted errors measured (OUT/canaries/); None without
+    # the kept labels against the labels a source gave its solutions (store/given_labels.py); None: none given
+    against_given: dict[str, Any] | None = None
 
     def estimated_precision(self) -> dict[str, Any] | None:
         """How right the kept labels are, as the run estimates it (judge/estimate.py): good and bad, point
@@ -150,10 +153,12 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON: the counts, judge, consensus and verify counts ({} without), the run's facts."""
-        nested = ("judge", "consensus", "verify", "run", "canaries")
+        nested = ("judge", "consensus", "verify", "run", "canaries", "against_given")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested}
         out["canaries"] = self.canaries.summary() if self.canaries else {}
         out["estimated_precision"] = self.estimated_precision()
+        if self.against_given is not None:  # beside the run's own estimate: the labels a source gave
+            out["against_given"] = self.against_given
         out["judge"] = self.judge.as_dict() if self.judge else {}
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
         out["verify"] = self.verify.as_dict() if self.verify else {}
@@ -176,6 +181,8 @@ def summarize(root: str | Path) -> RunSummary:
     stats = sum((e.stats for e in entries), start=ShardStats())
     config = manifest.get("config", {})
     samples = config.get("sampling", {}).get("samples_per_problem", 1)
+    if config.get("problems", {}).get("kind") == "solutions":
+        samples = 1  # given solutions: each loaded one is one row or one rejection (none sampled)
     return RunSummary(
         problems_in=stats.inputs,
         problems_loaded=stats.problems_loaded,
@@ -202,6 +209,7 @@ def summarize(root: str | Path) -> RunSummary:
         rollout_tokens_per_labeled_step=_per(stats.rollout_tokens, labels["labeled_steps"]),
         rollout_tokens_per_located_error=_per(stats.rollout_tokens, labels["rows_with_error"]),
         canaries=CanaryStats.read(stats.canaries),
+        against_given=against_given(root),
         **judge_cost(stats, totals["rows"]),
     )
 
@@ -300,6 +308,8 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
         rows += [("kept by consensus", c.kept_text()), ("judge accuracy", accuracy)]
     if (precision := summary.precision_text(short=run is not None)) is not None:
         rows.append(("estimated precision", precision))
+    if summary.against_given is not None:
+        rows.append(("against given labels", against_given_text(summary.against_given)))
     if (v := summary.verify) is not None and v.chains:
         rows.append(
             (
