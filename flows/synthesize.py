@@ -44,7 +44,7 @@ from flows.reporting import (
 )
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config import PipelineConfig, VLLMConfig
-from prm_synth.engines import get_engine, stop_engines
+from prm_synth.engines import existing_engine, get_engine, stop_engines
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
@@ -71,7 +71,9 @@ from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
-DRY_RUN_PROBLEMS = 8
+# A dry run's problems: the cost estimate's range comes from them (a bootstrap over problems). Eight gave
+# a range that a 100-problem run's cost fell outside (per-problem cost varies about 65 % around its mean).
+DRY_RUN_PROBLEMS = 32
 # An empty source is no error (a scheduled run over a folder that is empty today), but it is said.
 EMPTY_SOURCE = "the problem source holds no problems (an empty file, or only blank lines): nothing to label"
 
@@ -377,6 +379,7 @@ def synthesize(
         store.write_manifest(config_dump, limit=None if dry_run else limit)
 
         summary = summarize(target)
+        cost_sample = _measure_cost(config, target, engines_before) if dry_run else None
         if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
             summary.warnings.append(EMPTY_SOURCE)
         if outcome.refused_for_good:
@@ -400,6 +403,7 @@ def synthesize(
             shards_failed=sorted(outcome.failed),
             requests_retried=retries_since(retries_before),
             dry_run=dry_run,
+            cost_sample=cost_sample,
         )
         publish_run_artifacts(summary, config)
         if not dry_run:
@@ -425,6 +429,30 @@ def synthesize(
         details = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(outcome.failed.items()))
         raise ShardsFailedError(f"{len(outcome.failed)} shard(s) failed and will be redone on the next run: {details}")
     return summary
+
+
+def _measure_cost(config: PipelineConfig, target: str, before: dict[int, Any]) -> dict[str, Any] | None:
+    """What a dry run measured for the cost estimate (products.estimate): each problem's cost from the
+    temporary folder, before it goes, and each engine's own tokens/s over the run."""
+    from prm_synth.products.estimate import CostSample, problem_costs, rate_from_totals
+
+    def rate(engine_config: Any) -> Any:
+        engine = existing_engine(engine_config) if engine_config is not None else None
+        if engine is None:
+            return None
+        telemetry = stream_for(engine).telemetry
+        return rate_from_totals(before.get(id(engine)) or telemetry.first(), telemetry.totals())
+
+    policy, judge = rate(config.policy), rate(config.judge.engine if config.judge else None)
+    try:
+        costs = problem_costs(
+            target, policy.prompt_share if policy else None, judge.prompt_share if judge else None
+        )
+    except PrmSynthError as e:  # best effort: the dry run's summary stands without an estimate
+        get_run_logger().warning("no cost estimate: %s", e)
+        return None
+    # startup_seconds: the command knows when it started; it counts them up to the policy's `ready_at`
+    return CostSample(costs, policy, judge).to_dict()
 
 
 def synthesize_with_runner(runner: str = "threads", ray_address: str | None = None) -> Any:

@@ -23,10 +23,10 @@ from prm_synth.cli.environment import (
     verbose_engines,
 )
 from prm_synth.cli.finished import nothing_left
-from prm_synth.products.estimate import DEFAULT_TOKENS_PER_S, Estimate, estimate
 
 if TYPE_CHECKING:
     from prm_synth.config import PipelineConfig
+    from prm_synth.products.estimate import CostEstimate
     from prm_synth.store.summary import RunSummary
 
 
@@ -74,14 +74,14 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     gpu_tokens_per_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--gpu-tokens-per-s",
             min=1.0,
-            help="With --dry-run: the throughput (tokens processed a second, one GPU) the cost estimate's GPU hours "
-            "assume.",
+            help="With --dry-run: the throughput (tokens processed a second, one GPU) for the cost estimate's GPU "
+            "hours, instead of the rate the dry run measured.",
         ),
-    ] = DEFAULT_TOKENS_PER_S,
+    ] = None,
     retry_refused: Annotated[
         bool,
         typer.Option(
@@ -128,8 +128,23 @@ def run(
         )
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
-    cost = estimate(summary, config, gpu_tokens_per_s) if dry_run else None
+    cost = _dry_run_estimate(summary, config, started, limit, gpu_tokens_per_s) if dry_run else None
     _report(summary, started, json_out, out_dir, cost, config.policy.kind == "simulated")
+
+
+def _dry_run_estimate(
+    summary: RunSummary, config: PipelineConfig, started: float, limit: int | None, tokens_per_s: float | None
+) -> CostEstimate | None:
+    """The cost estimate from what the dry run measured, for `--limit` problems (else the source's size)."""
+    from prm_synth.products.estimate import CostSample, estimate
+
+    assert summary.run is not None
+    if summary.run.cost_sample is None:
+        return None
+    sample = CostSample.from_dict(summary.run.cost_sample)
+    ready = sample.policy.ready_at if sample.policy else None
+    sample.startup_seconds = round(max(0.0, ready - started), 3) if ready is not None else None
+    return estimate(sample, config, requested=limit, tokens_per_s=tokens_per_s)
 
 
 def _report(
@@ -137,19 +152,17 @@ def _report(
     started: float,
     json_out: bool,
     out_dir: Path,
-    cost: Estimate | None = None,
+    cost: CostEstimate | None = None,
     simulated: bool = False,
 ) -> None:
     """The summary (and, after a dry run, the cost estimate) as text or JSON."""
-    from dataclasses import asdict
-
     from prm_synth.products.estimate import estimate_lines
 
     assert summary.run is not None
     summary.run.startup_seconds = round(max(0.0, summary.run.started_at - started), 3)
     summary.run.wall_seconds = round(time.time() - started, 3)
     if json_out:
-        extra = {"estimate": asdict(cost)} if cost is not None else {}
+        extra = {"cost": cost.to_dict()} if cost is not None else {}
         typer.echo(json.dumps(summary.to_dict() | extra, sort_keys=True))
         return
     _print_summary(summary)

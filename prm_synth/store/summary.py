@@ -68,6 +68,9 @@ class RunFacts:
     requests_retried: int
     dry_run: bool
     startup_seconds: float = 0.0  # set by the CLI, which knows when the command started
+    # A dry run's measurements for the cost estimate (products.estimate.CostSample as a dict); not in to_dict:
+    # the command prints the estimate made from it (`cost` in --json)
+    cost_sample: dict[str, Any] | None = None
 
 
 @dataclass
@@ -155,7 +158,7 @@ class RunSummary:
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
         out["verify"] = self.verify.as_dict() if self.verify else {}
         if self.run is not None:
-            out |= {k: v for k, v in asdict(self.run).items() if k != "started_at"}
+            out |= {k: v for k, v in asdict(self.run).items() if k not in ("started_at", "cost_sample")}
         return out
 
 
