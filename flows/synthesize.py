@@ -445,9 +445,7 @@ def _measure_cost(config: PipelineConfig, target: str, before: dict[int, Any]) -
 
     policy, judge = rate(config.policy), rate(config.judge.engine if config.judge else None)
     try:
-        costs = problem_costs(
-            target, policy.prompt_share if policy else None, judge.prompt_share if judge else None
-        )
+        costs = problem_costs(target, policy.prompt_share if policy else None, judge.prompt_share if judge else None)
     except PrmSynthError as e:  # best effort: the dry run's summary stands without an estimate
         get_run_logger().warning("no cost estimate: %s", e)
         return None

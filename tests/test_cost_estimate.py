@@ -110,7 +110,7 @@ def test_every_range_holds_its_point_and_hours_grow_with_size(case):
         assert span.low <= span.point <= span.high
     small, large = est.gpu_hours(1_000), est.gpu_hours(10_000)
     assert small.point <= large.point and est.gpu_hours(0).point == pytest.approx(30 / 3600)  # start-up once
-    assert 250 in est.sizes and any(line.strip().startswith("250 *") for line in estimate_lines(est))
+    assert 250 in est.sizes and any(line.strip().startswith("250*") for line in estimate_lines(est))
 
 
 def test_a_given_throughput_replaces_the_measured_one_and_the_table_says_so():

@@ -192,7 +192,9 @@ _SCALED = (
 
 
 # ---------------------------------------------------------------- measuring
-def problem_costs(root: str | Path, policy_prompt_share: float | None, judge_prompt_share: float | None) -> list[ProblemCost]:
+def problem_costs(
+    root: str | Path, policy_prompt_share: float | None, judge_prompt_share: float | None
+) -> list[ProblemCost]:
     """Per-problem costs of a folder's finished shards (see the module docstring for how tokens are shared).
 
     `*_prompt_share`: the engine's measured share of prompt tokens, which splits a problem's tokens (rows
@@ -332,7 +334,7 @@ def estimate(
     requested = requested or source_size
     startup = sample.startup_seconds
     if startup is None:
-        notes.append("start-up not measured here (a dry run measures it): left out of the hours")
+        notes.append("the hours leave the start-up out (a dry run measures it)")
     annotate = config.annotate
     bound = getattr(annotate, "changepoint_max_rollouts", None) if annotate.method == "binary" else None
     return CostEstimate(
@@ -378,39 +380,43 @@ def estimate_lines(est: CostEstimate, simulated: bool = False) -> list[str]:
     """The estimate as the commands print it: what it rests on, a problem's figures, one row a size."""
     p = est.per_problem
     one = lambda s: f"{s.point:.1f} ({s.low:.1f}-{s.high:.1f})"  # noqa: E731
-    rates = "measured on this run" if est.rates_measured else "given (--gpu-tokens-per-s) or assumed"
-    judge = "" if est.judge_tokens_per_s is None else f", judge {_rate(est.judge_tokens_per_s)}"
     lines = [
-        f"estimate from the {est.source} ({est.problems} problems, {est.samples_per_problem} solution(s) each; "
-        f"ranges: {est.interval:.0%} bootstrap over problems, seed {est.seed}):",
-        f"  a problem: policy {_range(p['prompt_tokens'])} prompt + {_range(p['generated_tokens'])} generated tokens"
-        f", {one(p['rollouts'])} rollouts",
+        f"estimate from the {est.source}: {est.problems} problems, {est.samples_per_problem} solution(s) each",
+        f"  ranges: {est.interval:.0%} bootstrap over problems (seed {est.seed})",
+        f"  a problem, policy: {_range(p['prompt_tokens'])} prompt tokens, {_range(p['generated_tokens'])} generated",
     ]
     if est.judge_tokens_per_s is not None:
         lines.append(
-            f"             judge {_range(p['judge_prompt_tokens'])} prompt + "
-            f"{_range(p['judge_generated_tokens'])} generated tokens"
+            f"  a problem, judge:  {_range(p['judge_prompt_tokens'])} prompt tokens, "
+            f"{_range(p['judge_generated_tokens'])} generated"
         )
+    rates = "measured on this run" if est.rates_measured else "given (--gpu-tokens-per-s) or assumed"
+    judge = "" if est.judge_tokens_per_s is None else f", judge {_rate(est.judge_tokens_per_s)}"
     lines += [
+        f"  a problem: {one(p['rollouts'])} rollouts",
         f"  yield a problem: {one(p['labeled_steps'])} labeled steps, {one(p['kept_rows'])} kept rows",
-        f"  tokens/s a GPU ({rates}): policy {_rate(est.policy_tokens_per_s)}{judge}; "
-        f"start-up {est.startup_seconds:.0f} s" + ("" if est.startup_measured else " (not measured)"),
+        f"  tokens/s a GPU, {rates}: policy {_rate(est.policy_tokens_per_s)}{judge}",
+        f"  start-up: {est.startup_seconds:.0f} s, once a run" if est.startup_measured else "  start-up: not measured",
     ]
     if est.max_rollouts_per_solution:
         bound = est.max_rollouts_per_solution * est.samples_per_problem
         lines.append(f"  at most {bound} rollouts a problem (annotate.changepoint_max_rollouts × samples)")
-    lines.append(f"  {'problems':>11}  {'labeled steps':>13}  {'kept rows':>9}  {'GPU hours (range)':>22}")
+    lines.append(f"  {'problems':>9}  {'labeled steps':>13}  {'kept rows':>9}  {'GPU hours (range)':>20}")
     for size in est.sizes:
-        label = f"{size:,}" + (" *" if size == est.requested else "")
+        label = f"{size:,}" + ("*" if size == est.requested else "")
         hours = est.gpu_hours(size)
         lines.append(
-            f"  {label:>11}  {_n(p['labeled_steps'].point * size):>13}  {_n(p['kept_rows'].point * size):>9}  "
-            f"{_range(hours, _hours):>22}"
+            f"  {label:>9}  {_n(p['labeled_steps'].point * size):>13}  {_n(p['kept_rows'].point * size):>9}  "
+            f"{_range(hours, _hours):>20}"
         )
-    lines.append("  * the size asked for (--limit, else the source's); hours include the start-up once")
+    lines.append("  * the size asked for (--limit, else the source's)")
+    if est.source == "dry run" and est.rates_measured:
+        lines.append("  a dry run's batch is small: a full engine is faster (inspect --estimate on the")
+        lines.append("  real run's first shards measures it)")
     lines += [f"  note: {note}" for note in est.notes]
     if simulated:
-        lines.append("  (the simulated policy counts words as tokens on a modelled clock: its hours only show the arithmetic)")
+        lines.append("  (the simulated policy counts words as tokens on a modelled clock: its hours only")
+        lines.append("  show the arithmetic)")
     return lines
 
 
