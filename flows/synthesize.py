@@ -44,7 +44,7 @@ from flows.reporting import (
 )
 from flows.terminal import progress_line_extra, throttled
 from prm_synth.config import PipelineConfig, VLLMConfig
-from prm_synth.engines import existing_engine, get_engine, stop_engines
+from prm_synth.engines import get_engine, stop_engines
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
@@ -432,25 +432,14 @@ def synthesize(
 
 
 def _measure_cost(config: PipelineConfig, target: str, before: dict[int, Any]) -> dict[str, Any] | None:
-    """What a dry run measured for the cost estimate (products.estimate): each problem's cost from the
-    temporary folder, before it goes, and each engine's own tokens/s over the run."""
-    from prm_synth.products.estimate import CostSample, problem_costs, rate_from_totals
+    """What a dry run measured for the cost estimate, read before its temporary folder goes."""
+    from prm_synth.products.cost_measure import measure_dry_run
 
-    def rate(engine_config: Any) -> Any:
-        engine = existing_engine(engine_config) if engine_config is not None else None
-        if engine is None:
-            return None
-        telemetry = stream_for(engine).telemetry
-        return rate_from_totals(before.get(id(engine)) or telemetry.first(), telemetry.totals())
-
-    policy, judge = rate(config.policy), rate(config.judge.engine if config.judge else None)
     try:
-        costs = problem_costs(target, policy.prompt_share if policy else None, judge.prompt_share if judge else None)
+        return measure_dry_run(config, target, before).to_dict()
     except PrmSynthError as e:  # best effort: the dry run's summary stands without an estimate
         get_run_logger().warning("no cost estimate: %s", e)
         return None
-    # startup_seconds: the command knows when it started; it counts them up to the policy's `ready_at`
-    return CostSample(costs, policy, judge).to_dict()
 
 
 def synthesize_with_runner(runner: str = "threads", ray_address: str | None = None) -> Any:
