@@ -86,7 +86,8 @@ def test_inspect_estimate_redoes_it_from_a_finished_runs_shards(dry_and_real):
     assert not cost["startup_measured"]
     text = CliRunner().invoke(app, ["inspect", str(out), "--estimate"], env={"COLUMNS": "200"})
     assert text.exit_code == 0, text.output
-    assert "estimate from the first 2 finished shard(s) (100 problems" in text.stdout
+    assert "estimate from the first 2 finished shard(s): 100 problems" in text.stdout
+    assert "a dry run's batch is small" not in text.stdout  # said after a dry run only
     assert "GPU hours (range)" in text.stdout
 
 
