@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from prm_synth.store.summary import RunSummary
 
 
+# Where this process sends what the libraries print (prm_synth.cli.quiet), once set: said after the summary.
+LIBRARY_LOG: list[Path | None] = [None]
+
+
 class Runner(StrEnum):
     """Where shard tasks run: a thread pool in this process, or a Ray cluster (prefect-ray)."""
 
@@ -95,8 +99,9 @@ def run(
         bool,
         typer.Option(
             "--verbose",
-            help="Show Prefect's and vLLM's INFO logs too (default: their warnings only), and the tracebacks of "
-            "the failures the command reports in one line.",
+            help="Print what the libraries print (vLLM's and torch's warnings, progress bars; by default they go "
+            "to OUT/logs/run.log), Prefect's and vLLM's INFO logs, and the tracebacks of the failures the command "
+            "reports in one line.",
         ),
     ] = False,
 ) -> None:
@@ -156,6 +161,7 @@ def _report(
     simulated: bool = False,
 ) -> None:
     """The summary (and, after a dry run, the cost estimate) as text or JSON."""
+    from prm_synth.cli.quiet import said_anything
     from prm_synth.products.estimate import estimate_lines
 
     assert summary.run is not None
@@ -166,6 +172,8 @@ def _report(
         typer.echo(json.dumps(summary.to_dict() | extra, sort_keys=True))
         return
     _print_summary(summary)
+    if LIBRARY_LOG[0] is not None and said_anything(LIBRARY_LOG[0]):
+        typer.echo(f"\nlibrary messages (vLLM, torch, progress bars): {LIBRARY_LOG[0]}  (--verbose prints them)")
     if summary.run.dry_run:
         if cost is not None:
             typer.echo("")
@@ -203,6 +211,11 @@ def _run_flow(
     if not verbose:
         quiet_expected_failures()
     from flows.synthesize import synthesize_with_runner
+
+    if not verbose and supervise.is_worker():  # the command's own process: the libraries' output to a log file
+        from prm_synth.cli.quiet import log_path_for, quiet_console
+
+        LIBRARY_LOG[0] = quiet_console(log_path_for(out_dir, dry_run))
 
     flow = synthesize_with_runner(runner, ray_address)
     error: tuple[str, int] = ("", 1)
