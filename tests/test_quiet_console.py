@@ -69,3 +69,22 @@ def test_a_run_says_where_its_library_log_is_only_when_it_holds_something(tmp_pa
     log.write_text(log.read_text() + "a warning\n")
     assert said_anything(log)
     assert not said_anything(tmp_path / "missing.log")
+
+
+def test_the_demos_ungradable_rollouts_are_said_to_be_expected_in_the_same_line(tmp_path):
+    import yaml
+    from _simulated_run import pipeline_data, write_run
+
+    from prm_synth.cli.run import _explain_demo
+    from prm_synth.config import validate_config
+    from prm_synth.store.summary import summarize
+
+    summary = summarize(write_run(tmp_path / "run", pipeline_data(), 4))
+    summary.warnings = ["46 of 104 rollouts (44.2%) could not be graded (...): check rollouts.max_tokens", "other"]
+    demo = validate_config(yaml.safe_load((ROOT / "pipelines" / "demo.yaml").read_text()))
+    said = _explain_demo(summary, demo).warnings
+    assert len(said) == 2 and said[1] == "other"
+    assert said[0].startswith("46 of 104") and "Expected on the demo" in said[0] and "max_tokens (64)" in said[0]
+    other = validate_config(pipeline_data())  # not the demo: the warning stays as it was
+    summary.warnings = ["46 of 104 rollouts (44.2%) could not be graded"]
+    assert _explain_demo(summary, other).warnings == ["46 of 104 rollouts (44.2%) could not be graded"]

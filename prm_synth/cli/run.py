@@ -121,7 +121,7 @@ def run(
             config = preflight.check_same_config(out_dir, config, say_notes=not supervise.is_worker())
     preflight.check_problem_source(config, limit)
     if not (dry_run or overwrite) and (done := nothing_left(config, out_dir, limit, retry_refused)) is not None:
-        _report(done, started, json_out, out_dir)  # every shard finished: no Prefect to start
+        _report(_explain_demo(done, config), started, json_out, out_dir)  # every shard finished: no Prefect
         return
     if supervise.should_supervise():
         raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))
@@ -134,7 +134,26 @@ def run(
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
     cost = _dry_run_estimate(summary, config, started, limit, gpu_tokens_per_s) if dry_run else None
-    _report(summary, started, json_out, out_dir, cost, config.policy.kind == "simulated")
+    _report(_explain_demo(summary, config), started, json_out, out_dir, cost, config.policy.kind == "simulated")
+
+
+# The demo's 135M model often runs past its short rollout budget before it reaches an answer: said where the
+# summary warns about ungradable rollouts, so a first user knows the warning is the demo's, not their set-up's.
+DEMO_UNGRADABLE = (
+    "Expected on the demo: its 135M model often writes past rollouts.max_tokens ({budget}) before it reaches an "
+    "answer, a budget kept short so the demo takes minutes on a CPU; a real model on a real budget does not"
+)
+
+
+def _explain_demo(summary: RunSummary, config: PipelineConfig) -> RunSummary:
+    from prm_synth.config import VLLMConfig
+
+    if isinstance(config.policy, VLLMConfig) and config.policy.is_demo:
+        for i, warning in enumerate(summary.warnings):
+            if "could not be graded" in warning:
+                summary.warnings[i] = f"{warning}. {DEMO_UNGRADABLE.format(budget=config.rollouts.max_tokens)}"
+                break
+    return summary
 
 
 def _dry_run_estimate(
