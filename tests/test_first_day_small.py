@@ -21,3 +21,12 @@ def test_a_flag_shows_no_type_in_help_and_an_option_with_a_value_does():
     assert "<str>" in _row(shown, "--repo-id")
     ran = CliRunner().invoke(app, ["run", "--help"], env=WIDE).stdout
     assert "<bool>" not in ran and "<float range>" in _row(ran, "--gpu-tokens-per-s")
+
+
+def test_the_live_progress_says_the_time_left_at_the_runs_pace():
+    from flows.reporting import time_left
+
+    assert time_left(60.0, 1.0, 3.0) == "about 3 min 00 s left"
+    assert time_left(10.0, 0.5, 0.5) == "about 10 s left"
+    assert time_left(10.0, 0.0, 4.0) == ""  # no pace yet
+    assert time_left(10.0, 4.0, 0.0) == ""  # done
