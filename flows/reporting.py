@@ -189,9 +189,11 @@ class ShardProgress:
         engine = self._engine()
         total = "?" if self.total is None else str(self.total)
         left = self.time_left()
-        return f"{self.done}/{total} shards, {compact(tokens)} tok, {compact(rate)} tok/s" + (
-            f", {left}" if left else ""
-        ) + (f", {engine}" if engine else "")
+        return (
+            f"{self.done}/{total} shards, {compact(tokens)} tok, {compact(rate)} tok/s"
+            + (f", {left}" if left else "")
+            + (f", {engine}" if engine else "")
+        )
 
     def _show_shard(self, shard_index: int, snapshot: ProgressSnapshot) -> None:
         assert self.bar is not None
@@ -223,7 +225,7 @@ class ShardProgress:
 
 
 def time_left(elapsed_s: float, done: float, left: float) -> str:
-    """"about 4 min 10 s left" at the pace of `done` units in `elapsed_s` ("" before any unit is done, or
+    """ "about 4 min 10 s left" at the pace of `done` units in `elapsed_s` ("" before any unit is done, or
     after the last). Units are shards, with the finished share of those in flight."""
     if done <= 0 or left <= 0 or elapsed_s <= 0:
         return ""

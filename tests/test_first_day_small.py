@@ -30,3 +30,48 @@ def test_the_live_progress_says_the_time_left_at_the_runs_pace():
     assert time_left(10.0, 0.5, 0.5) == "about 10 s left"
     assert time_left(10.0, 0.0, 4.0) == ""  # no pace yet
     assert time_left(10.0, 4.0, 0.0) == ""  # done
+
+
+def test_offline_a_hub_dataset_fails_at_once_with_why(monkeypatch):
+    """HF_HUB_OFFLINE (or no network: one quick check) puts the libraries offline for the call: a dataset
+    not in the cache fails with the reason instead of a minute of retries."""
+    import pytest
+
+    from prm_synth.config import HFSource
+    from prm_synth.problems import hub_reach
+    from prm_synth.problems.sources import ProblemSourceError, iter_problems
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_reach.hub_unreachable.cache_clear()
+    try:
+        assert hub_reach.hub_unreachable() == "HF_HUB_OFFLINE is set"
+        source = HFSource(path="prm-synth-tests/no-such-dataset", split="train")
+        with pytest.raises(ProblemSourceError, match="cannot be reached \\(HF_HUB_OFFLINE is set\\)") as caught:
+            next(iter(iter_problems(source)))
+        assert "not in the local cache" in str(caught.value)
+    finally:
+        hub_reach.hub_unreachable.cache_clear()
+
+
+def test_without_a_network_the_one_check_says_which_host(monkeypatch):
+    import socket
+
+    from prm_synth.problems import hub_reach
+
+    def no_network(*_args, **_kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    for name in (*hub_reach.OFFLINE_SETTINGS, *hub_reach.PROXY_SETTINGS, "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    hub_reach.hub_unreachable.cache_clear()
+    try:
+        assert hub_reach.hub_unreachable() == "huggingface.co cannot be reached: Name or service not known"
+    finally:
+        hub_reach.hub_unreachable.cache_clear()
+    import huggingface_hub.constants
+
+    huggingface_hub.constants.HF_HUB_OFFLINE = False  # as on a machine whose settings say online
+    with hub_reach.offline():
+        assert huggingface_hub.constants.HF_HUB_OFFLINE is True
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is False  # put back
