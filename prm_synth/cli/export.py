@@ -114,7 +114,9 @@ def export(
     for name, view in result.views.items():
         rows = ", ".join(f"{split} {s.rows}" for split, s in view.splits.items())
         skipped = sum(view.skipped.values())
-        typer.echo(f"{name:<14} {rows}" + (f"  (skipped {skipped})" if skipped else ""))
+        reasons = {reason: n for reason, n in sorted(view.skipped.items()) if n}  # one reason: its name alone
+        why = next(iter(reasons)) if len(reasons) == 1 else ", ".join(f"{r} {n}" for r, n in reasons.items())
+        typer.echo(f"{name:<14} {rows}" + (f"  (skipped {skipped}: {why})" if skipped else ""))
     for name, check in result.token_checks.items():
         typer.echo(
             f"{name:<14} {check['labels_found']}/{check['labels']} labels found by its trainer's tokenization, "
