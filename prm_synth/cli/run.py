@@ -193,6 +193,8 @@ def _report(
     _print_summary(summary)
     if LIBRARY_LOG[0] is not None and said_anything(LIBRARY_LOG[0]):
         typer.echo(f"\nlibrary messages (vLLM, torch, progress bars): {LIBRARY_LOG[0]}  (--verbose prints them)")
+    elif LIBRARY_LOG[0] is not None and summary.run.dry_run:  # an empty temporary log is not left behind
+        LIBRARY_LOG[0].unlink(missing_ok=True)
     if summary.run.dry_run:
         if cost is not None:
             typer.echo("")
