@@ -186,15 +186,16 @@ def _report(
     assert summary.run is not None
     summary.run.startup_seconds = round(max(0.0, summary.run.started_at - started), 3)
     summary.run.wall_seconds = round(time.time() - started, 3)
+    log = LIBRARY_LOG[0] if LIBRARY_LOG[0] is not None and said_anything(LIBRARY_LOG[0]) else None
+    if LIBRARY_LOG[0] is not None and log is None and summary.run.dry_run:  # an empty temporary log: removed
+        LIBRARY_LOG[0].unlink(missing_ok=True)
     if json_out:
         extra = {"cost": cost.to_dict()} if cost is not None else {}
         typer.echo(json.dumps(summary.to_dict() | extra, sort_keys=True))
         return
     _print_summary(summary)
-    if LIBRARY_LOG[0] is not None and said_anything(LIBRARY_LOG[0]):
-        typer.echo(f"\nlibrary messages (vLLM, torch, progress bars): {LIBRARY_LOG[0]}  (--verbose prints them)")
-    elif LIBRARY_LOG[0] is not None and summary.run.dry_run:  # an empty temporary log is not left behind
-        LIBRARY_LOG[0].unlink(missing_ok=True)
+    if log is not None:
+        typer.echo(f"\nlibrary messages (vLLM, torch, progress bars): {log}  (--verbose prints them)")
     if summary.run.dry_run:
         if cost is not None:
             typer.echo("")
