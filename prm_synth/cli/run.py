@@ -237,7 +237,8 @@ def _run_flow(
     if not verbose and supervise.is_worker():  # the command's own process: the libraries' output to a log file
         from prm_synth.cli.quiet import log_path_for, quiet_console
 
-        LIBRARY_LOG[0] = quiet_console(log_path_for(out_dir, dry_run))
+        with contextlib.suppress(OSError):  # no room for a log (a full disk): the console stays as it is
+            LIBRARY_LOG[0] = quiet_console(log_path_for(out_dir, dry_run))
 
     flow = synthesize_with_runner(runner, ray_address)
     error: tuple[str, int] = ("", 1)
