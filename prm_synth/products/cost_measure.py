@@ -111,7 +111,9 @@ def problem_costs(
         steps[pid] += sum(label is not None for label in row["labels"])
         kept[pid] += 1
     for row in iter_records(root, "rejected"):
-        pid = row.get("problem_id") or ""
+        pid = row.get("problem_id")
+        if not pid:  # a source row rejected before it became a problem: not one of the problems labeled
+            continue
         tokens[pid] += 0  # the problem counts even where it made no row
         record = _payload(row.get("payload"))
         if record is not None:
