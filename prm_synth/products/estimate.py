@@ -148,7 +148,10 @@ def estimate(
     policy_rate = tokens_per_s or (sample.policy.tokens_per_s if sample.policy else None)
     if policy_rate is None:
         policy_rate, measured = DEFAULT_TOKENS_PER_S, False
-        notes.append("the policy's rate was not measured: an assumed 10,000 tokens/s")
+        notes.append(
+            "the policy's rate was not measured (no telemetry/ yet): an assumed 10,000 tokens/s, and its prompt "
+            "and generated tokens are not told apart (all shown as generated)"
+        )
     judge_rate = None
     if config.judge is not None:
         judge_rate = tokens_per_s or (sample.judge.tokens_per_s if sample.judge else None) or policy_rate
@@ -243,7 +246,10 @@ def estimate_lines(est: CostEstimate, simulated: bool = False) -> list[str]:
             f"  {label:>9}  {_n(p['labeled_steps'].point * size):>13}  {_n(p['kept_rows'].point * size):>9}  "
             f"{_range(hours, _hours):>20}"
         )
-    lines.append("  * the size asked for (--limit, else the source's)")
+    if est.requested:
+        lines.append("  * the size asked for (--limit, else the source's)")
+    else:
+        lines.append("  the source does not say its size: --limit N plans for N problems")
     if est.source == "dry run" and est.rates_measured:
         lines.append("  a dry run's batch is small: a full engine is faster (inspect --estimate on the")
         lines.append("  real run's first shards measures it)")
