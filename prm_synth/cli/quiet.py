@@ -20,6 +20,7 @@ filtered here) and before vLLM is: its handler then binds to the file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -127,5 +128,26 @@ def quiet_console(log_path: Path) -> Path:
     warnings_logger = logging.getLogger("py.warnings")
     warnings_logger.addHandler(file_handler)
     warnings_logger.propagate = False
-    os.environ.setdefault("TQDM_DISABLE", "1")  # library progress bars (model loading, tokenizing): off
+    _bars_to_the_log()
     return log_path
+
+
+def _bars_to_the_log() -> None:
+    """Library progress bars (model loading, dataset files): off where tqdm is imported from now on (and in
+    child processes); where it was imported already (its settings read), a bar without a file of its own
+    writes to the log file, not to `sys.stderr` (the terminal)."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    std = sys.modules.get("tqdm.std")
+    if std is None or getattr(std.tqdm.__init__, "prm_synth_quiet", False):
+        return
+    init = std.tqdm.__init__
+    file_position = 4  # tqdm(iterable, desc, total, leave, file, ...)
+
+    @functools.wraps(init)
+    def quiet_init(self: object, *args: object, **kwargs: object) -> None:
+        if len(args) <= file_position and kwargs.get("file") is None:
+            kwargs["file"] = sys.__stderr__
+        init(self, *args, **kwargs)
+
+    quiet_init.prm_synth_quiet = True  # type: ignore[attr-defined]
+    std.tqdm.__init__ = quiet_init
