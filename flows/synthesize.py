@@ -71,9 +71,7 @@ from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
-# A dry run's problems: the cost estimate's range comes from them (a bootstrap over problems). Eight gave
-# a range that a 100-problem run's cost fell outside (per-problem cost varies about 65 % around its mean).
-DRY_RUN_PROBLEMS = 32
+DRY_RUN_PROBLEMS = 32  # the cost estimate's range is a bootstrap over them; 8 missed a 100-problem run's cost
 # An empty source is no error (a scheduled run over a folder that is empty today), but it is said.
 EMPTY_SOURCE = "the problem source holds no problems (an empty file, or only blank lines): nothing to label"
 
