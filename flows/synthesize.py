@@ -62,6 +62,7 @@ from prm_synth.pipeline import (
     write_shard_rows,
 )
 from prm_synth.problems.sources import count_hint
+from prm_synth.products.cost_measure import measure_dry_run
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
 from prm_synth.store.canary_counts import CanaryStats
@@ -431,8 +432,6 @@ def synthesize(
 
 def _measure_cost(config: PipelineConfig, target: str, before: dict[int, Any]) -> dict[str, Any] | None:
     """What a dry run measured for the cost estimate, read before its temporary folder goes."""
-    from prm_synth.products.cost_measure import measure_dry_run
-
     try:
         return measure_dry_run(config, target, before).to_dict()
     except PrmSynthError as e:  # best effort: the dry run's summary stands without an estimate
