@@ -26,7 +26,7 @@ from prm_synth.config import PipelineConfig
 from prm_synth.engines import model_name
 from prm_synth.engines.stream import streams_now
 from prm_synth.store.summary import RunSummary, judge_cost_text
-from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, compact, summary_markdown
+from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, compact, duration, summary_markdown
 
 # The Prefect progress artifact is a server call: at most one update this often (seconds).
 ARTIFACT_INTERVAL_S = 5.0
@@ -67,6 +67,7 @@ class ShardProgress:
         self._annotated = self._rollouts = 0  # of shards that finished in this run
         self._tokens = 0  # of shards finished in this run (their stats)
         self._resumed_tokens = 0  # of shards an earlier run finished: in the summary, not in tok/s
+        self._resumed_shards = 0  # finished by an earlier run: no part of this run's pace
         self._last_artifact = 0.0
         self.artifact = create_progress_artifact(0.0, description="shards finished or resumed")
         self.bar: Progress | None = None
@@ -88,6 +89,7 @@ class ShardProgress:
             self._ending.pop(shard_index, None)
             if resumed:
                 self._resumed_tokens += tokens
+                self._resumed_shards += 1
             else:
                 self._tokens += tokens
         if self.bar:
@@ -155,6 +157,15 @@ class ShardProgress:
             partial = sum(s.annotators_done / s.annotators_total for s in self._live.values() if s.annotators_total)
             return min(1.0, (self.done + partial) / self.total)
 
+    def time_left(self) -> str:
+        """The run's ETA at its pace so far ("" until it has one, or without a known total)."""
+        if not self.total:
+            return ""
+        with self._lock:
+            resumed = self._resumed_shards
+        done = self.fraction() * self.total
+        return time_left(time.perf_counter() - self.started, done - resumed, self.total - done)
+
     def close(self) -> None:
         """Stop the bar and put the log handlers back (call it in a `finally`: Ctrl-C included)."""
         global _ACTIVE
@@ -177,8 +188,11 @@ class ShardProgress:
         _, _, tokens, rate = self.totals()
         engine = self._engine()
         total = "?" if self.total is None else str(self.total)
-        return f"{self.done}/{total} shards, {compact(tokens)} tok, {compact(rate)} tok/s" + (
-            f", {engine}" if engine else ""
+        left = self.time_left()
+        return (
+            f"{self.done}/{total} shards, {compact(tokens)} tok, {compact(rate)} tok/s"
+            + (f", {left}" if left else "")
+            + (f", {engine}" if engine else "")
         )
 
     def _show_shard(self, shard_index: int, snapshot: ProgressSnapshot) -> None:
@@ -197,7 +211,8 @@ class ShardProgress:
     def _description(self) -> str:
         with self._lock:
             shards = [f"shard {i}: {s.line()}" for i, s in sorted(self._live.items())]
-        return "; ".join([f"{self.done} shard(s) done; {self.run_line()}", *shards])
+        left = self.time_left()
+        return "; ".join([f"{self.done} shard(s) done; {self.run_line()}" + (f"; {left}" if left else ""), *shards])
 
     def _publish(self, force: bool = False) -> None:
         now = time.perf_counter()
@@ -207,6 +222,14 @@ class ShardProgress:
             self._last_artifact = now
         with contextlib.suppress(Exception):  # progress is best effort; the run is what matters
             update_progress_artifact(self.artifact, 100.0 * self.fraction(), description=self._description())
+
+
+def time_left(elapsed_s: float, done: float, left: float) -> str:
+    """ "about 4 min 10 s left" at the pace of `done` units in `elapsed_s` ("" before any unit is done, or
+    after the last). Units are shards, with the finished share of those in flight."""
+    if done <= 0 or left <= 0 or elapsed_s <= 0:
+        return ""
+    return f"about {duration(elapsed_s / done * left)} left"
 
 
 def engine_totals() -> dict[int, TelemetryTotals]:

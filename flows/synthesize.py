@@ -63,6 +63,7 @@ from prm_synth.pipeline import (
 )
 from prm_synth.problems.given import problems_in  # a given solution's question too
 from prm_synth.problems.sources import count_hint
+from prm_synth.products.cost_measure import measure_dry_run
 from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item
 from prm_synth.store.canary_counts import CanaryStats
@@ -73,7 +74,7 @@ from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
-DRY_RUN_PROBLEMS = 8
+DRY_RUN_PROBLEMS = 32  # the cost estimate's range is a bootstrap over them; 8 missed a 100-problem run's cost
 # An empty source is no error (a scheduled run over a folder that is empty today), but it is said.
 EMPTY_SOURCE = "the problem source holds no problems (an empty file, or only blank lines): nothing to label"
 
@@ -397,6 +398,7 @@ def synthesize(
         store.write_manifest(config_dump, limit=None if dry_run else recorded_limit(limit, held, _source_size(config)))
 
         summary = summarize(target)
+        cost_sample = _measure_cost(config, target, engines_before) if dry_run else None
         if not (outcome.done or outcome.skipped or outcome.failed or outcome.redone):
             summary.warnings.append(EMPTY_SOURCE)
         if outcome.mismatched:
@@ -427,6 +429,7 @@ def synthesize(
             requests_retried=retries_since(retries_before),
             dry_run=dry_run,
             kept_past_limit=None if dry_run else kept_past_limit(held, limit, config.output.shard_size),
+            cost_sample=cost_sample,
         )
         publish_run_artifacts(summary, config)
         if not dry_run:
@@ -452,6 +455,15 @@ def synthesize(
         details = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(outcome.failed.items()))
         raise ShardsFailedError(f"{len(outcome.failed)} shard(s) failed and will be redone on the next run: {details}")
     return summary
+
+
+def _measure_cost(config: PipelineConfig, target: str, before: dict[int, Any]) -> dict[str, Any] | None:
+    """What a dry run measured for the cost estimate, read before its temporary folder goes."""
+    try:
+        return measure_dry_run(config, target, before).to_dict()
+    except PrmSynthError as e:  # best effort: the dry run's summary stands without an estimate
+        get_run_logger().warning("no cost estimate: %s", e)
+        return None
 
 
 def synthesize_with_runner(runner: str = "threads", ray_address: str | None = None) -> Any:

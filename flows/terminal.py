@@ -70,6 +70,21 @@ class _NotProgressLines(logging.Filter):
         return not getattr(record, PROGRESS_LINE, False)
 
 
+def _console_stream(stream: Any) -> bool:
+    """The terminal: sys.stderr or sys.stdout, or the original streams where they still are a terminal (a
+    quiet run points the original stderr at its log file: prm_synth.cli.quiet)."""
+    if stream is None:
+        return False
+    if stream is sys.stderr or stream is sys.stdout:
+        return True
+    if stream is sys.__stderr__ or stream is sys.__stdout__:
+        try:
+            return bool(stream.isatty())
+        except (AttributeError, ValueError, OSError):
+            return False
+    return False
+
+
 def _console_handlers() -> list[logging.Handler]:
     loggers = [
         logging.getLogger(),
@@ -79,7 +94,7 @@ def _console_handlers() -> list[logging.Handler]:
     for logger in loggers:
         for handler in logger.handlers:
             stream = getattr(handler, "stream", None)
-            if stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or hasattr(handler, "console"):
+            if _console_stream(stream) or hasattr(handler, "console"):
                 seen.setdefault(id(handler), handler)
     return list(seen.values())
 

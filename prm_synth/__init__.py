@@ -11,3 +11,15 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 __version__ = "0.1.0"
+
+# The Python API (prm_synth.api): `prm_synth.run(...)` and `prm_synth.load(...)`, imported on first use so
+# that `import prm_synth` stays light (no Prefect, no datasets) for the library's own modules.
+_API = ("run", "load")
+
+
+def __getattr__(name: str) -> object:
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module("prm_synth.api"), name)
+    raise AttributeError(f"module 'prm_synth' has no attribute {name!r}")

@@ -36,6 +36,8 @@ class TelemetryTotals:
     tokens: int  # generated tokens of finished sequences
     sequences: int  # finished sequences
     capacity: int
+    prompt_tokens: int = 0  # prompt tokens of finished sequences (a dry run's cost estimate reads them apart)
+    started_wall: float | None = None  # epoch seconds of the engine's first record (its start-up ends there)
 
 
 @dataclass(frozen=True)
@@ -142,14 +144,19 @@ class EngineTelemetry:
         self.capacity = 0
         self._busy = 0.0
         self._tokens = 0
+        self._prompt_tokens = 0
         self._sequences = 0
+        self._started_wall: float | None = None
         # per bucket: [busy sequence-seconds, tokens, sequences, capacity]
         self._buckets: list[list[float]] = []
 
-    def advance(self, t: float, running: int, capacity: int, tokens: int = 0, sequences: int = 0) -> None:
+    def advance(
+        self, t: float, running: int, capacity: int, tokens: int = 0, sequences: int = 0, prompt_tokens: int = 0
+    ) -> None:
         with self._lock:
             if self.origin is None:
                 self.origin = self.last_t = t
+                self._started_wall = time.time()
             t = max(t, self.last_t)  # clocks never run backwards here
             self.capacity = max(self.capacity, capacity)
             start = self.last_t
@@ -162,6 +169,7 @@ class EngineTelemetry:
                 bucket[1] += tokens
                 bucket[2] += sequences
             self._tokens += tokens
+            self._prompt_tokens += prompt_tokens
             self._sequences += sequences
             self.last_t = t
             while len(self._buckets) > self.max_buckets:
@@ -169,7 +177,15 @@ class EngineTelemetry:
 
     def totals(self) -> TelemetryTotals:
         with self._lock:
-            return TelemetryTotals(self.last_t, self._busy, self._tokens, self._sequences, self.capacity)
+            return TelemetryTotals(
+                self.last_t,
+                self._busy,
+                self._tokens,
+                self._sequences,
+                self.capacity,
+                self._prompt_tokens,
+                self._started_wall,
+            )
 
     @staticmethod
     def window(start: TelemetryTotals, end: TelemetryTotals) -> WindowSummary:
@@ -221,7 +237,9 @@ class EngineTelemetry:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         rows = self.series(None if start is None else start.t)
-        summary = asdict(self.window(start or self._first(), self.totals()))
+        first, end = start or self._first(), self.totals()
+        # prompt tokens beside the window's generated ones: `inspect --estimate` reads the engine's rate from here
+        summary = asdict(self.window(first, end)) | {"prompt_tokens": end.prompt_tokens - first.prompt_tokens}
         paths = {"json": folder / f"{name}.json", "csv": folder / f"{name}.csv"}
         paths["json"].write_text(json.dumps({"summary": summary, "bucket_s": self.width, "series": rows}, indent=1))
         with paths["csv"].open("w", newline="") as f:
@@ -276,7 +294,12 @@ class EngineTelemetry:
         self.width *= 2
 
     def _first(self) -> TelemetryTotals:
-        return TelemetryTotals(self.origin or 0.0, 0.0, 0, 0, self.capacity)
+        return TelemetryTotals(self.origin or 0.0, 0.0, 0, 0, self.capacity, 0, self._started_wall)
+
+    def first(self) -> TelemetryTotals:
+        """The totals before the first record: the start of a window over everything the engine did."""
+        with self._lock:
+            return self._first()
 
 
 def plot_series(rows: list[dict[str, float]], path: Path, title: str = "engine", end: float | None = None) -> bool:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # above the earlier: a stage may use what the stages before it made, never what comes after. A module may
 # import from its own floor and any floor below, never from above (function-level imports included).
 LAYERS: list[tuple[str, list[str]]] = [
-    ("commands", ["cli"]),
+    ("commands", ["cli", "api"]),
     ("orchestration", ["flows"]),
     ("products", ["products"]),
     ("export", ["export"]),

@@ -259,19 +259,21 @@ def test_the_telemetry_picture_draws_a_line_for_a_run_of_any_length(tmp_path, ro
 
 # ---------------------------------------------------------------- the cost estimate of a dry run
 def test_the_estimate_scales_the_measured_figures_and_states_its_throughput(quickstart):
-    from prm_synth.products.estimate import estimate, estimate_lines
+    """A folder without telemetry (written without the flow): the rate is the one given, and said to be."""
+    from prm_synth.products.estimate import estimate, estimate_lines, sample_from_folder
     from prm_synth.store.summary import summarize
 
     summary, config = summarize(quickstart), validate_config(pipeline_data())
-    est = estimate(summary, config, tokens_per_s=2_000)
+    est = estimate(sample_from_folder(quickstart, config), config, tokens_per_s=2_000)
     assert est is not None and est.problems == summary.problems_loaded == 20
-    assert est.rollouts_per_problem == summary.rollouts / 20
-    assert est.gpu_hours(10_000) == pytest.approx(summary.tokens / 20 * 10_000 / 2_000 / 3600)
-    assert est.sizes() == [400, 1_000, 10_000, 100_000]  # the source's 400 problems, in order
+    assert est.per_problem["rollouts"].point == pytest.approx(summary.rollouts / 20)
+    hours = est.gpu_hours(10_000).point
+    assert hours == pytest.approx(summary.tokens / 20 * 10_000 / 2_000 / 3600)  # no start-up measured here
+    assert est.sizes == [400, 1_000, 10_000, 100_000]  # the source's 400 problems, in order
     lines = estimate_lines(est, simulated=True)
-    assert any("at 2,000 tokens/s" in line for line in lines)
+    assert any("given (--gpu-tokens-per-s)" in line and "policy 2,000" in line for line in lines)
     row = next(line for line in lines if line.strip().startswith("10,000"))
-    assert row.split()[-1] == f"{est.gpu_hours(10_000):.2f}"
+    assert row.split()[-2] == f"{hours:.2f}"
     assert f"at most {config.annotate.changepoint_max_rollouts} rollouts a problem" in "\n".join(lines)
 
 

@@ -108,6 +108,7 @@ def test_train_then_eval_a_tiny_model_through_the_cli(tmp_path):
     assert {"loss_first", "loss_last", "eval_step_f1", "steps"} <= set(report)
     assert report["steps"] == 4 and len(report["curve"]) == 4
     assert "step 4/4 steps (100%)" in result.output and "rows seen" in result.output  # progress on stderr
+    assert "scoring the held-out rows: 2/2 batches (100%)" in result.output  # 8 rows, 4 a batch
     assert (out / PRM_CONFIG).exists() and (out / "tokenizer.json").exists()
 
     from transformers import AutoModelForTokenClassification

@@ -29,6 +29,25 @@ __all__ = ["app", "fail", "main"]
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.split("\n\n")[0])
 
 
+def _flags_take_no_value() -> None:
+    """Typer's help shows an on/off flag with a type, `--private <bool>`, which reads as if it took a value
+    (`--private true` is an error): a flag shows none. Typer has no setting for it; its one method is wrapped."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "prm_synth_flags", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: object) -> str | None:
+        return None if self.is_flag and not self.count else shown(self, ctx)  # type: ignore[arg-type]
+
+    display_type_rich.prm_synth_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+
+
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"prm-synth {__version__}")

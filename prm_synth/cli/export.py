@@ -104,7 +104,15 @@ def export(
     # One snapshot: no run writes the folder while its views are made (every view the same rows).
     with reading(directory):
         # Every check (views, tokenizer, marker) before anything is written or a repo is created.
-        plan = plan_export(directory, formats or None, tokenizer, marker, min_confidence, soft_from if soft else None)
+        plan = plan_export(
+            directory,
+            formats or None,
+            tokenizer,
+            marker,
+            min_confidence,
+            soft_from if soft else None,
+            progress=lambda line: typer.echo(f"{line}...", err=True),  # a large run's checks take a while
+        )
         # The Hub's errors (HubExportError) come scrubbed of the token.
         options = {"test_fraction": test_fraction, "seed": seed, "license": license, "plan": plan, "plots": plots}
         if to_dir is not None:

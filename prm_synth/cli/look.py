@@ -46,6 +46,14 @@ def inspect(
             "error positions, p_good, unlabeled and rejected reasons, cost a row, and the judge's accuracy.",
         ),
     ] = None,
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate",
+            help="Also estimate what the whole run costs (GPU hours, yield, with ranges), as `run --dry-run` "
+            "does, from the shards finished so far and the engine rates the run saved in telemetry/.",
+        ),
+    ] = False,
 ) -> None:
     """Counts and label statistics of a dataset."""
     from prm_synth.store.lock import reading
@@ -54,15 +62,35 @@ def inspect(
     with reading(directory):  # never a folder a run is writing: its counts would not add up
         summary = summarize(directory)
         pictures = _draw(directory, plots) if plots is not None else None
+        cost = _estimate(directory) if estimate else None
     if json_out:
-        typer.echo(json.dumps(summary.to_dict(), sort_keys=True))
+        typer.echo(json.dumps(summary.to_dict() | ({"cost": cost[0].to_dict()} if cost else {}), sort_keys=True))
         return
     Console().print(summary_table(summary, str(directory)))
+    if cost is not None:
+        from prm_synth.products.estimate import estimate_lines
+
+        typer.echo("")
+        for line in estimate_lines(*cost):
+            typer.echo(line)
     if pictures is not None:
         for path in pictures.written.values():
             typer.echo(f"wrote {path}")
         for file, why in pictures.skipped.items():
             typer.echo(f"not drawn: {file} ({why})")
+
+
+def _estimate(directory: Path) -> tuple[Any, bool] | None:
+    """The cost estimate from a run's finished shards, and whether its policy is the simulated one."""
+    from prm_synth.config import validate_config
+    from prm_synth.products.estimate import estimate, sample_from_folder
+    from prm_synth.store.readers import read_manifest
+
+    config = validate_config(read_manifest(directory).get("config") or {}, str(directory), check_paths=False)
+    found = estimate(sample_from_folder(directory, config), config)
+    if found is None:
+        fail(f"{directory} has no finished shard to estimate from")
+    return found, config.policy.kind == "simulated"
 
 
 def _draw(directory: Path, plots: Path) -> Any:

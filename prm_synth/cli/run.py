@@ -23,11 +23,15 @@ from prm_synth.cli.environment import (
     verbose_engines,
 )
 from prm_synth.cli.finished import nothing_left
-from prm_synth.products.estimate import DEFAULT_TOKENS_PER_S, Estimate, estimate
 
 if TYPE_CHECKING:
     from prm_synth.config import PipelineConfig
+    from prm_synth.products.estimate import CostEstimate
     from prm_synth.store.summary import RunSummary
+
+
+# Where this process sends what the libraries print (prm_synth.cli.quiet), once set: said after the summary.
+LIBRARY_LOG: list[Path | None] = [None]
 
 
 class Runner(StrEnum):
@@ -74,14 +78,14 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     gpu_tokens_per_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--gpu-tokens-per-s",
             min=1.0,
-            help="With --dry-run: the throughput (tokens processed a second, one GPU) the cost estimate's GPU hours "
-            "assume.",
+            help="With --dry-run: the throughput (tokens processed a second, one GPU) for the cost estimate's GPU "
+            "hours, instead of the rate the dry run measured.",
         ),
-    ] = DEFAULT_TOKENS_PER_S,
+    ] = None,
     retry_refused: Annotated[
         bool,
         typer.Option(
@@ -95,8 +99,9 @@ def run(
         bool,
         typer.Option(
             "--verbose",
-            help="Show Prefect's and vLLM's INFO logs too (default: their warnings only), and the tracebacks of "
-            "the failures the command reports in one line.",
+            help="Print what the libraries print (vLLM's and torch's warnings, progress bars; by default they go "
+            "to OUT/logs/run.log), Prefect's and vLLM's INFO logs, and the tracebacks of the failures the command "
+            "reports in one line.",
         ),
     ] = False,
 ) -> None:
@@ -116,7 +121,7 @@ def run(
             config = preflight.check_same_config(out_dir, config, say_notes=not supervise.is_worker())
     preflight.check_problem_source(config, limit)
     if not (dry_run or overwrite) and (done := nothing_left(config, out_dir, limit, retry_refused)) is not None:
-        _report(done, started, json_out, out_dir)  # every shard finished: no Prefect to start
+        _report(_explain_demo(done, config), started, json_out, out_dir)  # every shard finished: no Prefect
         return
     if supervise.should_supervise():
         raise typer.Exit(supervise.run_in_worker(supervise.ENTRY_ARGV or [], started))
@@ -128,8 +133,42 @@ def run(
         )
     except KeyboardInterrupt as e:  # the worker names the signal; in-process, Python's own Ctrl-C has no text
         _stop_interrupted(str(e) or signal.SIGINT.name)
-    cost = estimate(summary, config, gpu_tokens_per_s) if dry_run else None
-    _report(summary, started, json_out, out_dir, cost, config.policy.kind == "simulated")
+    cost = _dry_run_estimate(summary, config, started, limit, gpu_tokens_per_s) if dry_run else None
+    _report(_explain_demo(summary, config), started, json_out, out_dir, cost, config.policy.kind == "simulated")
+
+
+# The demo's 135M model often runs past its short rollout budget before it reaches an answer: said where the
+# summary warns about ungradable rollouts, so a first user knows the warning is the demo's, not their set-up's.
+DEMO_UNGRADABLE = (
+    "Expected on the demo: its 135M model often writes past rollouts.max_tokens ({budget}) before it reaches an "
+    "answer, a budget kept short so the demo takes minutes on a CPU; a real model on a real budget does not"
+)
+
+
+def _explain_demo(summary: RunSummary, config: PipelineConfig) -> RunSummary:
+    from prm_synth.config import VLLMConfig
+
+    if isinstance(config.policy, VLLMConfig) and config.policy.is_demo:
+        for i, warning in enumerate(summary.warnings):
+            if "could not be graded" in warning:
+                summary.warnings[i] = f"{warning}. {DEMO_UNGRADABLE.format(budget=config.rollouts.max_tokens)}"
+                break
+    return summary
+
+
+def _dry_run_estimate(
+    summary: RunSummary, config: PipelineConfig, started: float, limit: int | None, tokens_per_s: float | None
+) -> CostEstimate | None:
+    """The cost estimate from what the dry run measured, for `--limit` problems (else the source's size)."""
+    from prm_synth.products.estimate import CostSample, estimate
+
+    assert summary.run is not None
+    if summary.run.cost_sample is None:
+        return None
+    sample = CostSample.from_dict(summary.run.cost_sample)
+    ready = sample.policy.ready_at if sample.policy else None
+    sample.startup_seconds = round(max(0.0, ready - started), 3) if ready is not None else None
+    return estimate(sample, config, requested=limit, tokens_per_s=tokens_per_s)
 
 
 def _report(
@@ -137,22 +176,26 @@ def _report(
     started: float,
     json_out: bool,
     out_dir: Path,
-    cost: Estimate | None = None,
+    cost: CostEstimate | None = None,
     simulated: bool = False,
 ) -> None:
     """The summary (and, after a dry run, the cost estimate) as text or JSON."""
-    from dataclasses import asdict
-
+    from prm_synth.cli.quiet import said_anything
     from prm_synth.products.estimate import estimate_lines
 
     assert summary.run is not None
     summary.run.startup_seconds = round(max(0.0, summary.run.started_at - started), 3)
     summary.run.wall_seconds = round(time.time() - started, 3)
+    log = LIBRARY_LOG[0] if LIBRARY_LOG[0] is not None and said_anything(LIBRARY_LOG[0]) else None
+    if LIBRARY_LOG[0] is not None and log is None and summary.run.dry_run:  # an empty temporary log: removed
+        LIBRARY_LOG[0].unlink(missing_ok=True)
     if json_out:
-        extra = {"estimate": asdict(cost)} if cost is not None else {}
+        extra = {"cost": cost.to_dict()} if cost is not None else {}
         typer.echo(json.dumps(summary.to_dict() | extra, sort_keys=True))
         return
     _print_summary(summary)
+    if log is not None:
+        typer.echo(f"\nlibrary messages (vLLM, torch, progress bars): {log}  (--verbose prints them)")
     if summary.run.dry_run:
         if cost is not None:
             typer.echo("")
@@ -190,6 +233,12 @@ def _run_flow(
     if not verbose:
         quiet_expected_failures()
     from flows.synthesize import synthesize_with_runner
+
+    if not verbose and supervise.is_worker():  # the command's own process: the libraries' output to a log file
+        from prm_synth.cli.quiet import log_path_for, quiet_console
+
+        with contextlib.suppress(OSError):  # no room for a log (a full disk): the console stays as it is
+            LIBRARY_LOG[0] = quiet_console(log_path_for(out_dir, dry_run))
 
     flow = synthesize_with_runner(runner, ray_address)
     error: tuple[str, int] = ("", 1)

@@ -10,7 +10,7 @@ from prm_synth.config import OpenAIConfig, SimulatedJudgeConfig, SimulatedPolicy
 from prm_synth.engines.base import Engine
 from prm_synth.engines.names import model_name
 
-__all__ = ["build_engine", "close_engines", "get_engine", "model_name", "stop_engines"]
+__all__ = ["build_engine", "close_engines", "existing_engine", "get_engine", "model_name", "stop_engines"]
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
@@ -37,9 +37,19 @@ def build_engine(config: Any) -> Engine:
     raise TypeError(f"no engine for config {type(config).__name__}")
 
 
+def _key(config: Any) -> str:
+    return f"{type(config).__name__}:{config.model_dump_json()}"
+
+
+def existing_engine(config: Any) -> Engine | None:
+    """The process's engine for this config if one was built (None: never used; none is built here)."""
+    with _lock:
+        return _engines.get(_key(config))
+
+
 def get_engine(config: Any) -> Engine:
     """The process's engine for this config: built once, shared by every shard task in the process."""
-    key = f"{type(config).__name__}:{config.model_dump_json()}"
+    key = _key(config)
     with _lock:
         engine = _engines.get(key)
         if engine is None:

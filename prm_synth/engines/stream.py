@@ -292,7 +292,7 @@ class GenerationStream:
         except Exception as e:
             self._fail_all(e)
             return True
-        tokens = sequences = 0
+        tokens = sequences = prompt_tokens = 0
         if finished:
             self.watchdog.progressed()
         for request_id, outcome in finished:
@@ -303,9 +303,10 @@ class GenerationStream:
                 _settle(entry[1], error=outcome)
                 continue
             tokens += outcome.generated_tokens
+            prompt_tokens += outcome.prompt_tokens
             sequences += len(outcome.completions)
             _settle(entry[1], result=outcome)
-        self._record(tokens, sequences, engine.running())
+        self._record(tokens, sequences, engine.running(), prompt_tokens)
         return True
 
     def _abort_now_or_later(self) -> None:
@@ -329,8 +330,10 @@ class GenerationStream:
                 del self._inflight[rid]
             self._abort(dropped)
 
-    def _record(self, tokens: int, sequences: int, running_after: int) -> None:
-        self.telemetry.advance(self.engine.clock(), self._running, self.engine.capacity, tokens, sequences)
+    def _record(self, tokens: int, sequences: int, running_after: int, prompt_tokens: int = 0) -> None:
+        self.telemetry.advance(
+            self.engine.clock(), self._running, self.engine.capacity, tokens, sequences, prompt_tokens
+        )
         self._running = running_after
 
     def _fail_all(self, error: Exception) -> None:

@@ -56,9 +56,18 @@ def load_tokenizer(name_or_path: str | Path) -> Any:
             return PreTrainedTokenizerFast(tokenizer_file=str(path))
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(name_or_path))
+        from prm_synth.problems.hub_reach import hub_unreachable, offline, offline_hint
+
+        if path.exists() or (unreachable := hub_unreachable()) is None:
+            return AutoTokenizer.from_pretrained(str(name_or_path))
+        try:  # offline: the cached copy at once, or the error at once (no minute of retries)
+            with offline():
+                return AutoTokenizer.from_pretrained(str(name_or_path))
+        except (OSError, ValueError):
+            offline_error = offline_hint(unreachable, "it")
     except (OSError, ValueError) as e:
         raise TokenizationError(f"cannot load tokenizer {name_or_path}: {e}") from None
+    raise TokenizationError(f"cannot load tokenizer {name_or_path}: {offline_error}")
 
 
 def tokenizer_name(tokenizer: Any) -> str:

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -145,6 +145,7 @@ def plan_export(
     placeholder: str | None = None,
     min_confidence: float | None = None,
     soft: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ExportPlan:
     """Check an export request before anything is written.
 
@@ -194,10 +195,12 @@ def plan_export(
             raise ExportRequestError("--marker needs --tokenizer to be checked")
         return ExportPlan(chosen, min_confidence=min_confidence, soft=soft)
     if isinstance(tokenizer, str | Path):
+        if progress is not None:
+            progress(f"loading tokenizer {Path(tokenizer).name if Path(tokenizer).exists() else tokenizer}")
         tokenizer = load_tokenizer(tokenizer)
     logger.info("checking views %s against tokenizer %s", ", ".join(chosen), tokenizer_name(tokenizer))
     marker, refused = choose_marker(dataset_dir, chosen, tokenizer, placeholder)
-    checks = verify_views(dataset_dir, chosen, tokenizer, marker, soft)
+    checks = verify_views(dataset_dir, chosen, tokenizer, marker, soft, progress)
     return ExportPlan(chosen, marker, tokenizer_name(tokenizer), checks, refused, min_confidence, soft)
 
 

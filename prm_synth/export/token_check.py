@@ -8,7 +8,7 @@ it tried, before anything is written. How each consumer reads a row is the view'
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +98,19 @@ def choose_marker(
 
 
 def verify_views(
-    dataset_dir: str | Path, views: Sequence[str], tokenizer: Any, marker: Marker, soft: str | None = None
+    dataset_dir: str | Path,
+    views: Sequence[str],
+    tokenizer: Any,
+    marker: Marker,
+    soft: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Every view checked in full (all rows); TokenizationError naming the first row a consumer misreads."""
+    """Every view checked in full (all rows); TokenizationError naming the first row a consumer misreads.
+    `progress`: told of each view before its check (tokenizing every row takes a while on a large run)."""
     checks = {}
     for fmt in views:
+        if progress is not None:
+            progress(f"checking the {fmt} view: every row, with its trainer's tokenization")
         check = check_view(fmt, tokenizer, iter_record_rows(dataset_dir), marker, stop_at_first=False, soft=soft)
         if not check.ok:
             raise TokenizationError(

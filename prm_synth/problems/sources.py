@@ -16,6 +16,7 @@ valid Unicode is written with backslash escapes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections.abc import Iterable, Iterator
@@ -331,11 +332,17 @@ def hf_rows(src: HFSource) -> Iterator[tuple[int, Any]]:
         return _local_hf_rows(builder, files, name)
     import datasets
 
+    from prm_synth.problems.hub_reach import hub_unreachable, offline, offline_hint
+
+    unreachable = hub_unreachable()  # offline: the cached copy at once, or the error at once (no retries)
     try:
-        ds = datasets.load_dataset(
-            src.path, src.name, data_files=src.data_files, split=src.split, streaming=src.streaming
-        )
+        with offline() if unreachable else contextlib.nullcontext():
+            ds = datasets.load_dataset(
+                src.path, src.name, data_files=src.data_files, split=src.split, streaming=src.streaming
+            )
     except Exception as e:
+        if unreachable:
+            raise ProblemSourceError(f"cannot load {where}: {offline_hint(unreachable, 'the dataset')}") from None
         raise ProblemSourceError(f"cannot load {where}: {type(e).__name__}: {e}") from e
     return _hf_rows(ds, where, name)
 

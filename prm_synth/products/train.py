@@ -39,6 +39,7 @@ STEP_SEPARATOR = "\n"
 IGNORE = -100
 PRM_CONFIG = "prm_synth_prm.json"
 LABELS = {0: "bad", 1: "good"}
+SCORING_LINE_S = 10.0  # while the held-out rows are scored, a progress line at most this often
 # The attention and MLP projections of the Llama, Qwen2 and Mistral families.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -293,6 +294,20 @@ def train_prm(
                 len(train),
                 len(test) if test is not None else 0,
             )
+
+        scoring: Countdown | None = None
+        scored = 0
+        last_said = 0.0
+
+        def on_prediction_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            """Scoring the held-out rows takes a while on a CPU: a line at most every SCORING_LINE_S seconds."""
+            if self.scoring is None:
+                batches = math.ceil(len(test) / settings.batch_size) if test is not None else 0
+                self.scoring, self.scored, self.last_said = Countdown(batches, "batches"), 0, time.monotonic()
+            self.scored += 1
+            if time.monotonic() - self.last_said >= SCORING_LINE_S or self.scored == self.scoring.total:
+                self.last_said = time.monotonic()
+                logger.info("scoring the held-out rows: %s", self.scoring.line(self.scored))
 
         def on_log(
             self, args: Any, state: Any, control: Any, logs: Mapping[str, float] | None = None, **kw: Any

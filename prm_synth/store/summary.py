@@ -72,6 +72,9 @@ class RunFacts:
     startup_seconds: float = 0.0  # set by the CLI, which knows when the command started
     # finished shards holding problems past this run's --limit, kept as they are (store/limit.py)
     kept_past_limit: KeptPastLimit | None = None
+    # A dry run's measurements for the cost estimate (products.estimate.CostSample as a dict); not in to_dict:
+    # the command prints the estimate made from it (`cost` in --json)
+    cost_sample: dict[str, Any] | None = None
 
 
 @dataclass
@@ -163,7 +166,7 @@ class RunSummary:
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
         out["verify"] = self.verify.as_dict() if self.verify else {}
         if self.run is not None:
-            out |= {k: v for k, v in asdict(self.run).items() if k != "started_at"}
+            out |= {k: v for k, v in asdict(self.run).items() if k not in ("started_at", "cost_sample")}
         return out
 
 
