@@ -28,10 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prm_synth.config import PipelineConfig, validate_config  # noqa: E402
-from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
-from prm_synth.problems import arithmetic  # noqa: E402
 from prm_synth.schema import LabeledRecord  # noqa: E402
+from prm_synth.simulated import arithmetic  # noqa: E402
+from prm_synth.simulated.engines import SimulatedPolicy  # noqa: E402
 
 K = 8
 DEFAULT = "binary (changepoint, the default)"

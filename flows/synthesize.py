@@ -62,8 +62,8 @@ from prm_synth.pipeline import (
     write_shard_rows,
 )
 from prm_synth.problems.sources import count_hint
-from prm_synth.sampling.sample import check_policy_can_solve
 from prm_synth.schema import Item, Problem
+from prm_synth.simulated.solvable import check_policy_can_solve
 from prm_synth.store.canary_counts import CanaryStats
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.resume import run_fingerprint

@@ -69,7 +69,7 @@ def test_a_plant_in_the_answer_step_turns_the_answer_wrong_and_an_earlier_one_ke
 def _judged_run(tmp_path: Path, **sections) -> Path:
     from _simulated_run import pipeline_data, write_run
 
-    from prm_synth.engines.simulated import JUDGE_PROFILES
+    from prm_synth.simulated.engines import JUDGE_PROFILES
 
     data = pipeline_data(
         judge={"engine": JUDGE_PROFILES["realistic"].model_dump(mode="json"), "samples": 3},
@@ -124,7 +124,7 @@ def test_a_killed_run_resumed_keeps_the_same_canaries_and_the_same_estimate(tmp_
 
     from flows.synthesize import synthesize
     from prm_synth.config import load_config
-    from prm_synth.engines.simulated import JUDGE_PROFILES
+    from prm_synth.simulated.engines import JUDGE_PROFILES
     from prm_synth.store.summary import summarize
 
     data = yaml.safe_load((ROOT / "pipelines" / "simulated.yaml").read_text()) | {

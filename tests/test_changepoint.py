@@ -59,9 +59,9 @@ from prm_synth.annotate.labels import (
 )
 from prm_synth.annotate.protocol import ProbeResult, Wait
 from prm_synth.config import validate_config
-from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
+from prm_synth.simulated.engines import SimulatedPolicy
 from tests.test_search import drive  # answers probes by hand, from a success rate per step
 
 # A world that breaks the old model: one hard step, luck per problem, ungradable rollouts, step drift.

@@ -13,8 +13,11 @@ import pytest
 
 from prm_synth.config.grader import GraderConfig, SandboxLimits
 from prm_synth.engines.base import GenerationRequest
-from prm_synth.engines.simulated import JUDGE_PROFILES
-from prm_synth.engines.simulated_domains import (
+from prm_synth.grading import sandbox
+from prm_synth.grading.registry import make_grader
+from prm_synth.prompting.prompts import policy_user_prompt, render_judge_prompt
+from prm_synth.sampling.steps import split_steps
+from prm_synth.simulated.domains import (
     DomainJudge,
     DomainPolicy,
     DomainWorld,
@@ -23,10 +26,7 @@ from prm_synth.engines.simulated_domains import (
     world_problems,
     written_state,
 )
-from prm_synth.grading import sandbox
-from prm_synth.grading.registry import make_grader
-from prm_synth.prompting.prompts import policy_user_prompt, render_judge_prompt
-from prm_synth.sampling.steps import split_steps
+from prm_synth.simulated.engines import JUDGE_PROFILES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import domain_worlds  # noqa: E402

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 from prm_synth.cli.eval import register
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines import build_engine
-from prm_synth.engines.simulated import SimulatedJudge
 from prm_synth.problems.quality import first_error_quality, step_label_quality
 from prm_synth.products.evaluate import (
     NotSimulatedError,
@@ -26,6 +25,7 @@ from prm_synth.products.evaluate import (
     load_processbench,
     processbench_metric,
 )
+from prm_synth.simulated.engines import SimulatedJudge
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BENCH = FIXTURES / "processbench_small.json"

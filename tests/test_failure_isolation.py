@@ -31,10 +31,10 @@ from prm_synth.engines.base import (
     SamplingOptions,
     StreamingEngine,
 )
-from prm_synth.engines.simulated import SimulatedJudge, SimulatedPolicy
 from prm_synth.engines.stream import GenerationStream, as_streaming
 from prm_synth.judge.ask import judge_records
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
+from prm_synth.simulated.engines import SimulatedJudge, SimulatedPolicy
 from prm_synth.store.summary import _reconciles
 
 WAIT_S = 60.0  # a generous deadline: a wait that needs it has failed

@@ -18,8 +18,8 @@ from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.labels import apply_rule
 from prm_synth.cli import app
 from prm_synth.config import load_config
-from prm_synth.problems import arithmetic
 from prm_synth.schema import ShardStats
+from prm_synth.simulated import arithmetic
 from prm_synth.store.readers import iter_records, read_manifest
 from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunSummary, summarize

@@ -19,10 +19,10 @@ import pytest
 from _worlds import WORLDS, world_config
 
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.engines.simulated import SimulatedPolicy
-from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import iter_problems
 from prm_synth.schema import Problem
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.engines import SimulatedPolicy
 
 HELD_OUT_SEED = 1008  # fidelity.py --seeds heldout: no choice has looked at it
 PROBLEMS = 150  # a world's sample in the docs' held-out table

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("judge", ["judge"]),
     ("label", ["annotate"]),
     ("sample", ["sampling"]),
+    ("simulated world", ["simulated"]),
     ("engines", ["engines"]),
     ("problems", ["problems"]),
     ("storage and grading", ["store", "grading"]),
@@ -48,6 +49,19 @@ TOP_MODULES: dict[str, str] = {
     "prm_synth.pipeline": "shard pipeline",
 }
 FLOORS = [name for name, _ in LAYERS]
+# The doors into the simulated world (prm_synth/simulated/): the registries that dispatch on a config's kind
+# may import it from below, and the reports that compare rows with the simulated truth from above; no other
+# module outside it does, so a reader of the real pipeline never steps into it.
+SIMULATED = "prm_synth.simulated"
+SIMULATED_ENTRIES: dict[str, str] = {
+    "prm_synth.engines": "build_engine: the engine registry builds the simulated policy and judge",
+    "prm_synth.problems.sources": "the builtin problem source generates the simulated arithmetic problems",
+    "prm_synth.export.card_facts": "the card's label quality against the simulated truth",
+    "prm_synth.products.evaluate": "eval dataset/labels: quality against the simulated truth, and its refusal",
+    "prm_synth.cli.preflight": "refuses problems the simulated policy cannot solve before any work",
+    "prm_synth.cli.eval": "refuses problems the simulated policy cannot solve before an engine starts",
+    "flows.synthesize": "refuses problems the simulated policy cannot solve before the first shard",
+}
 
 
 def folders() -> list[str]:
@@ -128,9 +142,27 @@ def test_imports_point_down(module, path):
     upward = [
         f"{path.relative_to(ROOT)}:{line} imports {name} ({LAYERS[layer_of(name)][0]} is above {LAYERS[own][0]})"
         for name, line in imports_of(module, path)
-        if layer_of(name) is not None and layer_of(name) < own
+        if layer_of(name) is not None
+        and layer_of(name) < own
+        and not (module in SIMULATED_ENTRIES and name.startswith(SIMULATED + "."))
     ]
     assert not upward, "\n".join(upward)
+
+
+def test_only_the_named_doors_lead_into_the_simulated_world():
+    entered = sorted(
+        {
+            module
+            for module, path in modules()
+            if not module.startswith(SIMULATED)
+            for name, _ in imports_of(module, path)
+            if name == SIMULATED or name.startswith(SIMULATED + ".")
+        }
+    )
+    assert entered == sorted(SIMULATED_ENTRIES), (
+        f"modules that import prm_synth.simulated: {entered}; the doors named in SIMULATED_ENTRIES: "
+        f"{sorted(SIMULATED_ENTRIES)}"
+    )
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):

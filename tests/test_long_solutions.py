@@ -21,14 +21,14 @@ from prm_synth.annotate.labeler import make_labeler
 from prm_synth.annotate.result import LabelResult
 from prm_synth.config import MAX_OPS, BuiltinSource, SimulatedPolicyConfig, validate_config
 from prm_synth.engines.base import GenerationRequest
-from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.grading.math import grade
 from prm_synth.pipeline import iter_shards
-from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import iter_problems
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
 from prm_synth.schema import Problem
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.engines import SimulatedPolicy
 from prm_synth.store.layout import totals
 from prm_synth.store.readers import dataset_shards, iter_records, read_manifest
 

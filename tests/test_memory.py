@@ -6,8 +6,8 @@ import gc
 import sys
 
 from prm_synth.config import validate_config
-from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.pipeline import iter_shards, process_shard
+from prm_synth.simulated.engines import SimulatedPolicy
 from prm_synth.store.shards import ShardStore
 
 SHARD_SIZE = 25

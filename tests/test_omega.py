@@ -25,11 +25,11 @@ from prm_synth.annotate.protocol import Probe, ProbeResult
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.config import OmegaConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import SamplingOptions
-from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.grading.math import grade
-from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.engines import SimulatedPolicy
 
 split_lines = functools.partial(split_steps, strategy="line")
 RolloutFn = Callable[[str, int], tuple[str, str, int]]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from prm_synth.annotate.labels import unlabeled_reasons
 from prm_synth.cli import app
 from prm_synth.config import ConfigError, validate_config
-from prm_synth.sampling.sample import PolicyCannotSolveError, check_policy_can_solve
+from prm_synth.simulated.solvable import PolicyCannotSolveError, check_policy_can_solve
 from prm_synth.store.readers import iter_records
 
 GSM8K_ROWS = [
@@ -119,7 +119,7 @@ def test_the_simulated_policy_on_a_hugging_face_gsm8k_source_is_refused_too(tmp_
 def test_a_file_of_builtin_problem_text_is_accepted(tmp_path):
     import random
 
-    from prm_synth.problems.arithmetic import generate
+    from prm_synth.simulated.arithmetic import generate
 
     problems = [generate(random.Random(i)) for i in range(3)]
     check_policy_can_solve(

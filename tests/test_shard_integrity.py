@@ -199,7 +199,7 @@ def test_a_run_over_hostile_rows_and_a_damaged_shard_end_to_end(tmp_path: Path) 
 
     from flows.synthesize import synthesize
     from prm_synth.config import load_config
-    from prm_synth.problems import arithmetic
+    from prm_synth.simulated import arithmetic
 
     def row(seed: int) -> str:
         chain = arithmetic.generate(random.Random(seed), 2, 3)

@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from prm_synth.config import SimulatedPolicyConfig
 from prm_synth.engines.base import GenerationRequest
-from prm_synth.engines.simulated import SimulatedPolicy
-from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.engines import SimulatedPolicy
 
 
 def _problem(seed: int, lo: int = 3, hi: int = 8) -> arithmetic.ChainProblem:

@@ -32,12 +32,12 @@ from prm_synth.engines.base import (
     SamplingOptions,
     StreamingEngine,
 )
-from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.engines.stream import GenerationStream, as_streaming, stream_for
 from prm_synth.grading.math import grade
-from prm_synth.problems.arithmetic import generate as make_chain
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.sampling.steps import split_steps
+from prm_synth.simulated.arithmetic import generate as make_chain
+from prm_synth.simulated.engines import SimulatedPolicy
 
 
 class LengthEngine:

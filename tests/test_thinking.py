@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from prm_synth.config import OpenAIConfig, SimulatedPolicyConfig, ThinkingConfig, VLLMConfig
 from prm_synth.engines.base import GenerationRequest
 from prm_synth.engines.openai import OpenAIEngine
-from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.engines.vllm import VLLMEngine
 from prm_synth.grading.math import UNKNOWN_REASONS, Verdict, grade_answer, grade_completion
 from prm_synth.prompting.thinking import (
@@ -28,6 +27,7 @@ from prm_synth.prompting.thinking import (
     markers_in_template,
     resolve_markers,
 )
+from prm_synth.simulated.engines import SimulatedPolicy
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "chat_templates"
 QWEN3 = (TEMPLATES / "qwen3.jinja").read_text()
@@ -179,8 +179,8 @@ def test_the_simulated_policy_writes_a_trace_and_continues_it():
     policy = SimulatedPolicy(SimulatedPolicyConfig(step_error=0.0, thinking=THINK))
     import random
 
-    from prm_synth.problems import arithmetic
     from prm_synth.prompting.prompts import policy_user_prompt
+    from prm_synth.simulated import arithmetic
 
     chain = arithmetic.generate(random.Random(1), 5, 5)
     user = policy_user_prompt(chain.question())

@@ -17,11 +17,11 @@ from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.annotate.token_cost import TokenBudget, expected_cost, per_expected_token
 from prm_synth.config import validate_config
 from prm_synth.engines.base import Completion, GenerationResult, SamplingOptions
-from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.pipeline import iter_shards
-from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.schema import Problem
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.engines import SimulatedPolicy
 
 WORLD = {"kind": "simulated", "step_error": 0.08, "recover": 0.05, "seed": 2}
 PROBLEMS = {"kind": "builtin", "count": 6, "seed": 5, "min_ops": 12, "max_ops": 12}

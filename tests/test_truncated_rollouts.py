@@ -10,8 +10,8 @@ from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
 from prm_synth.annotate.scheduler import ProbeScheduler, SolutionJob
 from prm_synth.config import SimulatedPolicyConfig, validate_config
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult, SamplingOptions
-from prm_synth.engines.simulated import SimulatedPolicy
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
+from prm_synth.simulated.engines import SimulatedPolicy
 
 
 class Truncating:

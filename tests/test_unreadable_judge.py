@@ -22,7 +22,6 @@ from prm_synth.cli import app
 from prm_synth.config import load_config, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, GenerationResult
-from prm_synth.engines.simulated import SimulatedJudge
 from prm_synth.pipeline import (
     ShardInput,
     ShardRows,
@@ -33,6 +32,7 @@ from prm_synth.pipeline import (
     process_shard,
 )
 from prm_synth.problems.sources import iter_problems
+from prm_synth.simulated.engines import SimulatedJudge
 from prm_synth.store.readers import iter_records
 
 ROWS = 8  # 4 problems x 2 samples

@@ -17,10 +17,8 @@ from hypothesis import strategies as st
 from prm_synth.config import SimulatedJudgeConfig, VerifyConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, GenerationRequest, SamplingOptions
-from prm_synth.engines.simulated import SimulatedJudge
 from prm_synth.judge.verify import MAX_CHAIN_CHARS, compare, compared_labels, judge_chain, parse_chain, verify_records
 from prm_synth.pipeline import iter_shards, process_shard
-from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import (
     VERIFY_SYSTEM,
     parse_verify_prompt,
@@ -28,6 +26,8 @@ from prm_synth.prompting.prompts import (
     render_verify_prompt,
 )
 from prm_synth.schema import CHAIN_DROP_REASONS, RECORD_SCHEMA, LabeledRecord, ShardStats, VerifyStats
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.engines import SimulatedJudge
 from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import summarize
 

@@ -93,8 +93,8 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
     from itertools import islice
 
     from prm_synth.problems.sources import ProblemSourceError, iter_problems
-    from prm_synth.sampling.sample import PolicyCannotSolveError, check_policy_can_solve
     from prm_synth.schema import Problem
+    from prm_synth.simulated.solvable import PolicyCannotSolveError, check_policy_can_solve
 
     if isinstance(config.problems, HFSource):
         limit = min(limit or config.output.shard_size, config.output.shard_size)

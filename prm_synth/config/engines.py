@@ -239,7 +239,7 @@ EngineConfig = Annotated[SimulatedPolicyConfig | VLLMConfig | OpenAIConfig, Fiel
 
 
 class JudgeErrorProfile(Strict):
-    """How a simulated judge errs, like the judges ProcessBench measures (engines/simulated.py, SimulatedJudge).
+    """How a simulated judge errs, like the judges ProcessBench measures (simulated/engines.py, SimulatedJudge).
 
     On a solution with an error it flags one (names a step, not -1) with `recall_wrong_answer` when the
     final answer is wrong and with `recall_right_answer` when it is right anyway (real judges are swayed by

@@ -11,7 +11,7 @@ of whose samples could be read was not judged: the judge failed, not the row, so
 next run asks the judge again for it alone (flows/synthesize.py); a shard where most votes are unreadable
 fails the run once it is written (pipeline.check_judges_readable).
 
-The prompt and its parser live in prompts.py; the simulated judge in engines/simulated.py.
+The prompt and its parser live in prompts.py; the simulated judge in simulated/engines.py.
 """
 
 from __future__ import annotations

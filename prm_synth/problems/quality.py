@@ -1,5 +1,5 @@
 """How labels compare with a known first error: precision and recall of the bad labels and of the first
-error, against the truth of the simulated world (prm_synth/problems/arithmetic.py) or of a benchmark's
+error, against the truth of the simulated world (prm_synth/simulated/arithmetic.py) or of a benchmark's
 labels. `eval labels` and `eval dataset` report them (prm_synth/products/evaluate.py), and so does a
 dataset card made from a simulated run (prm_synth/export/card_facts.py).
 """

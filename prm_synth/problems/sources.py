@@ -28,11 +28,11 @@ from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
 from prm_synth.config.domain_sources import ChoiceFileSource, CodeFileSource, HumanEvalSource
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import last_boxed
-from prm_synth.problems import arithmetic
 from prm_synth.problems.choice_file import iter_choice_file
 from prm_synth.problems.code_file import iter_code_file
 from prm_synth.problems.humaneval import iter_humaneval
 from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
+from prm_synth.simulated import arithmetic
 from prm_synth.store.shards import storable
 
 PAYLOAD_CHARS = 2000

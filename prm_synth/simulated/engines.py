@@ -1,6 +1,6 @@
 """The simulated policy and judge: test and benchmark instruments with known ground truth.
 
-It writes real text for builtin problems (prm_synth.problems.arithmetic): one equation `a <op> b = c` per
+It writes real text for builtin problems (prm_synth.simulated.arithmetic): one equation `a <op> b = c` per
 step, the running value carried forward, ending with "The answer is N.". Each freshly written step
 is wrong with probability `step_error` (a wrong `c`); a continuation of a prefix that already holds a
 wrong step carries the wrong value on, except that with probability `recover` it silently goes back
@@ -38,8 +38,8 @@ from functools import partial
 
 from prm_synth.config import JudgeErrorProfile, SimulatedJudgeConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
-from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import parse_judge_prompt, parse_verify_prompt, render_chain_step
+from prm_synth.simulated import arithmetic
 
 
 def digest(*parts: object) -> str:

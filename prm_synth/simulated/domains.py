@@ -34,8 +34,8 @@ from typing import Literal
 
 from prm_synth.config import JudgeErrorProfile, SimulatedJudgeConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
-from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, count_tokens, digest
 from prm_synth.schema import Problem
+from prm_synth.simulated.engines import JUDGE_PROFILES, SimulatedJudge, count_tokens, digest
 
 Form = Literal["code", "choice", "math"]
 LETTERS = "ABCD"
