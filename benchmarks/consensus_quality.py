@@ -45,10 +45,10 @@ from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_selected
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
 from prm_synth.problems.quality import step_label_quality
-from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, Problem, ShardStats
+from prm_synth.records import ConsensusStats, JudgeStats, LabeledRecord, Problem, ShardStats
+from prm_synth.records.canaries import CanaryStats, precision_report
 from prm_synth.simulated.arithmetic import true_first_error
 from prm_synth.simulated.engines import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
-from prm_synth.store.canary_counts import CanaryStats, precision_report
 
 PROFILES = JUDGE_PROFILES
 POLICIES = ("agree", "soft", "judge-only", "mc-only")  # every row judged with m votes (`select: all`)

@@ -117,7 +117,7 @@ import labeler_settings  # noqa: E402  (benchmarks/, beside this file)
 from prm_synth.annotate.labeler import make_labeler  # noqa: E402
 from prm_synth.config import PipelineConfig  # noqa: E402
 from prm_synth.problems.sources import iter_problems  # noqa: E402
-from prm_synth.schema import LabeledRecord, Problem  # noqa: E402
+from prm_synth.records import LabeledRecord, Problem  # noqa: E402
 from prm_synth.simulated import arithmetic  # noqa: E402
 from prm_synth.simulated.engines import SimulatedPolicy  # noqa: E402
 

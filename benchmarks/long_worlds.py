@@ -30,7 +30,7 @@ from typing import Any
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import PipelineConfig
 from prm_synth.problems.sources import iter_problems
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.engines import SimulatedPolicy
 

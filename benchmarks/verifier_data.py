@@ -45,7 +45,7 @@ from prm_synth.judge.selection import judge_selected
 from prm_synth.judge.verify import parse_chain, verify_records
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.prompting.prompts import parse_verify_prompt
-from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats, VerifyStats
+from prm_synth.records import ConsensusStats, LabeledRecord, ShardStats, VerifyStats
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.engines import JUDGE_PROFILES, SimulatedJudge
 

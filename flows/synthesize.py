@@ -62,9 +62,9 @@ from prm_synth.pipeline import (
     write_shard_rows,
 )
 from prm_synth.problems.sources import count_hint
-from prm_synth.schema import Item, Problem
+from prm_synth.records import Item, Problem
+from prm_synth.records.canaries import CanaryStats
 from prm_synth.simulated.solvable import check_policy_can_solve
-from prm_synth.store.canary_counts import CanaryStats
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.resume import run_fingerprint
 from prm_synth.store.schema_upgrade import upgrade_shards

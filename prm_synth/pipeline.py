@@ -48,8 +48,7 @@ from prm_synth.judge.readable import (  # the error and its message are read her
 from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
-from prm_synth.sampling.votes import pseudo_gold
-from prm_synth.schema import (
+from prm_synth.records import (
     ConsensusStats,
     Item,
     JudgeStats,
@@ -59,7 +58,8 @@ from prm_synth.schema import (
     ShardStats,
     VerifyStats,
 )
-from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.records.canaries import CanaryStats
+from prm_synth.sampling.votes import pseudo_gold
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.left_open import OPEN_FOR_GOOD
 from prm_synth.store.refusals import (

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.judge.canaries import CANARY_PREFIX, NUMBER, OPERATOR, plant
-from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.records.canaries import CanaryStats
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -166,7 +166,7 @@ def test_the_runs_estimate_holds_the_measured_precision():
 def test_canary_counts_sum_over_shards_and_read_back():
     from dataclasses import asdict
 
-    from prm_synth.schema import ShardStats
+    from prm_synth.records import ShardStats
 
     one = CanaryStats(
         planted=2,
@@ -221,7 +221,7 @@ def test_the_bad_interval_holds_what_the_canaries_measured_when_the_labelers_con
     some first errors early (`early`: the share of the canaries' bad labels before the planted step).
     The reported bad interval must hold the precision pooled from both (what the kept labels measure
     when they err as the canaries do on as many labels), and the point stays the posterior's."""
-    from prm_synth.store.canary_counts import precision_report
+    from prm_synth.records.canaries import precision_report
 
     labels = rows * per_row
     wrong = round(early * labels)
@@ -244,7 +244,7 @@ def test_canaries_count_the_bad_labels_the_rollouts_place_before_the_planted_ste
     """A canary planted at step 3 whose rollouts placed the first error at step 1: its bad labels are
     steps 1.. (the labeled ones), and the two before the planted step are wrong."""
     from prm_synth.judge.canaries import measure
-    from prm_synth.schema import LabeledRecord
+    from prm_synth.records import LabeledRecord
 
     def canary(first_error: int, labels: list[bool | None]) -> LabeledRecord:
         n = len(labels)

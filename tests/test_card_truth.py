@@ -16,7 +16,7 @@ from _tokenizers import ascii_only_bpe, qwen_like_bpe
 
 from prm_synth.export.consumers import _pieces
 from prm_synth.export.hub import export_to_dir
-from prm_synth.schema import ShardStats
+from prm_synth.records import ShardStats
 from prm_synth.simulated.arithmetic import true_first_error
 from prm_synth.store.readers import dataset_shards, iter_records
 from prm_synth.store.summary import summarize

@@ -48,7 +48,11 @@ from prm_synth.annotate.changepoint.search import (
     unbacked_bad,
 )
 from prm_synth.annotate.labeler import make_labeler
-from prm_synth.annotate.labels import (
+from prm_synth.annotate.protocol import ProbeResult, Wait
+from prm_synth.config import validate_config
+from prm_synth.problems.sources import iter_problems
+from prm_synth.records import Problem
+from prm_synth.records.labels import (
     AFTER_ERROR,
     UNDECIDED_UNINFORMATIVE,
     UNDECIDED_UNLOCATED,
@@ -57,10 +61,6 @@ from prm_synth.annotate.labels import (
     first_bad_step,
     labels_from_posterior,
 )
-from prm_synth.annotate.protocol import ProbeResult, Wait
-from prm_synth.config import validate_config
-from prm_synth.problems.sources import iter_problems
-from prm_synth.schema import Problem
 from prm_synth.simulated.engines import SimulatedPolicy
 from tests.test_search import drive  # answers probes by hand, from a success rate per step
 
@@ -190,7 +190,7 @@ def test_p_good_is_a_non_increasing_probability_for_any_evidence(n, counts, verd
 
 
 def test_the_summary_warns_when_more_than_five_percent_of_rollouts_are_ungradable():
-    from prm_synth.schema import ShardStats
+    from prm_synth.records import ShardStats
     from prm_synth.store.summary import _warnings
 
     assert _warnings(ShardStats(rollouts=100, unknown_rollouts=5)) == []

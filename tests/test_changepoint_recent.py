@@ -143,7 +143,7 @@ def test_a_lone_bad_label_on_a_right_answer_must_hold_without_the_shards_luck():
     from prm_synth.annotate.annotation import Annotation
     from prm_synth.annotate.changepoint import ChangepointSettings, label
     from prm_synth.annotate.changepoint.rules import lone_bad_stands_from
-    from prm_synth.annotate.labels import UNDECIDED_UNLOCATED
+    from prm_synth.records.labels import UNDECIDED_UNLOCATED
 
     ev = Evidence.empty(12, "correct")
     for j in (2, 4, 6, 8, 10, 11):
@@ -176,7 +176,7 @@ def test_a_lone_bad_label_on_a_wrong_answer_must_hold_under_the_main_mode_of_the
     from prm_synth.annotate.annotation import Annotation
     from prm_synth.annotate.changepoint import ChangepointSettings, label
     from prm_synth.annotate.changepoint.rules import luck_modes
-    from prm_synth.annotate.labels import UNDECIDED_UNLOCATED
+    from prm_synth.records.labels import UNDECIDED_UNLOCATED
 
     main = np.exp(-0.5 * ((Q_GRID - 0.15) / 0.05) ** 2)
     second = np.exp(-0.5 * ((Q_GRID - 0.5) / 0.04) ** 2)

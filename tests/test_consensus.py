@@ -25,7 +25,7 @@ from prm_synth.judge.consensus import (
     rollouts_support,
 )
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior
-from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats
+from prm_synth.records import ConsensusStats, LabeledRecord, ShardStats
 from prm_synth.store.layout import ShardEntry, totals
 
 

@@ -15,7 +15,7 @@ from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.consensus import apply_consensus
 from prm_synth.judge.posterior import posterior, prefix_confidence
 from prm_synth.products.evaluate import as_labeled
-from prm_synth.schema import RECORD_SCHEMA, LabeledRecord
+from prm_synth.records import RECORD_SCHEMA, LabeledRecord
 
 T, F, N = True, False, None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from prm_synth.config import ConsensusConfig
 from prm_synth.judge.accuracy import JudgeCounts
 from prm_synth.judge.estimate import canary_accuracy
-from prm_synth.store.canary_counts import CLASS_KEYS, CanaryStats, precision_report
+from prm_synth.records.canaries import CLASS_KEYS, CanaryStats, precision_report
 
 
 def test_the_interval_spreads_as_wide_as_the_worse_rates_make_the_right_count():

@@ -16,12 +16,12 @@ from test_cli_preflight import one_line_error
 from typer.testing import CliRunner
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.labels import apply_rule
 from prm_synth.cli import app
 from prm_synth.config import ConfigError, HFSource, validate_config
 from prm_synth.export.hub import export_to_dir, plan_export
 from prm_synth.problems.sources import iter_problems
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
+from prm_synth.records.labels import apply_rule
 from prm_synth.store.readers import iter_records
 
 SIM = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}

@@ -15,10 +15,10 @@ import yaml
 from typer.testing import CliRunner
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.labels import apply_rule
 from prm_synth.cli import app
 from prm_synth.config import load_config
-from prm_synth.schema import ShardStats
+from prm_synth.records import ShardStats
+from prm_synth.records.labels import apply_rule
 from prm_synth.simulated import arithmetic
 from prm_synth.store.readers import iter_records, read_manifest
 from prm_synth.store.shards import ShardStore

@@ -73,7 +73,7 @@ def case_rows(case: str) -> list[dict[str, Any]]:
     """The rows of one case, labeled now."""
     from prm_synth.annotate.labeler import make_labeler
     from prm_synth.problems.sources import iter_problems
-    from prm_synth.schema import Problem
+    from prm_synth.records import Problem
     from prm_synth.simulated.engines import SimulatedPolicy
 
     kind, name = case.split("/")

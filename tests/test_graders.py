@@ -18,8 +18,8 @@ from prm_synth.grading.exact import ExactGrader
 from prm_synth.grading.keys import dump_key
 from prm_synth.grading.majority import accuracy_table, gold_origin
 from prm_synth.grading.registry import make_grader
+from prm_synth.records import Problem
 from prm_synth.sampling.votes import pseudo_gold
-from prm_synth.schema import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE: dict[str, Any] = {"problems": {"kind": "builtin"}, "policy": {"kind": "simulated"}}

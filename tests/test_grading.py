@@ -347,7 +347,7 @@ def test_a_transient_failure_is_never_remembered_as_a_verdict(monkeypatch, trans
 def test_a_worker_reply_speaks_the_verdict_vocabulary() -> None:
     from typing import get_args
 
-    from prm_synth.schema import VerdictStatus
+    from prm_synth.records import VerdictStatus
 
     assert set(get_args(VerdictStatus)) == grading_pool.STATUSES
     # which is why the worker's module does not import schema: every worker would load pyarrow

@@ -16,7 +16,7 @@ import pytest
 from prm_synth.config import HFSource
 from prm_synth.problems import sources as problems
 from prm_synth.problems.sources import MAX_LINE_BYTES, ProblemSourceError, iter_problems
-from prm_synth.schema import Problem, RejectedRecord
+from prm_synth.records import Problem, RejectedRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 HUGE = 96 << 20  # bytes on one line: 96 times the line bound
@@ -58,7 +58,7 @@ import json, resource, sys
 import datasets
 from prm_synth.config import HFSource
 from prm_synth.problems.sources import iter_problems
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 datasets.load_dataset_builder("json", data_files=sys.argv[2])  # what datasets costs itself, before
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 items = list(iter_problems(HFSource(path=sys.argv[1], split="test")))

@@ -19,7 +19,7 @@ from prm_synth.cli import app
 from prm_synth.config import FileSource, load_config
 from prm_synth.problems import sources as problems
 from prm_synth.problems.sources import ProblemSourceError, iter_problems
-from prm_synth.schema import Problem, RejectedRecord
+from prm_synth.records import Problem, RejectedRecord
 from prm_synth.simulated import arithmetic
 from prm_synth.store.readers import iter_records
 from prm_synth.store.shards import ShardStore

@@ -423,6 +423,6 @@ def test_the_cards_k_and_budget_come_from_the_labeler():
 
 def test_the_card_explains_every_label_source_of_the_schema():
     from prm_synth.export.card import SOURCE_TEXT
-    from prm_synth.schema import LABEL_SOURCES
+    from prm_synth.records import LABEL_SOURCES
 
     assert set(SOURCE_TEXT) == set(LABEL_SOURCES)

@@ -15,7 +15,7 @@ from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, GenerationResult
 from prm_synth.judge.ask import UNPARSEABLE, judge_records, judge_solutions, majority_vote, parse_judge_answer
 from prm_synth.prompting.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
-from prm_synth.schema import LabeledRecord
+from prm_synth.records import LabeledRecord
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.engines import SimulatedJudge
 

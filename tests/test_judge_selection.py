@@ -16,7 +16,7 @@ from prm_synth.judge.accuracy import JudgeCounts, accuracy_by_class, class_accur
 from prm_synth.judge.estimate import rates_by_class
 from prm_synth.judge.selection import judge_selected, needs_judge, selected, settled
 from prm_synth.prompting.prompts import parse_judge_prompt
-from prm_synth.schema import LabeledRecord
+from prm_synth.records import LabeledRecord
 
 T, F, N = True, False, None
 SOFT = ConsensusConfig(policy="soft", confidence=0.9)

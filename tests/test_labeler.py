@@ -17,7 +17,7 @@ from prm_synth.cli import app
 from prm_synth.config import AnnotateConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.pipeline import iter_shards, process_shard
-from prm_synth.schema import JudgeStats, ShardStats
+from prm_synth.records import JudgeStats, ShardStats
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BENCH, GOLD = FIXTURES / "processbench_small.json", FIXTURES / "processbench_gold.jsonl"
@@ -144,7 +144,7 @@ def test_run_and_eval_label_the_same_solutions_through_one_path(monkeypatch):
     from prm_synth.annotate import labeler as labeler_module
     from prm_synth.problems.sources import iter_problems
     from prm_synth.products import evaluate
-    from prm_synth.schema import Problem
+    from prm_synth.records import Problem
 
     config = validate_config(SIM | {"policy": {"kind": "simulated", "recover": 0.2, "step_error": 0.15}})
     problems = [p for p in iter_problems(config.problems) if isinstance(p, Problem)]

@@ -34,14 +34,13 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("engines", ["engines"]),
     ("problems", ["problems"]),
     ("storage and grading", ["store", "grading"]),
-    ("contracts", ["config", "prompting"]),
+    ("contracts", ["config", "records", "prompting"]),
 ]
 # The few modules at the top of prm_synth/ (at most 8: the package, its errors and contracts, and the
 # infrastructure every floor may use), each placed on a floor by name.
 TOP_MODULES: dict[str, str] = {
     "prm_synth": "contracts",
     "prm_synth.errors": "contracts",
-    "prm_synth.schema": "contracts",
     "prm_synth.telemetry": "contracts",
     "prm_synth.lifeline": "contracts",
     "prm_synth.key_scrub": "contracts",
@@ -179,7 +178,6 @@ CHANGEPOINT = "prm_synth.annotate.changepoint"
 # (budget_interval and token_cost: what a token budget means for any search's rows and probe choice)
 SHARED_ANNOTATE = {
     "prm_synth.annotate.annotation",
-    "prm_synth.annotate.labels",
     "prm_synth.annotate.protocol",
     "prm_synth.annotate.budget_interval",
     "prm_synth.annotate.token_cost",

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from prm_synth.grading.majority import MIN_AUDITED, MajorityAudit, pseudo_gold_doubt, row_doubts
 from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.posterior import posterior
-from prm_synth.schema import LabeledRecord, Problem
+from prm_synth.records import LabeledRecord, Problem
 
 RATES = JudgeAccuracy(recall=0.6, clean=0.9, miss=0.3)
 

@@ -4,9 +4,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.labels import apply_rule, binomial_cdf
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.protocol import ProbeResult
+from prm_synth.records.labels import apply_rule, binomial_cdf
 
 S = [f"step {i}\n" for i in range(10)]
 

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.annotate.labeler import split_evenly
-from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.omega import (
     Candidate,
     OmegaResult,
@@ -27,6 +26,7 @@ from prm_synth.config import OmegaConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.grading.math import grade
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.records.labels import apply_rule
 from prm_synth.sampling.steps import split_steps
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.engines import SimulatedPolicy

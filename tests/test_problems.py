@@ -8,7 +8,7 @@ import pytest
 
 from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource
 from prm_synth.problems.sources import Problem, ProblemSourceError, count_hint, gold_from_field, iter_problems
-from prm_synth.schema import RejectedRecord
+from prm_synth.records import RejectedRecord
 from prm_synth.simulated import arithmetic
 
 FIXTURES = Path(__file__).parent / "fixtures" / "problems"

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from test_cli_preflight import one_line_error
 from typer.testing import CliRunner
 
-from prm_synth.annotate.labels import unlabeled_reasons
 from prm_synth.cli import app
 from prm_synth.config import ConfigError, validate_config
+from prm_synth.records.labels import unlabeled_reasons
 from prm_synth.simulated.solvable import PolicyCannotSolveError, check_policy_can_solve
 from prm_synth.store.readers import iter_records
 

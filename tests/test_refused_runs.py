@@ -25,7 +25,7 @@ from prm_synth.pipeline import (
     check_not_all_refused,
     merge_redo,
 )
-from prm_synth.schema import ShardStats, reject
+from prm_synth.records import ShardStats, reject
 from prm_synth.store.readers import iter_records
 
 

@@ -13,7 +13,7 @@ from _simulated_run import small_pipeline
 
 import flows.synthesize
 from prm_synth.config import load_config
-from prm_synth.schema import RECORD_SCHEMA
+from prm_synth.records import RECORD_SCHEMA
 from prm_synth.store.layout import sha256_of, shard_name
 from prm_synth.store.readers import iter_records
 from prm_synth.store.shards import atomic_write_bytes

@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.annotate.bisection import FixedTest, SequentialTest
-from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.protocol import ProbeResult
 from prm_synth.annotate.search import binary_search
 from prm_synth.config import BinaryConfig
+from prm_synth.records.labels import apply_rule
 
 STEPS = [f"step {i}\n" for i in range(16)]
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from prm_synth.cli import app
 from prm_synth.export.hub import export_to_dir
-from prm_synth.schema import RejectedRecord, ShardStats
+from prm_synth.records import RejectedRecord, ShardStats
 from prm_synth.store.layout import CorruptShardError, DatasetError, OutputLockedError, OutputMismatchError
 from prm_synth.store.readers import data_files, iter_records, iter_tables, read_manifest
 from prm_synth.store.shards import ShardStore
@@ -234,7 +234,7 @@ def test_a_run_over_hostile_rows_and_a_damaged_shard_end_to_end(tmp_path: Path) 
 
 
 def test_stats_go_to_the_marker_typed_and_come_back_equal(tmp_path: Path) -> None:
-    from prm_synth.schema import ConsensusStats
+    from prm_synth.records import ConsensusStats
 
     stats = ShardStats(
         inputs=4, rows=2, rejected=1, rollout_tokens=70, judge_tokens=5, consensus=ConsensusStats(rows=2)

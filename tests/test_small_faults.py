@@ -12,7 +12,7 @@ from test_consensus_defaults import JUDGE, SIM, _stored_before_soft_was_the_defa
 from prm_synth.cli.preflight import check_same_config
 from prm_synth.config import validate_config
 from prm_synth.export.card_facts import problems_line
-from prm_synth.schema import ShardStats
+from prm_synth.records import ShardStats
 from prm_synth.store.layout import LOCK
 from prm_synth.store.lock import name_lock_owner
 from prm_synth.store.shards import ShardStore

@@ -18,7 +18,6 @@ from _timed_engine import TimedEngine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.annotate.labels import apply_rule
 from prm_synth.annotate.protocol import Annotator, Probe
 from prm_synth.annotate.scheduler import JobsAfter, ProbeScheduler, SolutionJob
 from prm_synth.annotate.search import binary_search
@@ -35,6 +34,7 @@ from prm_synth.engines.base import (
 from prm_synth.engines.stream import GenerationStream, as_streaming, stream_for
 from prm_synth.grading.math import grade
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.records.labels import apply_rule
 from prm_synth.sampling.steps import split_steps
 from prm_synth.simulated.arithmetic import generate as make_chain
 from prm_synth.simulated.engines import SimulatedPolicy

@@ -265,7 +265,7 @@ def test_a_trace_that_never_closes_says_truncated_thinking_on_its_last_step(anno
     from prm_synth.annotate.labeler import make_labeler
     from prm_synth.config import validate_config
     from prm_synth.pipeline import iter_shards
-    from prm_synth.schema import Problem
+    from prm_synth.records import Problem
 
     config = validate_config(
         {

@@ -19,7 +19,7 @@ from prm_synth.config import validate_config
 from prm_synth.engines.base import Completion, GenerationResult, SamplingOptions
 from prm_synth.pipeline import iter_shards
 from prm_synth.prompting.prompts import policy_user_prompt
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.engines import SimulatedPolicy
 

@@ -25,7 +25,7 @@ from prm_synth.prompting.prompts import (
     render_chain_step,
     render_verify_prompt,
 )
-from prm_synth.schema import CHAIN_DROP_REASONS, RECORD_SCHEMA, LabeledRecord, ShardStats, VerifyStats
+from prm_synth.records import CHAIN_DROP_REASONS, RECORD_SCHEMA, LabeledRecord, ShardStats, VerifyStats
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.engines import SimulatedJudge
 from prm_synth.store.shards import ShardStore

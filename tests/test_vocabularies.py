@@ -6,8 +6,7 @@ import ast
 from pathlib import Path
 from typing import get_args
 
-from prm_synth.annotate import labels
-from prm_synth.schema import REJECT_REASONS, UnlabeledReason
+from prm_synth.records import REJECT_REASONS, UnlabeledReason, labels
 
 ROOT = Path(__file__).resolve().parents[1] / "prm_synth"
 # Where each rejecting call takes its reason: schema.reject (5th argument), problems._reject (3rd), the

@@ -21,7 +21,6 @@ from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.budget_interval import token_budget_reasons, truncated_trace_reasons
 from prm_synth.annotate.changepoint import FirstPhasePool
 from prm_synth.annotate.jobs import JobsAfter, ProgressCallback, Refused, SolutionJob
-from prm_synth.annotate.labels import apply_rule, unlabeled_reasons
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.omega import OmegaResult, omegaprm
 from prm_synth.annotate.omega_tree import tree_to_json
@@ -38,9 +37,7 @@ from prm_synth.grading.math import Verdict
 from prm_synth.grading.registry import grade_answer, grade_answers, make_grader
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.prompting.thinking import engine_markers
-from prm_synth.sampling.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
-from prm_synth.sampling.steps import splitter
-from prm_synth.schema import (
+from prm_synth.records import (
     LabeledRecord,
     Problem,
     RejectedRecord,
@@ -50,6 +47,9 @@ from prm_synth.schema import (
     VerdictStatus,
     reject,
 )
+from prm_synth.records.labels import apply_rule, unlabeled_reasons
+from prm_synth.sampling.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
+from prm_synth.sampling.steps import splitter
 
 
 class Labeler(Protocol):

@@ -10,11 +10,11 @@ from typing import Any
 
 from prm_synth.annotate.jobs import SchedulerStats
 from prm_synth.annotate.token_ledger import Spend
-from prm_synth.sampling.sample import Sampled
-from prm_synth.schema import (
+from prm_synth.records import (
     LabeledRecord,
     RejectedRecord,
 )
+from prm_synth.sampling.sample import Sampled
 
 Progress = Callable[[str], None]
 

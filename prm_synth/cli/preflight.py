@@ -93,7 +93,7 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
     from itertools import islice
 
     from prm_synth.problems.sources import ProblemSourceError, iter_problems
-    from prm_synth.schema import Problem
+    from prm_synth.records import Problem
     from prm_synth.simulated.solvable import PolicyCannotSolveError, check_policy_can_solve
 
     if isinstance(config.problems, HFSource):

@@ -39,7 +39,7 @@ from typing import Any
 
 from prm_synth.grading import pool as grading_pool
 from prm_synth.prompting.thinking import TRUNCATED_THINKING, ThinkingMarkers
-from prm_synth.schema import VerdictStatus
+from prm_synth.records import VerdictStatus
 
 MAX_ANSWER_CHARS = 1000  # longer extracted (or gold) answers are unknown ("too_long"): bounds parser cost
 FALLBACK_LINE_CHARS = 200  # a longer final line is not an answer sentence

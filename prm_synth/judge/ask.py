@@ -27,7 +27,7 @@ from prm_synth.engines.stream import stream_for
 from prm_synth.grading.math import last_boxed
 from prm_synth.prompting.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
 from prm_synth.prompting.thinking import ThinkingMarkers
-from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, reject
+from prm_synth.records import JudgeStats, LabeledRecord, RejectedRecord, reject
 from prm_synth.store.left_open import answer_sample, leave_open
 
 __all__ = [

@@ -11,7 +11,7 @@ answer right, so the error hides behind it, as a policy's repaired slip does.
 
 The canaries go through the same labeler (`Labeler.label_solutions`, its own scheduler, so no row of
 the data shares a probe with them) and the same judge with every sample (`judge_records`), and are
-measured against the planted step (`measure`; the counts: prm_synth.store.canary_counts). A canary's answer
+measured against the planted step (`measure`; the counts: prm_synth.records.canaries). A canary's answer
 class is its own graded final answer (planted in the answer step: "wrong"; earlier: "right"). They are rows of their own, written
 apart (OUT/canaries/), never into data or rejected: a data row is the same with canaries on or off.
 """
@@ -33,9 +33,9 @@ from prm_synth.grading.math import grade_completion
 from prm_synth.judge.accuracy import answer_class
 from prm_synth.judge.ask import UNPARSEABLE, judge_records
 from prm_synth.prompting.thinking import engine_markers
+from prm_synth.records import LabeledRecord, Problem
+from prm_synth.records.canaries import CLASS_KEYS, CanaryStats
 from prm_synth.sampling.sample import Solution
-from prm_synth.schema import LabeledRecord, Problem
-from prm_synth.store.canary_counts import CLASS_KEYS, CanaryStats
 
 # A number a step states (not part of a word or of a longer number); a spaced arithmetic operator.
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")

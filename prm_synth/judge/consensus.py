@@ -40,7 +40,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from prm_synth.annotate.labels import AFTER_ERROR, BELOW_TARGET, confident_labels
 from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.accuracy import (
     ClassAccuracy,
@@ -61,8 +60,9 @@ from prm_synth.judge.estimate import (
     sure_labels,
 )
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior, prefix_confidence
-from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
-from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.records import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
+from prm_synth.records.canaries import CanaryStats
+from prm_synth.records.labels import AFTER_ERROR, BELOW_TARGET, confident_labels
 
 # A tie the rollouts decided completes the row only where they alone put the winner at least this likely
 # (the labeler's default confidence): the judge adds nothing net on a tie, so the labels it would set

@@ -42,8 +42,8 @@ from prm_synth.judge.accuracy import (
 )
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.judge.posterior import first_error_prior, posterior
-from prm_synth.schema import LabeledRecord
-from prm_synth.store.canary_counts import CanaryStats, Z, wilson
+from prm_synth.records import LabeledRecord
+from prm_synth.records.canaries import CanaryStats, Z, wilson
 
 # The target is held one standard error towards the pessimistic end of the judge's measured rates: a
 # shard's rates are measured on few rows, and keeping at the point estimate keeps the rows a too-low

@@ -30,8 +30,8 @@ from prm_synth.judge.accuracy import ClassAccuracy, answer_class
 from prm_synth.judge.ask import judge_records
 from prm_synth.judge.estimate import expected_precision, rates_by_class
 from prm_synth.judge.posterior import first_error_prior, posterior
-from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord
-from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.records import JudgeStats, LabeledRecord, RejectedRecord
+from prm_synth.records.canaries import CanaryStats
 
 __all__ = ["calibrates", "judge_selected", "judge_stage", "needs_judge", "pinned_at", "selected", "settled"]
 

@@ -41,14 +41,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from prm_synth.annotate.labels import confident_labels
 from prm_synth.config import VerifyConfig
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, RequestRefused, SamplingOptions
 from prm_synth.grading.math import last_boxed
 from prm_synth.judge.ask import UNPARSEABLE, JudgePrompt, ask
 from prm_synth.judge.consensus import agrees
 from prm_synth.prompting.prompts import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_SYSTEM, render_verify_prompt
-from prm_synth.schema import ChainDropReason, LabeledRecord, RejectedRecord, VerifyStats
+from prm_synth.records import ChainDropReason, LabeledRecord, RejectedRecord, VerifyStats
+from prm_synth.records.labels import confident_labels
 from prm_synth.store.left_open import answer_sample, leave_open
 
 MAX_CHAIN_CHARS = 100_000

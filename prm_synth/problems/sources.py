@@ -31,7 +31,7 @@ from prm_synth.grading.math import last_boxed
 from prm_synth.problems.choice_file import iter_choice_file
 from prm_synth.problems.code_file import iter_code_file
 from prm_synth.problems.humaneval import iter_humaneval
-from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason, reject
+from prm_synth.records import Item, Problem, RejectedRecord, RejectReason, reject
 from prm_synth.simulated import arithmetic
 from prm_synth.store.shards import storable
 

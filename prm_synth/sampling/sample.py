@@ -16,8 +16,8 @@ from prm_synth.grading.math import Verdict
 from prm_synth.grading.registry import grade_completions, make_grader
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.prompting.thinking import ThinkingMarkers, resolve_markers
+from prm_synth.records import Problem, RejectedRecord, reject
 from prm_synth.sampling.steps import splitter
-from prm_synth.schema import Problem, RejectedRecord, reject
 
 
 def solution_id(problem_id: str, index: int) -> str:

@@ -11,8 +11,8 @@ from typing import Any
 from prm_synth.grading import math as math_grading
 from prm_synth.grading.majority import MAX_VOTED_ANSWERS, MajorityAudit
 from prm_synth.grading.registry import make_grader
+from prm_synth.records import Problem, RejectedRecord, reject
 from prm_synth.sampling.sample import sampling_request
-from prm_synth.schema import Problem, RejectedRecord, reject
 
 
 @dataclass

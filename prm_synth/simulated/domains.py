@@ -34,7 +34,7 @@ from typing import Literal
 
 from prm_synth.config import JudgeErrorProfile, SimulatedJudgeConfig
 from prm_synth.engines.base import Completion, GenerationRequest, GenerationResult
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 from prm_synth.simulated.engines import JUDGE_PROFILES, SimulatedJudge, count_tokens, digest
 
 Form = Literal["code", "choice", "math"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prm_synth.errors import PrmSynthError, PrmSynthInputError
-from prm_synth.schema import ShardStats
+from prm_synth.records import ShardStats
 
 FORMAT = "prm-synth/1"
 

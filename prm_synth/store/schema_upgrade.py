@@ -17,7 +17,7 @@ import logging
 
 import pyarrow as pa
 
-from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA
+from prm_synth.records import RECORD_SCHEMA, REJECTED_SCHEMA
 from prm_synth.store.layout import CorruptShardError, ShardEntry, sha256_of, shard_name
 from prm_synth.store.readers import read_stream, verified_buffer
 from prm_synth.store.shards import ShardStore, atomic_write_bytes, atomic_write_json

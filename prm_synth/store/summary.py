@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.config import ConfigError, rows_reconcile, validate_config
-from prm_synth.schema import ConsensusStats, JudgeStats, ShardStats, VerifyStats
-from prm_synth.store.canary_counts import CanaryStats, precision_report
+from prm_synth.records import ConsensusStats, JudgeStats, ShardStats, VerifyStats
+from prm_synth.records.canaries import CanaryStats, precision_report
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, read_manifest
 

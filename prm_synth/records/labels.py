@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from prm_synth.annotate.annotation import Annotation
-from prm_synth.schema import UnlabeledReason
+from prm_synth.records.schema import LabelSource, UnlabeledReason
 
 # Why a step has no label (schema.UnlabeledReason says what each means).
 AFTER_ERROR: UnlabeledReason = "after_error"
@@ -115,7 +115,17 @@ def binomial_cdf(x: int, n: int, p: float) -> float:
     return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(0, x + 1)))
 
 
-def apply_rule(ann: Annotation, rule: str, significance: float = 0.05) -> Labels:
+class MeasuredSteps(Protocol):
+    """What a rule reads of an annotation (annotate/annotation.py's `Annotation`): each step's rollout
+    counts, where its label came from, and the labels a search decided."""
+
+    mc_correct: list[int]
+    mc_total: list[int]
+    label_source: list[LabelSource]
+    decided: dict[int, bool]
+
+
+def apply_rule(ann: MeasuredSteps, rule: str, significance: float = 0.05) -> Labels:
     mc_values = [c / t if t else None for c, t in zip(ann.mc_correct, ann.mc_total, strict=True)]
     labels: list[bool | None] = []
     prev: float | None = None  # MC of the previous measured prefix

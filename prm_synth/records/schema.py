@@ -444,7 +444,7 @@ class ShardStats:
     consensus: ConsensusStats | None = None  # None without consensus
     verify: VerifyStats | None = None  # None without a verify stage
     majority: dict[str, int] = field(default_factory=dict)  # MajorityAudit.to_counts (grading/majority.py)
-    canaries: dict[str, Any] = field(default_factory=dict)  # planted errors: store/canary_counts.CanaryStats
+    canaries: dict[str, Any] = field(default_factory=dict)  # planted errors: records/canaries.CanaryStats
 
     @property
     def tokens(self) -> int:
