@@ -3,8 +3,9 @@ counters each stage returns, the label vocabulary and rules, and what a run's ca
 
 Every stage package (problems, sampling, annotate, judge, export) talks to the others only through these
 types, as datatrove's steps share one `Document`: `schema.py` (problems, records, rejections and the
-vocabularies), `labels.py` (label vocabulary and rules), `canaries.py` (canary counts). The record types
-are imported from here (`from prm_synth.records import LabeledRecord`).
+vocabularies), `stats.py` (each stage's counters, `ShardStats`), `stage.py` (`StageResult`: kept,
+rejected, counters), `labels.py` (label vocabulary and rules), `canaries.py` (canary counts). The record
+types are imported from here (`from prm_synth.records import LabeledRecord`).
 """
 
 from prm_synth.records.schema import (
@@ -17,9 +18,7 @@ from prm_synth.records.schema import (
     REJECTED_SCHEMA,
     STAGES,
     ChainDropReason,
-    ConsensusStats,
     Item,
-    JudgeStats,
     LabeledRecord,
     LabelSource,
     NodeKind,
@@ -28,13 +27,13 @@ from prm_synth.records.schema import (
     RejectedRecord,
     RejectReason,
     SearchTestName,
-    ShardStats,
     Stage,
     UnlabeledReason,
     VerdictStatus,
-    VerifyStats,
     reject,
 )
+from prm_synth.records.stage import StageResult
+from prm_synth.records.stats import ConsensusStats, JudgeStats, ShardStats, VerifyStats
 
 __all__ = [
     "CHAIN_DROP_REASONS",
@@ -59,6 +58,7 @@ __all__ = [
     "SearchTestName",
     "ShardStats",
     "Stage",
+    "StageResult",
     "UnlabeledReason",
     "VerdictStatus",
     "VerifyStats",
