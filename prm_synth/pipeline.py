@@ -38,7 +38,6 @@ from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError, RunStopped
 from prm_synth.engines.stream import STOPPING
 from prm_synth.grading.doubt import doubts_of
-from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.readable import (  # the error and its message are read here too (flows, tests)
     UnreadableJudgeError,  # noqa: F401
@@ -60,6 +59,7 @@ from prm_synth.records import (
 )
 from prm_synth.records.canaries import CanaryStats
 from prm_synth.sampling.votes import pseudo_gold
+from prm_synth.shard.canaries import run_canaries
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.left_open import OPEN_FOR_GOOD
 from prm_synth.store.refusals import (

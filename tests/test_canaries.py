@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prm_synth.judge.canaries import CANARY_PREFIX, NUMBER, OPERATOR, plant
 from prm_synth.records.canaries import CanaryStats
+from prm_synth.shard.canaries import CANARY_PREFIX, NUMBER, OPERATOR, plant
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -243,8 +243,8 @@ def test_the_bad_interval_holds_what_the_canaries_measured_when_the_labelers_con
 def test_canaries_count_the_bad_labels_the_rollouts_place_before_the_planted_step():
     """A canary planted at step 3 whose rollouts placed the first error at step 1: its bad labels are
     steps 1.. (the labeled ones), and the two before the planted step are wrong."""
-    from prm_synth.judge.canaries import measure
     from prm_synth.records import LabeledRecord
+    from prm_synth.shard.canaries import measure
 
     def canary(first_error: int, labels: list[bool | None]) -> LabeledRecord:
         n = len(labels)

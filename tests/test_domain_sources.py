@@ -16,9 +16,9 @@ from prm_synth.config.grader import GraderConfig, SandboxLimits
 from prm_synth.grading import sandbox
 from prm_synth.grading.registry import make_grader
 from prm_synth.problems.sources import iter_problems
+from prm_synth.prompting.code_steps import split_code
+from prm_synth.prompting.steps import split_steps
 from prm_synth.records import Problem, RejectedRecord
-from prm_synth.sampling.code_steps import split_code
-from prm_synth.sampling.steps import split_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_sandbox = pytest.mark.skipif(sandbox.bwrap_binary() is None, reason="bubblewrap is not installed")

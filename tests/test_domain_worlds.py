@@ -16,7 +16,7 @@ from prm_synth.engines.base import GenerationRequest
 from prm_synth.grading import sandbox
 from prm_synth.grading.registry import make_grader
 from prm_synth.prompting.prompts import policy_user_prompt, render_judge_prompt
-from prm_synth.sampling.steps import split_steps
+from prm_synth.prompting.steps import split_steps
 from prm_synth.simulated.domains import (
     DomainJudge,
     DomainPolicy,

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from prm_synth.cli.eval import register
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines import build_engine
-from prm_synth.problems.quality import first_error_quality, step_label_quality
+from prm_synth.grading.quality import first_error_quality, step_label_quality
 from prm_synth.products.evaluate import (
     NotSimulatedError,
     bench_steps,

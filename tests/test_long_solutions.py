@@ -25,8 +25,8 @@ from prm_synth.grading.math import grade
 from prm_synth.pipeline import iter_shards
 from prm_synth.problems.sources import iter_problems
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.steps import split_steps
 from prm_synth.records import Problem
-from prm_synth.sampling.steps import split_steps
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.engines import SimulatedPolicy
 from prm_synth.store.layout import totals

@@ -26,8 +26,8 @@ from prm_synth.config import OmegaConfig, SimulatedPolicyConfig
 from prm_synth.engines.base import SamplingOptions
 from prm_synth.grading.math import grade
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.steps import split_steps
 from prm_synth.records.labels import apply_rule
-from prm_synth.sampling.steps import split_steps
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.engines import SimulatedPolicy
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from prm_synth.config import PipelineConfig, load_config
+from prm_synth.prompting.steps import splitter
 from prm_synth.prompting.thinking import resolve_markers
-from prm_synth.sampling.steps import splitter
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = ROOT / "pipelines" / "qwen3-8b-thinking.yaml"

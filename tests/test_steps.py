@@ -3,8 +3,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.config import StepsConfig
+from prm_synth.prompting.steps import STRATEGIES, split_steps, split_thinking, splitter
 from prm_synth.prompting.thinking import ThinkingMarkers
-from prm_synth.sampling.steps import STRATEGIES, split_steps, split_thinking, splitter
 
 # Texts built from the pieces that matter to a splitter, plus arbitrary unicode.
 _PIECES = st.sampled_from(

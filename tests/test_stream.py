@@ -34,8 +34,8 @@ from prm_synth.engines.base import (
 from prm_synth.engines.stream import GenerationStream, as_streaming, stream_for
 from prm_synth.grading.math import grade
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.steps import split_steps
 from prm_synth.records.labels import apply_rule
-from prm_synth.sampling.steps import split_steps
 from prm_synth.simulated.arithmetic import generate as make_chain
 from prm_synth.simulated.engines import SimulatedPolicy
 

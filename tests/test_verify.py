@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from prm_synth.config import SimulatedJudgeConfig, VerifyConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, GenerationRequest, SamplingOptions
-from prm_synth.judge.verify import MAX_CHAIN_CHARS, compare, compared_labels, judge_chain, parse_chain, verify_records
+from prm_synth.grading.chain import MAX_CHAIN_CHARS, parse_chain
+from prm_synth.judge.verify import compare, compared_labels, judge_chain, verify_records
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.prompting.prompts import (
     VERIFY_SYSTEM,

@@ -36,6 +36,7 @@ from prm_synth.grading.majority import gold_origin
 from prm_synth.grading.math import Verdict
 from prm_synth.grading.registry import grade_answer, grade_answers, make_grader
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.steps import splitter
 from prm_synth.prompting.thinking import engine_markers
 from prm_synth.records import (
     LabeledRecord,
@@ -48,8 +49,8 @@ from prm_synth.records import (
     reject,
 )
 from prm_synth.records.labels import apply_rule, unlabeled_reasons
-from prm_synth.sampling.sample import Sampled, Solution, read_solutions, sampling_request, solution_id
-from prm_synth.sampling.steps import splitter
+from prm_synth.records.solutions import Sampled, Solution, solution_id
+from prm_synth.sampling.sample import read_solutions, sampling_request
 
 
 class Labeler(Protocol):

@@ -14,7 +14,7 @@ from prm_synth.records import (
     LabeledRecord,
     RejectedRecord,
 )
-from prm_synth.sampling.sample import Sampled
+from prm_synth.records.solutions import Sampled
 
 Progress = Callable[[str], None]
 

@@ -26,7 +26,7 @@ from prm_synth.errors import PrmSynthInputError
 from prm_synth.export.consumers import (
     QWEN_STEP_TOKEN,
 )
-from prm_synth.judge.verify import parse_chain
+from prm_synth.grading.chain import parse_chain
 from prm_synth.prompting.prompts import VERIFY_SYSTEM, render_verify_prompt
 from prm_synth.records.labels import confident_labels
 

@@ -3,7 +3,7 @@ reads them (from canaries where the shard has them), how often a right answer hi
 precise the kept labels are (`estimated_precision`).
 
 Rates (`rates_by_class`): the judge's recall and misses on each answer class come from the shard's
-canaries (judge/canaries.py: a planted error's first step is known), shrunk towards the pinned-row rates
+canaries (shard/canaries.py: a planted error's first step is known), shrunk towards the pinned-row rates
 (accuracy.py) by `consensus.prior_votes`; without canaries of the class, they are accuracy.py's. Vote
 dependence comes from the canaries too (CanaryStats.miss_dependence).
 

@@ -26,14 +26,14 @@ from prm_synth.config import JudgeConfig, PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import grade
+from prm_synth.grading.quality import first_error_quality, step_label_quality
 from prm_synth.judge.ask import CRITIQUE, judge_solutions
 from prm_synth.judge.consensus import record_from_payload
 from prm_synth.judge.verify import VERIFIER_PROMPT
-from prm_synth.problems.quality import first_error_quality, step_label_quality
 from prm_synth.problems.sources import gold_from_field
 from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
 from prm_synth.records import Problem
-from prm_synth.sampling.sample import Solution
+from prm_synth.records.solutions import Solution
 from prm_synth.simulated import arithmetic
 from prm_synth.simulated.solvable import check_policy_can_solve
 from prm_synth.store.readers import iter_records, read_manifest

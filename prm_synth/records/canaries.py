@@ -1,4 +1,4 @@
-"""What a run's canaries measured (counts only; prm_synth/judge/canaries.py). A shard marker holds them as
+"""What a run's canaries measured (counts only; prm_synth/shard/canaries.py). A shard marker holds them as
 a dict (`ShardStats.canaries`, summed key by key over shards); `CanaryStats.read` gives them back.
 
 Per answer class of the canary ("right": the planted error hides behind a right answer; "wrong"):

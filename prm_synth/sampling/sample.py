@@ -8,52 +8,14 @@ rejected (stage "split") with the text kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from prm_synth.config import PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
-from prm_synth.grading.math import Verdict
 from prm_synth.grading.registry import grade_completions, make_grader
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.steps import splitter
 from prm_synth.prompting.thinking import ThinkingMarkers, resolve_markers
-from prm_synth.records import Problem, RejectedRecord, reject
-from prm_synth.sampling.steps import splitter
-
-
-def solution_id(problem_id: str, index: int) -> str:
-    """The stable id of a problem's index-th sampled solution (the row id, and its rejection's)."""
-    return f"{problem_id}-s{index}"
-
-
-@dataclass
-class Solution:
-    """One sampled solution, split into steps (losslessly) and graded."""
-
-    problem: Problem
-    index: int
-    steps: list[str]
-    verdict: Verdict
-    tokens: int  # its share of the sampling request's tokens (generated + prompt / n)
-    generated_tokens: int = 0  # the tokens the policy generated for it (a rollout's length is judged by it)
-
-    @property
-    def id(self) -> str:
-        return solution_id(self.problem.id, self.index)
-
-
-@dataclass
-class Sampled:
-    solutions: list[Solution] = field(default_factory=list)
-    rejected: list[RejectedRecord] = field(default_factory=list)
-    tokens: int = 0  # prompt + generated tokens of every sampling request
-    completions: int = 0  # solutions drawn, split or not
-
-    def __iadd__(self, other: Sampled) -> Sampled:
-        self.solutions += other.solutions
-        self.rejected += other.rejected
-        self.tokens += other.tokens
-        self.completions += other.completions
-        return self
+from prm_synth.records import Problem, reject
+from prm_synth.records.solutions import Sampled, Solution, solution_id
 
 
 def sampling_request(problem: Problem, config: PipelineConfig) -> GenerationRequest:

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from prm_synth.config.sampling import compile_steps_pattern
+from prm_synth.prompting.code_steps import split_code
 from prm_synth.prompting.thinking import DEFAULT_MARKERS, ThinkingMarkers
-from prm_synth.sampling.code_steps import split_code
 
 STRATEGIES = ("paragraph", "line", "step-marker", "regex", "thinking", "code", "code-whole")
 

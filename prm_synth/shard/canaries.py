@@ -35,7 +35,7 @@ from prm_synth.judge.ask import UNPARSEABLE, judge_records
 from prm_synth.prompting.thinking import engine_markers
 from prm_synth.records import LabeledRecord, Problem
 from prm_synth.records.canaries import CLASS_KEYS, CanaryStats
-from prm_synth.sampling.sample import Solution
+from prm_synth.records.solutions import Solution
 
 # A number a step states (not part of a word or of a longer number); a spaced arithmetic operator.
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
