@@ -28,6 +28,7 @@ from prm_synth.grading.math import last_boxed
 from prm_synth.prompting.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
 from prm_synth.prompting.thinking import ThinkingMarkers
 from prm_synth.records import JudgeStats, LabeledRecord, RejectedRecord, reject
+from prm_synth.records.stage import StageResult
 from prm_synth.store.left_open import answer_sample, leave_open
 
 __all__ = [
@@ -251,7 +252,7 @@ def judge_records(
     sent: Sequence[bool] | None = None,
     settled: Callable[[list[list[int]], list[int]], list[bool]] | None = None,
     first_samples: Sequence[int] | None = None,
-) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
+) -> StageResult[LabeledRecord, JudgeStats]:
     """The judge stage: (the judged rows, the rejected, its counters). The stage contract it shares with
     verify (verify.verify_records): the input rows are not changed; the rows returned are copies with the
     stage's fields filled. `sent` and `settled`: which rows are asked and when a row has votes enough
@@ -267,7 +268,7 @@ def judge_records(
         engine, items, config, max_batch_requests, sent=sent, settled=settled, first_samples=first_samples
     )
     kept, rejected = apply_verdicts(engine, records, verdicts, config, stats)
-    return kept, rejected, stats
+    return StageResult(kept, rejected, stats)
 
 
 def apply_verdicts(

@@ -63,6 +63,7 @@ from prm_synth.judge.posterior import first_error_prior, open_interval, posterio
 from prm_synth.records import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
 from prm_synth.records.canaries import CanaryStats
 from prm_synth.records.labels import AFTER_ERROR, BELOW_TARGET, confident_labels
+from prm_synth.records.stage import StageResult
 
 # A tie the rollouts decided completes the row only where they alone put the winner at least this likely
 # (the labeler's default confidence): the judge adds nothing net on a tie, so the labels it would set
@@ -327,7 +328,7 @@ def apply_consensus(
     pinned: float = PINNED,
     canaries: CanaryStats | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
-) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
+) -> StageResult[LabeledRecord, ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
     ties, complete (or relabel) the kept rows the policy says. The judge's accuracy is measured on the rows
     the rollouts pinned at `pinned` (`judge.skip_confidence`; accuracy.py).
@@ -415,7 +416,7 @@ def apply_consensus(
         by_source=by_source,
         estimate=dict(estimate),
     )
-    return kept, rejected, stats
+    return StageResult(kept, rejected, stats)
 
 
 def record_from_payload(payload: str) -> LabeledRecord:

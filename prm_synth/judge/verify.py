@@ -48,6 +48,7 @@ from prm_synth.judge.consensus import agrees
 from prm_synth.prompting.prompts import VERIFY_SYSTEM, render_verify_prompt
 from prm_synth.records import ChainDropReason, LabeledRecord, RejectedRecord, VerifyStats
 from prm_synth.records.labels import confident_labels
+from prm_synth.records.stage import StageResult
 from prm_synth.store.left_open import answer_sample, leave_open
 
 
@@ -139,7 +140,7 @@ def verify_records(
     config: VerifyConfig,
     max_batch_requests: int,
     first_samples: Sequence[int] | None = None,
-) -> tuple[list[LabeledRecord], list[RejectedRecord], VerifyStats]:
+) -> StageResult[LabeledRecord, VerifyStats]:
     """The verify stage: sample `votes` chains per row, keep those that agree with its labels. Returns
     (the rows with their verify fields filled, the rejected, its counters) under the stage contract of
     judge.judge_records: the input rows are not changed, the rows returned are copies. This stage never
@@ -204,4 +205,4 @@ def verify_records(
             )
         )
     stats.dropped_by_reason = dict(dropped)
-    return out, left_open, stats
+    return StageResult(out, left_open, stats)
