@@ -50,20 +50,16 @@ from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
     ShardInput,
     ShardOutput,
-    ShardRefusedError,
     UnreadableJudgeError,
     check_judges_readable,
-    combine,
-    finish_open_rows,
     iter_shards,
-    plan_shard,
     process_shard,
     unreadable_message,
-    write_shard_rows,
 )
 from prm_synth.problems.sources import count_hint
 from prm_synth.records import Item, Problem
-from prm_synth.records.canaries import CanaryStats
+from prm_synth.shard.open_rows import with_open_rows_finished
+from prm_synth.shard.rewrite import ShardRefusedError, plan_shard, write_shard_rows
 from prm_synth.simulated.solvable import check_policy_can_solve
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.resume import run_fingerprint
@@ -118,8 +114,8 @@ def label_shard(
     reopen: list[str] | None = None,
     fingerprint: str | None = None,
 ) -> ShardEntry:
-    """Label one shard and write it: what to ask (`redo`, `reopen`: pipeline.plan_shard) and how the rows
-    made are written with the shard as it was (pipeline.write_shard_rows) are the library's. A shard where
+    """Label one shard and write it: what to ask (`redo`, `reopen`: shard/rewrite.plan_shard) and how the rows
+    made are written with the shard as it was (shard/rewrite.write_shard_rows) are the library's. A shard where
     most judge votes are unreadable is written, then fails the run (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
     config's fingerprint when not given."""
     fingerprint = fingerprint or config.fingerprint()
@@ -162,18 +158,7 @@ def label_shard(
             if items or work.previous is None
             else ShardOutput()
         )
-        if open_rows:
-            canaries = CanaryStats.read(work.previous.stats.canaries) if work.previous is not None else None
-            finished = finish_open_rows(
-                config,
-                open_rows,
-                fingerprint,
-                judge_engine,
-                verify_engine,
-                canaries,
-                asked_before=work.previous_unreadable,
-            )
-            out = combine(out, finished)
+        out = with_open_rows_finished(config, work, out, fingerprint, judge_engine, verify_engine)
     entry = write_shard_rows(store, config, shard_index, work, out)
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
     check_judges_readable(out, judge_engine, verify_engine, earlier=work.previous.stats if work.previous else None)

@@ -18,14 +18,9 @@ from typer.testing import CliRunner
 
 import flows.synthesize  # noqa: F401 - Prefect sets its log handlers up at import: here, not inside CliRunner's capture
 from prm_synth.cli import app
-from prm_synth.pipeline import (
-    ShardOutput,
-    ShardRefusedError,
-    ShardRows,
-    check_not_all_refused,
-    merge_redo,
-)
+from prm_synth.pipeline import ShardOutput
 from prm_synth.records import ShardStats, reject
+from prm_synth.shard.rewrite import ShardRefusedError, ShardRows, check_not_all_refused, merge_redo
 from prm_synth.store.readers import iter_records
 
 

@@ -24,14 +24,13 @@ from prm_synth.engines import build_engine
 from prm_synth.engines.base import Completion, GenerationResult
 from prm_synth.pipeline import (
     ShardInput,
-    ShardRows,
     UnreadableJudgeError,
     check_judges_readable,
-    finish_open_rows,
-    merge_redo,
     process_shard,
 )
 from prm_synth.problems.sources import iter_problems
+from prm_synth.shard.open_rows import finish_open_rows
+from prm_synth.shard.rewrite import ShardRows, merge_redo
 from prm_synth.simulated.engines import SimulatedJudge
 from prm_synth.store.readers import iter_records
 
