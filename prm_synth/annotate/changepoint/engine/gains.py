@@ -5,7 +5,7 @@ Every outcome of every candidate is the posterior after it, computed without a p
 outcome changes one prefix, so the rows of errors before it are the base posterior's reweighted and the
 rest is carried forward from the base pass's state there, every outcome of every candidate in one sweep
 whose rows meet only at probed prefixes (`_row_log_masses`). These are the same sums as building each
-outcome's posterior from scratch (tests/test_changepoint_posterior.py), at a cost that grows less than
+outcome's posterior from scratch (tests/annotate/test_changepoint_posterior.py), at a cost that grows less than
 linearly with the length (benchmarks/labeler_cost.py).
 """
 
