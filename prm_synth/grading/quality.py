@@ -7,7 +7,7 @@ dataset card made from a simulated run (prm_synth/export/card_facts.py).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
@@ -28,13 +28,7 @@ class Confusion:
         return self.hit / self.actual if self.actual else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "precision": self.precision,
-            "recall": self.recall,
-            "predicted": self.predicted,
-            "actual": self.actual,
-            "hit": self.hit,
-        }
+        return {"precision": self.precision, "recall": self.recall} | asdict(self)
 
 
 def first_error_quality(rows: Iterable[tuple[int | None, int]]) -> dict[str, Any]:
