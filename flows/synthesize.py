@@ -63,7 +63,6 @@ from prm_synth.shard.rewrite import ShardRefusedError, plan_shard, write_shard_r
 from prm_synth.simulated.solvable import check_policy_can_solve
 from prm_synth.store.layout import ShardEntry
 from prm_synth.store.resume import run_fingerprint
-from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
@@ -352,7 +351,6 @@ def synthesize(
         fingerprint = run_fingerprint(config, target)
         store = ShardStore(target, fingerprint, config.labeler_revision(), rows_fingerprint=config.fingerprint())
         store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
-        upgrade_shards(store)  # an earlier release's shards get today's columns: one schema, loadable by datasets
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())
         progress.activate()

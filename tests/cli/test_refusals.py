@@ -9,10 +9,10 @@ import json
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from _cli_output import one_line_error
 from _simulated_run import pipeline_data, write_run
 from hypothesis import given
 from hypothesis import strategies as st
-from test_cli_preflight import one_line_error
 from typer.testing import CliRunner
 
 from prm_synth.cli import app

@@ -430,7 +430,7 @@ def test_the_demo_model_writes_chains_that_are_kept_or_dropped_with_reasons(demo
 
 # ------------------------------------------------------------------ scoring a verifier on ProcessBench
 def test_eval_judge_scores_a_generative_verifier_by_its_chains(tmp_path):
-    from test_evaluate import BENCH, cli
+    from _eval_cli import BENCH, cli
     from typer.testing import CliRunner
 
     from prm_synth.config import JudgeConfig

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 import yaml
+from _eval_cli import BENCH, cli
 from typer.testing import CliRunner
 
-from prm_synth.cli.eval import register
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.grading.quality import first_error_quality, step_label_quality
@@ -28,7 +27,6 @@ from prm_synth.products.evaluate import (
 from prm_synth.simulated.engines import SimulatedJudge
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-BENCH = FIXTURES / "processbench_small.json"
 GOLD = FIXTURES / "processbench_gold.jsonl"
 PROCESSBENCH_GSM8K = Path("/work/shared/data/processbench/gsm8k.json")
 
@@ -37,17 +35,6 @@ SIM_PIPELINE = {
     "policy": {"kind": "simulated", "step_error": 0.0, "recover": 0.0},
     "annotate": {"method": "mc", "k": 4},
 }
-
-
-def cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:  # a group, so `eval` stays a sub-command as in the real CLI
-        pass
-
-    register(app)
-    return app
 
 
 # ------------------------------------------------------------------ the metric
