@@ -135,9 +135,7 @@ class SolutionLabeler(LabelerBase):
         for problem in problems:  # input order, whatever order the annotators finished in
             sampled += by_problem[problem.id]
         records, rejected = self._rows(engine, scheduler, sampled.solutions, annotations)
-        return LabelResult(
-            records=records, rejected=rejected, stats=scheduler.stats, sampled=sampled, spend=scheduler.spend
-        )
+        return LabelResult(records, rejected, scheduler.stats, sampled=sampled, spend=scheduler.spend)
 
 
 class MCLabeler(SolutionLabeler):
@@ -238,7 +236,7 @@ class OmegaLabeler(SearchingLabeler):
             for p in problems
         )
         results: dict[str, OmegaResult | Refused] = self._jobs_run(scheduler, jobs, len(problems), progress)
-        out = LabelResult(stats=scheduler.stats, spend=scheduler.spend)
+        out = LabelResult(counters=scheduler.stats, spend=scheduler.spend)
         for p in problems:  # input order
             result = results[p.id]
             if isinstance(result, Refused):

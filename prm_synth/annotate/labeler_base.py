@@ -150,7 +150,7 @@ class LabelerBase:
         jobs = (self._job(s, pool) for s in solutions)
         annotations = self._jobs_run(scheduler, jobs, len(solutions), progress, pool)
         records, rejected = self._rows(engine, scheduler, solutions, annotations)
-        return LabelResult(records=records, rejected=rejected, stats=scheduler.stats, spend=scheduler.spend)
+        return LabelResult(records, rejected, scheduler.stats, spend=scheduler.spend)
 
     def _rows(
         self, engine: Engine, scheduler: ProbeScheduler, solutions: list[Solution], annotations: dict[str, Any]

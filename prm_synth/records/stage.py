@@ -22,7 +22,7 @@ Counters = TypeVar("Counters")
 class StageResult(Generic[Kept, Counters]):
     """What a stage kept, what it rejected with a reason, and its counters (None: the stage did not run)."""
 
-    kept: list[Kept]
+    kept: list[Kept] = field(default_factory=list)
     rejected: list[RejectedRecord] = field(default_factory=list)
     counters: Counters | None = None
 
