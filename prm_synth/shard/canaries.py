@@ -36,6 +36,7 @@ from prm_synth.prompting.thinking import engine_markers
 from prm_synth.records import LabeledRecord, Problem
 from prm_synth.records.canaries import CLASS_KEYS, CanaryStats
 from prm_synth.records.solutions import Solution
+from prm_synth.records.stage import StageResult
 
 # A number a step states (not part of a word or of a longer number); a spaced arithmetic operator.
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
@@ -206,11 +207,18 @@ def measure(rows: Sequence[tuple[LabeledRecord, int]]) -> CanaryStats:
 
 
 @dataclass
-class CanaryRun:
-    """A shard's canaries: their rows as written apart (OUT/canaries/), and what they measured."""
+class CanaryRun(StageResult[dict[str, object], CanaryStats]):
+    """A shard's canaries as a `StageResult`: their rows as written apart (OUT/canaries/; `kept`, also
+    `rows`), and what they measured (`counters`, also `stats`; None without canaries). Nothing is rejected:
+    a canary is never data."""
 
-    rows: list[dict[str, object]]
-    stats: CanaryStats | None
+    @property
+    def rows(self) -> list[dict[str, object]]:
+        return self.kept
+
+    @property
+    def stats(self) -> CanaryStats | None:
+        return self.counters
 
 
 def run_canaries(
@@ -224,7 +232,7 @@ def run_canaries(
     """Plant, label (the shard's labeler, its own scheduler) and judge (every sample) the shard's canaries."""
     canaries = choose(records, problems, config, shard, engine)
     if not canaries:
-        return CanaryRun([], None)
+        return CanaryRun([])
     labeled = make_labeler(config).label_solutions(engine, [c.solution for c in canaries])
     rows = labeled.records
     if config.judge is not None and judge_engine is not None and rows:
@@ -237,4 +245,4 @@ def run_canaries(
         c = by_solution[record.id]
         row = replace(record, id=CANARY_PREFIX + c.source_id).to_row()
         out.append(row | {"planted_step": c.planted.step, "planted_change": f"{c.planted.before} -> {c.planted.after}"})
-    return CanaryRun(out, stats)
+    return CanaryRun(out, counters=stats)
