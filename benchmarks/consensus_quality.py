@@ -40,15 +40,15 @@ from prm_synth.config import (
     SimulatedJudgeConfig,
     validate_config,
 )
-from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
-from prm_synth.judge.canaries import run_canaries
+from prm_synth.grading.quality import step_label_quality
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.selection import judge_selected
 from prm_synth.pipeline import ShardInput, iter_shards, process_shard
-from prm_synth.problems.arithmetic import true_first_error
-from prm_synth.problems.quality import step_label_quality
-from prm_synth.schema import ConsensusStats, JudgeStats, LabeledRecord, Problem, ShardStats
-from prm_synth.store.canary_counts import CanaryStats, precision_report
+from prm_synth.records import ConsensusStats, JudgeStats, LabeledRecord, Problem, ShardStats
+from prm_synth.records.canaries import CanaryStats, precision_report
+from prm_synth.shard.canaries import run_canaries
+from prm_synth.simulated.arithmetic import true_first_error
+from prm_synth.simulated.engines import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
 
 PROFILES = JUDGE_PROFILES
 POLICIES = ("agree", "soft", "judge-only", "mc-only")  # every row judged with m votes (`select: all`)

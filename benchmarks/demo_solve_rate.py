@@ -29,8 +29,8 @@ def main() -> None:
     from prm_synth.engines.base import GenerationRequest, SamplingOptions
     from prm_synth.engines.vllm import VLLMEngine
     from prm_synth.grading.math import grade
-    from prm_synth.problems import arithmetic
     from prm_synth.prompting.prompts import policy_user_prompt
+    from prm_synth.simulated import arithmetic
 
     engine = VLLMEngine(VLLMConfig(kind="vllm", model="demo", max_model_len=2048))
     rows = []

@@ -1,4 +1,4 @@
-"""Label quality in the simulated worlds beyond math (prm_synth/engines/simulated_domains.py): code with
+"""Label quality in the simulated worlds beyond math (prm_synth/simulated/domains.py): code with
 tests run in the sandbox (bugs at known steps, some hidden by a later step), multiple choice, and no gold
 (the majority answer is the gold, wrong on a known share of the problems).
 
@@ -8,7 +8,7 @@ row's steps), and in the no-gold worlds the majority's accuracy per agreement le
 
 The no-gold worlds: where the policy shares a misconception, every rollout agrees with the wrong
 pseudo-gold, so the rollouts alone cannot see it (`no_gold_rollouts`: the labeler alone). `no_gold` runs
-the whole shard as `prm-synth run` does (process_shard): a judge (engines/simulated_domains.DomainJudge,
+the whole shard as `prm-synth run` does (process_shard): a judge (simulated/domains.DomainJudge,
 the realistic error profile, misconception steps read at its right-answer recall: not an oracle), the
 canaries and soft consensus, each row carrying its pseudo-gold's doubt (grading/majority.row_doubts):
 read from the held-out gold's accuracy per agreement level. `no_gold_blind` is the same with the gold
@@ -35,8 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prm_synth.annotate.labeler import make_labeler  # noqa: E402
 from prm_synth.config import PipelineConfig  # noqa: E402
-from prm_synth.engines.simulated import JUDGE_PROFILES  # noqa: E402
-from prm_synth.engines.simulated_domains import (  # noqa: E402
+from prm_synth.grading.majority import accuracy_table, agreement_level  # noqa: E402
+from prm_synth.pipeline import ShardInput, process_shard  # noqa: E402
+from prm_synth.sampling.votes import pseudo_gold  # noqa: E402
+from prm_synth.simulated.domains import (  # noqa: E402
     DomainJudge,
     DomainPolicy,
     DomainWorld,
@@ -45,9 +47,7 @@ from prm_synth.engines.simulated_domains import (  # noqa: E402
     true_first_error,
     world_problems,
 )
-from prm_synth.grading.majority import accuracy_table, agreement_level  # noqa: E402
-from prm_synth.pipeline import ShardInput, process_shard  # noqa: E402
-from prm_synth.sampling.votes import pseudo_gold  # noqa: E402
+from prm_synth.simulated.engines import JUDGE_PROFILES  # noqa: E402
 
 HELD_OUT = range(1010, 1014)  # seeds no setting was chosen on (settings chosen on 0-3)
 NO_GOLD = {"form": "math", "step_error": 0.06, "recover": 0.05, "trap": 0.3, "trap_error": 0.7}

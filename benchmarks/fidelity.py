@@ -1,7 +1,7 @@
 """Label fidelity across a suite of simulated worlds: which labels are right, how many steps get one,
 and whether `p_good` means what it says.
 
-Every world is the simulated policy (prm_synth/engines/simulated.py) writing arithmetic chains whose
+Every world is the simulated policy (prm_synth/simulated/engines.py) writing arithmetic chains whose
 true first error is recomputed from the text (arithmetic.true_first_error), never taken from a
 labeler. Luck q is the chance that a continuation of a wrong prefix still reaches the gold answer
 (and, `recover_in_sample`, that a sampled solution with an error still ends on it). Each world
@@ -60,7 +60,7 @@ least 100 such steps; rollouts_per_question (per sampled solution, itself includ
 
 knob_independent: the default method on the `mixed` world, run twice with different
 `run.max_in_flight` and `run.max_batch_requests`: every row must be identical, every column
-(tests/test_changepoint.py checks the same with two solutions a problem, where solutions share
+(tests/annotate/test_changepoint.py checks the same with two solutions a problem, where solutions share
 prefixes: there `tokens` may differ, as a prefix's samples can be split into requests differently).
 
 Last line, one JSON object for the default method:
@@ -116,10 +116,10 @@ import labeler_settings  # noqa: E402  (benchmarks/, beside this file)
 
 from prm_synth.annotate.labeler import make_labeler  # noqa: E402
 from prm_synth.config import PipelineConfig  # noqa: E402
-from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
-from prm_synth.problems import arithmetic  # noqa: E402
 from prm_synth.problems.sources import iter_problems  # noqa: E402
-from prm_synth.schema import LabeledRecord, Problem  # noqa: E402
+from prm_synth.records import LabeledRecord, Problem  # noqa: E402
+from prm_synth.simulated import arithmetic  # noqa: E402
+from prm_synth.simulated.engines import SimulatedPolicy  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import long_worlds  # noqa: E402  (benchmarks/long_worlds.py: the thinking-trace worlds, `--worlds long`)

@@ -34,11 +34,11 @@ import time
 from typing import Any
 
 from prm_synth.config import validate_config
-from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
 from prm_synth.pipeline import iter_shards, process_shard
-from prm_synth.problems.arithmetic import true_first_error
-from prm_synth.schema import LabeledRecord, ShardStats
-from prm_synth.store.canary_counts import CanaryStats, precision_report
+from prm_synth.records import LabeledRecord, ShardStats
+from prm_synth.records.canaries import CanaryStats, precision_report
+from prm_synth.simulated.arithmetic import true_first_error
+from prm_synth.simulated.engines import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
 
 WORLDS: dict[str, dict[str, Any]] = {
     "plain": {"step_error": 0.1, "recover": 0.05, "recover_in_sample": True},

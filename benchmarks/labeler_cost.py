@@ -60,11 +60,11 @@ from prm_synth.annotate.changepoint.search import best_probe, open_interval  # n
 from prm_synth.annotate.labeler import make_labeler, new_scheduler  # noqa: E402
 from prm_synth.annotate.scheduler import SolutionJob  # noqa: E402
 from prm_synth.config import validate_config  # noqa: E402
-from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards  # noqa: E402
 from prm_synth.prompting.prompts import policy_user_prompt  # noqa: E402
+from prm_synth.records import Problem  # noqa: E402
 from prm_synth.sampling.sample import sample_solutions  # noqa: E402
-from prm_synth.schema import Problem  # noqa: E402
+from prm_synth.simulated.engines import SimulatedPolicy  # noqa: E402
 
 LENGTHS = (10, 25, 100, 300, 1000)
 

@@ -1,6 +1,6 @@
 """Long solutions: simulated thinking traces of 100, 300 and 1000 paragraph steps (fidelity.py --worlds long).
 
-Each world is the simulated policy in thinking mode (prm_synth/engines/simulated.py, `thinking`): it
+Each world is the simulated policy in thinking mode (prm_synth/simulated/engines.py, `thinking`): it
 writes `<think>`, one equation a paragraph, `</think>`, then a boxed answer, and its rollouts write
 the paragraphs left after their prefix, so a rollout's tokens grow with the remaining length (the
 stand-in tokenizer counts whitespace words: about 5 a paragraph). A step is wrong with chance
@@ -29,10 +29,10 @@ from typing import Any
 
 from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import PipelineConfig
-from prm_synth.engines.simulated import SimulatedPolicy
-from prm_synth.problems import arithmetic
 from prm_synth.problems.sources import iter_problems
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.engines import SimulatedPolicy
 
 LENGTHS = (100, 300, 1000)
 MAX_STEPS = 64

@@ -20,9 +20,9 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from prm_synth.config import validate_config  # noqa: E402
-from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
-from prm_synth.problems import arithmetic  # noqa: E402
+from prm_synth.simulated import arithmetic  # noqa: E402
+from prm_synth.simulated.engines import SimulatedPolicy  # noqa: E402
 
 
 def main() -> None:

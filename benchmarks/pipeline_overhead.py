@@ -28,9 +28,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as prm_synth sets it (see 
 import prm_synth.annotate.scheduler as scheduler_module  # noqa: E402
 import prm_synth.sampling.sample as sample_module  # noqa: E402
 from prm_synth.config import validate_config  # noqa: E402
-from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.grading.math import grade, grade_completion  # noqa: E402
 from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
+from prm_synth.simulated.engines import SimulatedPolicy  # noqa: E402
 from prm_synth.store.shards import ShardStore  # noqa: E402
 
 

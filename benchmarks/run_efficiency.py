@@ -84,8 +84,8 @@ def main() -> None:
     from prm_synth.pipeline import iter_shards, process_shard
     from prm_synth.problems.sources import iter_problems
     from prm_synth.prompting.prompts import policy_user_prompt
+    from prm_synth.records import Problem
     from prm_synth.sampling.sample import sample_solutions
-    from prm_synth.schema import Problem
 
     config = build_config(args)
     model = str(demo_model_path())

@@ -28,10 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prm_synth.config import PipelineConfig, validate_config  # noqa: E402
-from prm_synth.engines.simulated import SimulatedPolicy  # noqa: E402
 from prm_synth.pipeline import iter_shards, process_shard  # noqa: E402
-from prm_synth.problems import arithmetic  # noqa: E402
-from prm_synth.schema import LabeledRecord  # noqa: E402
+from prm_synth.records import LabeledRecord  # noqa: E402
+from prm_synth.simulated import arithmetic  # noqa: E402
+from prm_synth.simulated.engines import SimulatedPolicy  # noqa: E402
 
 K = 8
 DEFAULT = "binary (changepoint, the default)"
@@ -175,7 +175,7 @@ def main() -> None:
     for recover in (0.05, 0.2):
         _, records = run(METHODS["per-step MC"], 0.1, recover, args.problems, 10, 20)
         from prm_synth.annotate.annotation import Annotation
-        from prm_synth.annotate.labels import apply_rule
+        from prm_synth.records.labels import apply_rule
 
         for rule in ("hard", "majority", "relative"):
             score = Score()

@@ -40,14 +40,15 @@ from prm_synth.config import (
 )
 from prm_synth.engines import build_engine
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult
-from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge
+from prm_synth.grading.chain import parse_chain
 from prm_synth.judge.consensus import apply_consensus
 from prm_synth.judge.selection import judge_selected
-from prm_synth.judge.verify import parse_chain, verify_records
+from prm_synth.judge.verify import verify_records
 from prm_synth.pipeline import iter_shards, process_shard
-from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import parse_verify_prompt
-from prm_synth.schema import ConsensusStats, LabeledRecord, ShardStats, VerifyStats
+from prm_synth.records import ConsensusStats, LabeledRecord, ShardStats, VerifyStats
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.engines import JUDGE_PROFILES, SimulatedJudge
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "pipelines" / "simulated-verifier.yaml"

@@ -50,27 +50,22 @@ from prm_synth.errors import PrmSynthError
 from prm_synth.pipeline import (
     ShardInput,
     ShardOutput,
-    ShardRefusedError,
     UnreadableJudgeError,
     check_judges_readable,
-    combine,
-    finish_open_rows,
     iter_shards,
-    plan_shard,
     process_shard,
     unreadable_message,
-    write_shard_rows,
 )
 from prm_synth.problems.given import problems_in  # a given solution's question too
 from prm_synth.problems.sources import count_hint
 from prm_synth.products.cost_measure import measure_dry_run
-from prm_synth.sampling.sample import check_policy_can_solve
-from prm_synth.schema import Item
-from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.records import Item
+from prm_synth.shard.open_rows import with_open_rows_finished
+from prm_synth.shard.rewrite import ShardRefusedError, plan_shard, write_shard_rows
+from prm_synth.simulated.solvable import check_policy_can_solve
 from prm_synth.store.layout import ShardEntry, shard_name
 from prm_synth.store.limit import keeps_finished, kept_past_limit, recorded_limit
 from prm_synth.store.resume import run_fingerprint
-from prm_synth.store.schema_upgrade import upgrade_shards
 from prm_synth.store.shards import ShardStore
 from prm_synth.store.summary import RunFacts, RunSummary, summarize
 
@@ -121,8 +116,8 @@ def label_shard(
     reopen: list[str] | None = None,
     fingerprint: str | None = None,
 ) -> ShardEntry:
-    """Label one shard and write it: what to ask (`redo`, `reopen`: pipeline.plan_shard) and how the rows
-    made are written with the shard as it was (pipeline.write_shard_rows) are the library's. A shard where
+    """Label one shard and write it: what to ask (`redo`, `reopen`: shard/rewrite.plan_shard) and how the rows
+    made are written with the shard as it was (shard/rewrite.write_shard_rows) are the library's. A shard where
     most judge votes are unreadable is written, then fails the run (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
     config's fingerprint when not given."""
     fingerprint = fingerprint or config.fingerprint()
@@ -165,18 +160,7 @@ def label_shard(
             if items or work.previous is None
             else ShardOutput()
         )
-        if open_rows:
-            canaries = CanaryStats.read(work.previous.stats.canaries) if work.previous is not None else None
-            finished = finish_open_rows(
-                config,
-                open_rows,
-                fingerprint,
-                judge_engine,
-                verify_engine,
-                canaries,
-                asked_before=work.previous_unreadable,
-            )
-            out = combine(out, finished)
+        out = with_open_rows_finished(config, work, out, fingerprint, judge_engine, verify_engine)
     entry = write_shard_rows(store, config, shard_index, work, out)
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
     check_judges_readable(out, judge_engine, verify_engine, earlier=work.previous.stats if work.previous else None)
@@ -387,7 +371,6 @@ def synthesize(
         fingerprint = run_fingerprint(config, target)
         store = ShardStore(target, fingerprint, config.labeler_revision(), rows_fingerprint=config.fingerprint())
         store.prepare(config_dump, yaml.safe_dump(config_dump, sort_keys=False), overwrite=overwrite)
-        upgrade_shards(store)  # an earlier release's shards get today's columns: one schema, loadable by datasets
         expected = 1 if dry_run else _expected_shards(config, limit)
         progress = ShardProgress(expected, show_progress and sys.stderr.isatty())
         progress.activate()

@@ -2,23 +2,29 @@
 
 load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ verify ─▶ check
 
-1 load       the shard's source rows: problems, and rows the loader already rejected (problems.py)
-2 sample     solutions from the policy, split and graded (sample.py; per-question labelers skip it)
+1 load       the shard's source rows: problems, and rows the loader already rejected (problems/sources.py)
+2 sample     solutions from the policy, split and graded (sampling/sample.py; per-question labelers skip
+             it); with `grader.kind: majority` the policy's own majority answer is the gold first
+             (sampling/votes.py)
 3 label      the method's annotators behind the probe scheduler (annotate/labeler.py); sampling goes
              through the same scheduler, so a problem's annotators start as soon as its solutions are
-             back and the engine never drains between the two
-4 judge      an LLM judge names each row's first error (judge.py; only with a `judge` section)
-5 consensus  keep the rows the rollouts and the judge support, completing their labels (consensus.py)
-6 verify     verification chains for the kept rows, kept where they agree with the labels (verify.py;
+             back and the engine never drains between the two. Planted-error canaries, labeled and
+             judged like rows, measure the judge before it is read (shard/canaries.py)
+4 judge      an LLM judge names each row's first error (judge/selection.py, judge/ask.py; only with a
+             `judge` section)
+5 consensus  keep the rows the rollouts and the judge support, completing their labels (judge/consensus.py)
+6 verify     verification chains for the kept rows, kept where they agree with the labels (judge/verify.py;
              only with a `verify` section; it adds columns to rows, never drops one for its content)
 7 check      every problem ends as rows or a rejection with a reason, or the shard is not written
 
-Each stage returns what it kept, what it rejected and its counters; `ShardStats` gathers them. A row the
-judge or the verifier could not read at all is left open (LEFT_OPEN_REASONS): the shard is written, and
-the next run finishes that row alone from its payload (`finish_open_rows`); a shard where most of them
-are unreadable fails the run after it is written (`check_judges_readable`). Judge and
-verify share one contract (their input rows unchanged, copies returned; a section without its engine is a
-config error) and one request loop (judge.ask).
+This module alone knows the order. The stages import records (prm_synth/records/), never each other; each
+returns what it kept, what it rejected and its counters (`StageResult`), and stages 4-6 are folded over
+the rows in `judge_onwards`; `ShardStats` gathers the counters. A row the judge or the verifier could not
+read at all is left open (LEFT_OPEN_REASONS): the shard is written, and the next run finishes that row alone
+from its payload (shard/open_rows.py); a shard where most of them are unreadable fails the run after it
+is written (`check_judges_readable`). A shard written already is planned, merged and written again by
+shard/rewrite.py. Judge and verify share one contract (their input rows unchanged, copies returned; a
+section without its engine is a config error) and one request loop (judge/ask.py).
 Plain Python: the Prefect flow (flows/synthesize.py) only schedules shards and writes them.
 """
 
@@ -26,20 +32,17 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
-from prm_synth.annotate.given import label_shard, problem_of
 from prm_synth.annotate.jobs import ProgressCallback
 from prm_synth.annotate.result import Progress, quiet
 from prm_synth.config import PINNED, ConfigError, PipelineConfig
-from prm_synth.engines.base import Engine, EngineError, RunStopped
-from prm_synth.engines.stream import STOPPING
+from prm_synth.engines.base import Engine
 from prm_synth.grading.doubt import doubts_of
-from prm_synth.judge.canaries import run_canaries
-from prm_synth.judge.consensus import apply_consensus, record_from_payload
+from prm_synth.judge.consensus import apply_consensus
 from prm_synth.judge.readable import (  # the error and its message are read here too (flows, tests)
     UnreadableJudgeError,  # noqa: F401
     check_readable,
@@ -49,8 +52,7 @@ from prm_synth.judge.selection import judge_stage
 from prm_synth.judge.verify import verify_records
 from prm_synth.problems.sources import iter_problems
 from prm_synth.problems.vetting import vetted
-from prm_synth.sampling.votes import pseudo_gold
-from prm_synth.schema import (
+from prm_synth.records import (
     ConsensusStats,
     Item,
     JudgeStats,
@@ -60,21 +62,11 @@ from prm_synth.schema import (
     ShardStats,
     VerifyStats,
 )
-from prm_synth.store.canary_counts import CanaryStats
-from prm_synth.store.layout import ShardEntry
-from prm_synth.store.left_open import OPEN_FOR_GOOD
-from prm_synth.store.refusals import (
-    clear_pending,
-    count_open,
-    count_refusals,
-    make_open_permanent,
-    make_permanent,
-    pending_refusals,
-    reasons_of,
-    save_pending,
-)
-from prm_synth.store.resume import servers
-from prm_synth.store.shards import ShardStore
+from prm_synth.records.canaries import CanaryStats
+from prm_synth.records.stage import StageResult
+from prm_synth.sampling.votes import pseudo_gold
+from prm_synth.shard.canaries import run_canaries
+from prm_synth.shard.given import label_shard
 
 
 @dataclass
@@ -115,7 +107,7 @@ def process_shard(
     on_progress: ProgressCallback | None = None,
     verify_engine: Engine | None = None,
 ) -> ShardOutput:
-    clock = _Clock()
+    clock = Clock()
     problems = [it for it in shard.items if isinstance(it, Problem)]
     load_rejected = [it for it in shard.items if isinstance(it, RejectedRecord)]
     majority = None
@@ -193,7 +185,7 @@ def judge_onwards(
     records: list[LabeledRecord],
     judge_engine: Engine | None,
     verify_engine: Engine | None,
-    clock: _Clock,
+    clock: Clock,
     verify_only: list[LabeledRecord] | None = None,
     canaries: CanaryStats | None = None,
     asked_before: Mapping[str, int] | None = None,
@@ -204,102 +196,53 @@ def judge_onwards(
     those alone, judge and consensus do not run. `asked_before`: runs that already asked a row (by id)."""
     asked_before = asked_before or {}
     judging = bool(records) or verify_only is None
-    judged, judge_rejected, judge_stats = (
-        judge_stage(
+
+    def judge(rows: list[LabeledRecord]) -> StageResult[LabeledRecord, Any]:
+        assert config.judge is not None
+        return judge_stage(
             _engine_for("judge", judge_engine),
-            records,
+            rows,
             config.judge,
             config.consensus,
             config.run.max_batch_requests,
             canaries=canaries,
             # a row asked on earlier runs starts at the first sample index those runs did not use
-            first_samples=[(asked_before or {}).get(r.id, 0) * config.judge.samples for r in records],
+            first_samples=[asked_before.get(r.id, 0) * config.judge.samples for r in rows],
             doubt=doubt,
         )
-        if config.judge is not None and judging
-        else (records, [], None)
-    )
-    clock.lap("judge")
-    pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
-    kept, consensus_rejected, consensus_stats = (
-        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned, canaries=canaries, doubt=doubt)
-        if config.consensus and judging
-        else (judged, [], None)
-    )
-    clock.lap("consensus")
-    kept = kept + list(verify_only or [])
-    verify_rejected: list[RejectedRecord] = []
-    verify_stats: VerifyStats | None = None
-    if config.verify is not None:
-        engine_for_verify = _engine_for("verify", verify_engine)
-        firsts = [asked_before.get(r.id, 0) * config.verify.votes for r in kept]
-        kept, verify_rejected, verify_stats = verify_records(
-            engine_for_verify, kept, config.verify, config.run.max_batch_requests, firsts
+
+    def consensus(rows: list[LabeledRecord]) -> StageResult[LabeledRecord, Any]:
+        pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
+        return apply_consensus(
+            rows, config.consensus, config.labels.min_confidence, pinned, canaries=canaries, doubt=doubt
         )
-        clock.lap("verify")
-    return Tail(kept, judge_rejected + consensus_rejected + verify_rejected, judge_stats, consensus_stats, verify_stats)
 
+    def verify(rows: list[LabeledRecord]) -> StageResult[LabeledRecord, Any]:
+        assert config.verify is not None
+        engine = _engine_for("verify", verify_engine)
+        rows = rows + list(verify_only or [])  # rows an earlier run's consensus kept join here
+        firsts = [asked_before.get(r.id, 0) * config.verify.votes for r in rows]
+        return verify_records(engine, rows, config.verify, config.run.max_batch_requests, firsts)
 
-def finish_open_rows(
-    config: PipelineConfig,
-    rows: list[dict[str, Any]],
-    fingerprint: str,
-    judge_engine: Engine | None = None,
-    verify_engine: Engine | None = None,
-    canaries: CanaryStats | None = None,
-    asked_before: Mapping[str, int] | None = None,
-) -> ShardOutput:
-    """Rows an earlier run left open because its judge or verifier could not be read (rejected rows with
-    a reason in LEFT_OPEN_REASONS, or LEFT_OPEN_FOR_GOOD on request): a `judge_unreadable` row goes
-    through judge, consensus and verify again from its labeled payload, a `verify_unreadable` one through
-    verify. Nothing is sampled or rolled out again: the rollouts' labels were kept in the payload.
-    `asked_before`: on how many runs each row (by id) was asked already (1 where not said): its samples
-    start past theirs, so a judge that honours seeds does not repeat the answer it could not read."""
-    clock = _Clock()
-    stage_of = {"judge_unreadable": "judge", "verify_unreadable": "verify"}
-    stage_of |= {OPEN_FOR_GOOD[r]: stage for r, stage in stage_of.items()}
-    to_judge = [record_from_payload(r["payload"]) for r in rows if stage_of.get(r["reason"]) == "judge"]
-    to_verify = [record_from_payload(r["payload"]) for r in rows if stage_of.get(r["reason"]) == "verify"]
-    runs = {str(r["id"]): (asked_before or {}).get(str(r["id"]), 1) for r in rows}
-    # read under what the shard's own canaries measured, as its other rows were
-    tail = judge_onwards(
-        config,
-        to_judge,
-        judge_engine,
-        verify_engine,
-        clock,
-        verify_only=to_verify,
-        canaries=canaries,
-        asked_before=runs,
-    )
-    for r in tail.rejected:
-        r.config_fingerprint = fingerprint
-    ended = {r.id for r in tail.records} | {r.id for r in tail.rejected}
-    lost = [r["id"] for r in rows if r["id"] not in ended]
-    if lost:  # a bug, never a data problem (see check_nothing_lost)
-        raise RuntimeError(f"{len(lost)} row(s) left open ended with neither a row nor a rejection: {lost[:5]}")
-    stats = ShardStats(
-        rows=len(tail.records),
-        rejected=len(tail.rejected),
-        rejected_by_reason=dict(Counter(r.reason for r in tail.rejected)),
-        requests_refused=(tail.judge.refused if tail.judge else 0) + (tail.verify.refused if tail.verify else 0),
-        judge_tokens=tail.judge.tokens if tail.judge else 0,
-        seconds=clock.laps,
-        judge=tail.judge,
-        consensus=tail.consensus,
-        verify=tail.verify,
-    )
-    return ShardOutput(tail.records, tail.rejected, stats)
-
-
-def combine(first: ShardOutput, second: ShardOutput) -> ShardOutput:
-    """Two outputs of one shard's attempt (its refused problems redone, its open rows finished) as one."""
-    return ShardOutput(
-        first.records + second.records,
-        first.rejected + second.rejected,
-        first.stats + second.stats,
-        first.trees | second.trees,
-    )
+    # (name, the stage or None where the config has none, timed even when it does not run)
+    stages: list[tuple[str, Callable[[list[LabeledRecord]], StageResult[LabeledRecord, Any]] | None, bool]] = [
+        ("judge", judge if config.judge is not None and judging else None, True),
+        ("consensus", consensus if config.consensus and judging else None, True),
+        ("verify", verify if config.verify is not None else None, False),
+    ]
+    rows, rejected, counters = records, [], {}
+    for name, stage, always_timed in stages:
+        if stage is None:
+            if name == "verify":  # no verify stage: rows kept by an earlier run's consensus are kept as they are
+                rows = rows + list(verify_only or [])
+            if always_timed:
+                clock.lap(name)
+            continue
+        result = stage(rows)
+        rows, counters[name] = result.kept, result.counters
+        rejected += result.rejected
+        clock.lap(name)
+    return Tail(rows, rejected, counters.get("judge"), counters.get("consensus"), counters.get("verify"))
 
 
 def check_judges_readable(
@@ -307,166 +250,6 @@ def check_judges_readable(
 ) -> None:
     """`UnreadableJudgeError` when most of the shard's votes or chains could not be read (judge/readable.py)."""
     check_readable(out.stats, out.rejected, judge_engine, verify_engine, earlier)
-
-
-@dataclass
-class ShardRows:
-    """A shard as it is written: row dicts, rejected row dicts, stats, trees."""
-
-    records: list[dict[str, Any]]
-    rejected: list[dict[str, Any]]
-    stats: ShardStats
-    trees: dict[str, Any] = field(default_factory=dict)
-    canaries: list[dict[str, Any]] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, out: ShardOutput) -> ShardRows:
-        rows, rejected = [r.to_row() for r in out.records], [r.to_row() for r in out.rejected]
-        return cls(rows, rejected, out.stats, out.trees, out.canaries)
-
-
-def redo_items(items: list[Item], redo: set[str]) -> list[Item]:
-    """The problems of a shard to ask the engine again (those it refused before)."""
-    return [it for it in items if problem_of(it) in redo]
-
-
-def merge_redo(
-    previous: ShardRows, redo: set[str], out: ShardOutput, reopened: frozenset[str] = frozenset()
-) -> ShardRows:
-    """The shard already written, its refused problems replaced by what a new attempt made of them, and
-    its rows left open (`reopened`: their ids) replaced by what `finish_open_rows` made of them.
-
-    Rows and rejections of the other problems are kept as they were. Counts (rows, rejections by reason,
-    problems labeled, final answers) are those of the merged rows; what was spent (rollouts, tokens,
-    requests, seconds) is the sum of both attempts: the first attempt's requests were paid for too."""
-    kept = [r for r in previous.records if r.get("problem_id") not in redo]
-    kept_rejected = [r for r in previous.rejected if r.get("problem_id") not in redo and r.get("id") not in reopened]
-    new = ShardRows.of(out)
-    records, rejected = kept + new.records, kept_rejected + new.rejected
-    stats = previous.stats + out.stats
-    stats.inputs, stats.problems_loaded = previous.stats.inputs, previous.stats.problems_loaded
-    stats.rows, stats.rejected = len(records), len(rejected)
-    stats.rejected_by_reason = dict(Counter(r["reason"] for r in rejected))
-    stats.problems_labeled = len({r["problem_id"] for r in records})
-    stats.final_correct = sum(1 for r in records if r.get("final_correct") is True)
-    stats.final_unknown = sum(1 for r in records if r.get("final_correct") is None)
-    trees = {k: v for k, v in previous.trees.items() if k not in redo} | new.trees
-    return ShardRows(records, rejected, stats, trees, previous.canaries + new.canaries)  # earlier canaries stay
-
-
-class ShardRefusedError(EngineError):
-    """The engine refused every request of a shard: it made nothing, so it is a failure, not a result.
-
-    Nothing of the shard is written; the next run of the same command redoes it (after the server is
-    fixed). Retrying it at once cannot help: the server refuses what is asked, not a moment."""
-
-
-def check_not_all_refused(records: list[Any], rejected: list[Any]) -> None:
-    """Raise `ShardRefusedError`, naming the engine's (the server's) words, when a shard made no row and
-    everything it rejected (beyond what the loader rejected) was refused by the engine.
-
-    Rows and rejections may be records or row dicts (a shard merged with the one already written)."""
-    if records:
-        return
-
-    def field_of(r: Any, name: str) -> Any:
-        return r.get(name) if isinstance(r, dict) else getattr(r, name)
-
-    made = [r for r in rejected if field_of(r, "stage") != "load"]
-    if not made or any(field_of(r, "reason") != "engine_refused" for r in made):
-        return
-    reason = field_of(made[0], "detail") or "no reason given"
-    problems = len({field_of(r, "problem_id") for r in made})
-    raise ShardRefusedError(
-        f"the engine refused every request ({problems} problem(s), no row made): {reason}; fix the server "
-        "(or the config) and run the same command again: refused problems are redone"
-    )
-
-
-# ------------------------------------------------------------------ a shard written again
-@dataclass
-class ShardWork:
-    """What a run asks of one shard (`plan_shard`): the problems to label (`items`), the rows left open
-    last time to finish (`open_rows`), and the shard as written already (`previous`, None: a new shard)."""
-
-    items: list[Item]
-    open_rows: list[dict[str, Any]] = field(default_factory=list)
-    previous: ShardRows | None = None
-    source_rows: int = 0  # the shard's source rows (what the written shard says it was made from)
-    previous_refusals: dict[str, int] = field(default_factory=dict)
-    redo: set[str] = field(default_factory=set)
-    # rows left open (judge or verifier unreadable), by id: on how many runs in a row (1 where not said)
-    previous_unreadable: dict[str, int] = field(default_factory=dict)
-
-
-def plan_shard(
-    store: ShardStore, shard_index: int, items: list[Item], redo: Iterable[str] = (), reopen: Iterable[str] = ()
-) -> ShardWork | None:
-    """The work of one shard. `redo`: the shard is written already, and only these problems (the ones the
-    engine refused last time) are asked again; `reopen`: the ids of its rows left open because the judge
-    or verifier could not be read, finished from their payloads; the rest of the shard is kept as it was.
-    None: the shard changed on disk since the run looked (nothing to merge into: the next run redoes it)."""
-    redone, reopened = set(redo), set(reopen)
-    if not (redone or reopened):
-        return ShardWork(items, source_rows=len(items))
-    entry = store.finished_shard(shard_index)
-    if entry is None:
-        return None
-    previous = ShardRows(
-        store.read_rows(entry, "data"),
-        store.read_rows(entry, "rejected"),
-        entry.stats,
-        store.read_trees(entry),
-        store.read_canaries(entry),  # kept as planted: a resumed shard keeps its canaries
-    )
-    # A row left open whose problem is redone whole (refused elsewhere) is made again with it.
-    open_rows = [r for r in previous.rejected if r.get("id") in reopened and r.get("problem_id") not in redone]
-    unreadable = {row_id: 1 for row_id in reopened} | entry.unreadable
-    return ShardWork(redo_items(items, redone), open_rows, previous, entry.problems, entry.refusals, redone, unreadable)
-
-
-def write_shard_rows(
-    store: ShardStore, config: PipelineConfig, shard_index: int, work: ShardWork, out: ShardOutput
-) -> ShardEntry:
-    """Write what a run made of a shard's work: merged into the shard as written (`merge_redo`), refused
-    problems counted (rejected for good after `run.refused_runs` runs in a row), and the shard refused
-    whole where the engine refused everything it was asked (`check_not_all_refused`: nothing written)."""
-    reopened = frozenset(r["id"] for r in work.open_rows)
-    rows = merge_redo(work.previous, work.redo, out, reopened) if work.previous is not None else ShardRows.of(out)
-    asked = work.redo if work.previous is not None else None  # None: the whole shard was asked
-    # a shard refused whole on earlier runs was not written: its counts waited apart (store/refusals.py)
-    previous_refusals = (
-        work.previous_refusals if work.previous is not None else pending_refusals(store.root, shard_index)
-    )
-    refusals = count_refusals(rows.rejected, asked, previous_refusals)
-    rejected, _ = make_permanent(rows.rejected, refusals, config.run.refused_runs)
-    try:  # nothing made and everything refused (not yet for good): a failure, not a finished shard
-        check_not_all_refused(rows.records, rejected)
-    except ShardRefusedError:
-        save_pending(store.root, shard_index, refusals)
-        raise
-    # Rows the judge (or verifier) could not read, the same way: recorded for good after as many runs.
-    made = {r.id for r in out.records} | {r.id for r in out.rejected}  # the rows this attempt asked
-    unreadable = count_open(rejected, made, work.previous_unreadable)
-    rejected, _ = make_open_permanent(rejected, unreadable, config.run.refused_runs)
-    if rejected != rows.rejected:
-        rows.stats.rejected_by_reason = reasons_of(rejected)
-    if STOPPING.is_set():  # a stop is a stop: no shard is written after it (the next run redoes this one)
-        raise RunStopped("the run is stopping: the shard is not written")
-    entry = store.write_shard(
-        shard_index,
-        rows.records,
-        rejected,
-        problems=work.source_rows,
-        stats=rows.stats,
-        trees=rows.trees,
-        canaries=rows.canaries,
-        servers=servers(config),
-        refusals=refusals,
-        unreadable=unreadable,
-    )
-    clear_pending(store.root, shard_index)
-    return entry
 
 
 def _engine_for(stage: str, engine: Engine | None) -> Engine:
@@ -487,7 +270,7 @@ def check_nothing_lost(problems: list[Problem], records: list[LabeledRecord], re
     return sum(1 for p in problems if p.id in with_rows)
 
 
-class _Clock:
+class Clock:
     """Seconds per stage, measured between laps."""
 
     def __init__(self) -> None:

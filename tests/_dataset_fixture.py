@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from prm_synth.config import validate_config
-from prm_synth.schema import LabeledRecord, RejectedRecord, ShardStats
+from prm_synth.records import LabeledRecord, RejectedRecord, ShardStats
 from prm_synth.store.shards import ShardStore
 
 PATTERNS: list[list[bool | None]] = [

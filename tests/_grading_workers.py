@@ -1,4 +1,4 @@
-"""Grading workers that misbehave, for tests/test_grading.py (run as `WorkerPool(entry=...)` entries)."""
+"""Grading workers that misbehave, for tests/grading/test_grading.py (run as `WorkerPool(entry=...)` entries)."""
 
 from __future__ import annotations
 

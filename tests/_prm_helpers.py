@@ -8,7 +8,7 @@ from typing import Any
 
 from _tokenizers import qwen_like_bpe
 
-from prm_synth.schema import LabeledRecord
+from prm_synth.records import LabeledRecord
 
 # ../shared/data/processbench beside the checkout (see ENVIRONMENT.md), else the machines' copy, else
 # a stand-in folder with the four subset names, each a copy of the small fixture (3 erroneous, 3 correct).

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from prm_synth.annotate.protocol import Annotator, Probe
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, GenerationResult
 
 
@@ -167,3 +168,35 @@ class TimedEngine:
 
     def _steps(self, completion: Completion) -> int:
         return max(self.min_steps, completion.generated_tokens)
+
+
+# An instant engine to time, and a scripted annotator (the stream tests and the progress report tests)
+class LengthEngine:
+    """Instant; every completion of a prompt is as long as `length(prefix)` tokens; records requests."""
+
+    model_name = "length"
+
+    def __init__(self, length=lambda prefix: 10) -> None:
+        self.length = length
+        self.requests: list[GenerationRequest] = []
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.requests += requests
+        return [
+            GenerationResult(tuple(Completion("x", self.length(r.assistant_prefix)) for _ in range(r.n)), 1)
+            for r in requests
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+def always_correct(text: str, gold: str) -> str:
+    return "correct"
+
+
+def scripted(rounds: list[list[Probe]], log: list | None = None) -> Annotator[list]:
+    log = [] if log is None else log
+    for probes in rounds:
+        log.append((probes, (yield probes)))
+    return log

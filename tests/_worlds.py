@@ -1,6 +1,6 @@
 """Worlds of benchmarks/fidelity.py, copied here on purpose so the benchmark may change its worlds
 without moving what the tests pin: the golden rows label two of them, the held-out check of the default
-labels (tests/test_labels_vs_truth.py) all seventeen. A world is its policy's overrides and its problems' (min_ops, max_ops)."""
+labels (tests/annotate/test_labels_vs_truth.py) all seventeen. A world is its policy's overrides and its problems' (min_ops, max_ops)."""
 
 from __future__ import annotations
 

@@ -327,7 +327,7 @@ class SimulatedCompletionsServer(FakeCompletionsServer):
     )
 
     def __init__(self, refuse: str | None = None, config: Any = None, refuse_from_chars: int = 0) -> None:
-        from prm_synth.engines.simulated import SimulatedPolicy
+        from prm_synth.simulated.engines import SimulatedPolicy
 
         super().__init__()
         self.policy = SimulatedPolicy(config)

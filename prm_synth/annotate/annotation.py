@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prm_synth.annotate.protocol import ProbeResult
-from prm_synth.schema import LabelSource, UnlabeledReason, VerdictStatus
+from prm_synth.records import LabelSource, UnlabeledReason, VerdictStatus
 
 
 @dataclass

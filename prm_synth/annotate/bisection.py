@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from prm_synth.annotate.annotation import Annotation
-from prm_synth.annotate.labels import UNDECIDED_BUDGET
 from prm_synth.annotate.mc import per_step_mc
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
-from prm_synth.schema import LabelSource, VerdictStatus
+from prm_synth.records import LabelSource, VerdictStatus
+from prm_synth.records.labels import UNDECIDED_BUDGET
 
 
 class PrefixTest(Protocol):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prm_synth.annotate.labels import (
+from prm_synth.records.labels import (
     AFTER_ERROR,
     TOKEN_BUDGET,
     TRUNCATED_THINKING,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.protocol import Annotator, Probe
-from prm_synth.schema import VerdictStatus
+from prm_synth.records import VerdictStatus
 
 
 def per_step_mc(

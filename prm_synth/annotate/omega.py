@@ -42,7 +42,7 @@ from prm_synth.annotate.omega_tree import ROOT, OmegaPath, PrefixTree, Steps, ev
 from prm_synth.annotate.protocol import Annotator, Probe, ProbeResult
 from prm_synth.annotate.search import make_search
 from prm_synth.config import OmegaConfig
-from prm_synth.schema import OmegaStop, VerdictStatus
+from prm_synth.records import OmegaStop, VerdictStatus
 
 
 # ------------------------------------------------------------------ selection score

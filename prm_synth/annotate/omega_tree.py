@@ -19,9 +19,9 @@ import networkx as nx
 
 from prm_synth.annotate.annotation import Annotation
 from prm_synth.annotate.changepoint import Evidence, Posterior, Priors
-from prm_synth.annotate.labels import UNDECIDED_BUDGET, labels_from_posterior
 from prm_synth.annotate.protocol import ProbeResult
-from prm_synth.schema import NodeKind, VerdictStatus
+from prm_synth.records import NodeKind, VerdictStatus
+from prm_synth.records.labels import UNDECIDED_BUDGET, labels_from_posterior
 
 METHOD = "omegaprm"
 ROOT = 0  # node id of the empty prefix

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from prm_synth.schema import VerdictStatus
+from prm_synth.records import VerdictStatus
 
 T = TypeVar("T")
 

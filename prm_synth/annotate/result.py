@@ -10,11 +10,11 @@ from typing import Any
 
 from prm_synth.annotate.jobs import SchedulerStats
 from prm_synth.annotate.token_ledger import Spend
-from prm_synth.sampling.sample import Sampled
-from prm_synth.schema import (
+from prm_synth.records import (
     LabeledRecord,
-    RejectedRecord,
 )
+from prm_synth.records.solutions import Sampled
+from prm_synth.records.stage import StageResult
 
 Progress = Callable[[str], None]
 
@@ -24,12 +24,20 @@ def quiet(_: str) -> None:
 
 
 @dataclass
-class LabelResult:
-    """What a labeler returns: rows in input order, rejections, the search trees, and the spend."""
+class LabelResult(StageResult[LabeledRecord, SchedulerStats]):
+    """What a labeler returns, the label stage's `StageResult`: rows in input order (`kept`, also
+    `records`), rejections, the scheduler's counters (`counters`, also `stats`), the search trees, the
+    solutions sampled for it, and the spend."""
 
-    records: list[LabeledRecord] = field(default_factory=list)
-    rejected: list[RejectedRecord] = field(default_factory=list)
+    counters: SchedulerStats = field(default_factory=SchedulerStats)
     trees: dict[str, Any] = field(default_factory=dict)  # problem id -> OmegaPRM tree (node-link JSON)
-    stats: SchedulerStats = field(default_factory=SchedulerStats)
     sampled: Sampled = field(default_factory=Sampled)  # the solutions sampled for it (none per question)
     spend: dict[str, Spend] = field(default_factory=dict)  # per solution (or question) key: what its probes cost
+
+    @property
+    def records(self) -> list[LabeledRecord]:
+        return self.kept
+
+    @property
+    def stats(self) -> SchedulerStats:
+        return self.counters

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from prm_synth.annotate.jobs import JobsAfter, ProgressCallback, Refused, SchedulerStats, SolutionJob
-from prm_synth.annotate.protocol import Probe, ProbeResult, Rollout, Wait
+from prm_synth.annotate.prefix_estimate import PrefixEstimate, PrefixKey
+from prm_synth.annotate.protocol import Probe, ProbeResult, Wait
 from prm_synth.annotate.token_cost import NO_TOKEN_BUDGET, TokenBudget
 from prm_synth.annotate.token_ledger import Need, Spend, TokenLedger
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
@@ -46,55 +47,17 @@ T = TypeVar("T")
 
 
 @dataclass
-class _Estimate:
-    """Everything measured of one prefix so far, by sample index (the accumulator).
-
-    A probe for k rollouts is answered with samples 0..k-1 exactly, whatever else other annotators
-    have asked of the same prefix and in whatever order the requests came back: with a
-    deterministic policy, a row then does not depend on max_in_flight, batch sizes or timing."""
-
-    samples: dict[int, Rollout] = field(default_factory=dict)  # sample index -> rollout
-    asked_by: dict[int, str] = field(default_factory=dict)  # sample index -> key of the job that asked
-    read_by: dict[str, int] = field(default_factory=dict)  # job key -> how many samples it read
-
-    @property
-    def total(self) -> int:
-        return len(self.samples)
-
-    def ready(self) -> int:
-        """How many samples from index 0 on are back without a gap."""
-        n = 0
-        while n in self.samples:
-            n += 1
-        return n
-
-    def answer(self, step: int, k: int) -> ProbeResult:
-        rollouts = tuple(self.samples[i] for i in range(min(k, self.ready())))
-        return ProbeResult(
-            step,
-            correct=sum(status == "correct" for _, status, _ in rollouts),
-            total=len(rollouts),
-            unknown=sum(status == "unknown" for _, status, _ in rollouts),
-            tokens=sum(tokens for _, _, tokens in rollouts),
-            rollouts=rollouts,
-        )
-
-
-_Key = tuple[str, str]  # (problem key, prefix text)
-
-
-@dataclass
 class _Pending:
     job: SolutionJob[Any]
     probes: list[Probe]
-    need: dict[_Key, int] = field(default_factory=dict)  # prefixes still short of rollouts -> k wanted
+    need: dict[PrefixKey, int] = field(default_factory=dict)  # prefixes still short of rollouts -> k wanted
 
 
 @dataclass
 class _Sent:
     """One request of the scheduler's in the engine."""
 
-    key: _Key
+    key: PrefixKey
     job: SolutionJob[Any]  # the annotator whose probe caused it (its spend)
     n: int
     first: int  # the first sample index it asked for
@@ -139,10 +102,10 @@ class ProbeScheduler:
         self.ledger = TokenLedger(budget, sampling.max_tokens)
         self.stats = SchedulerStats()
         # (problem_key, prefix text) -> accumulated estimate; lives for one run of the scheduler.
-        self._estimates: dict[_Key, _Estimate] = {}
+        self._estimates: dict[PrefixKey, PrefixEstimate] = {}
         # samples asked and not back yet, who waits for which prefix, requests out
-        self._inflight: dict[_Key, int] = {}
-        self._waiters: dict[_Key, list[_Pending]] = {}
+        self._inflight: dict[PrefixKey, int] = {}
+        self._waiters: dict[PrefixKey, list[_Pending]] = {}
         self._sent: dict[Future[GenerationResult], _Sent] = {}
         self._unsent: deque[tuple[GenerationRequest, _Sent]] = deque()
         self._resumable: deque[_Pending] = deque()
@@ -291,7 +254,7 @@ class ProbeScheduler:
         cap = self.ledger.admit(job.key, job.length, self._needs(job, pending.probes))
         if job.key in self.out_of_tokens:  # no new rollouts: answered from what is measured
             for probe in pending.probes:
-                self._estimates.setdefault((job.problem_key, probe.prefix), _Estimate())
+                self._estimates.setdefault((job.problem_key, probe.prefix), PrefixEstimate())
             self._resumable.append(pending)
             return
         for probe in pending.probes:
@@ -407,7 +370,7 @@ class ProbeScheduler:
         key, job = sent.key, sent.job
         if len(result.completions) != sent.n:
             raise RuntimeError(f"engine returned {len(result.completions)} completions, asked {sent.n}")
-        est = self._estimates.setdefault(key, _Estimate())
+        est = self._estimates.setdefault(key, PrefixEstimate())
         live = [key[1] + c.text for c in result.completions if not is_truncated(c.finish_reason)]
         graded = iter(self.grade_batch(live, job.gold))
         for i, completion in enumerate(result.completions):

@@ -36,7 +36,7 @@ from prm_synth.annotate.changepoint import (
 from prm_synth.annotate.protocol import Annotator
 from prm_synth.annotate.token_cost import NO_TOKEN_BUDGET, TokenBudget
 from prm_synth.config import BinaryConfig, OmegaConfig
-from prm_synth.schema import LabelSource, VerdictStatus
+from prm_synth.records import LabelSource, VerdictStatus
 
 SearchConfig = BinaryConfig | OmegaConfig
 

@@ -75,7 +75,7 @@ def load(out: str | Path, rejected: bool = False) -> datasets.Dataset:
     import datasets
     import pyarrow as pa
 
-    from prm_synth.schema import RECORD_SCHEMA, REJECTED_SCHEMA
+    from prm_synth.records import RECORD_SCHEMA, REJECTED_SCHEMA
     from prm_synth.store.lock import reading
     from prm_synth.store.readers import iter_tables, read_manifest
 

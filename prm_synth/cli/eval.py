@@ -125,7 +125,7 @@ def labels_cmd(
     from prm_synth.config import load_config
     from prm_synth.engines import build_engine
     from prm_synth.products.evaluate import evaluate_labels, load_gold_answers, load_processbench
-    from prm_synth.sampling.sample import check_policy_can_solve
+    from prm_synth.simulated.solvable import check_policy_can_solve
 
     config = load_config(pipeline)
     bench = load_processbench(file, limit)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from prm_synth.cli.common import fail, guarded
 from prm_synth.export.views import VIEWS
+
+if TYPE_CHECKING:
+    from prm_synth.export.hub import ExportPlan, ExportResult
 
 # Why a view left a row out (export/rows.py's SkipRow reasons, export/writing.py's _skip_reason), in words.
 SKIP_WORDS = {
@@ -123,6 +126,11 @@ def export(
     if json_out:
         typer.echo(json.dumps(result.as_dict(), sort_keys=True, default=str))
         return
+    _print_export(result, plan, repo_id, to_dir)
+
+
+def _print_export(result: ExportResult, plan: ExportPlan, repo_id: str | None, to_dir: Path | None) -> None:
+    """What was exported, as text: each view's rows per split, its token check, and how to load it."""
     where = f"https://huggingface.co/datasets/{repo_id}" if repo_id else str(to_dir)
     for name, view in result.views.items():
         rows = ", ".join(f"{split} {s.rows}" for split, s in view.splits.items())

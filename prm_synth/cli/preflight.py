@@ -97,7 +97,7 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
 
     from prm_synth.problems.given import problems_in  # a given solution's question too
     from prm_synth.problems.sources import ProblemSourceError, iter_problems
-    from prm_synth.sampling.sample import PolicyCannotSolveError, check_policy_can_solve
+    from prm_synth.simulated.solvable import PolicyCannotSolveError, check_policy_can_solve
 
     if isinstance(config.problems, HFSource):
         limit = min(limit or config.output.shard_size, config.output.shard_size)

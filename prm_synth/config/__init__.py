@@ -34,17 +34,8 @@ from prm_synth.config.base import (
     Strict,
     digest,
 )
-from prm_synth.config.engines import (
-    EngineConfig,
-    EngineFields,
-    JudgeEngineConfig,
-    JudgeErrorProfile,
-    OpenAIConfig,
-    SimulatedJudgeConfig,
-    SimulatedPolicyConfig,
-    ThinkingConfig,
-    VLLMConfig,
-)
+from prm_synth.config.engine_fields import EngineFields, ThinkingConfig
+from prm_synth.config.engines import EngineConfig, JudgeEngineConfig, OpenAIConfig, VLLMConfig
 from prm_synth.config.judge import (
     PINNED,
     ConsensusConfig,
@@ -80,6 +71,7 @@ from prm_synth.config.sampling import (
     SamplingConfig,
     StepsConfig,
 )
+from prm_synth.config.simulated import JudgeErrorProfile, SimulatedJudgeConfig, SimulatedPolicyConfig
 
 __all__ = [
     "AnnotateConfig",

@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from prm_synth.config.base import MAX_ROLLOUTS, RolloutCount, Strict
-from prm_synth.schema import SearchTestName, ShardStats
+from prm_synth.records import SearchTestName, ShardStats
 
 
 class SequentialTestConfig(Strict):

@@ -2,7 +2,7 @@
 
 Each shard takes a share of its own solutions (right-answer ones whose rollouts found no error) and plants
 one error in a chosen step, in the solution's own text: one number or one operator of that step changed,
-nothing added (prm_synth/judge/canaries.py). The canaries go through the same labeler and the same judge
+nothing added (prm_synth/shard/canaries.py). The canaries go through the same labeler and the same judge
 with the same prompts; they are written apart (OUT/canaries/), never to the data, and what they measure
 (the rollouts' and the judge's recall of a known first error, by answer class) is what the consensus
 reads the judge's accuracy from and what `estimated_precision` rests on.

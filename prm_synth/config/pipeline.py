@@ -16,7 +16,8 @@ from prm_synth.config.annotate import (
 )
 from prm_synth.config.base import Strict, digest
 from prm_synth.config.canaries import CanariesConfig
-from prm_synth.config.engines import EngineConfig, EngineFields
+from prm_synth.config.engine_fields import EngineFields
+from prm_synth.config.engines import EngineConfig
 from prm_synth.config.grader import GraderConfig, check_grader
 from prm_synth.config.judge import ConsensusConfig, JudgeConfig, VerifyConfig
 from prm_synth.config.problems import ProblemSource

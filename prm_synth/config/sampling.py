@@ -12,7 +12,7 @@ from prm_synth.config.base import MAX_SAMPLES, MAX_TEMPERATURE, MAX_TOKENS, Stri
 
 def compile_steps_pattern(pattern: str) -> re.Pattern[str]:
     """`steps.pattern` compiled, or a ValueError naming the problem (checked when the config loads; the
-    step splitter compiles it the same way, prm_synth/sampling/steps.py)."""
+    step splitter compiles it the same way, prm_synth/prompting/steps.py)."""
     try:
         return re.compile(pattern)
     except re.error as e:

@@ -19,11 +19,11 @@ _lock = threading.Lock()
 def build_engine(config: Any) -> Engine:
     """A new engine for an engine config (imports the heavy backends only when asked for)."""
     if isinstance(config, SimulatedPolicyConfig):
-        from prm_synth.engines.simulated import SimulatedPolicy
+        from prm_synth.simulated.engines import SimulatedPolicy
 
         return SimulatedPolicy(config)
     if isinstance(config, SimulatedJudgeConfig):
-        from prm_synth.engines.simulated import SimulatedJudge
+        from prm_synth.simulated.engines import SimulatedJudge
 
         return SimulatedJudge(config)
     if isinstance(config, VLLMConfig):

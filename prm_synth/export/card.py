@@ -34,7 +34,7 @@ from prm_synth.export.grader_card import grader_facts
 from prm_synth.export.plots import TITLES
 from prm_synth.export.rows import DEFAULT_MARKER, Marker
 from prm_synth.export.writing import ViewExport
-from prm_synth.schema import LabelSource
+from prm_synth.records import LabelSource
 from prm_synth.store.readers import read_manifest
 from prm_synth.store.summary import judge_cost_text, summarize
 

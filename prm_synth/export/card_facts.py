@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 from prm_synth.export.rows import Marker, SkipRow, supervised_steps, with_min_confidence
 from prm_synth.export.views import VIEWS
 from prm_synth.export.writing import ViewExport
-from prm_synth.problems.arithmetic import parse_question, true_first_error
-from prm_synth.problems.quality import first_error_quality, step_label_quality
+from prm_synth.grading.quality import first_error_quality, step_label_quality
+from prm_synth.simulated.arithmetic import parse_question, true_first_error
 from prm_synth.store.given_labels import against_given_text, given_labels
 from prm_synth.store.readers import iter_records, iter_tables
 from prm_synth.store.summary import RunSummary

@@ -56,7 +56,7 @@ def load_tokenizer(name_or_path: str | Path) -> Any:
             return PreTrainedTokenizerFast(tokenizer_file=str(path))
         from transformers import AutoTokenizer
 
-        from prm_synth.problems.hub_reach import hub_unreachable, offline, offline_hint
+        from prm_synth.engines.hub_reach import hub_unreachable, offline, offline_hint
 
         if path.exists() or (unreachable := hub_unreachable()) is None:
             return AutoTokenizer.from_pretrained(str(name_or_path))

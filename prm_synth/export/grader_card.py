@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.grading.majority import AGREEMENT_BINS, accuracy_table
-from prm_synth.schema import ShardStats
+from prm_synth.records import ShardStats
 from prm_synth.store.readers import dataset_shards
 
 KIND_TEXT = {

@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prm_synth.annotate.labels import confident_labels
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.export.consumers import (
     QWEN_STEP_TOKEN,
 )
-from prm_synth.judge.verify import parse_chain
+from prm_synth.grading.chain import parse_chain
 from prm_synth.prompting.prompts import VERIFY_SYSTEM, render_verify_prompt
+from prm_synth.records.labels import confident_labels
 
 STEP_TAG = "ки"  # Math-Shepherd's step tag; also OpenRLHF's placeholder token in its Math-Shepherd example
 

@@ -15,7 +15,7 @@ import string
 from prm_synth.grading import math as math_grading
 from prm_synth.grading.keys import dump_key, json_key, load_key
 from prm_synth.grading.math import Verdict
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 
 TAIL_CHARS = 4000  # only the end of a solution holds its final choice: bounds the work
 LETTERS = string.ascii_uppercase

@@ -17,7 +17,7 @@ from prm_synth.config.grader import SandboxLimits
 from prm_synth.grading.keys import dump_key, json_key, load_key
 from prm_synth.grading.math import Verdict
 from prm_synth.grading.sandbox import run_tests
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 
 MAX_PROGRAM_CHARS = 100_000
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from prm_synth.config.grader import GraderConfig
 from prm_synth.grading.majority import MajorityAudit, row_doubts
 from prm_synth.grading.registry import make_grader
-from prm_synth.schema import LabeledRecord, Problem
+from prm_synth.records import LabeledRecord, Problem
 
 
 def doubts_of(

@@ -11,7 +11,7 @@ import re
 from prm_synth.grading import math as math_grading
 from prm_synth.grading.keys import dump_key, json_key, load_key
 from prm_synth.grading.math import Verdict
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _PUNCT = re.compile(r"[^\w\s.\-/]|(?<!\d)[.\-/]|[.\-/](?!\d)")

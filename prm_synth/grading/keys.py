@@ -8,7 +8,7 @@ import functools
 import json
 from typing import Any
 
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 
 
 def json_key(problem: Problem) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prm_synth.schema import LabeledRecord, Problem
+from prm_synth.records import LabeledRecord, Problem
 
 MAX_VOTED_ANSWERS = 32  # the answers (most voted first) a problem's grading keeps with their votes
 # The audit's accuracy at an agreement level stands for that level's doubt once this many held-out golds

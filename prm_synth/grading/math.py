@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from prm_synth.grading import pool as grading_pool
 from prm_synth.prompting.thinking import TRUNCATED_THINKING, ThinkingMarkers
-from prm_synth.schema import VerdictStatus
+from prm_synth.records.solutions import Verdict
 
 MAX_ANSWER_CHARS = 1000  # longer extracted (or gold) answers are unknown ("too_long"): bounds parser cost
 FALLBACK_LINE_CHARS = 200  # a longer final line is not an answer sentence
@@ -60,13 +59,6 @@ UNKNOWN_REASONS = (
     "worker_died",
     "worker_garbage",
 )
-
-
-@dataclass(frozen=True)
-class Verdict:
-    status: VerdictStatus
-    extracted: str | None
-    reason: str | None  # how it was decided (numeric, math_verify) or why it is unknown
 
 
 # ---------------------------------------------------------------- extraction

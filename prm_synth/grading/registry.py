@@ -20,7 +20,7 @@ from prm_synth.grading.code import CodeGrader
 from prm_synth.grading.exact import ExactGrader
 from prm_synth.grading.math import Verdict
 from prm_synth.prompting.thinking import TRUNCATED_THINKING, ThinkingMarkers
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
 
 
 class Grader(Protocol):

@@ -24,7 +24,7 @@ from typing import Literal
 
 from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.ask import UNPARSEABLE
-from prm_synth.schema import LabeledRecord
+from prm_synth.records import LabeledRecord
 
 __all__ = [
     "ANSWER_CLASSES",

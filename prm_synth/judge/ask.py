@@ -11,7 +11,7 @@ of whose samples could be read was not judged: the judge failed, not the row, so
 next run asks the judge again for it alone (flows/synthesize.py); a shard where most votes are unreadable
 fails the run once it is written (pipeline.check_judges_readable).
 
-The prompt and its parser live in prompts.py; the simulated judge in engines/simulated.py.
+The prompt and its parser live in prompts.py; the simulated judge in simulated/engines.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from prm_synth.engines.stream import stream_for
 from prm_synth.grading.math import last_boxed
 from prm_synth.prompting.prompts import JUDGE_PROMPT_VERSION, parse_judge_prompt, render_judge_prompt
 from prm_synth.prompting.thinking import ThinkingMarkers
-from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord, reject
+from prm_synth.records import JudgeStats, LabeledRecord, RejectedRecord, reject
+from prm_synth.records.stage import StageResult
 from prm_synth.store.left_open import answer_sample, leave_open
 
 __all__ = [
@@ -251,7 +252,7 @@ def judge_records(
     sent: Sequence[bool] | None = None,
     settled: Callable[[list[list[int]], list[int]], list[bool]] | None = None,
     first_samples: Sequence[int] | None = None,
-) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
+) -> StageResult[LabeledRecord, JudgeStats]:
     """The judge stage: (the judged rows, the rejected, its counters). The stage contract it shares with
     verify (verify.verify_records): the input rows are not changed; the rows returned are copies with the
     stage's fields filled. `sent` and `settled`: which rows are asked and when a row has votes enough
@@ -267,7 +268,7 @@ def judge_records(
         engine, items, config, max_batch_requests, sent=sent, settled=settled, first_samples=first_samples
     )
     kept, rejected = apply_verdicts(engine, records, verdicts, config, stats)
-    return kept, rejected, stats
+    return StageResult(kept, rejected, stats)
 
 
 def apply_verdicts(

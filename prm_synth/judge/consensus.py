@@ -40,7 +40,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from prm_synth.annotate.labels import AFTER_ERROR, BELOW_TARGET, confident_labels
 from prm_synth.config import PINNED, ConsensusConfig
 from prm_synth.judge.accuracy import (
     ClassAccuracy,
@@ -61,8 +60,10 @@ from prm_synth.judge.estimate import (
     sure_labels,
 )
 from prm_synth.judge.posterior import first_error_prior, open_interval, posterior, prefix_confidence
-from prm_synth.schema import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
-from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.records import ConsensusStats, LabeledRecord, RejectedRecord, RejectReason, UnlabeledReason
+from prm_synth.records.canaries import CanaryStats
+from prm_synth.records.labels import AFTER_ERROR, BELOW_TARGET, confident_labels
+from prm_synth.records.stage import StageResult
 
 # A tie the rollouts decided completes the row only where they alone put the winner at least this likely
 # (the labeler's default confidence): the judge adds nothing net on a tie, so the labels it would set
@@ -320,6 +321,60 @@ def keep_sure(record: LabeledRecord, labels: Sequence[bool | None]) -> int:
     return changed
 
 
+def _decide_rows(
+    records: list[LabeledRecord],
+    config: ConsensusConfig,
+    min_confidence: float,
+    row_rates: Sequence[ClassAccuracy],
+    agreement: Counter[str],
+) -> tuple[list[Decision], int]:
+    """Each row's decision (ties broken first, `consensus` set, the agreement counted); under `soft` the
+    kept rows' labels held together to the precision asked. Returns the decisions and the ties broken."""
+    ties_broken = 0
+    decisions: list[Decision] = []
+    for record in records:
+        if record.judge_first_error is None and (winner := break_tie(record)) is not None:
+            record.judge_first_error = winner
+            ties_broken += 1
+        judge = record.judge_first_error
+        record.consensus = None if judge is None else agrees_with_labels(record.labels, judge, config.tolerance)
+        agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
+        decisions.append(decide(record, config, min_confidence, row_rates[len(decisions)].accuracy))
+    if config.policy == "soft":  # the kept rows' labels, together, at the precision asked
+        decisions = hold_to_target(records, decisions, row_rates, config, min_confidence)
+    return decisions, ties_broken
+
+
+def _complete(record: LabeledRecord, decision: Decision) -> int:
+    """A kept row's labels completed (or relabeled) as the decision says; 1 where a label changed (the
+    labels before are kept in `labels_before_consensus`), else 0."""
+    before = list(record.labels)
+    if decision.labels is not None:
+        changed = keep_sure(record, decision.labels)
+    elif decision.first_error is not None:
+        changed = follow(record, decision.first_error)
+    else:
+        return 0
+    if changed > 0:
+        record.labels_before_consensus = before
+        return 1
+    return 0
+
+
+def _rejection(record: LabeledRecord, reason: RejectReason, detail: str | None) -> RejectedRecord:
+    """A row consensus rejects, with the row as labeled (before any completion) as its payload."""
+    return RejectedRecord(
+        id=record.id,
+        problem_id=record.problem_id,
+        source=record.source,
+        stage="consensus",
+        reason=reason,
+        detail=detail,
+        payload=json.dumps(record.to_row(), ensure_ascii=False),
+        config_fingerprint=record.config_fingerprint,
+    )
+
+
 def apply_consensus(
     records: list[LabeledRecord],
     config: ConsensusConfig,
@@ -327,7 +382,7 @@ def apply_consensus(
     pinned: float = PINNED,
     canaries: CanaryStats | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
-) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
+) -> StageResult[LabeledRecord, ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
     ties, complete (or relabel) the kept rows the policy says. The judge's accuracy is measured on the rows
     the rollouts pinned at `pinned` (`judge.skip_confidence`; accuracy.py).
@@ -346,18 +401,8 @@ def apply_consensus(
     by_class = rates_by_class(records, config, pinned, canaries, doubt)  # from the canaries where the shard has them
     row_rates = [by_class[answer_class(r)].with_doubt(*doubt.get(r.id, (0.0, 0.0))) for r in records]
     estimate: Counter[str] = Counter()
-    completed = ties_broken = 0
-    decisions: list[Decision] = []
-    for record in records:
-        if record.judge_first_error is None and (winner := break_tie(record)) is not None:
-            record.judge_first_error = winner
-            ties_broken += 1
-        judge = record.judge_first_error
-        record.consensus = None if judge is None else agrees_with_labels(record.labels, judge, config.tolerance)
-        agreement[f"mc={record.first_error_mc},judge={_position(judge)}"] += 1
-        decisions.append(decide(record, config, min_confidence, row_rates[len(decisions)].accuracy))
-    if config.policy == "soft":  # the kept rows' labels, together, at the precision asked
-        decisions = hold_to_target(records, decisions, row_rates, config, min_confidence)
+    completed = 0
+    decisions, ties_broken = _decide_rows(records, config, min_confidence, row_rates, agreement)
     for record, decision, rates in zip(records, decisions, row_rates, strict=True):
         if decision.prefix_confidence is not None:
             record.consensus_p_good = decision.prefix_confidence
@@ -368,34 +413,14 @@ def apply_consensus(
             if config.policy == "soft" and (decision.first_error is not None or decision.labels is not None):
                 labels = decision.labels or followed_labels(record, decision.first_error)  # type: ignore[arg-type]
                 estimate.update(estimate_kept(record, labels, rates))
-            if decision.labels is not None:
-                before = list(record.labels)
-                if keep_sure(record, decision.labels) > 0:
-                    record.labels_before_consensus = before
-                    completed += 1
-            elif decision.first_error is not None:
-                before = list(record.labels)
-                if follow(record, decision.first_error) > 0:
-                    record.labels_before_consensus = before
-                    completed += 1
+            completed += _complete(record, decision)
             kept.append(record)
             source["kept"] += 1
             continue
         assert decision.reason is not None
         source["rejected"] += 1
         by_reason[decision.reason] += 1
-        rejected.append(
-            RejectedRecord(
-                id=record.id,
-                problem_id=record.problem_id,
-                source=record.source,
-                stage="consensus",
-                reason=decision.reason,
-                detail=decision.detail,
-                payload=json.dumps(record.to_row(), ensure_ascii=False),
-                config_fingerprint=record.config_fingerprint,
-            )
-        )
+        rejected.append(_rejection(record, decision.reason, decision.detail))
     stats = ConsensusStats(
         rows=len(records),
         kept=len(kept),
@@ -415,7 +440,7 @@ def apply_consensus(
         by_source=by_source,
         estimate=dict(estimate),
     )
-    return kept, rejected, stats
+    return StageResult(kept, rejected, stats)
 
 
 def record_from_payload(payload: str) -> LabeledRecord:

@@ -3,7 +3,7 @@ reads them (from canaries where the shard has them), how often a right answer hi
 precise the kept labels are (`estimated_precision`).
 
 Rates (`rates_by_class`): the judge's recall and misses on each answer class come from the shard's
-canaries (judge/canaries.py: a planted error's first step is known), shrunk towards the pinned-row rates
+canaries (shard/canaries.py: a planted error's first step is known), shrunk towards the pinned-row rates
 (accuracy.py) by `consensus.prior_votes`; without canaries of the class, they are accuracy.py's. Vote
 dependence comes from the canaries too (CanaryStats.miss_dependence).
 
@@ -48,8 +48,8 @@ from prm_synth.judge.accuracy import (
 )
 from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.judge.posterior import first_error_prior, late_prior, posterior, slip_hazard
-from prm_synth.schema import LabeledRecord
-from prm_synth.store.canary_counts import CanaryStats, Z, wilson
+from prm_synth.records import LabeledRecord
+from prm_synth.records.canaries import CanaryStats, Z, wilson
 
 # The target is held one standard error towards the pessimistic end of the judge's measured rates: a
 # shard's rates are measured on few rows, and keeping at the point estimate keeps the rows a too-low

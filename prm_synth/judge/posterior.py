@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from prm_synth.judge.accuracy import JudgeAccuracy
 from prm_synth.judge.ask import UNPARSEABLE
-from prm_synth.schema import LabeledRecord
+from prm_synth.records import LabeledRecord
 
 __all__ = [
     "first_error_prior",

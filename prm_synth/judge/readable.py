@@ -14,7 +14,7 @@ from typing import Any
 from prm_synth.engines.base import Engine
 from prm_synth.engines.stream import describe_engine
 from prm_synth.errors import PrmSynthError
-from prm_synth.schema import RejectedRecord, ShardStats
+from prm_synth.records import RejectedRecord, ShardStats
 from prm_synth.store.left_open import sample_in
 
 

@@ -30,8 +30,9 @@ from prm_synth.judge.accuracy import ANSWER_CLASSES, ClassAccuracy, answer_class
 from prm_synth.judge.ask import judge_records
 from prm_synth.judge.estimate import expected_precision, rates_by_class
 from prm_synth.judge.posterior import first_error_prior, late_prior, posterior, slip_hazard
-from prm_synth.schema import JudgeStats, LabeledRecord, RejectedRecord
-from prm_synth.store.canary_counts import CanaryStats
+from prm_synth.records import JudgeStats, LabeledRecord
+from prm_synth.records.canaries import CanaryStats
+from prm_synth.records.stage import StageResult
 
 __all__ = ["calibrates", "judge_selected", "judge_stage", "needs_judge", "pinned_at", "selected", "settled"]
 
@@ -110,7 +111,7 @@ def judge_selected(
     canaries: CanaryStats | None = None,
     first_samples: Sequence[int] | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
-) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
+) -> StageResult[LabeledRecord, JudgeStats]:
     """The judge stage under `soft`: `select: all` asks every row `samples` votes at once (judge_records);
     `needed` asks the selected rows in rounds until each is settled (see the module doc), through the same
     request loop. Same contract as judge_records: input rows unchanged, copies returned, refused rows
@@ -146,7 +147,7 @@ def judge_stage(
     canaries: CanaryStats | None = None,
     first_samples: Sequence[int] | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
-) -> tuple[list[LabeledRecord], list[RejectedRecord], JudgeStats]:
+) -> StageResult[LabeledRecord, JudgeStats]:
     """The judge stage as the pipeline runs it: under `soft`, only the rows a vote can change, votes asked
     until settled (`judge_selected`); under any other policy (or none), every row with `samples` votes.
     `first_samples`: per row, the sample index its first vote is drawn at (judge_solutions)."""

@@ -14,7 +14,7 @@ For every row that survived consensus, `votes` chains are sampled with the verif
     Step k: <check> \\boxed{incorrect}        (stopping at the first incorrect step)
 
 or reach the last step with every verdict correct. A chain that runs out of tokens, does not parse,
-or stops early without a verdict is dropped with its reason, never guessed (`parse_chain`). A
+or stops early without a verdict is dropped with its reason, never guessed (`parse_chain`, grading/chain.py). A
 readable chain is kept only when its verdicts agree with the row's labels (`compare`):
 
 - the steps compared are the labeled steps up to the row's first error (`first_error_mc`), and with
@@ -36,36 +36,20 @@ makes a bounded number of linear passes over the rest.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from prm_synth.annotate.labels import confident_labels
 from prm_synth.config import VerifyConfig
 from prm_synth.engines.base import Completion, Engine, GenerationRequest, RequestRefused, SamplingOptions
-from prm_synth.grading.math import last_boxed
+from prm_synth.grading.chain import ParsedChain, parse_chain
 from prm_synth.judge.ask import UNPARSEABLE, JudgePrompt, ask
 from prm_synth.judge.consensus import agrees
-from prm_synth.prompting.prompts import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_SYSTEM, render_verify_prompt
-from prm_synth.schema import ChainDropReason, LabeledRecord, RejectedRecord, VerifyStats
+from prm_synth.prompting.prompts import VERIFY_SYSTEM, render_verify_prompt
+from prm_synth.records import ChainDropReason, LabeledRecord, RejectedRecord, VerifyStats
+from prm_synth.records.labels import confident_labels
+from prm_synth.records.stage import StageResult
 from prm_synth.store.left_open import answer_sample, leave_open
-
-MAX_CHAIN_CHARS = 100_000
-
-# A step header at the start of a line, markdown emphasis or a heading mark allowed: "Step 3:",
-# "**Step 3:**", "### Step 3:". [ \t] rather than \s: no pattern here can scan across lines twice.
-_STEP_HEADER = re.compile(r"^[ \t>#*]*Step[ \t]+(\d{1,6})[ \t*]*:", re.MULTILINE)
-_VERDICT = re.compile(r"\s*(?:\\text\{\s*(\w+)\s*\}|(\w+))\s*")
-
-
-@dataclass(frozen=True)
-class ParsedChain:
-    """A chain's verdicts (True: correct) for steps 0..len-1, or why it cannot be read."""
-
-    verdicts: list[bool] | None
-    reason: ChainDropReason | None = None
-    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,46 +59,6 @@ class Agreement:
     detail: str | None
     compared: int  # labeled steps the chain was compared on
     agreed: int  # of those, where its verdict equals the label
-
-
-def _refused(reason: ChainDropReason, detail: str) -> ParsedChain:
-    return ParsedChain(None, reason, detail)
-
-
-def _verdict(segment: str) -> bool | None:
-    """The verdict of one step's text: its last box, which must say correct or incorrect."""
-    box = last_boxed(segment)
-    m = _VERDICT.fullmatch(box) if box is not None else None
-    word = (m[1] or m[2]).lower() if m else None
-    return {VERDICT_CORRECT: True, VERDICT_INCORRECT: False}.get(word or "")
-
-
-def parse_chain(text: str, n_steps: int, finish_reason: str | None = None) -> ParsedChain:
-    """Read a verification chain of a solution with `n_steps` steps (see the module docstring)."""
-    if finish_reason == "length":
-        return _refused("truncated", "the chain ran out of tokens before its last verdict")
-    if len(text) > MAX_CHAIN_CHARS:
-        return _refused("too_long", f"{len(text)} characters, more than the {MAX_CHAIN_CHARS} read")
-    headers = list(_STEP_HEADER.finditer(text))
-    if not headers:
-        return _refused("no_steps", "no line starts with `Step N:`")
-    verdicts: list[bool] = []
-    for j, m in enumerate(headers):
-        number = int(m[1])
-        if number != j + 1 or number > n_steps:
-            return _refused("step_order", f"step {number} where step {j + 1} of {n_steps} was due")
-        end = headers[j + 1].start() if j + 1 < len(headers) else len(text)
-        verdict = _verdict(text[m.end() : end])
-        if verdict is None:
-            return _refused(
-                "missing_verdict", f"step {number} does not end in \\boxed{{correct}} or \\boxed{{incorrect}}"
-            )
-        verdicts.append(verdict)
-        if not verdict and j + 1 < len(headers):
-            return _refused("continued_after_error", f"step {number} is incorrect, yet the chain goes on")
-    if verdicts[-1] and len(verdicts) < n_steps:
-        return _refused("stopped_early", f"stops after step {len(verdicts)} of {n_steps} without an incorrect step")
-    return ParsedChain(verdicts)
 
 
 def chain_first_error(text: str, n_steps: int) -> int:
@@ -196,7 +140,7 @@ def verify_records(
     config: VerifyConfig,
     max_batch_requests: int,
     first_samples: Sequence[int] | None = None,
-) -> tuple[list[LabeledRecord], list[RejectedRecord], VerifyStats]:
+) -> StageResult[LabeledRecord, VerifyStats]:
     """The verify stage: sample `votes` chains per row, keep those that agree with its labels. Returns
     (the rows with their verify fields filled, the rejected, its counters) under the stage contract of
     judge.judge_records: the input rows are not changed, the rows returned are copies. This stage never
@@ -261,4 +205,4 @@ def verify_records(
             )
         )
     stats.dropped_by_reason = dict(dropped)
-    return out, left_open, stats
+    return StageResult(out, left_open, stats)

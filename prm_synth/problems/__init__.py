@@ -1,1 +1,1 @@
-"""Problem sources: loaders for every supported input, and the arithmetic world of the simulated policy."""
+"""Problem sources: loaders for every supported input (the builtin arithmetic problems come from prm_synth/simulated/)."""

@@ -16,7 +16,7 @@ from typing import Any
 from prm_synth.config.domain_sources import ChoiceFileSource
 from prm_synth.grading.choice import gold_letter, normalize
 from prm_synth.problems.jsonl_rows import jsonl_rows, row_start
-from prm_synth.schema import Item, Problem, RejectedRecord
+from prm_synth.records import Item, Problem, RejectedRecord
 
 MAX_OPTIONS = len(string.ascii_uppercase)
 

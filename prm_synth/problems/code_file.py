@@ -17,7 +17,7 @@ from typing import Any
 
 from prm_synth.config.domain_sources import CodeFileSource
 from prm_synth.problems.jsonl_rows import jsonl_rows, row_start
-from prm_synth.schema import Item, Problem, RejectedRecord
+from prm_synth.records import Item, Problem, RejectedRecord
 
 SOURCE = "code-file"
 MAX_TESTS_CHARS = 200_000  # tests are run, not read by a model: bounded all the same

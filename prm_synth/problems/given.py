@@ -29,7 +29,7 @@ from typing import Any
 from prm_synth.config import SolutionFields, SolutionsSource
 from prm_synth.problems.gold_answers import load_gold_answers, normalize_question
 from prm_synth.problems.row_checks import bad_text, gold_from_field, load_rejection, payload_of
-from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason
+from prm_synth.records import Item, Problem, RejectedRecord, RejectReason
 
 __all__ = [
     "GivenSolution",

@@ -14,7 +14,7 @@ from importlib import resources
 
 from prm_synth.config.domain_sources import HumanEvalSource
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.schema import Item, Problem
+from prm_synth.records import Item, Problem
 
 INSTRUCTION = (
     "Complete the following Python function. Reason step by step, then write the whole function, "

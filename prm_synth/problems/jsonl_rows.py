@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prm_synth.schema import RejectedRecord, reject
+from prm_synth.records import RejectedRecord, reject
 
 MAX_LINE_CHARS = 1 << 20
 

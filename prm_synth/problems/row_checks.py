@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from prm_synth.grading.math import last_boxed
-from prm_synth.schema import RejectedRecord, RejectReason, reject
+from prm_synth.records import RejectedRecord, RejectReason, reject
 from prm_synth.store.shards import storable
 
 PAYLOAD_CHARS = 2000

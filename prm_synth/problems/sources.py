@@ -26,7 +26,7 @@ from typing import Any
 from prm_synth.config import BuiltinSource, FieldMapping, FileSource, HFSource, SolutionsSource
 from prm_synth.config.domain_sources import ChoiceFileSource, CodeFileSource, HumanEvalSource
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.problems import arithmetic, given
+from prm_synth.problems import given
 from prm_synth.problems.choice_file import iter_choice_file
 from prm_synth.problems.code_file import iter_code_file
 from prm_synth.problems.humaneval import iter_humaneval
@@ -34,7 +34,8 @@ from prm_synth.problems.row_checks import PAYLOAD_CHARS, gold_from_field
 from prm_synth.problems.row_checks import bad_text as _bad_text
 from prm_synth.problems.row_checks import load_rejection as _reject
 from prm_synth.problems.row_checks import payload_of as _payload
-from prm_synth.schema import Item, Problem, RejectedRecord, RejectReason
+from prm_synth.records import Item, Problem, RejectedRecord, RejectReason
+from prm_synth.simulated import arithmetic
 
 PARQUET_BATCH_ROWS = 1024
 # A problem line longer than this is rejected ("line_too_long") without being held in memory: no
@@ -332,7 +333,7 @@ def hf_rows(src: HFSource) -> Iterator[tuple[int, Any]]:
         return _local_hf_rows(builder, files, name)
     import datasets
 
-    from prm_synth.problems.hub_reach import hub_unreachable, offline, offline_hint
+    from prm_synth.engines.hub_reach import hub_unreachable, offline, offline_hint
 
     unreachable = hub_unreachable()  # offline: the cached copy at once, or the error at once (no retries)
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 from prm_synth.config.grader import GraderConfig
 from prm_synth.grading.registry import make_grader
-from prm_synth.schema import Item, Problem, reject
+from prm_synth.records import Item, Problem, reject
 
 
 def vetted(items: Iterable[Item], grader: GraderConfig) -> Iterator[Item]:

@@ -25,10 +25,10 @@ from prm_synth.config import JudgeConfig, PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.errors import PrmSynthInputError
 from prm_synth.grading.math import grade
+from prm_synth.grading.quality import first_error_quality, step_label_quality
 from prm_synth.judge.ask import CRITIQUE, judge_solutions
 from prm_synth.judge.consensus import record_from_payload
 from prm_synth.judge.verify import VERIFIER_PROMPT
-from prm_synth.problems import arithmetic
 from prm_synth.problems.gold_answers import (  # moved there: `problems.kind: solutions` joins gold too
     BenchFileError,
     gold_from_answer,
@@ -36,10 +36,11 @@ from prm_synth.problems.gold_answers import (  # moved there: `problems.kind: so
     load_gold_answers,
     normalize_question,
 )
-from prm_synth.problems.quality import first_error_quality, step_label_quality
 from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
-from prm_synth.sampling.sample import Solution, check_policy_can_solve
-from prm_synth.schema import Problem
+from prm_synth.records import Problem
+from prm_synth.records.solutions import Solution
+from prm_synth.simulated import arithmetic
+from prm_synth.simulated.solvable import check_policy_can_solve
 from prm_synth.store.given_labels import processbench_metric  # a run over given labels reports it too
 from prm_synth.store.readers import iter_records, read_manifest
 

@@ -260,13 +260,7 @@ def train_prm(
     source: str | Path, model_name: str, out: str | Path, settings: TrainSettings | None = None
 ) -> TrainResult:
     """Train a token-classification PRM on `source` starting from `model_name`; save it to `out`."""
-    from transformers import (
-        DataCollatorForTokenClassification,
-        PrinterCallback,
-        Trainer,
-        TrainerCallback,
-        TrainingArguments,
-    )
+    from transformers import DataCollatorForTokenClassification, PrinterCallback, Trainer, TrainerCallback
 
     settings = settings or TrainSettings()
     splits = load_examples(source, settings.test_fraction, settings.seed)
@@ -321,7 +315,32 @@ def train_prm(
                     logs["loss"],
                 )
 
-    args = TrainingArguments(
+    args = _training_arguments(out, settings)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=test,
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        compute_metrics=_compute_metrics,
+        callbacks=[Report()],
+    )
+    trainer.remove_callback(PrinterCallback)  # stdout is for the report; the curve goes to the log
+    state = trainer.train()
+    metrics = {}
+    if test is not None and len(test):
+        logger.info("scoring the %d held-out rows", len(test))
+        metrics = trainer.evaluate()
+    _save(trainer.model, tokenizer, out, model_name, settings)
+    return _result(curve, metrics, state.global_step, started, len(train), len(test) if test is not None else 0, out)
+
+
+def _training_arguments(out: Path, settings: TrainSettings) -> Any:
+    """The Trainer's arguments from our settings: no checkpoints, no evaluation during training, no
+    reporting, a log line every step (the loss curve)."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
         output_dir=str(out / "checkpoints"),
         max_steps=settings.max_steps,
         num_train_epochs=settings.epochs,
@@ -339,22 +358,18 @@ def train_prm(
         dataloader_pin_memory=False,  # pinning needs an accelerator; on a CPU it only warns
         disable_tqdm=True,
     )
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train,
-        eval_dataset=test,
-        data_collator=DataCollatorForTokenClassification(tokenizer),
-        compute_metrics=_compute_metrics,
-        callbacks=[Report()],
-    )
-    trainer.remove_callback(PrinterCallback)  # stdout is for the report; the curve goes to the log
-    state = trainer.train()
-    metrics = {}
-    if test is not None and len(test):
-        logger.info("scoring the %d held-out rows", len(test))
-        metrics = trainer.evaluate()
-    _save(trainer.model, tokenizer, out, model_name, settings)
+
+
+def _result(
+    curve: list[tuple[int, float, float]],
+    metrics: Mapping[str, float],
+    steps: int,
+    started: float,
+    train_rows: int,
+    test_rows: int,
+    out: Path,
+) -> TrainResult:
+    """What a training run reports: the loss curve's ends, the held-out scores, the size and the time."""
     return TrainResult(
         loss_first=curve[0][2] if curve else None,
         loss_last=curve[-1][2] if curve else None,
@@ -362,10 +377,10 @@ def train_prm(
         eval_step_accuracy=_nan_to_none(metrics.get("eval_step_accuracy")),
         eval_majority_accuracy=_nan_to_none(metrics.get("eval_majority_accuracy")),
         eval_predicted_bad_fraction=_nan_to_none(metrics.get("eval_predicted_bad_fraction")),
-        steps=state.global_step,
+        steps=steps,
         seconds=round(time.time() - started, 2),
-        train_rows=len(train),
-        test_rows=len(test) if test is not None else 0,
+        train_rows=train_rows,
+        test_rows=test_rows,
         out=str(out),
         curve=curve,
     )

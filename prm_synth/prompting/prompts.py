@@ -10,7 +10,7 @@ batching and parsing as a real judge.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
 # ------------------------------------------------------------------ policy
@@ -62,28 +62,36 @@ def render_judge_prompt(question: str, steps: Sequence[str]) -> str:
     return _PREAMBLE + question.strip() + _SOLUTION_HEADER + paragraphs + _INSTRUCTION
 
 
-def _split_prompt(
-    prompt: str, preamble: str, instruction: str, header: str, first_step: str, last: bool
-) -> tuple[str, str] | None:
-    """(question, solution) of a prompt made as preamble + question + header + solution + instruction,
-    where the solution starts with `first_step`; None for other text (or text too long to read). The
-    header's `last` occurrence ends the question where a question may hold it, else the first."""
+def _parse_prompt(
+    prompt: str,
+    preamble: str,
+    instruction: str,
+    header: str,
+    first_step: str,
+    last: bool,
+    read_steps: Callable[[str], list[str] | None],
+) -> tuple[str, list[str]] | None:
+    """(question, steps) of a prompt made as preamble + question + header + solution + instruction, where
+    the solution starts with `first_step` and `read_steps` reads it; None for other text (or text too long
+    to read). The header's `last` occurrence ends the question where a question may hold it, else the first."""
     if len(prompt) > MAX_PROMPT_CHARS or not prompt.startswith(preamble) or not prompt.endswith(instruction):
         return None
     body = prompt[len(preamble) : -len(instruction)]
     cut = (body.rfind if last else body.find)(header + first_step)
     if cut < 0:
         return None
-    return body[:cut], body[cut + len(header) :]
+    steps = read_steps(body[cut + len(header) :])
+    return None if steps is None else (body[:cut], steps)
 
 
 def parse_judge_prompt(prompt: str) -> tuple[str, list[str]] | None:
     """(question, stripped steps) from a prompt made by `render_judge_prompt`; None for other text."""
     # The first paragraph tag right after the header ends the question (questions hold no tags).
-    parts = _split_prompt(prompt, _PREAMBLE, _INSTRUCTION, _SOLUTION_HEADER, "<paragraph_0>\n", last=False)
-    if parts is None:
-        return None
-    question, solution = parts
+    return _parse_prompt(prompt, _PREAMBLE, _INSTRUCTION, _SOLUTION_HEADER, "<paragraph_0>\n", False, _paragraphs)
+
+
+def _paragraphs(solution: str) -> list[str] | None:
+    """The judge prompt's tagged paragraphs, numbered from 0 and one blank line apart; None otherwise."""
     steps: list[str] = []
     pos = 0
     for m in _PARAGRAPH.finditer(solution):
@@ -94,7 +102,7 @@ def parse_judge_prompt(prompt: str) -> tuple[str, list[str]] | None:
         pos = m.end()
     if not steps or pos != len(solution):
         return None
-    return question, steps
+    return steps
 
 
 # ------------------------------------------------------------------ verifier (ThinkPRM-style verification chains)
@@ -136,17 +144,19 @@ def render_verify_prompt(question: str, steps: Sequence[str]) -> str:
 
 def parse_verify_prompt(prompt: str) -> tuple[str, list[str]] | None:
     """(question, steps as shown) from a prompt made by `render_verify_prompt`; None for other text."""
-    parts = _split_prompt(prompt, _VERIFY_PREAMBLE, _VERIFY_INSTRUCTION, _VERIFY_SOLUTION_HEADER, "Step 1: ", last=True)
-    if parts is None:
-        return None
-    question, solution = parts
+    header, instruction = _VERIFY_SOLUTION_HEADER, _VERIFY_INSTRUCTION
+    return _parse_prompt(prompt, _VERIFY_PREAMBLE, instruction, header, "Step 1: ", True, _numbered_steps)
+
+
+def _numbered_steps(solution: str) -> list[str] | None:
+    """The verifier prompt's `Step i: ...` lines, numbered from 1, one a line; None otherwise."""
     steps: list[str] = []
     for i, line in enumerate(solution.split("\n"), start=1):
         m = _NUMBERED_STEP.fullmatch(line)
         if m is None or int(m[1]) != i:
             return None
         steps.append(m[2])
-    return question, steps
+    return steps
 
 
 def render_chain_step(number: int, check: str, correct: bool) -> str:

@@ -1,1 +1,1 @@
-"""Sampling solutions: the sampling stage and the lossless step split."""
+"""Sampling solutions: the sampling stage (split and graded), and the policy's majority answer as gold where there is none."""

@@ -8,80 +8,14 @@ rejected (stage "split") with the text kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-
-from prm_synth.config import EngineConfig, PipelineConfig
+from prm_synth.config import PipelineConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, SamplingOptions
-from prm_synth.errors import PrmSynthInputError
-from prm_synth.grading.math import Verdict
 from prm_synth.grading.registry import grade_completions, make_grader
-from prm_synth.problems import arithmetic
 from prm_synth.prompting.prompts import policy_user_prompt
+from prm_synth.prompting.steps import splitter
 from prm_synth.prompting.thinking import ThinkingMarkers, resolve_markers
-from prm_synth.sampling.steps import splitter
-from prm_synth.schema import Problem, RejectedRecord, reject
-
-
-class PolicyCannotSolveError(PrmSynthInputError):
-    """Problems the policy cannot write solutions for; raised before any work."""
-
-
-def check_policy_can_solve(policy: EngineConfig, questions: Iterable[tuple[str, str]]) -> None:
-    """Refuse (problem id, question) pairs the policy cannot answer, before any work starts.
-
-    Only the simulated policy has such a limit: it writes solutions for the arithmetic problems of
-    prm_synth.problems.arithmetic alone (builtin problems, or a file of their text). On any other text it
-    could only write a non-answer, and labeling that would fill a dataset, or an evaluation, with
-    rows that measure nothing.
-    """
-    if policy.kind != "simulated":
-        return
-    for problem_id, question in questions:
-        if arithmetic.parse_question(question) is None:
-            shown = " ".join(question.split())
-            shown = shown[:60] + ("…" if len(shown) > 60 else "")
-            raise PolicyCannotSolveError(
-                f"the simulated policy writes solutions only for its own arithmetic problems (problems: kind: "
-                f"builtin), and problem {problem_id} is not one ({shown!r}): use a real policy (kind: vllm or openai)"
-            )
-
-
-def solution_id(problem_id: str, index: int) -> str:
-    """The stable id of a problem's index-th sampled solution (the row id, and its rejection's)."""
-    return f"{problem_id}-s{index}"
-
-
-@dataclass
-class Solution:
-    """One sampled solution, split into steps (losslessly) and graded."""
-
-    problem: Problem
-    index: int
-    steps: list[str]
-    verdict: Verdict
-    tokens: int  # its share of the sampling request's tokens (generated + prompt / n)
-    generated_tokens: int = 0  # the tokens the policy generated for it (a rollout's length is judged by it)
-    given_id: str | None = None  # a given solution's own id (problems.kind solutions), kept as its row's
-
-    @property
-    def id(self) -> str:
-        return self.given_id if self.given_id is not None else solution_id(self.problem.id, self.index)
-
-
-@dataclass
-class Sampled:
-    solutions: list[Solution] = field(default_factory=list)
-    rejected: list[RejectedRecord] = field(default_factory=list)
-    tokens: int = 0  # prompt + generated tokens of every sampling request
-    completions: int = 0  # solutions drawn, split or not
-
-    def __iadd__(self, other: Sampled) -> Sampled:
-        self.solutions += other.solutions
-        self.rejected += other.rejected
-        self.tokens += other.tokens
-        self.completions += other.completions
-        return self
+from prm_synth.records import Problem, reject
+from prm_synth.records.solutions import Sampled, Solution, solution_id
 
 
 def sampling_request(problem: Problem, config: PipelineConfig) -> GenerationRequest:

@@ -7,23 +7,33 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prm_synth.engines.base import GenerationRequest, GenerationResult, RequestRefused
 from prm_synth.grading import math as math_grading
 from prm_synth.grading.majority import MAX_VOTED_ANSWERS, MajorityAudit
 from prm_synth.grading.registry import make_grader
+from prm_synth.records import Problem, reject
+from prm_synth.records.stage import StageResult
 from prm_synth.sampling.sample import sampling_request
-from prm_synth.schema import Problem, RejectedRecord, reject
 
 
 @dataclass
-class MajorityOutcome:
-    problems: list[Problem]
-    rejected: list[RejectedRecord]
-    audit: MajorityAudit
+class MajorityOutcome(StageResult[Problem, MajorityAudit]):
+    """The majority-gold stage's `StageResult`: the problems with a pseudo-gold (`kept`, also `problems`),
+    the `no_majority` rejections, the votes' audit (`counters`, also `audit`), and the tokens spent."""
+
+    counters: MajorityAudit = field(default_factory=MajorityAudit)
     tokens: int = 0
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.kept
+
+    @property
+    def audit(self) -> MajorityAudit:
+        return self.counters
 
 
 def _generate_each(engine: Any, requests: list[GenerationRequest]) -> list[GenerationResult | RequestRefused]:

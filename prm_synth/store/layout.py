@@ -7,7 +7,7 @@ folder can raise.
     OUT/rejected/shard-00000.arrow  rejected rows with reasons (REJECTED_SCHEMA)
     OUT/shards/shard-00000.json  the shard's commit marker: counts, hashes, stats
     OUT/trees/shard-00000.json   OmegaPRM search trees of the shard (output.save_trees; hashed in its marker)
-    OUT/canaries/shard-00000.json  the shard's planted-error canaries (judge/canaries.py; hashed, never data)
+    OUT/canaries/shard-00000.json  the shard's planted-error canaries (shard/canaries.py; hashed, never data)
 
     OUT/.lock                    held (flock) by the run writing the folder (prm_synth/store/lock.py)
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prm_synth.errors import PrmSynthError, PrmSynthInputError
-from prm_synth.schema import ShardStats
+from prm_synth.records import ShardStats
 
 FORMAT = "prm-synth/1"
 

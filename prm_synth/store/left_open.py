@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from prm_synth.schema import LabeledRecord, RejectedRecord, RejectReason, Stage, reject
+from prm_synth.records import LabeledRecord, RejectedRecord, RejectReason, Stage, reject
 
 # How much of an unreadable answer a rejection's detail (and the run's error line) shows.
 SAMPLE_CHARS = 160

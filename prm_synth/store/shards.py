@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from prm_synth.schema import LEFT_OPEN_REASONS, RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
+from prm_synth.records import LEFT_OPEN_REASONS, RECORD_SCHEMA, REJECTED_SCHEMA, ShardStats
 from prm_synth.store.layout import (
     CANARIES,
     FORMAT,

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.config import ConfigError, rows_reconcile, validate_config
-from prm_synth.schema import REJECT_REASONS, ConsensusStats, JudgeStats, ShardStats, VerifyStats
-from prm_synth.store.canary_counts import CanaryStats, precision_report
+from prm_synth.records import REJECT_REASONS, ConsensusStats, JudgeStats, ShardStats, VerifyStats
+from prm_synth.records.canaries import CanaryStats, precision_report
 from prm_synth.store.given_labels import against_given, against_given_text
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.limit import KeptPastLimit

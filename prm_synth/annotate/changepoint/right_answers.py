@@ -18,7 +18,7 @@ import numpy as np
 
 from prm_synth.annotate.changepoint.engine import P_GRID, Evidence, Posterior
 from prm_synth.annotate.changepoint.settings import ChangepointSettings
-from prm_synth.annotate.labels import binomial_cdf
+from prm_synth.records.labels import binomial_cdf
 
 
 def right_answer_cap(

@@ -20,7 +20,7 @@ from prm_synth.annotate.budget_interval import mark_open_interval
 from prm_synth.annotate.changepoint.engine import DEFAULT_PRIORS, Evidence, Posterior
 from prm_synth.annotate.changepoint.right_answers import repaired_slip_of, right_answer_cap
 from prm_synth.annotate.changepoint.settings import ChangepointSettings
-from prm_synth.annotate.labels import (
+from prm_synth.records.labels import (
     UNDECIDED_BUDGET,
     UNDECIDED_UNINFORMATIVE,
     UNDECIDED_UNLOCATED,

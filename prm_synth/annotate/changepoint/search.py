@@ -26,9 +26,9 @@ from prm_synth.annotate.changepoint.memo import DECISIONS, Decision, DecisionMem
 from prm_synth.annotate.changepoint.pooling import FirstPhasePool
 from prm_synth.annotate.changepoint.rules import label, unmeasured_bad
 from prm_synth.annotate.changepoint.settings import ChangepointSettings
-from prm_synth.annotate.labels import UNDECIDED_BUDGET, UNDECIDED_UNINFORMATIVE, first_bad_step
 from prm_synth.annotate.protocol import Annotator, Probe, Wait
 from prm_synth.annotate.token_cost import NO_TOKEN_BUDGET, TokenBudget, per_expected_token
+from prm_synth.records.labels import UNDECIDED_BUDGET, UNDECIDED_UNINFORMATIVE, first_bad_step
 
 
 def open_interval(p_good: np.ndarray, confidence: float, bad_confidence: float | None = None) -> range:

@@ -13,7 +13,7 @@ handed to the search beside these. Every function takes the settings it reads as
 parameter defaults to these defaults).
 
 Like vLLM's config hash, a field that changes rows is a labeling choice: changing its default changes
-rows, so it needs a new `LABELER_REVISIONS` entry (tests/test_golden_rows.py fails without one).
+rows, so it needs a new `LABELER_REVISIONS` entry (tests/annotate/test_golden_rows.py fails without one).
 """
 
 from __future__ import annotations

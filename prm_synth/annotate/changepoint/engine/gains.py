@@ -5,7 +5,7 @@ Every outcome of every candidate is the posterior after it, computed without a p
 outcome changes one prefix, so the rows of errors before it are the base posterior's reweighted and the
 rest is carried forward from the base pass's state there, every outcome of every candidate in one sweep
 whose rows meet only at probed prefixes (`_row_log_masses`). These are the same sums as building each
-outcome's posterior from scratch (tests/test_changepoint_posterior.py), at a cost that grows less than
+outcome's posterior from scratch (tests/annotate/test_changepoint_posterior.py), at a cost that grows less than
 linearly with the length (benchmarks/labeler_cost.py).
 """
 
@@ -106,7 +106,30 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         sweep.summed,
         sweep.shift,
     )
+    waiting = _cross_runs(msg, acc, out, sweep, groups, run, first, arrive, n)
+    _sweep_probed(waiting, msg, acc, out, sweep, cols, arrive, n, prior, terms.v_clean, bad_after, col_weight, col_top)
+    if order is None:
+        return out
+    result = np.empty_like(out)
+    result[order] = out
+    return result
+
+
+def _cross_runs(
+    msg: np.ndarray,
+    acc: np.ndarray,
+    out: np.ndarray,
+    sweep: _Sweep,
+    groups: list[tuple[int, int, int]],
+    run: np.ndarray,
+    first: np.ndarray,
+    arrive: np.ndarray,
+    n: int,
+) -> np.ndarray:
+    """(B) of `_row_log_masses`: each candidate's rows across the unprobed prefixes after its j to the
+    next probed one (or the end); returns the states where the rows join the sweep over probed prefixes."""
     waiting = np.empty_like(msg)  # the states where each candidate's rows join the sweep
+    d_, rows, q_, l_ = msg.shape
     if (run <= MAX_STEPS).all() and rows == len(groups) * (groups[0][2] - groups[0][1]):
         # candidates of as many rows each (probe_gains): their runs' errors each from its own table,
         # then each candidate's level product with its own kernel straight into its rows of `waiting`,
@@ -125,6 +148,26 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     else:
         for j, a, b in groups:
             sweep.cross(msg, waiting, acc, out, a, b, j + 1, int(arrive[a]))
+    return waiting
+
+
+def _sweep_probed(
+    waiting: np.ndarray,
+    msg: np.ndarray,
+    acc: np.ndarray,
+    out: np.ndarray,
+    sweep: _Sweep,
+    cols: np.ndarray,
+    arrive: np.ndarray,
+    n: int,
+    prior: np.ndarray,
+    v_clean: np.ndarray,
+    bad_after: np.ndarray,
+    col_weight: np.ndarray,
+    col_top: np.ndarray,
+) -> None:
+    """(C) of `_row_log_masses`: one sweep over the probed prefixes, each candidate's rows joining at the
+    first one after their j (`arrive`); `msg` is the spare buffer."""
     # (C): what each probed prefix from the first arrival on reads, for all of them at once
     first_col = int(np.searchsorted(cols, arrive[0]))
     positions = cols[first_col:]
@@ -133,7 +176,7 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
     steps = np.minimum(runs, MAX_STEPS)
     p_sig = SIGMA[np.minimum(n - positions - 1, MAX_STEPS - 1)]
     p_base = prior[None] + bad_after[positions + 1][:, None, :]
-    p_end_base = prior[None] + terms.v_clean + LOG_SCALE[steps][:, :, None]
+    p_end_base = prior[None] + v_clean + LOG_SCALE[steps][:, :, None]
     p_ends = (ends == n) & (runs <= MAX_STEPS)
     p_has_run = runs > 0
     p_end_col = END_AFTER_STEP[steps]
@@ -167,11 +210,6 @@ def _row_log_masses(post: Posterior, js: np.ndarray, correct: np.ndarray, graded
         )
         if sweep.cross(cur, spare, acc, out, 0, hi, at[idx] + 1, upto[idx]):
             cur, spare = spare, cur
-    if order is None:
-        return out
-    result = np.empty_like(out)
-    result[order] = out
-    return result
 
 
 _SHORT_RUN = 16  # a run this short has its errors read in a compiled loop, a longer one in a BLAS product

@@ -1,0 +1,1 @@
+"""What one shard's run composes from several stages, beside the pipeline that alone knows their order: the planted-error canaries (labeled by the labeler, asked of the judge), the rows left open finished, and a written shard rewritten."""
