@@ -71,10 +71,11 @@ Last line, one JSON object for the default method:
 (with --methods, one more JSON line per extra method precedes it, in the same shape).
 
 Seeds: `--seeds dev` (0-17, the seeds settings are chosen on: the ablation's screenings too),
-`--seeds used` (1000-1007: once called held-out, then looked at by a choice: the 2026-12-05 ablation
-chose its removals on 1000-1001 and confirmed them on 1002-1003; the 2026-12-06 round kept two settings
-after its report on 1004-1005, and its second round one after its report on 1006-1007; neither
-development nor held-out now), `--seeds heldout` (1008-1029,
+`--seeds used` (1000-1008, 1010-1011: once called held-out, then looked at by a choice: the 2026-12-05
+ablation chose its removals on 1000-1001 and confirmed them on 1002-1003; the 2026-12-06 round kept two
+settings after its report on 1004-1005, and its second round one after its report on 1006-1007; 1008
+gates CI in tests/test_labels_vs_truth.py and 1010-1011 shaped the domain worlds; neither development nor
+held-out now), `--seeds heldout` (1009, 1012-1029,
 which no choice has looked at: report these), `--seeds A-B` or `--seeds N` (`--seed N`
 alone: one seed, as before). Over several seeds each world's figures are the mean and standard error
 over seeds, the reliability table and diagram pool the seeds, and the last line is
@@ -175,8 +176,13 @@ MIN_BIN = 100  # steps a bin needs before its gap counts
 # dev: choices are made here; used: looked at by a choice (the 2026-12-05 ablation chose on 1000-1001 and
 # confirmed on 1002-1003; the 2026-12-06 round kept mode_rise and recent_choices after reading 1004-1005,
 # and its second round restored recent_share_prior after reading 1006-1007);
+# 1008 gates CI (tests/test_labels_vs_truth.py) and 1010-1011 shaped the domain worlds (issue 57): used too;
 # heldout: no choice has looked at them (report these; choose nothing on them)
-SEED_RANGES = {"dev": range(0, 18), "used": range(1000, 1008), "heldout": range(1008, 1030)}
+SEED_RANGES = {
+    "dev": list(range(0, 18)),
+    "used": [*range(1000, 1009), 1010, 1011],
+    "heldout": [1009, *range(1012, 1030)],
+}
 FIGURES = (
     "good_precision",
     "bad_precision",
@@ -505,7 +511,7 @@ def main() -> None:
         type=parse_seeds,
         default=None,
         help="dev (0-17: settings are chosen on these), used (1000-1007: choices looked at them), "
-        "heldout (1008-1029: no choice looked at them; report these), A-B or N",
+        "heldout (1009, 1012-1029: no choice looked at them; report these), A-B or N",
     )
     parser.add_argument(
         "--set",
@@ -578,7 +584,7 @@ def main() -> None:
     if domain_problems > 0:
         import domain_worlds  # benchmarks/ is on sys.path: run as a script
 
-        head["domains"] = domain_worlds.run(domain_problems, list(domain_worlds.HELD_OUT))
+        head["domains"] = domain_worlds.run(domain_problems, list(domain_worlds.HELD_OUT))  # 1012-1013
         for world, r in head["domains"].items():
             print(f"domain world {world}: good precision {r['good_precision']}, bad precision {r['bad_precision']}")
     print(json.dumps(head))

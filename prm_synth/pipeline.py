@@ -38,6 +38,7 @@ from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError, RunStopped
 from prm_synth.engines.stream import STOPPING
 from prm_synth.grading.doubt import doubts_of
+from prm_synth.judge.audit import audit_shard
 from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.readable import (  # the error and its message are read here too (flows, tests)
@@ -112,8 +113,16 @@ def process_shard(
     progress: Progress = quiet,
     on_progress: ProgressCallback | None = None,
     verify_engine: Engine | None = None,
+    audit_engine: Engine | None = None,
+    target: float | None = None,
 ) -> ShardOutput:
+    """`target`: the keep rule's stricter target where the audit of earlier shards found their labels below
+    `consensus.target_precision` (judge/audit.carried_target); `audit_engine`: a named `audit.judge`."""
     clock = _Clock()
+    if target is not None and config.consensus is not None:  # label until certified: the audit's rates
+        config = config.model_copy(
+            update={"consensus": config.consensus.model_copy(update={"target_precision": target})}
+        )
     problems = [it for it in shard.items if isinstance(it, Problem)]
     load_rejected = [it for it in shard.items if isinstance(it, RejectedRecord)]
     majority = None
@@ -129,9 +138,21 @@ def process_shard(
     clock.lap("canaries")
     # a pseudo-gold may be wrong where no rollout can see it: the judge weighs that (grading/majority.py)
     doubt = doubts_of(config.grader, labeled.records, problems, majority.audit) if majority is not None else None
+    predicted: dict[str, dict[str, float]] = {}  # the posterior's per kept row: what the audit corrects
     tail = judge_onwards(
-        config, labeled.records, judge_engine, verify_engine, clock, canaries=canaries.stats, doubt=doubt
+        config,
+        labeled.records,
+        judge_engine,
+        verify_engine,
+        clock,
+        canaries=canaries.stats,
+        doubt=doubt,
+        predicted=predicted,
     )
+    audit = audit_shard(
+        config, tail.records, predicted, shard.index, judge_engine, audit_engine, canaries.rows, canaries.stats
+    )
+    clock.lap("audit")
     records, judge_stats, consensus_stats, verify_stats = tail.records, tail.judge, tail.consensus, tail.verify
 
     rejected = load_rejected + sampled.rejected + labeled.rejected + tail.rejected
@@ -166,6 +187,7 @@ def process_shard(
         verify=verify_stats,
         majority=majority.audit.to_counts() if majority is not None else {},
         canaries=asdict(canaries.stats) if canaries.stats else {},
+        audit=audit,
     )
     if majority is not None:
         stats.sampling_tokens += majority.tokens
@@ -193,6 +215,7 @@ def judge_onwards(
     canaries: CanaryStats | None = None,
     asked_before: Mapping[str, int] | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    predicted: dict[str, dict[str, float]] | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
     that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
@@ -217,7 +240,7 @@ def judge_onwards(
     clock.lap("judge")
     pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
     kept, consensus_rejected, consensus_stats = (
-        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned, canaries=canaries, doubt=doubt)
+        apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned, canaries, doubt, predicted)
         if config.consensus and judging
         else (judged, [], None)
     )

@@ -445,6 +445,7 @@ class ShardStats:
     verify: VerifyStats | None = None  # None without a verify stage
     majority: dict[str, int] = field(default_factory=dict)  # MajorityAudit.to_counts (grading/majority.py)
     canaries: dict[str, Any] = field(default_factory=dict)  # planted errors: store/canary_counts.CanaryStats
+    audit: dict[str, Any] = field(default_factory=dict)  # the kept rows' audit: store/audit_counts.py
 
     @property
     def tokens(self) -> int:
@@ -453,7 +454,9 @@ class ShardStats:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in (asdict(self) | {"tokens": self.tokens}).items() if k != "majority" or v}
+        return {
+            k: v for k, v in (asdict(self) | {"tokens": self.tokens}).items() if k not in ("majority", "audit") or v
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:

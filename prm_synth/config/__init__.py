@@ -22,6 +22,7 @@ from prm_synth.config.annotate import (
     SequentialTestConfig,
     rows_reconcile,
 )
+from prm_synth.config.audit import AuditConfig, AuditJudgeConfig
 from prm_synth.config.base import (
     DEMO_MODEL,
     MAX_OPS,
@@ -80,6 +81,8 @@ from prm_synth.config.sampling import (
 )
 
 __all__ = [
+    "AuditConfig",
+    "AuditJudgeConfig",
     "AnnotateConfig",
     "BinaryConfig",
     "BuiltinSource",

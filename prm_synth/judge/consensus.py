@@ -327,13 +327,16 @@ def apply_consensus(
     pinned: float = PINNED,
     canaries: CanaryStats | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    predicted: dict[str, dict[str, float]] | None = None,
 ) -> tuple[list[LabeledRecord], list[RejectedRecord], ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
     ties, complete (or relabel) the kept rows the policy says. The judge's accuracy is measured on the rows
     the rollouts pinned at `pinned` (`judge.skip_confidence`; accuracy.py).
 
     A rejected row's payload is the row as labeled, before any completion. Stats hold counts only (shard
-    totals sum them); the fractions are recomputed from them (`ConsensusStats.fractions`).
+    totals sum them); the fractions are recomputed from them (`ConsensusStats.fractions`). `predicted`, where
+    given, is filled with each kept row's expected right labels under the posterior, by id (the audit's
+    difference estimator corrects them, judge/audit.py).
     """
     kept: list[LabeledRecord] = []
     rejected: list[RejectedRecord] = []
@@ -367,7 +370,10 @@ def apply_consensus(
         if decision.keep:
             if config.policy == "soft" and (decision.first_error is not None or decision.labels is not None):
                 labels = decision.labels or followed_labels(record, decision.first_error)  # type: ignore[arg-type]
-                estimate.update(estimate_kept(record, labels, rates))
+                row_estimate = estimate_kept(record, labels, rates)
+                estimate.update(row_estimate)
+                if predicted is not None:
+                    predicted[record.id] = row_estimate
             if decision.labels is not None:
                 before = list(record.labels)
                 if keep_sure(record, decision.labels) > 0:

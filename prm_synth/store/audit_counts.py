@@ -1,0 +1,202 @@
+"""What a run's audit found (counts and additive sums only; prm_synth/judge/audit.py makes them per shard),
+and the precision it certifies (`audit_report`): the run's `estimated_precision` and `target_met`.
+
+A shard marker holds its audit as a dict (`ShardStats.audit`, summed key by key over shards). Per stratum
+`<answer class>:<kind>` (answer class right / wrong, kind good / bad labels) a shard adds: the kept labels
+of the kind (`labels`) and kept rows holding some (`rows`), the audited rows (`audited`) and their labels
+(`audited_labels`, `audited_labels_sq`: for the rows' effective number), the wrong labels the audit found
+in them (`wrong`), and the shard's estimate of the wrong labels among ALL its kept labels with its
+variance, two ways:
+
+- `direct` (a ratio estimator, the row the unit: a row's labels stand or fall together): the audited rows'
+  wrong share times the kept labels; what an audit by the run's own judge rests on, since that judge shares
+  the errors the selection already made;
+- `difference` (prediction-powered: the posterior's expected wrong labels over all kept rows, corrected by
+  the audited rows' audit-minus-posterior residuals): what an independent audit judge (or gold) rests on.
+
+Shards are strata: their estimates and variances add. The interval is Clopper-Pearson on the effective
+binomial (share, share(1-share)/variance; where the variance is 0, the audited rows' effective number for
+`direct`, the kept labels for `difference`), then corrected for the audit judge's own error as the
+canaries measure it (its recall r and false alarms a, one standard error towards the pessimistic end,
+Rogan-Gladen: true wrong share = (seen - a) / (r - a)). Its high end falls below 1 as soon as the audit
+finds a wrong label, and its low end below the target as soon as the audit cannot rule that out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prm_synth.store.canary_counts import wilson
+from prm_synth.store.intervals import certifiable, clopper_pearson
+
+CLASSES = ("right", "wrong")
+KINDS = ("good", "bad")
+STRATUM_KEYS = (
+    "labels",
+    "rows",
+    "audited",
+    "audited_labels",
+    "audited_labels_sq",
+    "wrong",
+    "direct",
+    "direct_var",
+    "difference",
+    "difference_var",
+)
+CAUTIOUS_Z = 1.0  # the audit judge's rates, one standard error towards the pessimistic end (estimate.py's)
+
+
+def stratum(data: dict[str, Any], key: str) -> dict[str, float]:
+    return {k: 0.0 for k in STRATUM_KEYS} | (data.get("strata", {}).get(key) or {})
+
+
+def _pooled(data: dict[str, Any], kind: str, classes: tuple[str, ...]) -> dict[str, float]:
+    out = {k: 0.0 for k in STRATUM_KEYS}
+    for c in classes:
+        for k, v in stratum(data, f"{c}:{kind}").items():
+            out[k] += v
+    return out
+
+
+def audit_rates(data: dict[str, Any]) -> dict[str, Any]:
+    """The audit judge's verdict recall (it names the planted step) and false alarms (it names a step before
+    it: a clean prefix flagged), measured on canaries (`canary_named`, `canary_early` of `canary_audited`),
+    at their point and one standard error either side; an unmeasured judge (or gold alone) is taken as it
+    says (r 1, a 0), and the report says it is uncorrected."""
+    n = float(data.get("canary_audited", 0))
+    if n <= 0:
+        return {
+            "recall": 1.0,
+            "false_alarm": 0.0,
+            "recall_ends": (1.0, 1.0),
+            "false_alarm_ends": (0.0, 0.0),
+            "measured_on": 0,
+        }
+    named, early = float(data.get("canary_named", 0)), float(data.get("canary_early", 0))
+    return {
+        "recall": named / n,
+        "false_alarm": early / n,
+        "recall_ends": wilson(named, n, CAUTIOUS_Z),
+        "false_alarm_ends": wilson(early, n, CAUTIOUS_Z),
+        "measured_on": round(n, 1),
+    }
+
+
+def corrected(seen: float, recall: float, false_alarm: float, kind: str) -> float:
+    """The true wrong share behind the share the audit judge saw wrong (Rogan-Gladen), clipped to 0..1. A
+    good label is seen wrong when the judge names an error at or before it: a real one (recall r) or a
+    false alarm (a); a bad label is seen wrong when the judge names none there: it missed a real error
+    (1 - r) or rightly saw none (1 - a). Either way: wrong = (seen - base) / (r - a)."""
+    base = false_alarm if kind == "good" else 1.0 - recall
+    if recall - false_alarm <= 1e-9:
+        return 1.0 if seen > base else 0.0
+    return min(1.0, max(0.0, (seen - base) / (recall - false_alarm)))
+
+
+def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """Precision of the kept labels of one stratum (or pool): point, low, high, on what."""
+    labels = s["labels"]
+    if labels <= 0:
+        return None
+    if s["audited"] <= 0:  # labels kept, none audited: nothing certifies them
+        return {"point": None, "low": 0.0, "high": 1.0, "labels": int(labels), "rows_audited": 0}
+    share = min(1.0, max(0.0, s[estimator] / labels))
+    var = max(0.0, s[f"{estimator}_var"]) / labels**2
+    rows_effective = s["audited_labels"] ** 2 / s["audited_labels_sq"] if s["audited_labels_sq"] else s["audited"]
+    most = rows_effective if estimator == "direct" else labels
+    n_eff = share * (1 - share) / var if var > 0 and 0 < share < 1 else most
+    n_eff = max(1.0, min(n_eff, most))
+    seen_low, seen_high = clopper_pearson(share * n_eff, n_eff)
+    (r_lo, r_hi), (a_lo, a_hi) = rates["recall_ends"], rates["false_alarm_ends"]
+    # the pessimistic end: for good labels a judge that finds less, for bad ones a judge that finds more
+    worst, best = ((r_lo, a_lo), (r_hi, a_hi)) if kind == "good" else ((r_hi, a_lo), (r_lo, a_hi))
+    return {
+        "point": round(1.0 - corrected(share, rates["recall"], rates["false_alarm"], kind), 4),
+        "low": round(1.0 - corrected(seen_high, *worst, kind), 4),
+        "high": round(1.0 - corrected(seen_low, *best, kind), 4),
+        "labels": int(labels),
+        "rows_audited": int(s["audited"]),
+        "wrong_found": int(s["wrong"]),
+    }
+
+
+def audit_report(data: dict[str, Any] | None, target: float) -> dict[str, Any] | None:
+    """The run's precision of kept good and bad labels from its audit (`ShardStats.audit` summed): overall
+    and per answer class, `target_met` (both low ends at `target`), what it rests on in words, and the most
+    an audit of its size by its own judge could certify. None where nothing was audited."""
+    if not data or not data.get("rows_kept"):
+        return None
+    estimator = "difference" if data.get("independent") else "direct"
+    rates = audit_rates(data)
+    out: dict[str, Any] = {k: interval(_pooled(data, k, CLASSES), estimator, rates, k) for k in KINDS}
+    out["by_answer"] = {
+        c: {k: interval(stratum(data, f"{c}:{k}"), estimator, rates, k) for k in KINDS} for c in CLASSES
+    }
+    ends = [out[k]["low"] for k in KINDS if out[k] is not None]
+    out["target"] = target
+    out["target_met"] = bool(ends) and all(low >= target for low in ends)
+    audited = int(data.get("audited_rows", 0))
+    out["rows_audited"] = audited
+    out["estimator"] = estimator
+    out["audit_judge"] = data.get("auditor") or "the run's judge"
+    out["audit_requests"] = int(data.get("requests", 0))
+    out["audit_judge_rates"] = rates
+    out["certifiable_by_own_judge"] = round(certifiable(audited), 4) if audited else 0.0
+    out["rests_on"] = rests_on(out, data)
+    out["below_target_shards"] = int(data.get("below_target_shards", 0))
+    return out
+
+
+def rests_on(report: dict[str, Any], data: dict[str, Any]) -> str:
+    """What the audit interval rests on, in one sentence."""
+    rates = report["audit_judge_rates"]
+    gold = int(data.get("gold_rows", 0))
+    by = f"{report['audit_judge']}" + (f" and given human labels on {gold} rows" if gold else "")
+    corrected_by = (
+        f"corrected for its error on {rates['measured_on']} canaries (recall {rates['recall']:.2f}, "
+        f"false alarms {rates['false_alarm']:.2f})"
+        if rates["measured_on"]
+        else "not corrected for its own error (no canary measured it)"
+    )
+    how = (
+        "the run's posterior corrected by the audited rows (a difference estimator)"
+        if report["estimator"] == "difference"
+        else f"the audited rows alone, the row the unit (at most {report['certifiable_by_own_judge']:.3f} "
+        f"certifiable by an audit of {report['rows_audited']} rows all agreeing)"
+    )
+    return f"{report['rows_audited']} kept rows audited by {by}, {corrected_by}; {how}"
+
+
+def miss_line(report: dict[str, Any] | None) -> str | None:
+    """The ONE warning line of a run that does not certify its target (None where it does, or without an
+    audit)."""
+    if report is None or report["target_met"]:
+        return None
+    lows = ", ".join(f"{k} {report[k]['low']:.3f}" for k in KINDS if report[k] is not None) or "no labels"
+    return (
+        f"target_met false: the audit's low end ({lows}) does not reach consensus.target_precision "
+        f"{report['target']} ({report['rows_audited']} rows audited by {report['audit_judge']}; "
+        f"an audit of that size by the run's own judge certifies at most {report['certifiable_by_own_judge']:.3f})"
+    )
+
+
+def measured_below(report: dict[str, Any] | None) -> dict[str, float]:
+    """Per kind, the audit's point precision where it is below the target (what "label until certified"
+    feeds the keep rule of the shards after it); {} where none is."""
+    if report is None:
+        return {}
+    return {
+        k: report[k]["point"]
+        for k in KINDS
+        if report[k] is not None and report[k]["point"] is not None and report[k]["point"] < report["target"]
+    }
+
+
+def stricter_target(target: float, posterior_point: float, audit_point: float) -> float:
+    """The keep rule's target for the shards after an audit found precision `audit_point` where the
+    posterior expected `posterior_point`: the posterior's allowed error shrunk by the factor by which it
+    under-stated the error, so that the audited error lands at the target (capped below 1)."""
+    said, found = max(1e-4, 1.0 - posterior_point), max(1e-4, 1.0 - audit_point)
+    if found <= said:
+        return target
+    return min(0.999, 1.0 - (1.0 - target) * said / found)
