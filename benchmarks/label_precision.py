@@ -76,7 +76,13 @@ STRONG_AUDIT = {
 def config_for(world: str, profile: str, seed: int, problems: int) -> Any:
     profile, _, audit = profile.partition("+")
     judge = JUDGE_PROFILES[profile].model_dump(mode="json") | {"seed": seed}
-    audit_section = {"judge": {"engine": STRONG_AUDIT | {"seed": seed + 7}}} if audit == "strong-audit" else {}
+    audit_section: dict[str, Any] = {}
+    if audit.startswith("strong-audit"):  # `strong-audit-all`: every kept row audited (a census)
+        audit_section = {"judge": {"engine": STRONG_AUDIT | {"seed": seed + 7}}}
+        audit_section |= {"rows": 1_000_000} if audit.startswith("strong-audit-all") else {}
+        audit_section |= {"rows": int(audit.rpartition("-")[2])} if audit.startswith("strong-audit-rows-") else {}
+        if audit.endswith(("-1", "-2")):  # `strong-audit-all-1`: one vote a row (two: -2)
+            audit_section["judge"]["samples"] = int(audit[-1])
     return validate_config(
         {
             "audit": audit_section,

@@ -30,6 +30,10 @@ from prm_synth.schema import LabeledRecord, ShardStats
 from prm_synth.store.audit_counts import CLASSES, KINDS, audit_report, measured_below, stricter_target
 from prm_synth.store.canary_counts import CanaryStats
 
+# The least share of an audit that goes to wrong-answer rows where they are that many: they hold most bad
+# labels, few a run (about 35 at 60 questions), and only a stratum audited nearly whole certifies so few
+# (store/audit_counts.py); good labels are many and spread over both classes.
+WRONG_SHARE = 2 / 3
 # Sample indices the selection never draws (it uses 0 .. samples x runs): the audit's votes are fresh.
 AUDIT_FIRST_SAMPLE = 1_000_000
 
@@ -53,12 +57,22 @@ def audit_size(kept: int, shard: int, rows: int, share: float) -> int:
 
 
 def draw_rows(records: Sequence[LabeledRecord], n: int, seed: int, shard: int) -> list[LabeledRecord]:
-    """A seeded random sample of n rows (stable: a row's draw depends on the seed, shard and its id)."""
+    """A seeded random sample of n rows, stratified by answer class (a row's draw depends on the seed, the
+    shard and its id, so a resumed shard audits the same rows). Each class gets its share of n, and the
+    wrong-answer rows at least `WRONG_SHARE` of n where they are that many."""
 
     def key(r: LabeledRecord) -> bytes:
         return hashlib.blake2b(f"audit:{seed}:{shard}:{r.id}".encode(), digest_size=8).digest()
 
-    return sorted(records, key=key)[:n]
+    by_class = {c: sorted((r for r in records if answer_class(r) == c), key=key) for c in CLASSES}
+    total = sum(len(rows) for rows in by_class.values())
+    if not total:
+        return []
+    wrong = by_class["wrong"]
+    take_wrong = min(len(wrong), max(round(n * len(wrong) / total), math.ceil(n * WRONG_SHARE)))
+    take_right = min(len(by_class["right"]), n - take_wrong)
+    take_wrong = min(len(wrong), n - take_right)
+    return by_class["right"][:take_right] + wrong[:take_wrong]
 
 
 def majority_settled(samples: int):  # noqa: ANN201 - a judge_solutions callback

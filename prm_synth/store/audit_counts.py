@@ -24,6 +24,7 @@ finds a wrong label, and its low end below the target as soon as the audit canno
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from prm_synth.store.canary_counts import wilson
@@ -94,7 +95,15 @@ def corrected(seen: float, recall: float, false_alarm: float, kind: str) -> floa
 
 
 def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    """Precision of the kept labels of one stratum (or pool): point, low, high, on what."""
+    """Precision of the kept labels of one stratum (or pool): point, low, high, on what.
+
+    The seen wrong share's interval is Clopper-Pearson on an effective binomial (its estimate and variance;
+    where the variance is 0, the audited rows' effective number, `direct`, or the kept labels,
+    `difference`, either divided by the unaudited share: a stratum audited whole has no sampling error).
+    The audit judge's error then moves the ends, never past what the audit saw: the low end credits the
+    judge with no false alarm and no miss it did not make on canaries (good labels: seen / recall at its
+    low end; bad labels: seen as wrong), the high end with its measured rates at their optimistic end, and
+    the point is Rogan-Gladen at the measured rates, held inside the two."""
     labels = s["labels"]
     if labels <= 0:
         return None
@@ -103,17 +112,29 @@ def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: s
     share = min(1.0, max(0.0, s[estimator] / labels))
     var = max(0.0, s[f"{estimator}_var"]) / labels**2
     rows_effective = s["audited_labels"] ** 2 / s["audited_labels_sq"] if s["audited_labels_sq"] else s["audited"]
-    most = rows_effective if estimator == "direct" else labels
+    unaudited = max(1e-6, 1.0 - s["audited"] / s["rows"]) if s["rows"] else 1.0
+    most = (rows_effective if estimator == "direct" else labels) / unaudited
     n_eff = share * (1 - share) / var if var > 0 and 0 < share < 1 else most
     n_eff = max(1.0, min(n_eff, most))
     seen_low, seen_high = clopper_pearson(share * n_eff, n_eff)
     (r_lo, r_hi), (a_lo, a_hi) = rates["recall_ends"], rates["false_alarm_ends"]
-    # the pessimistic end: for good labels a judge that finds less, for bad ones a judge that finds more
-    worst, best = ((r_lo, a_lo), (r_hi, a_hi)) if kind == "good" else ((r_hi, a_lo), (r_lo, a_hi))
+    # what the audit judge's own measured error could hide in the rows it saw (all of them missed at once,
+    # at 2.5%): the floor of the high end where sampling leaves little (an audit of every kept row)
+    hides = 1.0 - rates["recall"] if kind == "good" else rates["false_alarm"]
+    hidden_rows = math.log(0.025) / math.log(hides) if 0.0 < hides < 1.0 else (s["audited"] if hides >= 1.0 else 0.0)
+    floor = min(1.0, hidden_rows * s["audited_labels"] / max(s["audited"], 1.0) / labels)
+    seen_high = max(seen_high, floor)
+    if kind == "good":
+        wrong_high = min(1.0, seen_high / max(r_lo, 1e-6))
+        wrong_low = max(0.0, (seen_low - a_hi) / max(1.0 - a_hi, 1e-6))
+    else:
+        wrong_high = seen_high
+        wrong_low = corrected(seen_low, r_lo, a_hi, kind)
+    point = min(wrong_high, max(wrong_low, corrected(share, rates["recall"], rates["false_alarm"], kind)))
     return {
-        "point": round(1.0 - corrected(share, rates["recall"], rates["false_alarm"], kind), 4),
-        "low": round(1.0 - corrected(seen_high, *worst, kind), 4),
-        "high": round(1.0 - corrected(seen_low, *best, kind), 4),
+        "point": round(1.0 - point, 4),
+        "low": round(1.0 - wrong_high, 4),
+        "high": round(1.0 - wrong_low, 4),
         "labels": int(labels),
         "rows_audited": int(s["audited"]),
         "wrong_found": int(s["wrong"]),
