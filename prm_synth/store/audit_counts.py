@@ -117,7 +117,7 @@ def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: s
     n_eff = share * (1 - share) / var if var > 0 and 0 < share < 1 else most
     n_eff = max(1.0, min(n_eff, most))
     seen_low, seen_high = clopper_pearson(share * n_eff, n_eff)
-    (r_lo, r_hi), (a_lo, a_hi) = rates["recall_ends"], rates["false_alarm_ends"]
+    r_lo, a_hi = rates["recall_ends"][0], rates["false_alarm_ends"][1]
     # what the audit judge's own measured error could hide in the rows it saw (all of them missed at once,
     # at 2.5%): the floor of the high end where sampling leaves little (an audit of every kept row)
     hides = 1.0 - rates["recall"] if kind == "good" else rates["false_alarm"]
