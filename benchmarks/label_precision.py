@@ -40,6 +40,7 @@ from typing import Any
 
 from prm_synth.config import validate_config
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
+from prm_synth.judge.audit import AuditRun
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.problems.arithmetic import true_first_error
 from prm_synth.schema import LabeledRecord, ShardStats
@@ -142,7 +143,7 @@ def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, An
     kept: list[LabeledRecord] = []
     stats = ShardStats()
     for shard in iter_shards(config):
-        out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge, audit_engine=auditor)
+        out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge, audit=AuditRun(auditor))
         kept += out.records
         stats = stats + out.stats
     measured = precision(kept)

@@ -47,6 +47,7 @@ from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine, stop_engines
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
+from prm_synth.judge.audit import AuditRun, carried_target
 from prm_synth.pipeline import (
     ShardInput,
     ShardOutput,
@@ -145,6 +146,8 @@ def label_shard(
         engine = get_engine(config.policy)
         judge_engine = get_engine(config.judge.engine) if config.judge else None
         verify_engine = get_engine(config.verify.engine) if config.verify else None
+        named = config.audit.judge.engine if config.judge is not None and config.audit.enabled else None
+        audit_engine = get_engine(named) if named is not None else None
         for used in (engine, judge_engine, verify_engine):
             if used is not None:  # a run that stops making progress says so, and what it waits on
                 stream_for(used).watchdog.after_s = config.run.stall_warning_s
@@ -158,6 +161,7 @@ def label_shard(
                 progress=throttled(log_progress),
                 on_progress=active_shard_callback(shard_index),
                 verify_engine=verify_engine,
+                audit=AuditRun(audit_engine, _certifying_target(config, store, shard_index, logger)),
             )
             if items or work.previous is None
             else ShardOutput()
@@ -178,6 +182,24 @@ def label_shard(
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
     check_judges_readable(out, judge_engine, verify_engine, earlier=work.previous.stats if work.previous else None)
     return entry
+
+
+def _certifying_target(config: PipelineConfig, store: ShardStore, shard_index: int, logger: Any) -> float | None:
+    """ "Label until certified": the keep rule's stricter target where the audit of the shards written before
+    this one found their labels below `consensus.target_precision` (judge/audit.carried_target). Only
+    shards finished when this one starts are read: on several workers the shards in flight are not."""
+    if config.judge is None or not config.audit.enabled or shard_index == 0:
+        return None
+    earlier = [e.stats for i, e in sorted(store.finished(verify=False).items()) if i < shard_index]
+    target = carried_target(config, earlier)
+    if target is not None:
+        logger.warning(
+            "shard %d: the audit of the shards before it found their labels below consensus.target_precision; "
+            "its keep rule holds them to %.4f (label until certified: fewer rows kept)",
+            shard_index,
+            target,
+        )
+    return target
 
 
 def _on_ray() -> bool:

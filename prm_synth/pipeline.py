@@ -8,17 +8,17 @@ load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ verify ─�
              through the same scheduler, so a problem's annotators start as soon as its solutions are
              back and the engine never drains between the two
 4 judge      an LLM judge names each row's first error (judge.py; only with a `judge` section)
-5 consensus  keep the rows the rollouts and the judge support, completing their labels (consensus.py)
+5 consensus  keep the rows the rollouts and the judge support, completing their labels (consensus.py);
+             then audit a sample of the kept ones, never changing them (audit.py: `estimated_precision`)
 6 verify     verification chains for the kept rows, kept where they agree with the labels (verify.py;
              only with a `verify` section; it adds columns to rows, never drops one for its content)
 7 check      every problem ends as rows or a rejection with a reason, or the shard is not written
 
-Each stage returns what it kept, what it rejected and its counters; `ShardStats` gathers them. A row the
-judge or the verifier could not read at all is left open (LEFT_OPEN_REASONS): the shard is written, and
-the next run finishes that row alone from its payload (`finish_open_rows`); a shard where most of them
-are unreadable fails the run after it is written (`check_judges_readable`). Judge and
-verify share one contract (their input rows unchanged, copies returned; a section without its engine is a
-config error) and one request loop (judge.ask).
+Each stage returns what it kept, what it rejected and its counters; `ShardStats` gathers them. A row the judge
+or the verifier could not read at all is left open (LEFT_OPEN_REASONS): the shard is written, and the next run
+finishes that row alone from its payload (`finish_open_rows`); a shard where most of them are unreadable fails
+the run after it is written (`check_judges_readable`). Judge and verify share one contract (their input rows
+unchanged, copies returned; a section without its engine is a config error) and one request loop (judge.ask).
 Plain Python: the Prefect flow (flows/synthesize.py) only schedules shards and writes them.
 """
 
@@ -38,7 +38,7 @@ from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine, EngineError, RunStopped
 from prm_synth.engines.stream import STOPPING
 from prm_synth.grading.doubt import doubts_of
-from prm_synth.judge.audit import audit_shard
+from prm_synth.judge.audit import AuditRun, audit_shard, certifying
 from prm_synth.judge.canaries import run_canaries
 from prm_synth.judge.consensus import apply_consensus, record_from_payload
 from prm_synth.judge.readable import (  # the error and its message are read here too (flows, tests)
@@ -113,16 +113,9 @@ def process_shard(
     progress: Progress = quiet,
     on_progress: ProgressCallback | None = None,
     verify_engine: Engine | None = None,
-    audit_engine: Engine | None = None,
-    target: float | None = None,
+    audit: AuditRun | None = None,
 ) -> ShardOutput:
-    """`target`: the keep rule's stricter target where the audit of earlier shards found their labels below
-    `consensus.target_precision` (judge/audit.carried_target); `audit_engine`: a named `audit.judge`."""
-    clock = _Clock()
-    if target is not None and config.consensus is not None:  # label until certified: the audit's rates
-        config = config.model_copy(
-            update={"consensus": config.consensus.model_copy(update={"target_precision": target})}
-        )
+    config, clock = certifying(config, audit), _Clock()  # the keep rule as earlier shards' audit left it
     problems = [it for it in shard.items if isinstance(it, Problem)]
     load_rejected = [it for it in shard.items if isinstance(it, RejectedRecord)]
     majority = None
@@ -138,21 +131,9 @@ def process_shard(
     clock.lap("canaries")
     # a pseudo-gold may be wrong where no rollout can see it: the judge weighs that (grading/majority.py)
     doubt = doubts_of(config.grader, labeled.records, problems, majority.audit) if majority is not None else None
-    predicted: dict[str, dict[str, float]] = {}  # the posterior's per kept row: what the audit corrects
     tail = judge_onwards(
-        config,
-        labeled.records,
-        judge_engine,
-        verify_engine,
-        clock,
-        canaries=canaries.stats,
-        doubt=doubt,
-        predicted=predicted,
+        config, labeled.records, judge_engine, verify_engine, clock, canaries=canaries.stats, doubt=doubt
     )
-    audit = audit_shard(
-        config, tail.records, predicted, shard.index, judge_engine, audit_engine, canaries.rows, canaries.stats
-    )
-    clock.lap("audit")
     records, judge_stats, consensus_stats, verify_stats = tail.records, tail.judge, tail.consensus, tail.verify
 
     rejected = load_rejected + sampled.rejected + labeled.rejected + tail.rejected
@@ -187,7 +168,7 @@ def process_shard(
         verify=verify_stats,
         majority=majority.audit.to_counts() if majority is not None else {},
         canaries=asdict(canaries.stats) if canaries.stats else {},
-        audit=audit,
+        audit=audit_shard(config, records, tail.predicted, shard.index, judge_engine, audit, canaries),
     )
     if majority is not None:
         stats.sampling_tokens += majority.tokens
@@ -203,6 +184,7 @@ class Tail:
     judge: JudgeStats | None = None
     consensus: ConsensusStats | None = None
     verify: VerifyStats | None = None
+    predicted: dict[str, dict[str, float]] = field(default_factory=dict)  # the posterior's, a kept row
 
 
 def judge_onwards(
@@ -215,7 +197,6 @@ def judge_onwards(
     canaries: CanaryStats | None = None,
     asked_before: Mapping[str, int] | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
-    predicted: dict[str, dict[str, float]] | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
     that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
@@ -238,7 +219,7 @@ def judge_onwards(
         else (records, [], None)
     )
     clock.lap("judge")
-    pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
+    pinned, predicted = config.judge.skip_confidence if config.judge is not None else PINNED, {}  # accuracy.py
     kept, consensus_rejected, consensus_stats = (
         apply_consensus(judged, config.consensus, config.labels.min_confidence, pinned, canaries, doubt, predicted)
         if config.consensus and judging
@@ -255,7 +236,8 @@ def judge_onwards(
             engine_for_verify, kept, config.verify, config.run.max_batch_requests, firsts
         )
         clock.lap("verify")
-    return Tail(kept, judge_rejected + consensus_rejected + verify_rejected, judge_stats, consensus_stats, verify_stats)
+    rejected = judge_rejected + consensus_rejected + verify_rejected
+    return Tail(kept, rejected, judge_stats, consensus_stats, verify_stats, predicted)
 
 
 def finish_open_rows(

@@ -414,9 +414,8 @@ class VerifyStats:
 class ShardStats:
     """Counters of one shard (or, merged, of a run). Stored in the shard marker as a JSON object.
 
-    `rollouts` are continuations sampled from solution prefixes to label them; a sampled solution is not a
-    rollout (it is counted in `solutions_sampled`), while `tokens` counts every token the policy and the
-    judge processed: sampling, rollouts and judging. `majority`: grader.kind majority's counts."""
+    `rollouts`: continuations sampled from solution prefixes to label them (a sampled solution is counted in
+    `solutions_sampled`); `tokens`: every token the policy and the judge processed. `majority`: its grader's counts."""
 
     inputs: int = 0  # source rows in the shard (problems + load rejections)
     problems_loaded: int = 0
@@ -429,8 +428,7 @@ class ShardStats:
     final_unknown: int = 0
     rollouts: int = 0
     unknown_rollouts: int = 0  # rollouts that could not be graded: left out of the evidence
-    # Engine requests refused for what they asked (e.g. HTTP 400): what they were for is rejected
-    # ("engine_refused"); transient failures are retried by the engine and not counted here.
+    # requests refused for what they asked (HTTP 400): rejected ("engine_refused"); transient failures are retried
     requests_refused: int = 0
     engine_calls: int = 0
     probes_asked: int = 0
@@ -453,10 +451,9 @@ class ShardStats:
             self.sampling_tokens + self.rollout_tokens + self.judge_tokens + (self.verify.tokens if self.verify else 0)
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            k: v for k, v in (asdict(self) | {"tokens": self.tokens}).items() if k not in ("majority", "audit") or v
-        }
+    def to_dict(self) -> dict[str, Any]:  # `majority` and `audit` only where there are some
+        out = asdict(self) | {"tokens": self.tokens}
+        return {k: v for k, v in out.items() if v or k not in ("majority", "audit")}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:

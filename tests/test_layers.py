@@ -282,7 +282,18 @@ def test_no_module_over_500_lines():
 # The judge room, one way: each module imports only the ones before it (asking, the judge's accuracy and
 # what "pinned" means, the posterior over the first error, planted-error canaries, the rates and precision
 # the run estimates from them, which rows to ask, consensus, verification, and whether the judges could be read).
-JUDGE_ORDER = ("ask", "accuracy", "posterior", "canaries", "estimate", "selection", "consensus", "verify", "readable")
+JUDGE_ORDER = (
+    "ask",
+    "accuracy",
+    "posterior",
+    "canaries",
+    "estimate",
+    "selection",
+    "consensus",
+    "verify",
+    "readable",
+    "audit",
+)
 
 
 @pytest.mark.parametrize("index", range(len(JUDGE_ORDER)), ids=JUDGE_ORDER)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prm_synth.config import PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.judge.accuracy import answer_class
 from prm_synth.judge.ask import UNPARSEABLE, judge_solutions
+from prm_synth.judge.canaries import CanaryRun
 from prm_synth.schema import LabeledRecord, ShardStats
 from prm_synth.store.audit_counts import CLASSES, KINDS, audit_report, measured_below, stricter_target
 from prm_synth.store.canary_counts import CanaryStats
@@ -36,6 +38,22 @@ from prm_synth.store.canary_counts import CanaryStats
 WRONG_SHARE = 2 / 3
 # Sample indices the selection never draws (it uses 0 .. samples x runs): the audit's votes are fresh.
 AUDIT_FIRST_SAMPLE = 1_000_000
+
+
+@dataclass(frozen=True)
+class AuditRun:
+    """What a shard's audit needs from the run beyond the config: the named `audit.judge` engine (None: the
+    run's judge), and the keep rule's stricter target where earlier shards' audit found them below target."""
+
+    engine: Engine | None = None
+    target: float | None = None
+
+
+def certifying(config: PipelineConfig, run: AuditRun | None) -> PipelineConfig:
+    """`config` with the keep rule's target `run.target` ("label until certified"), else as it is."""
+    if run is None or run.target is None or config.consensus is None:
+        return config
+    return config.model_copy(update={"consensus": config.consensus.model_copy(update={"target_precision": run.target})})
 
 
 def given_first_error(record: LabeledRecord) -> int | None:
@@ -155,12 +173,14 @@ def audit_shard(
     predicted: Mapping[str, Mapping[str, float]],
     shard: int,
     judge_engine: Engine | None,
-    audit_engine: Engine | None = None,
-    canary_rows: Sequence[Mapping[str, Any]] = (),
-    canaries: CanaryStats | None = None,
+    run: AuditRun | None = None,
+    canary_run: CanaryRun | None = None,
 ) -> dict[str, Any]:
     """Audit one shard's kept rows; the sums `ShardStats.audit` holds ({} where no audit runs)."""
     cfg = config.audit
+    audit_engine = run.engine if run is not None else None
+    canary_rows = canary_run.rows if canary_run is not None else []
+    canaries = canary_run.stats if canary_run is not None else None
     if not cfg.enabled or config.judge is None or config.consensus is None or judge_engine is None:
         return {}
     independent = cfg.judge.engine is not None and cfg.judge.engine != config.judge.engine
