@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,11 +118,12 @@ def label_shard(
     redo: list[str] | None = None,
     reopen: list[str] | None = None,
     fingerprint: str | None = None,
+    certify: float | None = None,
 ) -> ShardEntry:
     """Label one shard and write it: what to ask (`redo`, `reopen`: pipeline.plan_shard) and how the rows
     made are written with the shard as it was (pipeline.write_shard_rows) are the library's. A shard where
     most judge votes are unreadable is written, then fails the run (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
-    config's fingerprint when not given."""
+    config's fingerprint when not given. `certify`: the keep rule's stricter target (`_certify_targets`)."""
     fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
     work = plan_shard(store, shard_index, items, redo or (), reopen or ())
@@ -161,7 +162,7 @@ def label_shard(
                 progress=throttled(log_progress),
                 on_progress=active_shard_callback(shard_index),
                 verify_engine=verify_engine,
-                audit=AuditRun(audit_engine, _certifying_target(config, store, shard_index, logger)),
+                audit=AuditRun(audit_engine, certify),
             )
             if items or work.previous is None
             else ShardOutput()
@@ -184,21 +185,29 @@ def label_shard(
     return entry
 
 
-def _certifying_target(config: PipelineConfig, store: ShardStore, shard_index: int, logger: Any) -> float | None:
-    """ "Label until certified": the keep rule's stricter target where the audit of the shards written before
-    this one found their labels below `consensus.target_precision` (judge/audit.carried_target). Only
-    shards finished when this one starts are read: on several workers the shards in flight are not."""
-    if config.judge is None or not config.audit.enabled or shard_index == 0:
-        return None
-    earlier = [e.stats for i, e in sorted(store.finished(verify=False).items()) if i < shard_index]
-    target = carried_target(config, earlier)
-    if target is not None:
-        logger.warning(
-            "shard %d: the audit of the shards before it found their labels below consensus.target_precision; "
-            "its keep rule holds them to %.4f (label until certified: fewer rows kept)",
-            shard_index,
-            target,
-        )
+def _certify_targets(
+    config: PipelineConfig, finished: dict[int, ShardEntry], logger: Any
+) -> Callable[[int], float | None]:
+    """ "Label until certified": per shard index, the keep rule's stricter target where the audit of the
+    shards before it that the folder held when this run began found their labels surely below
+    `consensus.target_precision` (judge/audit.carried_target); None where none did. Read from the folder as
+    it was at the start, so a run's shards do not depend on which of its parallel shards finished first."""
+    if config.judge is None or not config.audit.enabled or not finished:
+        return lambda index: None
+    said: set[int] = set()
+
+    def target(index: int) -> float | None:
+        stricter = carried_target(config, [e.stats for i, e in sorted(finished.items()) if i < index])
+        if stricter is not None and index not in said:
+            said.add(index)
+            logger.warning(
+                "shard %d: the audit of the shards before it found their labels below consensus.target_precision; "
+                "its keep rule holds them to %.4f (label until certified: fewer rows kept)",
+                index,
+                stricter,
+            )
+        return stricter
+
     return target
 
 
@@ -304,6 +313,7 @@ def _label_shards(
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
     window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None, list[str] | None]] = deque()
     outcome = ShardsOutcome()
+    certify = _certify_targets(config, finished, logger)
     label_task = label_shard.with_options(retry_delay_seconds=list(config.run.shard_retry_delays_s))
 
     def drain_one() -> None:
@@ -358,7 +368,9 @@ def _label_shards(
             logger.error("the output folder cannot take more (%s): no further shard is started", outcome.disk)
             break
         with _ray_options(config):
-            future = label_task.submit(config, target, shard.index, shard.items, redo, reopen, store.fingerprint)
+            future = label_task.submit(
+                config, target, shard.index, shard.items, redo, reopen, store.fingerprint, certify(shard.index)
+            )
         window.append((shard.index, future, redo, reopen))
     while window:
         drain_one()

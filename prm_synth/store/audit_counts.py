@@ -202,15 +202,12 @@ def miss_line(report: dict[str, Any] | None) -> str | None:
 
 
 def measured_below(report: dict[str, Any] | None) -> dict[str, float]:
-    """Per kind, the audit's point precision where it is below the target (what "label until certified"
-    feeds the keep rule of the shards after it); {} where none is."""
+    """Per kind, the audit's high end where even it is below the target: the shard is surely below (what
+    "label until certified" feeds the keep rule of the shards after it); {} where none is. The high end,
+    not the point: an audit of 30 rows is noisy, and a keep rule tightened on noise keeps too little."""
     if report is None:
         return {}
-    return {
-        k: report[k]["point"]
-        for k in KINDS
-        if report[k] is not None and report[k]["point"] is not None and report[k]["point"] < report["target"]
-    }
+    return {k: report[k]["high"] for k in KINDS if report[k] is not None and report[k]["high"] < report["target"]}
 
 
 def stricter_target(target: float, posterior_point: float, audit_point: float) -> float:

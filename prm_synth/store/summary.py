@@ -20,8 +20,9 @@ from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, r
 
 # What `estimated_precision` cannot promise, said wherever it is shown.
 PRECISION_LIMIT = (
-    "Planted errors are easier to find than natural ones, so this is an upper bound on how right the labels "
-    "are; where a human-labeled set exists, `prm-synth eval labels` compares."
+    "The audit judge's own error is read from planted errors, which are easier to find than natural ones: a judge "
+    "that errs on natural rows unlike on planted ones is not corrected for; where a human-labeled set exists, "
+    "`prm-synth eval labels` compares."
 )
 
 
