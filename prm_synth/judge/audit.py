@@ -63,9 +63,10 @@ def given_first_error(record: LabeledRecord) -> int | None:
     first = getattr(record, "given_first_error", None)
     if isinstance(first, int) and not isinstance(first, bool):
         return first
-    labels = getattr(record, "given_labels", None)
-    if isinstance(labels, list) and labels and all(isinstance(x, bool) for x in labels):
-        return next((i for i, x in enumerate(labels) if x is False), -1)
+    labels = getattr(record, "given_labels", None)  # None entries: steps the human left unlabeled
+    if isinstance(labels, list) and any(isinstance(x, bool) for x in labels):
+        if all(x is None or isinstance(x, bool) for x in labels):
+            return next((i for i, x in enumerate(labels) if x is False), -1)
     return None
 
 

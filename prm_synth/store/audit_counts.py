@@ -174,7 +174,7 @@ def rests_on(report: dict[str, Any], data: dict[str, Any]) -> str:
     gold = int(data.get("gold_rows", 0))
     by = f"{report['audit_judge']}" + (f" and given human labels on {gold} rows" if gold else "")
     corrected_by = (
-        f"corrected for its error on {rates['measured_on']} canaries (recall {rates['recall']:.2f}, "
+        f"corrected for its error on {rates['measured_on']:g} canaries (recall {rates['recall']:.2f}, "
         f"false alarms {rates['false_alarm']:.2f})"
         if rates["measured_on"]
         else "not corrected for its own error (no canary measured it)"
