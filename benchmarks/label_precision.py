@@ -13,8 +13,9 @@ whether the interval holds the measured precision. Cases (world, judge profile):
   votes on one row repeat one reading;
 - plain, oracle: an always-right judge.
 
-- plain, realistic, audited by a stronger judge (`audit.judge` a simulated judge of higher accuracy):
-  the run's `target_met` can only be true where an independent audit certifies it.
+- plain, realistic, audited by a stronger judge (`audit.judge` a simulated judge of higher accuracy),
+  with the default audit size (30 rows) and with `audit.rows: 40` (`strong-audit-rows-40`): the run's
+  `target_met` can only be true where an independent audit certifies it.
 
 Every run is audited (the `audit` section's defaults, judge/audit.py): beside the measured precision, the
 audit's interval (`estimated_precision`), `target_met`, and whether the interval holds the measured
@@ -40,7 +41,7 @@ from typing import Any
 
 from prm_synth.config import validate_config
 from prm_synth.engines.simulated import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
-from prm_synth.judge.audit import AuditRun
+from prm_synth.judge.audit import AuditRun, carried_target
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.problems.arithmetic import true_first_error
 from prm_synth.schema import LabeledRecord, ShardStats
@@ -57,6 +58,7 @@ CASES = (
     ("repair", "correlated"),
     ("plain", "oracle"),
     ("plain", "realistic+strong-audit"),
+    ("plain", "realistic+strong-audit-rows-40"),
 )
 DEVELOPMENT_SEEDS = [0, 1, 2, 3]
 USED_SEEDS = [100, 101, 102, 200, 201, 202]  # once called held-out, looked at since (issue 57)
@@ -74,7 +76,7 @@ STRONG_AUDIT = {
 }
 
 
-def config_for(world: str, profile: str, seed: int, problems: int) -> Any:
+def config_for(world: str, profile: str, seed: int, problems: int, shard_size: int | None = None) -> Any:
     profile, _, audit = profile.partition("+")
     judge = JUDGE_PROFILES[profile].model_dump(mode="json") | {"seed": seed}
     audit_section: dict[str, Any] = {}
@@ -93,7 +95,7 @@ def config_for(world: str, profile: str, seed: int, problems: int) -> Any:
             "sampling": {"samples_per_problem": 1},
             "judge": {"engine": judge, "samples": 3},
             "consensus": {},
-            "output": {"shard_size": problems},
+            "output": {"shard_size": shard_size or problems},
         }
     )
 
@@ -136,16 +138,21 @@ def precision(rows: list[LabeledRecord]) -> dict[str, float | None]:
     return {"good": good_right / good if good else None, "bad": bad_right / bad if bad else None}
 
 
-def run_case(world: str, profile: str, seed: int, problems: int) -> dict[str, Any]:
-    config = config_for(world, profile, seed, problems)
+def run_case(world: str, profile: str, seed: int, problems: int, shard_size: int | None = None) -> dict[str, Any]:
+    config = config_for(world, profile, seed, problems, shard_size)
     policy, judge = SimulatedPolicy(config.policy), SimulatedJudge(config.judge.engine)
     auditor = SimulatedJudge(config.audit.judge.engine) if config.audit.judge.engine is not None else None
     kept: list[LabeledRecord] = []
     stats = ShardStats()
+    written: list[ShardStats] = []
     for shard in iter_shards(config):
-        out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge, audit=AuditRun(auditor))
+        # as `prm-synth run` does: a shard reads the audit of the shards max_parallel_shards before it
+        target = carried_target(config, written[: max(0, shard.index - config.run.max_parallel_shards + 1)])
+        run = AuditRun(auditor, target)
+        out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge, audit=run)
         kept += out.records
         stats = stats + out.stats
+        written.append(out.stats)
     measured = precision(kept)
     canaries = CanaryStats.read(stats.canaries)
     estimate = precision_report(stats.consensus.estimate if stats.consensus else {}, canaries)
@@ -193,6 +200,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=60)
+    parser.add_argument("--shard-size", type=int, default=None, help="problems a shard (default: all in one)")
     parser.add_argument("--seeds", type=int, nargs="*", default=DEVELOPMENT_SEEDS, help="development 0-3 (default)")
     parser.add_argument("--cases", nargs="*", default=[f"{w}/{p}" for w, p in CASES])
     parser.add_argument("--report", action=ReportFlag)
@@ -201,7 +209,7 @@ def main() -> None:
     result: dict[str, Any] = {"problems": args.problems, "seeds": args.seeds, "cases": {}}
     for case in args.cases:
         world, profile = case.split("/")
-        runs = {seed: run_case(world, profile, seed, args.problems) for seed in args.seeds}
+        runs = {seed: run_case(world, profile, seed, args.problems, args.shard_size) for seed in args.seeds}
         mean = {
             **{
                 k: round(sum(r[k] for r in runs.values()) / len(runs), 2)

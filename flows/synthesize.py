@@ -185,21 +185,23 @@ def label_shard(
     return entry
 
 
-def _certify_targets(
-    config: PipelineConfig, finished: dict[int, ShardEntry], logger: Any
-) -> Callable[[int], float | None]:
+def _certify_targets(config: PipelineConfig, store: ShardStore, logger: Any) -> Callable[[int], float | None]:
     """ "Label until certified": per shard index, the keep rule's stricter target where the audit of the
-    shards before it that the folder held when this run began found their labels surely below
-    `consensus.target_precision` (judge/audit.carried_target); None where none did. Read from the folder as
-    it was at the start, so a run's shards do not depend on which of its parallel shards finished first."""
-    if config.judge is None or not config.audit.enabled or not finished:
+    shards at least `run.max_parallel_shards` before it found their labels surely below
+    `consensus.target_precision` (judge/audit.carried_target); None where none did. Those shards are
+    written when this one is submitted (the window drains the oldest first), whatever order the ones in
+    flight finish in, so a run's rows do not depend on timing, and a resumed shard reads what it read."""
+    if config.judge is None or config.consensus is None or not config.audit.enabled:
         return lambda index: None
-    said: set[int] = set()
 
     def target(index: int) -> float | None:
-        stricter = carried_target(config, [e.stats for i, e in sorted(finished.items()) if i < index])
-        if stricter is not None and index not in said:
-            said.add(index)
+        last = index - config.run.max_parallel_shards
+        if last < 0:
+            return None
+        stricter = carried_target(
+            config, [e.stats for i, e in sorted(store.finished(verify=False).items()) if i <= last]
+        )
+        if stricter is not None:
             logger.warning(
                 "shard %d: the audit of the shards before it found their labels below consensus.target_precision; "
                 "its keep rule holds them to %.4f (label until certified: fewer rows kept)",
@@ -313,7 +315,7 @@ def _label_shards(
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
     window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None, list[str] | None]] = deque()
     outcome = ShardsOutcome()
-    certify = _certify_targets(config, finished, logger)
+    certify = _certify_targets(config, store, logger)
     label_task = label_shard.with_options(retry_delay_seconds=list(config.run.shard_retry_delays_s))
 
     def drain_one() -> None:
