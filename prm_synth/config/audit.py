@@ -11,7 +11,8 @@ Cost, in judge requests (one request is one sample): about `rows` x the votes a 
 `judge.samples`, asked one at a time until the majority is settled: 2 where the first two agree) on runs of
 up to `rows` / `share` kept rows, `share` of the kept rows beyond that; an audit judge other than the run's
 also judges up to `canary_rows` of each shard's canaries (to measure its own error), same votes each.
-On by default whenever a judge runs; a pipeline without a judge has no audit and hashes as before.
+On by default whenever a judge and the (default) `soft` consensus run; a pipeline without a judge has no
+audit and hashes as before.
 """
 
 from __future__ import annotations

@@ -64,9 +64,9 @@ def given_first_error(record: LabeledRecord) -> int | None:
     if isinstance(first, int) and not isinstance(first, bool):
         return first
     labels = getattr(record, "given_labels", None)  # None entries: steps the human left unlabeled
-    if isinstance(labels, list) and any(isinstance(x, bool) for x in labels):
-        if all(x is None or isinstance(x, bool) for x in labels):
-            return next((i for i, x in enumerate(labels) if x is False), -1)
+    readable = isinstance(labels, list) and all(x is None or isinstance(x, bool) for x in labels)
+    if readable and any(isinstance(x, bool) for x in labels):
+        return next((i for i, x in enumerate(labels) if x is False), -1)
     return None
 
 
@@ -143,28 +143,25 @@ def stratum_sums(
     n, big_n = len(audited), len(rows)
     out = {"labels": float(total), "rows": float(big_n), "audited": float(n)}
     if not n:
-        return out | {"direct": 0.0, "direct_var": 0.0, "difference": 0.0, "difference_var": 0.0}
+        return out
     ls = [float(lab) for _, lab, _ in audited]
     ws = [float(w) for _, _, w in audited]
-    gs = [g_all[r.id] for r, _, _ in audited]
-    q = sum(ws) / sum(ls)
+    es = [w - g_all[r.id] for (r, _, _), w in zip(audited, ws, strict=True)]  # audit minus posterior
     keep = 1.0 - n / big_n  # finite population: a shard audited whole has no sampling error
-    mean_l = sum(ls) / n
-    if n >= 2:
-        s2_d = sum((w - q * lab) ** 2 for w, lab in zip(ws, ls, strict=True)) / (n - 1)
-        resid = [w - g for w, g in zip(ws, gs, strict=True)]
-        mean_r = sum(resid) / n
-        s2_e = sum((e - mean_r) ** 2 for e in resid) / (n - 1)
-    else:  # one audited row says little: its labels could be all right or all wrong
-        s2_d = s2_e = (mean_l / 2) ** 2
+    # the shard's estimates of its wrong labels, and what multiplies the rows' variance in each (pooled over
+    # shards by audit_counts: a shard's class may hold one audited row)
     return out | {
         "audited_labels": sum(ls),
         "audited_labels_sq": sum(x * x for x in ls),
         "wrong": sum(ws),
-        "direct": q * total,
-        "direct_var": total**2 * keep * s2_d / (n * mean_l**2),
-        "difference": sum(g_all.values()) + big_n / n * sum(w - g for w, g in zip(ws, gs, strict=True)),
-        "difference_var": big_n**2 * keep * s2_e / n,
+        "wrong_sq": sum(w * w for w in ws),
+        "wrong_labels": sum(w * lab for w, lab in zip(ws, ls, strict=True)),
+        "resid": sum(es),
+        "resid_sq": sum(e * e for e in es),
+        "direct": sum(ws) / sum(ls) * total,
+        "direct_coef": total**2 * keep / (n * (sum(ls) / n) ** 2),
+        "difference": sum(g_all.values()) + big_n / n * sum(es),
+        "difference_coef": big_n**2 * keep / n,
     }
 
 
@@ -182,7 +179,9 @@ def audit_shard(
     audit_engine = run.engine if run is not None else None
     canary_rows = canary_run.rows if canary_run is not None else []
     canaries = canary_run.stats if canary_run is not None else None
-    if not cfg.enabled or config.judge is None or config.consensus is None or judge_engine is None:
+    if not cfg.enabled or config.judge is None or judge_engine is None:
+        return {}
+    if config.consensus is None or config.consensus.policy != "soft":  # only soft holds rows to a target
         return {}
     independent = cfg.judge.engine is not None and cfg.judge.engine != config.judge.engine
     engine = audit_engine if independent and audit_engine is not None else judge_engine

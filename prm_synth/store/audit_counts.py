@@ -5,8 +5,8 @@ A shard marker holds its audit as a dict (`ShardStats.audit`, summed key by key 
 `<answer class>:<kind>` (answer class right / wrong, kind good / bad labels) a shard adds: the kept labels
 of the kind (`labels`) and kept rows holding some (`rows`), the audited rows (`audited`) and their labels
 (`audited_labels`, `audited_labels_sq`: for the rows' effective number), the wrong labels the audit found
-in them (`wrong`), and the shard's estimate of the wrong labels among ALL its kept labels with its
-variance, two ways:
+in them (`wrong`, and the sums the rows' variance is pooled from), and the shard's estimate of the wrong
+labels among ALL its kept labels, two ways, each with what multiplies the rows' variance in it (`_coef`):
 
 - `direct` (a ratio estimator, the row the unit: a row's labels stand or fall together): the audited rows'
   wrong share times the kept labels; what an audit by the run's own judge rests on, since that judge shares
@@ -14,12 +14,12 @@ variance, two ways:
 - `difference` (prediction-powered: the posterior's expected wrong labels over all kept rows, corrected by
   the audited rows' audit-minus-posterior residuals): what an independent audit judge (or gold) rests on.
 
-Shards are strata: their estimates and variances add. The interval is Clopper-Pearson on the effective
-binomial (share, share(1-share)/variance; where the variance is 0, the audited rows' effective number for
-`direct`, the kept labels for `difference`), then corrected for the audit judge's own error as the
-canaries measure it (its recall r and false alarms a, one standard error towards the pessimistic end,
-Rogan-Gladen: true wrong share = (seen - a) / (r - a)). Its high end falls below 1 as soon as the audit
-finds a wrong label, and its low end below the target as soon as the audit cannot rule that out.
+Shards are strata: their estimates and their coefficients add, and the rows' variance is pooled over them
+(a shard's class may hold one audited row). The interval is Clopper-Pearson on the effective binomial
+(share, share(1-share)/variance; where the variance is 0, the audited rows' effective number for
+`direct`, the kept labels for `difference`, each divided by the unaudited share), then moved by the
+audit judge's own error as the canaries measure it (`interval`). Its high end falls below 1 as soon as
+the audit finds a wrong label, and its low end below the target as soon as the audit cannot rule it out.
 """
 
 from __future__ import annotations
@@ -39,10 +39,14 @@ STRATUM_KEYS = (
     "audited_labels",
     "audited_labels_sq",
     "wrong",
+    "wrong_sq",
+    "wrong_labels",
+    "resid",
+    "resid_sq",
     "direct",
-    "direct_var",
+    "direct_coef",
     "difference",
-    "difference_var",
+    "difference_coef",
 )
 CAUTIOUS_Z = 1.0  # the audit judge's rates, one standard error towards the pessimistic end (estimate.py's)
 
@@ -94,6 +98,20 @@ def corrected(seen: float, recall: float, false_alarm: float, kind: str) -> floa
     return min(1.0, max(0.0, (seen - base) / (recall - false_alarm)))
 
 
+def row_variance(s: dict[str, float], estimator: str, share: float) -> float:
+    """The variance between audited rows, pooled over shards: of a row's wrong labels less the share of its
+    labels (`direct`), or of its audit-minus-posterior residual (`difference`); with one audited row, a
+    quarter of its labels squared (it could be all right or all wrong)."""
+    n = s["audited"]
+    if n < 2:
+        return (s["audited_labels"] / max(n, 1.0) / 2) ** 2
+    if estimator == "direct":
+        spread = s["wrong_sq"] - 2 * share * s["wrong_labels"] + share**2 * s["audited_labels_sq"]
+    else:
+        spread = s["resid_sq"] - s["resid"] ** 2 / n
+    return max(0.0, spread) / (n - 1)
+
+
 def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """Precision of the kept labels of one stratum (or pool): point, low, high, on what.
 
@@ -110,7 +128,7 @@ def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: s
     if s["audited"] <= 0:  # labels kept, none audited: nothing certifies them
         return {"point": None, "low": 0.0, "high": 1.0, "labels": int(labels), "rows_audited": 0}
     share = min(1.0, max(0.0, s[estimator] / labels))
-    var = max(0.0, s[f"{estimator}_var"]) / labels**2
+    var = s[f"{estimator}_coef"] * row_variance(s, estimator, share) / labels**2
     rows_effective = s["audited_labels"] ** 2 / s["audited_labels_sq"] if s["audited_labels_sq"] else s["audited"]
     unaudited = max(1e-6, 1.0 - s["audited"] / s["rows"]) if s["rows"] else 1.0
     most = (rows_effective if estimator == "direct" else labels) / unaudited
