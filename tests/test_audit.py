@@ -243,3 +243,15 @@ def test_inspect_json_says_target_met_and_whole_and_partial_rows(tmp_path):
     shown = CliRunner().invoke(app, ["inspect", str(root)], env={"COLUMNS": "400"}).output
     assert sum("target_met false" in line for line in shown.splitlines()) == 1
     assert "whole / partial rows" in shown
+
+
+def test_the_same_judge_at_another_seed_is_the_runs_own_and_a_stronger_one_is_independent():
+    import label_precision
+
+    from prm_synth.judge.audit import same_model
+
+    strong = label_precision.config_for("plain", "realistic+strong-audit", 0, 10)
+    assert not same_model(strong.audit.judge.engine, strong.judge.engine)
+    data = label_precision.config_for("plain", "realistic", 0, 10).model_dump(mode="json")
+    again = validate_config(data | {"audit": {"judge": {"engine": data["judge"]["engine"] | {"seed": 99}}}})
+    assert same_model(again.audit.judge.engine, again.judge.engine)  # its errors are the selection's

@@ -56,6 +56,14 @@ def certifying(config: PipelineConfig, run: AuditRun | None) -> PipelineConfig:
     return config.model_copy(update={"consensus": config.consensus.model_copy(update={"target_precision": run.target})})
 
 
+def same_model(a: Any, b: Any) -> bool:
+    """Whether two judge engine configs name the same model: their row fields but the seed (a server that
+    moved, or another seed, is the same judge, whose errors the selection already shares)."""
+    return {k: v for k, v in a.fingerprint_part().items() if k != "seed"} == {
+        k: v for k, v in b.fingerprint_part().items() if k != "seed"
+    }
+
+
 def given_first_error(record: LabeledRecord) -> int | None:
     """A row's gold first error from given human labels (-1: none), or None where it carries none. The
     `given_first_error` column, where the row schema has it (given solutions with human labels); a
@@ -183,10 +191,10 @@ def audit_shard(
         return {}
     if config.consensus is None or config.consensus.policy != "soft":  # only soft holds rows to a target
         return {}
-    independent = cfg.judge.engine is not None and cfg.judge.engine != config.judge.engine
+    independent = cfg.judge.engine is not None and not same_model(cfg.judge.engine, config.judge.engine)
     engine = audit_engine if independent and audit_engine is not None else judge_engine
     sample = draw_rows(kept, audit_size(len(kept), shard, cfg.rows, cfg.share), cfg.seed, shard)
-    verdicts = {r.id: g for r in sample if (g := given_first_error(r)) is not None}
+    verdicts = {r.id: g for r in sample if (g := given_first_error(r)) is not None and -1 <= g < len(r.steps)}
     gold = len(verdicts)
     ask = [r for r in sample if r.id not in verdicts]
     judge_cfg = config.judge.model_copy(
