@@ -47,7 +47,7 @@ from prm_synth.config import PipelineConfig, VLLMConfig
 from prm_synth.engines import get_engine, stop_engines
 from prm_synth.engines.stream import STOPPING, stream_for
 from prm_synth.errors import PrmSynthError
-from prm_synth.judge.audit import AuditRun, carried_target
+from prm_synth.judge.audit import AuditRun, carried_target, same_model
 from prm_synth.pipeline import (
     ShardInput,
     ShardOutput,
@@ -148,7 +148,9 @@ def label_shard(
         judge_engine = get_engine(config.judge.engine) if config.judge else None
         verify_engine = get_engine(config.verify.engine) if config.verify else None
         named = config.audit.judge.engine if config.judge is not None and config.audit.enabled else None
-        audit_engine = get_engine(named) if named is not None else None
+        # an audit judge of its own only where it is another model (else the run's judge answers it)
+        other = named is not None and config.judge is not None and not same_model(named, config.judge.engine)
+        audit_engine = get_engine(named) if other else None
         for used in (engine, judge_engine, verify_engine):
             if used is not None:  # a run that stops making progress says so, and what it waits on
                 stream_for(used).watchdog.after_s = config.run.stall_warning_s
