@@ -86,7 +86,7 @@ def test_the_interval_holds_the_true_precision_in_most_runs_and_can_say_it_misse
             r.id: {"good_labels": float(len(r.labels)), "good_expected": float(len(r.labels))} for r in records
         }
         data = {"rows_kept": len(records), "audited_rows": 30, "independent": independent}
-        data["strata"] = {"right:good": stratum_sums(records, verdicts, predicted, "right", "good")}
+        data["strata"] = {"first/right:good": stratum_sums(records, verdicts, predicted, "right", "good")}
         report = audit_report(data, 0.97)
         total = sum(len(r.labels) for r in records)
         wrong = sum(len(r.labels) - t for r in records if (t := truth[r.id]) >= 0)
@@ -112,7 +112,7 @@ def test_target_met_only_where_both_low_ends_reach_the_target_and_a_miss_is_one_
     every = {r.id: 2 for r in records}  # an audit of every row agreeing with every label
 
     def report(verdicts: dict[str, int]) -> dict:
-        strata = {f"wrong:{k}": stratum_sums(records, verdicts, predicted, "wrong", k) for k in ("good", "bad")}
+        strata = {f"first/wrong:{k}": stratum_sums(records, verdicts, predicted, "wrong", k) for k in ("good", "bad")}
         return audit_report({"rows_kept": 40, "audited_rows": len(verdicts), "independent": 1, "strata": strata}, 0.97)
 
     assert report(every)["target_met"] and miss_line(report(every)) is None
@@ -126,7 +126,7 @@ def test_target_met_only_where_both_low_ends_reach_the_target_and_a_miss_is_one_
 def test_an_audit_judge_that_misses_on_canaries_widens_the_good_labels_low_end():
     records = [row(i, [True] * 5) for i in range(60)]
     verdicts = {r.id: -1 for r in records[:30]}
-    strata = {"right:good": stratum_sums(records, verdicts, {}, "right", "good")}
+    strata = {"first/right:good": stratum_sums(records, verdicts, {}, "right", "good")}
     base = {"rows_kept": 60, "audited_rows": 30, "strata": strata}
     sure = audit_report(base | {"canary_audited": 20, "canary_named": 20, "canary_early": 0}, 0.97)
     blind = audit_report(base | {"canary_audited": 20, "canary_named": 8, "canary_early": 0}, 0.97)
@@ -159,7 +159,7 @@ def test_given_human_labels_are_the_audits_gold_and_are_never_sent_to_a_judge():
     )
     out = audit_shard(config, records, {}, 0, NoJudge(), AuditRun())  # type: ignore[arg-type]
     assert out["gold_rows"] == out["audited_rows"] == 10 and out["requests"] == 0 and out["independent"]
-    good = out["strata"]["right:good"]
+    good = out["strata"]["first/right:good"]
     assert good["wrong"] == 9 * 2 + 1  # gold first error 1 on nine rows (2 wrong of 3), 2 on the first (1 wrong)
 
 
@@ -184,7 +184,7 @@ def test_a_shard_surely_below_target_tightens_the_keep_rule_of_the_shards_after_
 
     def stats(verdicts: dict[str, int]) -> ShardStats:
         audit = {"rows_kept": 40, "audited_rows": len(verdicts), "independent": 1}
-        audit["strata"] = {"right:good": stratum_sums(records, verdicts, predicted, "right", "good")}
+        audit["strata"] = {"first/right:good": stratum_sums(records, verdicts, predicted, "right", "good")}
         audit |= {"posterior_good_labels": 160.0, "posterior_good_expected": 158.4}
         return ShardStats(audit=audit)
 

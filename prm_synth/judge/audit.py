@@ -149,15 +149,12 @@ def stratum_sums(
     }
     audited = [(r, *wrong_labels(r.labels, verdicts[r.id], kind)) for r in rows if r.id in verdicts]
     n, big_n = len(audited), len(rows)
-    out = {"labels": float(total), "rows": float(big_n), "audited": float(n)}
+    out = {"labels": float(total), "rows": float(big_n), "audited": float(n), "predicted": sum(g_all.values())}
     if not n:
         return out
     ls = [float(lab) for _, lab, _ in audited]
     ws = [float(w) for _, _, w in audited]
     es = [w - g_all[r.id] for (r, _, _), w in zip(audited, ws, strict=True)]  # audit minus posterior
-    keep = 1.0 - n / big_n  # finite population: a shard audited whole has no sampling error
-    # the shard's estimates of its wrong labels, and what multiplies the rows' variance in each (pooled over
-    # shards by audit_counts: a shard's class may hold one audited row)
     return out | {
         "audited_labels": sum(ls),
         "audited_labels_sq": sum(x * x for x in ls),
@@ -166,10 +163,6 @@ def stratum_sums(
         "wrong_labels": sum(w * lab for w, lab in zip(ws, ls, strict=True)),
         "resid": sum(es),
         "resid_sq": sum(e * e for e in es),
-        "direct": sum(ws) / sum(ls) * total,
-        "direct_coef": total**2 * keep / (n * (sum(ls) / n) ** 2),
-        "difference": sum(g_all.values()) + big_n / n * sum(es),
-        "difference_coef": big_n**2 * keep / n,
     }
 
 
@@ -231,7 +224,11 @@ def audit_shard(
         "tokens": tokens,
         "auditor": engine.model_name if independent else None,
         "independent": int(independent or (gold > 0 and gold == len(verdicts))),
-        "strata": {f"{c}:{k}": stratum_sums(kept, verdicts, predicted, c, k) for c in CLASSES for k in KINDS},
+        "strata": {
+            f"{'first' if shard == 0 else 'rest'}/{c}:{k}": stratum_sums(kept, verdicts, predicted, c, k)
+            for c in CLASSES
+            for k in KINDS
+        },
     }
     out |= audit_of_canaries(engine, judge_cfg, config, canary_rows, canaries, independent, first)
     for kind in KINDS:  # what the posterior said of the same kept labels (stricter_target reads it)

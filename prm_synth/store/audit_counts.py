@@ -2,11 +2,13 @@
 and the precision it certifies (`audit_report`): the run's `estimated_precision` and `target_met`.
 
 A shard marker holds its audit as a dict (`ShardStats.audit`, summed key by key over shards). Per stratum
-`<answer class>:<kind>` (answer class right / wrong, kind good / bad labels) a shard adds: the kept labels
-of the kind (`labels`) and kept rows holding some (`rows`), the audited rows (`audited`) and their labels
-(`audited_labels`, `audited_labels_sq`: for the rows' effective number), the wrong labels the audit found
-in them (`wrong`, and the sums the rows' variance is pooled from), and the shard's estimate of the wrong
-labels among ALL its kept labels, two ways, each with what multiplies the rows' variance in it (`_coef`):
+`<part>/<answer class>:<kind>` (part `first`: the first shard, drawn at its own rate; `rest`: every shard
+after it, drawn at `audit.share`; answer class right / wrong; kind good / bad labels) a shard adds raw
+sums only: the kept labels of the kind (`labels`) and kept rows holding some (`rows`), the posterior's
+expected wrong labels among them (`predicted`), the audited rows (`audited`) and their labels
+(`audited_labels`, `audited_labels_sq`), the wrong labels the audit found in them (`wrong`, `wrong_sq`,
+`wrong_labels`) and their audit-minus-posterior residuals (`resid`, `resid_sq`). The wrong labels among
+ALL the kept labels of a stratum are estimated two ways (`estimate`):
 
 - `direct` (a ratio estimator, the row the unit: a row's labels stand or fall together): the audited rows'
   wrong share times the kept labels; what an audit by the run's own judge rests on, since that judge shares
@@ -14,8 +16,7 @@ labels among ALL its kept labels, two ways, each with what multiplies the rows' 
 - `difference` (prediction-powered: the posterior's expected wrong labels over all kept rows, corrected by
   the audited rows' audit-minus-posterior residuals): what an independent audit judge (or gold) rests on.
 
-Shards are strata: their estimates and their coefficients add, and the rows' variance is pooled over them
-(a shard's class may hold one audited row). The interval is Clopper-Pearson on the effective binomial
+Strata's estimates and variances add (`pooled`). The interval is Clopper-Pearson on the effective binomial
 (share, share(1-share)/variance; where the variance is 0, the audited rows' effective number for
 `direct`, the kept labels for `difference`, each divided by the unaudited share), then moved by the
 audit judge's own error as the canaries measure it (`interval`). Its high end falls below 1 as soon as
@@ -43,11 +44,11 @@ STRATUM_KEYS = (
     "wrong_labels",
     "resid",
     "resid_sq",
-    "direct",
-    "direct_coef",
-    "difference",
-    "difference_coef",
+    "predicted",
 )
+# The strata of the draw: the first shard audits at least `audit.rows`, every shard after it `audit.share`
+# of its kept rows (one sampling rate: those shards are one stratum however many there are).
+PARTS = ("first", "rest")
 CAUTIOUS_Z = 1.0  # the audit judge's rates, one standard error towards the pessimistic end (estimate.py's)
 
 
@@ -55,11 +56,40 @@ def stratum(data: dict[str, Any], key: str) -> dict[str, float]:
     return {k: 0.0 for k in STRATUM_KEYS} | (data.get("strata", {}).get(key) or {})
 
 
-def _pooled(data: dict[str, Any], kind: str, classes: tuple[str, ...]) -> dict[str, float]:
-    out = {k: 0.0 for k in STRATUM_KEYS}
+def estimate(s: dict[str, float], estimator: str) -> tuple[float, float]:
+    """One stratum's estimate of the wrong labels among its kept labels, and its variance (the row the
+    unit, finite population: a stratum audited whole has no sampling error). `direct`: the audited rows'
+    wrong share times the kept labels; `difference`: the posterior's expected wrong labels plus the
+    audited rows' mean audit-minus-posterior residual times the kept rows. With one audited row the rows'
+    variance is a quarter of its labels squared (they could be all right or all wrong)."""
+    n, big_n = s["audited"], max(s["rows"], s["audited"], 1.0)
+    keep, mean_l = 1.0 - n / big_n, s["audited_labels"] / n
+    if estimator == "direct":
+        share = s["wrong"] / s["audited_labels"] if s["audited_labels"] else 0.0
+        spread = s["wrong_sq"] - 2 * share * s["wrong_labels"] + share**2 * s["audited_labels_sq"]
+        s2 = max(0.0, spread) / (n - 1) if n >= 2 else (mean_l / 2) ** 2
+        return share * s["labels"], s["labels"] ** 2 * keep * s2 / (n * mean_l**2)
+    s2 = max(0.0, s["resid_sq"] - s["resid"] ** 2 / n) / (n - 1) if n >= 2 else (mean_l / 2) ** 2
+    return s["predicted"] + big_n / n * s["resid"], big_n**2 * keep * s2 / n
+
+
+def pooled(data: dict[str, Any], kind: str, classes: tuple[str, ...], estimator: str) -> dict[str, float]:
+    """The strata of `classes` (each in its parts) for labels of `kind`, together: their raw sums, and the
+    summed estimates and variances (`estimate`, `variance`). A class whose part holds kept labels but no
+    audited row is read as one stratum (its parts' rates differ a little; nothing else covers it)."""
+    out = {k: 0.0 for k in STRATUM_KEYS} | {"estimate": 0.0, "variance": 0.0}
     for c in classes:
-        for k, v in stratum(data, f"{c}:{kind}").items():
-            out[k] += v
+        parts = [stratum(data, f"{p}/{c}:{kind}") for p in PARTS]
+        whole = {k: sum(part[k] for part in parts) for k in STRATUM_KEYS}
+        for k in STRATUM_KEYS:
+            out[k] += whole[k]
+        if not whole["audited"]:
+            continue
+        blind = any(part["labels"] > 0 and not part["audited"] for part in parts)
+        for part in [whole] if blind else [p for p in parts if p["audited"]]:
+            wrong, var = estimate(part, estimator)
+            out["estimate"] += wrong
+            out["variance"] += var
     return out
 
 
@@ -98,57 +128,46 @@ def corrected(seen: float, recall: float, false_alarm: float, kind: str) -> floa
     return min(1.0, max(0.0, (seen - base) / (recall - false_alarm)))
 
 
-def row_variance(s: dict[str, float], estimator: str, share: float) -> float:
-    """The variance between audited rows, pooled over shards: of a row's wrong labels less the share of its
-    labels (`direct`), or of its audit-minus-posterior residual (`difference`); with one audited row, a
-    quarter of its labels squared (it could be all right or all wrong)."""
-    n = s["audited"]
-    if n < 2:
-        return (s["audited_labels"] / max(n, 1.0) / 2) ** 2
-    if estimator == "direct":
-        spread = s["wrong_sq"] - 2 * share * s["wrong_labels"] + share**2 * s["audited_labels_sq"]
-    else:
-        spread = s["resid_sq"] - s["resid"] ** 2 / n
-    return max(0.0, spread) / (n - 1)
-
-
 def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """Precision of the kept labels of one stratum (or pool): point, low, high, on what.
 
     The seen wrong share's interval is Clopper-Pearson on an effective binomial (its estimate and variance;
     where the variance is 0, the audited rows' effective number, `direct`, or the kept labels,
     `difference`, either divided by the unaudited share: a stratum audited whole has no sampling error).
-    The audit judge's error then moves the ends, never past what the audit saw: the low end credits the
-    judge with no false alarm and no miss it did not make on canaries (good labels: seen / recall at its
-    low end; bad labels: seen as wrong), the high end with its measured rates at their optimistic end, and
-    the point is Rogan-Gladen at the measured rates, held inside the two."""
+    The audit judge's error then moves the ends, each the way that widens the interval: on good labels the
+    low end reads the judge's findings through its recall at one standard error low (it may have missed
+    more), the high end takes them as they are; on bad labels the low end counts every one it saw wrong as
+    wrong, the high end credits its misses at that recall. The point is Rogan-Gladen at the measured
+    recall, held inside the two. (Recall on canaries may read low where their rows hide natural errors:
+    a verdict naming the hidden one is not the planted step; the ends stay on the safe side of that.)"""
     labels = s["labels"]
     if labels <= 0:
         return None
     if s["audited"] <= 0:  # labels kept, none audited: nothing certifies them
         return {"point": None, "low": 0.0, "high": 1.0, "labels": int(labels), "rows_audited": 0}
-    share = min(1.0, max(0.0, s[estimator] / labels))
-    var = s[f"{estimator}_coef"] * row_variance(s, estimator, share) / labels**2
+    share = min(1.0, max(0.0, s["estimate"] / labels))
+    var = s["variance"] / labels**2
     rows_effective = s["audited_labels"] ** 2 / s["audited_labels_sq"] if s["audited_labels_sq"] else s["audited"]
     unaudited = max(1e-6, 1.0 - s["audited"] / s["rows"]) if s["rows"] else 1.0
     most = (rows_effective if estimator == "direct" else labels) / unaudited
     n_eff = share * (1 - share) / var if var > 0 and 0 < share < 1 else most
     n_eff = max(1.0, min(n_eff, most))
     seen_low, seen_high = clopper_pearson(share * n_eff, n_eff)
-    r_lo, a_hi = rates["recall_ends"][0], rates["false_alarm_ends"][1]
+    # False alarms are reported, never subtracted: a canary's row was chosen clean by its rollouts, and a
+    # verdict before the planted step may name an error the row hid (what right answers do), so the rate
+    # measured there would explain real findings away. Counting every finding is the cautious side.
+    r_lo, recall, false_alarm = rates["recall_ends"][0], rates["recall"], 0.0
     # what the audit judge's own measured error could hide in the rows it saw (all of them missed at once,
     # at 2.5%): the floor of the high end where sampling leaves little (an audit of every kept row)
-    hides = 1.0 - rates["recall"] if kind == "good" else rates["false_alarm"]
+    hides = 1.0 - recall if kind == "good" else rates["false_alarm"]
     hidden_rows = math.log(0.025) / math.log(hides) if 0.0 < hides < 1.0 else (s["audited"] if hides >= 1.0 else 0.0)
     floor = min(1.0, hidden_rows * s["audited_labels"] / max(s["audited"], 1.0) / labels)
     seen_high = max(seen_high, floor)
-    if kind == "good":
-        wrong_high = min(1.0, seen_high / max(r_lo, 1e-6))
-        wrong_low = max(0.0, (seen_low - a_hi) / max(1.0 - a_hi, 1e-6))
-    else:
-        wrong_high = seen_high
-        wrong_low = corrected(seen_low, r_lo, a_hi, kind)
-    point = min(wrong_high, max(wrong_low, corrected(share, rates["recall"], rates["false_alarm"], kind)))
+    # good labels: seen / recall at its low end; bad labels: every one seen wrong counted wrong
+    wrong_high = min(1.0, seen_high / max(r_lo, 1e-6)) if kind == "good" else seen_high
+    # the optimistic end: good labels, the judge missed nothing; bad ones, it missed as much as it may have
+    wrong_low = min(wrong_high, seen_low if kind == "good" else corrected(seen_low, r_lo, false_alarm, kind))
+    point = min(wrong_high, max(wrong_low, corrected(share, recall, false_alarm, kind)))
     return {
         "point": round(1.0 - point, 4),
         "low": round(1.0 - wrong_high, 4),
@@ -167,9 +186,9 @@ def audit_report(data: dict[str, Any] | None, target: float) -> dict[str, Any] |
         return None
     estimator = "difference" if data.get("independent") else "direct"
     rates = audit_rates(data)
-    out: dict[str, Any] = {k: interval(_pooled(data, k, CLASSES), estimator, rates, k) for k in KINDS}
+    out: dict[str, Any] = {k: interval(pooled(data, k, CLASSES, estimator), estimator, rates, k) for k in KINDS}
     out["by_answer"] = {
-        c: {k: interval(stratum(data, f"{c}:{k}"), estimator, rates, k) for k in KINDS} for c in CLASSES
+        c: {k: interval(pooled(data, k, (c,), estimator), estimator, rates, k) for k in KINDS} for c in CLASSES
     }
     ends = [out[k]["low"] for k in KINDS if out[k] is not None]
     out["target"] = target
