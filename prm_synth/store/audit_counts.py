@@ -153,6 +153,8 @@ def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: s
     n_eff = share * (1 - share) / var if var > 0 and 0 < share < 1 else most
     n_eff = max(1.0, min(n_eff, most))
     seen_low, seen_high = clopper_pearson(share * n_eff, n_eff)
+    if share * n_eff < 1.0:  # less than one wrong draw expected (the posterior's fractions): none may be
+        seen_low = 0.0
     # False alarms are reported, never subtracted: a canary's row was chosen clean by its rollouts, and a
     # verdict before the planted step may name an error the row hid (what right answers do), so the rate
     # measured there would explain real findings away. Counting every finding is the cautious side.
