@@ -296,5 +296,9 @@ def test_consensus_run_reports_its_statistics_in_summary_and_artifacts(tmp_path)
     assert sum(consensus.rejected_by_reason.values()) == len(rejected) == summary.rejected
     assert all(json.loads(r["payload"])["judge_votes"] for r in rejected)  # the whole record travels along
     with get_client(sync_client=True) as client:
-        markdown = [a for a in client.read_artifacts() if a.key == "simulated-consensus-summary"]
+        artifacts = client.read_artifacts()
+    markdown = [a for a in artifacts if a.key == "simulated-consensus-summary"]
     assert markdown and "## Consensus" in markdown[-1].data and "mc=" in markdown[-1].data
+    # the audit cannot certify 0.99 here: the counts artifact says so in one line (as inspect and the card)
+    counts = [a for a in artifacts if a.key == "simulated-consensus-counts"]
+    assert not summary.target_met() and counts and str(counts[-1].data).count("target_met false") == 1
