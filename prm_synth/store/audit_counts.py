@@ -77,7 +77,7 @@ def pooled(data: dict[str, Any], kind: str, classes: tuple[str, ...], estimator:
     """The strata of `classes` (each in its parts) for labels of `kind`, together: their raw sums, and the
     summed estimates and variances (`estimate`, `variance`). A class whose part holds kept labels but no
     audited row is read as one stratum (its parts' rates differ a little; nothing else covers it)."""
-    out = {k: 0.0 for k in STRATUM_KEYS} | {"estimate": 0.0, "variance": 0.0}
+    out = {k: 0.0 for k in STRATUM_KEYS} | {"estimate": 0.0, "variance": 0.0, "found": 0.0}
     for c in classes:
         parts = [stratum(data, f"{p}/{c}:{kind}") for p in PARTS]
         whole = {k: sum(part[k] for part in parts) for k in STRATUM_KEYS}
@@ -90,6 +90,7 @@ def pooled(data: dict[str, Any], kind: str, classes: tuple[str, ...], estimator:
             wrong, var = estimate(part, estimator)
             out["estimate"] += wrong
             out["variance"] += var
+            out["found"] += estimate(part, "direct")[0]  # from what the audit found alone
     return out
 
 
@@ -152,9 +153,11 @@ def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: s
     most = (rows_effective if estimator == "direct" else labels) / unaudited
     n_eff = share * (1 - share) / var if var > 0 and 0 < share < 1 else most
     n_eff = max(1.0, min(n_eff, most))
-    seen_low, seen_high = clopper_pearson(share * n_eff, n_eff)
-    if share * n_eff < 1.0:  # less than one wrong draw expected (the posterior's fractions): none may be
-        seen_low = 0.0
+    seen_high = clopper_pearson(share * n_eff, n_eff)[1]
+    # the low end of the wrong share from what the audit found alone: the posterior's expected wrong labels
+    # on rows nobody audited are no evidence that any is wrong (and under one found draw, none may be)
+    found = min(1.0, s["found"] / labels) * n_eff
+    seen_low = clopper_pearson(found, n_eff)[0] if found >= 1.0 else 0.0
     # False alarms are reported, never subtracted: a canary's row was chosen clean by its rollouts, and a
     # verdict before the planted step may name an error the row hid (what right answers do), so the rate
     # measured there would explain real findings away. Counting every finding is the cautious side.
