@@ -40,7 +40,7 @@ exact grading, one step per line, independent rollouts); the first is the model'
 Beyond math (benchmarks/domain_worlds.py, under "domains" in the JSON line): a code world (programs
 run in the sandbox, bugs at known steps, some hidden by a later step), a multiple-choice world and a
 no-gold world (majority pseudo-gold, wrong on a known share; judged and filtered by soft consensus with
-each row's pseudo-gold doubt, and its variants), each on the held-out seeds 1010-1013.
+each row's pseudo-gold doubt, and its variants), each on the domain worlds' development seeds 0-3 (their held-out 1012-1013 with `--seeds heldout`).
 
 Each world's problems get one sampled solution each (`--samples N`: N, which the default search
 labels with their problem's luck shared) and are labeled through the library's labeler
@@ -526,7 +526,7 @@ def main() -> None:
         type=int,
         default=None,
         help="problems per seed in each world beyond math (domain_worlds.py: code in the sandbox, choice, "
-        "no gold), on the held-out seeds 1010-1013; default min(--problems, 40); 0 leaves them out",
+        "no gold), on their development seeds 0-3 (held-out 1012-1013 with --seeds heldout); default min(--problems, 40); 0 leaves them out",
     )
     parser.add_argument("--per-seed", type=Path, default=None, help="write every world-seed's figures here (JSON)")
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
@@ -584,7 +584,10 @@ def main() -> None:
     if domain_problems > 0:
         import domain_worlds  # benchmarks/ is on sys.path: run as a script
 
-        head["domains"] = domain_worlds.run(domain_problems, list(domain_worlds.HELD_OUT))  # 1012-1013
+        # the domain worlds' own held-out seeds (1012-1013) with held-out seeds, else their development ones
+        held_out = all(seed in SEED_RANGES["heldout"] for seed in seeds)
+        domain_seeds = domain_worlds.HELD_OUT if held_out else domain_worlds.DEVELOPMENT
+        head["domains"] = domain_worlds.run(domain_problems, list(domain_seeds))
         for world, r in head["domains"].items():
             print(f"domain world {world}: good precision {r['good_precision']}, bad precision {r['bad_precision']}")
     print(json.dumps(head))
