@@ -40,7 +40,7 @@ exact grading, one step per line, independent rollouts); the first is the model'
 Beyond math (benchmarks/domain_worlds.py, under "domains" in the JSON line): a code world (programs
 run in the sandbox, bugs at known steps, some hidden by a later step), a multiple-choice world and a
 no-gold world (majority pseudo-gold, wrong on a known share; judged and filtered by soft consensus with
-each row's pseudo-gold doubt, and its variants), each on the held-out seeds 1010-1013.
+each row's pseudo-gold doubt, and its variants), each on the domain worlds' development seeds 0-3 (their held-out 1012-1013 with `--seeds heldout`).
 
 Each world's problems get one sampled solution each (`--samples N`: N, which the default search
 labels with their problem's luck shared) and are labeled through the library's labeler
@@ -71,10 +71,11 @@ Last line, one JSON object for the default method:
 (with --methods, one more JSON line per extra method precedes it, in the same shape).
 
 Seeds: `--seeds dev` (0-17, the seeds settings are chosen on: the ablation's screenings too),
-`--seeds used` (1000-1007: once called held-out, then looked at by a choice: the 2026-12-05 ablation
-chose its removals on 1000-1001 and confirmed them on 1002-1003; the 2026-12-06 round kept two settings
-after its report on 1004-1005, and its second round one after its report on 1006-1007; neither
-development nor held-out now), `--seeds heldout` (1008-1029,
+`--seeds used` (1000-1008, 1010-1011: once called held-out, then looked at by a choice: the 2026-12-05
+ablation chose its removals on 1000-1001 and confirmed them on 1002-1003; the 2026-12-06 round kept two
+settings after its report on 1004-1005, and its second round one after its report on 1006-1007; 1008
+gates CI in tests/test_labels_vs_truth.py and 1010-1011 shaped the domain worlds; neither development nor
+held-out now), `--seeds heldout` (1009, 1012-1029,
 which no choice has looked at: report these), `--seeds A-B` or `--seeds N` (`--seed N`
 alone: one seed, as before). Over several seeds each world's figures are the mean and standard error
 over seeds, the reliability table and diagram pool the seeds, and the last line is
@@ -175,8 +176,13 @@ MIN_BIN = 100  # steps a bin needs before its gap counts
 # dev: choices are made here; used: looked at by a choice (the 2026-12-05 ablation chose on 1000-1001 and
 # confirmed on 1002-1003; the 2026-12-06 round kept mode_rise and recent_choices after reading 1004-1005,
 # and its second round restored recent_share_prior after reading 1006-1007);
+# 1008 gates CI (tests/test_labels_vs_truth.py) and 1010-1011 shaped the domain worlds (issue 57): used too;
 # heldout: no choice has looked at them (report these; choose nothing on them)
-SEED_RANGES = {"dev": range(0, 18), "used": range(1000, 1008), "heldout": range(1008, 1030)}
+SEED_RANGES = {
+    "dev": list(range(0, 18)),
+    "used": [*range(1000, 1009), 1010, 1011],
+    "heldout": [1009, *range(1012, 1030)],
+}
 FIGURES = (
     "good_precision",
     "bad_precision",
@@ -505,7 +511,7 @@ def main() -> None:
         type=parse_seeds,
         default=None,
         help="dev (0-17: settings are chosen on these), used (1000-1007: choices looked at them), "
-        "heldout (1008-1029: no choice looked at them; report these), A-B or N",
+        "heldout (1009, 1012-1029: no choice looked at them; report these), A-B or N",
     )
     parser.add_argument(
         "--set",
@@ -520,7 +526,7 @@ def main() -> None:
         type=int,
         default=None,
         help="problems per seed in each world beyond math (domain_worlds.py: code in the sandbox, choice, "
-        "no gold), on the held-out seeds 1010-1013; default min(--problems, 40); 0 leaves them out",
+        "no gold), on their development seeds 0-3 (held-out 1012-1013 with --seeds heldout); default min(--problems, 40); 0 leaves them out",
     )
     parser.add_argument("--per-seed", type=Path, default=None, help="write every world-seed's figures here (JSON)")
     parser.add_argument("--png", type=Path, default=Path("benchmarks/out/fidelity_reliability.png"))
@@ -578,7 +584,10 @@ def main() -> None:
     if domain_problems > 0:
         import domain_worlds  # benchmarks/ is on sys.path: run as a script
 
-        head["domains"] = domain_worlds.run(domain_problems, list(domain_worlds.HELD_OUT))
+        # the domain worlds' own held-out seeds (1012-1013) with held-out seeds, else their development ones
+        held_out = all(seed in SEED_RANGES["heldout"] for seed in seeds)
+        domain_seeds = domain_worlds.HELD_OUT if held_out else domain_worlds.DEVELOPMENT
+        head["domains"] = domain_worlds.run(domain_problems, list(domain_seeds))
         for world, r in head["domains"].items():
             print(f"domain world {world}: good precision {r['good_precision']}, bad precision {r['bad_precision']}")
     print(json.dumps(head))

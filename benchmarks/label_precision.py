@@ -16,13 +16,22 @@ whether the interval holds the measured precision. Cases (world, judge profile):
   (`repair_goes_on`), so the rollouts place the first error late there too (issue 57;
   benchmarks/results/canaries-continued-2026-12-07.md: chosen on seeds 4-11, 300-302 used, reported on 320-324).
 
-Settings were chosen on seeds 0-3; the figures reported are on held-out seeds 200-202 (the default).
+- plain, realistic, audited by a stronger judge (`audit.judge` a simulated judge of higher accuracy),
+  with the default audit size (30 rows) and with `audit.rows: 40` (`strong-audit-rows-40`): the run's
+  `target_met` can only be true where an independent audit certifies it.
 
-    .venv/bin/python benchmarks/label_precision.py [--problems 60] [--seeds 200 201 202] [--report]
+Every run is audited (the `audit` section's defaults, shard/audit.py): beside the measured precision, the
+audit's interval (`estimated_precision`), `target_met`, and whether the interval holds the measured
+precision, counted only where the check could fail (measured below 1, or the interval's high end below 1).
 
-Beside kept rows: the kept good and bad labels, the rows kept with only the labels that reach the target
-(`partial`: consensus left their other steps `below_target`), and the kept rows a trainer's view exports
-(`trainable`: the first step labeled). The last line is one JSON object: per case, per seed and on
+Seeds: development 0-3 (the default; settings are chosen here); 100-102 and 200-202 were called held-out
+and shaped the design since (used, issue 57); held-out: 300-309 (`--seeds 300 301 ...`).
+
+    .venv/bin/python benchmarks/label_precision.py [--problems 60] [--seeds 0 1 2 3] [--report]
+
+Beside kept rows: whole rows (every step labeled) and partial rows (consensus left some steps
+`below_target`) apart, with labels a row for each, the kept good and bad labels, and the kept rows a
+trainer's view exports (`trainable`: the first step labeled); judge requests a row with the audit's. The last line is one JSON object: per case, per seed and on
 average, the figures above; `--report` also writes benchmarks/results/label_precision-seeds-<seeds>-<date>.md.
 """
 
@@ -37,8 +46,10 @@ from prm_synth.config import validate_config
 from prm_synth.pipeline import iter_shards, process_shard
 from prm_synth.records import LabeledRecord, ShardStats
 from prm_synth.records.canaries import CanaryStats, precision_report
+from prm_synth.shard.audit import AuditRun, carried_target
 from prm_synth.simulated.arithmetic import true_first_error
 from prm_synth.simulated.engines import JUDGE_PROFILES, SimulatedJudge, SimulatedPolicy
+from prm_synth.store.audit_counts import audit_report
 
 WORLDS: dict[str, dict[str, Any]] = {
     "plain": {"step_error": 0.1, "recover": 0.05, "recover_in_sample": True},
@@ -58,13 +69,45 @@ CASES = (
     ("repair", "correlated"),
     ("plain", "oracle"),
     ("slip_repair", "realistic"),
+    ("plain", "realistic+strong-audit"),
+    ("plain", "realistic+strong-audit-rows-40"),
 )
+DEVELOPMENT_SEEDS = [0, 1, 2, 3]
+USED_SEEDS = [100, 101, 102, 200, 201, 202]  # once called held-out, looked at since (issue 57)
+# a stronger audit judge than the realistic one: what `audit.judge` may name (another model)
+STRONG_AUDIT = {
+    "kind": "simulated-judge",
+    "model_name": "simulated-strong-judge",
+    "errors": {
+        "recall_wrong_answer": 0.98,
+        "recall_right_answer": 0.95,
+        "off_by": 0.02,
+        "false_alarm": 0.01,
+        "format_failure": 0.01,
+    },
+}
 
 
-def config_for(world: str, profile: str, seed: int, problems: int, canaries: dict[str, Any] | None = None) -> Any:
+def config_for(
+    world: str,
+    profile: str,
+    seed: int,
+    problems: int,
+    shard_size: int | None = None,
+    canaries: dict[str, Any] | None = None,
+) -> Any:
+    profile, _, audit = profile.partition("+")
     judge = JUDGE_PROFILES[profile].model_dump(mode="json") | {"seed": seed}
+    audit_section: dict[str, Any] = {}
+    if audit.startswith("strong-audit"):  # `strong-audit-all`: every kept row audited (a census)
+        audit_section = {"judge": {"engine": STRONG_AUDIT | {"seed": seed + 7}}}
+        audit_section |= {"rows": 1_000_000} if audit.startswith("strong-audit-all") else {}
+        audit_section |= {"rows": int(audit.rpartition("-")[2])} if audit.startswith("strong-audit-rows-") else {}
+        if audit.endswith(("-1", "-2")):  # `strong-audit-all-1`: one vote a row (two: -2)
+            audit_section["judge"]["samples"] = int(audit[-1])
     return validate_config(
         {
+            "audit": audit_section,
             "name": "label-precision",
             "problems": {"kind": "builtin", "count": problems, "seed": seed, "min_ops": 5, "max_ops": 12},
             "policy": {"kind": "simulated", "seed": seed, **WORLDS[world]},
@@ -72,7 +115,7 @@ def config_for(world: str, profile: str, seed: int, problems: int, canaries: dic
             "judge": {"engine": judge, "samples": 3},
             "consensus": {},
             "canaries": canaries or {},
-            "output": {"shard_size": problems},
+            "output": {"shard_size": shard_size or problems},
         }
     )
 
@@ -83,8 +126,23 @@ def label_counts(rows: list[LabeledRecord]) -> dict[str, int]:
         "good_labels": sum(r.labels.count(True) for r in rows),
         "bad_labels": sum(r.labels.count(False) for r in rows),
         "partial": sum(1 for r in rows if "below_target" in (r.unlabeled_reason or [])),
+        "whole": sum(1 for r in rows if "below_target" not in (r.unlabeled_reason or [])),
+        "labels_per_whole_row": per_row([r for r in rows if "below_target" not in (r.unlabeled_reason or [])]),
+        "labels_per_partial_row": per_row([r for r in rows if "below_target" in (r.unlabeled_reason or [])]),
         "trainable": sum(1 for r in rows if r.labels and r.labels[0] is not None),
     }
+
+
+def per_row(rows: list[LabeledRecord]) -> float | None:
+    return round(sum(sum(x is not None for x in r.labels) for r in rows) / len(rows), 2) if rows else None
+
+
+def holds(interval: dict[str, Any] | None, measured: float | None) -> bool | None:
+    """Whether the interval holds the measured precision; None where the check could not fail (nothing
+    measured, or measured 1.0 under a high end of 1.0)."""
+    if interval is None or measured is None or (measured >= 1.0 and interval["high"] >= 1.0):
+        return None
+    return bool(interval["low"] <= measured <= interval["high"])
 
 
 def precision(rows: list[LabeledRecord]) -> dict[str, float | None]:
@@ -101,16 +159,27 @@ def precision(rows: list[LabeledRecord]) -> dict[str, float | None]:
 
 
 def run_case(
-    world: str, profile: str, seed: int, problems: int, canaries: dict[str, Any] | None = None
+    world: str,
+    profile: str,
+    seed: int,
+    problems: int,
+    shard_size: int | None = None,
+    canaries: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    config = config_for(world, profile, seed, problems, canaries)
+    config = config_for(world, profile, seed, problems, shard_size, canaries)
     policy, judge = SimulatedPolicy(config.policy), SimulatedJudge(config.judge.engine)
+    auditor = SimulatedJudge(config.audit.judge.engine) if config.audit.judge.engine is not None else None
     kept: list[LabeledRecord] = []
     stats = ShardStats()
+    written: list[ShardStats] = []
     for shard in iter_shards(config):
-        out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge)
+        # as `prm-synth run` does: a shard reads the audit of the shards max_parallel_shards before it
+        target = carried_target(config, written[: max(0, shard.index - config.run.max_parallel_shards + 1)])
+        run = AuditRun(auditor, target)
+        out = process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge, audit=run)
         kept += out.records
         stats = stats + out.stats
+        written.append(out.stats)
     measured = precision(kept)
     canaries = CanaryStats.read(stats.canaries)
     estimate = precision_report(stats.consensus.estimate if stats.consensus else {}, canaries)
@@ -119,6 +188,8 @@ def run_case(
     for kind in ("good", "bad"):
         e, m = estimate.get(kind), measured[kind]
         inside[kind] = None if e is None or m is None else bool(e["low"] <= m <= e["high"])
+    audit = audit_report(stats.audit, config.consensus.target_precision) or {}
+    audit_holds = {k: holds(audit.get(k), measured[k]) for k in ("good", "bad")}
     right = [r for r in kept if r.final_correct]
     hidden = sum(1 for r in right if true_first_error(r.steps) >= 0)
     return {
@@ -131,6 +202,21 @@ def run_case(
         "judge_requests_per_row": round(stats.judge.samples / max(stats.rows + stats.rejected, 1), 3)
         if stats.judge
         else None,
+        "audit": {k: audit.get(k) for k in ("good", "bad", "target_met", "rows_audited", "estimator", "rests_on")},
+        "audit_holds": audit_holds,
+        "target_met": audit.get("target_met"),
+        "audit_requests_per_row": round(
+            (stats.audit.get("requests", 0) + stats.audit.get("canary_requests", 0))
+            / max(stats.rows + stats.rejected, 1),
+            3,
+        ),
+        "canary_judge_requests_per_row": round(
+            (c.by_answer and sum(c.of(a)["votes"] + c.of(a)["unreadable"] for a in ("right", "wrong")) or 0)
+            / max(stats.rows + stats.rejected, 1),
+            3,
+        )
+        if (c := CanaryStats.read(stats.canaries))
+        else 0.0,
         "canaries": c.summary() if (c := CanaryStats.read(stats.canaries)) else None,
         "kept_right_hiding_error": f"{hidden}/{len(right)}",
     }
@@ -141,7 +227,8 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=60)
-    parser.add_argument("--seeds", type=int, nargs="*", default=[200, 201, 202])
+    parser.add_argument("--shard-size", type=int, default=None, help="problems a shard (default: all in one)")
+    parser.add_argument("--seeds", type=int, nargs="*", default=DEVELOPMENT_SEEDS, help="development 0-3 (default)")
     parser.add_argument("--cases", nargs="*", default=[f"{w}/{p}" for w, p in CASES])
     parser.add_argument("--report", action=ReportFlag)
     args = parser.parse_args()
@@ -149,27 +236,40 @@ def main() -> None:
     result: dict[str, Any] = {"problems": args.problems, "seeds": args.seeds, "cases": {}}
     for case in args.cases:
         world, profile = case.split("/")
-        runs = {seed: run_case(world, profile, seed, args.problems) for seed in args.seeds}
+        runs = {seed: run_case(world, profile, seed, args.problems, args.shard_size) for seed in args.seeds}
         mean = {
             **{
                 k: round(sum(r[k] for r in runs.values()) / len(runs), 2)
-                for k in ("kept", "trainable", "partial", "good_labels", "bad_labels")
+                for k in ("kept", "whole", "partial", "trainable", "good_labels", "bad_labels")
             },
             **{
                 f"{k}_precision": round(sum(r["measured"][k] or 0.0 for r in runs.values()) / len(runs), 4)
                 for k in ("good", "bad")
             },
             "inside": sum(bool(v) for r in runs.values() for v in r["inside"].values()),
+            "audit_holds": f"{sum(v is True for r in runs.values() for v in r['audit_holds'].values())}/"
+            f"{sum(v is not None for r in runs.values() for v in r['audit_holds'].values())}",
+            "target_met": sum(bool(r["target_met"]) for r in runs.values()),
+            "target_met_while_below": sum(
+                bool(r["target_met"]) and any(m is not None and m < 0.97 - 0.01 for m in r["measured"].values())
+                for r in runs.values()
+            ),
+            "audit_requests_per_row": round(sum(r["audit_requests_per_row"] for r in runs.values()) / len(runs), 3),
+            "canary_judge_requests_per_row": round(
+                sum(r["canary_judge_requests_per_row"] for r in runs.values()) / len(runs), 3
+            ),
             "judge_requests_per_row": round(
                 sum(r["judge_requests_per_row"] or 0 for r in runs.values()) / len(runs), 3
             ),
         }
         for seed, r in runs.items():
             print(
-                f"{case:22} seed {seed}: kept {r['kept']:3} (partial {r['partial']}, trainable {r['trainable']}, "
+                f"{case:22} seed {seed}: kept {r['kept']:3} (whole {r['whole']} at {r['labels_per_whole_row']} "
+                f"labels a row, partial {r['partial']} at {r['labels_per_partial_row']}, trainable {r['trainable']}, "
                 f"labels {r['good_labels']}/{r['bad_labels']})  measured {r['measured']}  "
-                f"estimated good {r['estimated']['good']} bad {r['estimated']['bad']}  inside {r['inside']}  "
-                f"right hiding {r['kept_right_hiding_error']}",
+                f"audit good {r['audit']['good']} bad {r['audit']['bad']}  target_met {r['target_met']}  "
+                f"audit holds {r['audit_holds']}  requests a row: judge {r['judge_requests_per_row']} "
+                f"+ audit {r['audit_requests_per_row']} + canaries {r['canary_judge_requests_per_row']}",
                 flush=True,
             )
         print(f"{case:22} mean: {mean}", flush=True)

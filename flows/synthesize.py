@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,7 @@ from prm_synth.problems.given import problems_in  # a given solution's question 
 from prm_synth.problems.sources import count_hint
 from prm_synth.products.cost_measure import measure_dry_run
 from prm_synth.records import Item
+from prm_synth.shard.audit import AuditRun, carried_target, same_model
 from prm_synth.shard.open_rows import with_open_rows_finished
 from prm_synth.shard.rewrite import ShardRefusedError, plan_shard, write_shard_rows
 from prm_synth.simulated.solvable import check_policy_can_solve
@@ -115,11 +116,12 @@ def label_shard(
     redo: list[str] | None = None,
     reopen: list[str] | None = None,
     fingerprint: str | None = None,
+    certify: float | None = None,
 ) -> ShardEntry:
     """Label one shard and write it: what to ask (`redo`, `reopen`: shard/rewrite.plan_shard) and how the rows
     made are written with the shard as it was (shard/rewrite.write_shard_rows) are the library's. A shard where
     most judge votes are unreadable is written, then fails the run (`UnreadableJudgeError`, not retried). `fingerprint`: the folder's key (prm_synth.store.resume), the
-    config's fingerprint when not given."""
+    config's fingerprint when not given. `certify`: the keep rule's stricter target (`_certify_targets`)."""
     fingerprint = fingerprint or config.fingerprint()
     store = ShardStore(out_dir, fingerprint, config.labeler_revision())
     work = plan_shard(store, shard_index, items, redo or (), reopen or ())
@@ -143,6 +145,10 @@ def label_shard(
         engine = get_engine(config.policy)
         judge_engine = get_engine(config.judge.engine) if config.judge else None
         verify_engine = get_engine(config.verify.engine) if config.verify else None
+        named = config.audit.judge.engine if config.judge is not None and config.audit.enabled else None
+        # an audit judge of its own only where it is another model (else the run's judge answers it)
+        other = named is not None and config.judge is not None and not same_model(named, config.judge.engine)
+        audit_engine = get_engine(named) if other else None
         for used in (engine, judge_engine, verify_engine):
             if used is not None:  # a run that stops making progress says so, and what it waits on
                 stream_for(used).watchdog.after_s = config.run.stall_warning_s
@@ -156,6 +162,7 @@ def label_shard(
                 progress=throttled(log_progress),
                 on_progress=active_shard_callback(shard_index),
                 verify_engine=verify_engine,
+                audit=AuditRun(audit_engine, certify),
             )
             if items or work.previous is None
             else ShardOutput()
@@ -165,6 +172,34 @@ def label_shard(
     # Written first: the rollouts' labels are kept, and the next run asks again for the open rows only.
     check_judges_readable(out, judge_engine, verify_engine, earlier=work.previous.stats if work.previous else None)
     return entry
+
+
+def _certify_targets(config: PipelineConfig, store: ShardStore, logger: Any) -> Callable[[int], float | None]:
+    """ "Label until certified": per shard index, the keep rule's stricter target where the audit of the
+    shards at least `run.max_parallel_shards` before it found their labels surely below
+    `consensus.target_precision` (shard/audit.carried_target); None where none did. Those shards are
+    written when this one is submitted (the window drains the oldest first), whatever order the ones in
+    flight finish in, so a run's rows do not depend on timing, and a resumed shard reads what it read."""
+    if config.judge is None or config.consensus is None or not config.audit.enabled:
+        return lambda index: None
+
+    def target(index: int) -> float | None:
+        last = index - config.run.max_parallel_shards
+        if last < 0:
+            return None
+        stricter = carried_target(
+            config, [e.stats for i, e in sorted(store.finished(verify=False).items()) if i <= last]
+        )
+        if stricter is not None:
+            logger.warning(
+                "shard %d: the audit of the shards before it found their labels below consensus.target_precision; "
+                "its keep rule holds them to %.4f (label until certified: fewer rows kept)",
+                index,
+                stricter,
+            )
+        return stricter
+
+    return target
 
 
 def _on_ray() -> bool:
@@ -277,6 +312,7 @@ def _label_shards(
         logger.info("resuming: %d shard(s) already finished in %s", len(finished), target)
     window: deque[tuple[int, PrefectFuture[ShardEntry], list[str] | None, list[str] | None]] = deque()
     outcome = ShardsOutcome()
+    certify = _certify_targets(config, store, logger)
     label_task = label_shard.with_options(retry_delay_seconds=list(config.run.shard_retry_delays_s))
 
     def drain_one() -> None:
@@ -340,7 +376,9 @@ def _label_shards(
             logger.error("the output folder cannot take more (%s): no further shard is started", outcome.disk)
             break
         with _ray_options(config):
-            future = label_task.submit(config, target, shard.index, shard.items, redo, reopen, store.fingerprint)
+            future = label_task.submit(
+                config, target, shard.index, shard.items, redo, reopen, store.fingerprint, certify(shard.index)
+            )
         window.append((shard.index, future, redo, reopen))
     while window:
         drain_one()

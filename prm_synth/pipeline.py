@@ -12,7 +12,8 @@ load ─▶ sample ─▶ label ─▶ judge ─▶ consensus ─▶ verify ─�
              judged like rows, measure the judge before it is read (shard/canaries.py)
 4 judge      an LLM judge names each row's first error (judge/selection.py, judge/ask.py; only with a
              `judge` section)
-5 consensus  keep the rows the rollouts and the judge support, completing their labels (judge/consensus.py)
+5 consensus  keep the rows the rollouts and the judge support, completing their labels (judge/consensus.py);
+             then audit a sample of the kept ones, never changing them (shard/audit.py: `estimated_precision`)
 6 verify     verification chains for the kept rows, kept where they agree with the labels (judge/verify.py;
              only with a `verify` section; it adds columns to rows, never drops one for its content)
 7 check      every problem ends as rows or a rejection with a reason, or the shard is not written
@@ -65,6 +66,7 @@ from prm_synth.records import (
 from prm_synth.records.canaries import CanaryStats
 from prm_synth.records.stage import StageResult
 from prm_synth.sampling.votes import pseudo_gold
+from prm_synth.shard.audit import AuditRun, audit_shard, certifying
 from prm_synth.shard.canaries import run_canaries
 from prm_synth.shard.given import label_shard
 
@@ -106,8 +108,9 @@ def process_shard(
     progress: Progress = quiet,
     on_progress: ProgressCallback | None = None,
     verify_engine: Engine | None = None,
+    audit: AuditRun | None = None,
 ) -> ShardOutput:
-    clock = Clock()
+    config, clock = certifying(config, audit), Clock()  # the keep rule as earlier shards' audit left it
     problems = [it for it in shard.items if isinstance(it, Problem)]
     load_rejected = [it for it in shard.items if isinstance(it, RejectedRecord)]
     majority = None
@@ -163,6 +166,7 @@ def process_shard(
         verify=verify_stats,
         majority=majority.audit.to_counts() if majority is not None else {},
         canaries=asdict(canaries.stats) if canaries.stats else {},
+        audit=audit_shard(config, records, tail.predicted, shard.index, judge_engine, audit, canaries),
     )
     if majority is not None:
         stats.sampling_tokens += majority.tokens
@@ -178,6 +182,7 @@ class Tail:
     judge: JudgeStats | None = None
     consensus: ConsensusStats | None = None
     verify: VerifyStats | None = None
+    predicted: dict[str, dict[str, float]] = field(default_factory=dict)  # the posterior's, a kept row
 
 
 def judge_onwards(
@@ -196,6 +201,7 @@ def judge_onwards(
     those alone, judge and consensus do not run. `asked_before`: runs that already asked a row (by id)."""
     asked_before = asked_before or {}
     judging = bool(records) or verify_only is None
+    predicted: dict[str, dict[str, float]] = {}  # each kept row's expected right labels (the audit's, shard/audit.py)
 
     def judge(rows: list[LabeledRecord]) -> StageResult[LabeledRecord, Any]:
         assert config.judge is not None
@@ -214,7 +220,13 @@ def judge_onwards(
     def consensus(rows: list[LabeledRecord]) -> StageResult[LabeledRecord, Any]:
         pinned = config.judge.skip_confidence if config.judge is not None else PINNED  # accuracy.py
         return apply_consensus(
-            rows, config.consensus, config.labels.min_confidence, pinned, canaries=canaries, doubt=doubt
+            rows,
+            config.consensus,
+            config.labels.min_confidence,
+            pinned,
+            canaries=canaries,
+            doubt=doubt,
+            predicted=predicted,
         )
 
     def verify(rows: list[LabeledRecord]) -> StageResult[LabeledRecord, Any]:
@@ -242,7 +254,7 @@ def judge_onwards(
         rows, counters[name] = result.kept, result.counters
         rejected += result.rejected
         clock.lap(name)
-    return Tail(rows, rejected, counters.get("judge"), counters.get("consensus"), counters.get("verify"))
+    return Tail(rows, rejected, counters.get("judge"), counters.get("consensus"), counters.get("verify"), predicted)
 
 
 def check_judges_readable(

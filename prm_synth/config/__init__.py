@@ -22,6 +22,7 @@ from prm_synth.config.annotate import (
     SequentialTestConfig,
     rows_reconcile,
 )
+from prm_synth.config.audit import AuditConfig, AuditJudgeConfig
 from prm_synth.config.base import (
     DEMO_MODEL,
     MAX_OPS,
@@ -74,6 +75,8 @@ from prm_synth.config.sampling import (
 from prm_synth.config.simulated import JudgeErrorProfile, SimulatedJudgeConfig, SimulatedPolicyConfig
 
 __all__ = [
+    "AuditConfig",
+    "AuditJudgeConfig",
     "AnnotateConfig",
     "BinaryConfig",
     "BuiltinSource",

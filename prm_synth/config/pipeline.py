@@ -14,6 +14,7 @@ from prm_synth.config.annotate import (
     BinaryConfig,
     LabelConfig,
 )
+from prm_synth.config.audit import AuditConfig
 from prm_synth.config.base import Strict, digest
 from prm_synth.config.canaries import CanariesConfig
 from prm_synth.config.engine_fields import EngineFields
@@ -56,6 +57,9 @@ class PipelineConfig(Strict):
     """Verification chains for generative verifiers (None: none written)."""
     canaries: CanariesConfig = CanariesConfig()
     """Planted-error canaries that measure the labels on the run's own model (written apart, never data)."""
+    audit: AuditConfig = AuditConfig()
+    """A random sample of the kept rows re-examined by evidence the selection never used (only where a judge
+    runs): what `estimated_precision` and `target_met` rest on."""
     output: OutputConfig = OutputConfig()
     """Shard size and what is written with a shard."""
     run: RunConfig = RunConfig()
@@ -63,7 +67,13 @@ class PipelineConfig(Strict):
 
     # A field added after datasets were written, at the value that means "as before" (Strict): a config
     # without a `verify` section, or with the default (math) grader, hashes as configs written before.
-    ADDED_FIELDS = {"verify": None, "grader": GraderConfig().fingerprint_part()}
+    # The default audit is left out too: it changes no row of the shard it audits (a shard it finds below
+    # target tightens the keep rule of the shards after it, which the run then says).
+    ADDED_FIELDS = {
+        "verify": None,
+        "grader": GraderConfig().fingerprint_part(),
+        "audit": AuditConfig().fingerprint_part(),
+    }
 
     @model_validator(mode="before")
     @classmethod
@@ -158,6 +168,7 @@ class PipelineConfig(Strict):
             data["labeler_revision"] = revision
         if self.judge is None or self.consensus is None or self.consensus.policy != "soft":
             data.pop("canaries", None)  # only soft reads what canaries measure; elsewhere they change no row
+            data.pop("audit", None)  # nor what an audit finds
         if self.consensus is None or self.consensus.policy != "soft":
             for name in ("judge", "consensus"):
                 if (section := getattr(self, name)) is not None:

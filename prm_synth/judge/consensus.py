@@ -382,13 +382,16 @@ def apply_consensus(
     pinned: float = PINNED,
     canaries: CanaryStats | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    predicted: dict[str, dict[str, float]] | None = None,
 ) -> StageResult[LabeledRecord, ConsensusStats]:
     """Split rows into kept and rejected under the config's policy; set every row's `consensus`, break
     ties, complete (or relabel) the kept rows the policy says. The judge's accuracy is measured on the rows
     the rollouts pinned at `pinned` (`judge.skip_confidence`; accuracy.py).
 
     A rejected row's payload is the row as labeled, before any completion. Stats hold counts only (shard
-    totals sum them); the fractions are recomputed from them (`ConsensusStats.fractions`).
+    totals sum them); the fractions are recomputed from them (`ConsensusStats.fractions`). `predicted`, where
+    given, is filled with each kept row's expected right labels under the posterior, by id (the audit's
+    difference estimator corrects them, shard/audit.py).
     """
     kept: list[LabeledRecord] = []
     rejected: list[RejectedRecord] = []
@@ -412,7 +415,10 @@ def apply_consensus(
         if decision.keep:
             if config.policy == "soft" and (decision.first_error is not None or decision.labels is not None):
                 labels = decision.labels or followed_labels(record, decision.first_error)  # type: ignore[arg-type]
-                estimate.update(estimate_kept(record, labels, rates))
+                row_estimate = estimate_kept(record, labels, rates)
+                estimate.update(row_estimate)
+                if predicted is not None:
+                    predicted[record.id] = row_estimate
             completed += _complete(record, decision)
             kept.append(record)
             source["kept"] += 1

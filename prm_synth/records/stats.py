@@ -182,6 +182,7 @@ class ShardStats:
     verify: VerifyStats | None = None  # None without a verify stage
     majority: dict[str, int] = field(default_factory=dict)  # MajorityAudit.to_counts (grading/majority.py)
     canaries: dict[str, Any] = field(default_factory=dict)  # planted errors: records/canaries.CanaryStats
+    audit: dict[str, Any] = field(default_factory=dict)  # the kept rows' audit: store/audit_counts.py
 
     @property
     def tokens(self) -> int:
@@ -189,8 +190,9 @@ class ShardStats:
             self.sampling_tokens + self.rollout_tokens + self.judge_tokens + (self.verify.tokens if self.verify else 0)
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in (asdict(self) | {"tokens": self.tokens}).items() if k != "majority" or v}
+    def to_dict(self) -> dict[str, Any]:  # `majority` and `audit` only where there are some
+        out = asdict(self) | {"tokens": self.tokens}
+        return {k: v for k, v in out.items() if v or k not in ("majority", "audit")}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ShardStats:

@@ -14,6 +14,7 @@ from typing import Any
 from prm_synth.config import ConfigError, rows_reconcile, validate_config
 from prm_synth.records import REJECT_REASONS, ConsensusStats, JudgeStats, ShardStats, VerifyStats
 from prm_synth.records.canaries import CanaryStats, precision_report
+from prm_synth.store.audit_counts import audit_report, miss_line
 from prm_synth.store.given_labels import against_given, against_given_text
 from prm_synth.store.left_open import sample_in
 from prm_synth.store.limit import KeptPastLimit
@@ -21,8 +22,9 @@ from prm_synth.store.readers import dataset_shards, iter_records, iter_tables, r
 
 # What `estimated_precision` cannot promise, said wherever it is shown.
 PRECISION_LIMIT = (
-    "Planted errors are easier to find than natural ones, so this is an upper bound on how right the labels "
-    "are; where a human-labeled set exists, `prm-synth eval labels` compares."
+    "The audit judge's own error is read from planted errors, which are easier to find than natural ones: a judge "
+    "that errs on natural rows unlike on planted ones is not corrected for; where a human-labeled set exists, "
+    "`prm-synth eval labels` compares."
 )
 
 
@@ -30,13 +32,21 @@ def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
     """The label statistics and the number of rows they were computed from."""
     steps = labeled = bad = rows = with_error = 0
     final = Counter()
+    row_kind: Counter[str] = Counter()  # whole rows (every label consensus kept) and partial ones
+    row_labels: Counter[str] = Counter()
     first_errors: Counter[int] = Counter()
     sources: Counter[str] = Counter()
     for table in iter_tables(root, "data"):
-        cols = table.select(["labels", "first_error_mc", "final_correct", "label_source"]).to_pydict()
-        for labels, first, final_correct, label_source in zip(
-            cols["labels"], cols["first_error_mc"], cols["final_correct"], cols["label_source"], strict=True
+        names = ["labels", "first_error_mc", "final_correct", "label_source"]
+        reasons = table.column("unlabeled_reason").to_pylist() if "unlabeled_reason" in table.column_names else None
+        cols = table.select(names).to_pydict()
+        for j, (labels, first, final_correct, label_source) in enumerate(
+            zip(cols["labels"], cols["first_error_mc"], cols["final_correct"], cols["label_source"], strict=True)
         ):
+            partial = reasons is not None and "below_target" in (reasons[j] or [])
+            kept_labels = sum(lab is not None for lab in labels)
+            row_kind["partial" if partial else "whole"] += 1
+            row_labels["partial" if partial else "whole"] += kept_labels
             rows += 1
             steps += len(labels)
             labeled += sum(lab is not None for lab in labels)
@@ -52,6 +62,13 @@ def _label_statistics(root: str | Path) -> tuple[dict[str, Any], int]:
         "bad_steps": bad,
         "bad_step_fraction": round(bad / labeled, 4) if labeled else None,
         "rows_with_error": with_error,
+        # rows kept whole and rows kept with only their labels that reach the target (`below_target`)
+        "whole_rows": row_kind["whole"],
+        "partial_rows": row_kind["partial"],
+        "labels_per_whole_row": round(row_labels["whole"] / row_kind["whole"], 2) if row_kind["whole"] else None,
+        "labels_per_partial_row": round(row_labels["partial"] / row_kind["partial"], 2)
+        if row_kind["partial"]
+        else None,
         "first_error_histogram": {str(k): v for k, v in sorted(first_errors.items())},
         "label_sources": dict(sources),
         "final": dict(final),
@@ -124,6 +141,26 @@ class RunSummary:
     canaries: CanaryStats | None = None  # what the planted errors measured (OUT/canaries/); None without
     # the kept labels against the labels a source gave its solutions (store/given_labels.py); None: none given
     against_given: dict[str, Any] | None = None
+    audit: dict[str, Any] = field(default_factory=dict)  # the kept rows' audit, summed (store/audit_counts.py)
+    target_precision: float | None = None  # consensus.target_precision where soft consensus ran
+
+    def audit_report(self) -> dict[str, Any] | None:
+        """The audit's precision of the kept labels and `target_met` (store/audit_counts.py); None without."""
+        return audit_report(self.audit, self.target_precision) if self.target_precision is not None else None
+
+    def target_met(self) -> bool:
+        """True only where the audit's low end for both good and bad labels reaches the target."""
+        report = self.audit_report()
+        return bool(report and report["target_met"])
+
+    def miss_warning(self) -> str | None:
+        """The ONE warning line of a run whose audit does not certify its target (or that had none)."""
+        report = self.audit_report()
+        if report is None:
+            if self.consensus is not None and self.consensus.estimate:
+                return "target_met false: no audit ran (audit.enabled off), so nothing independent certifies the labels"
+            return None
+        return miss_line(report)
 
     def estimated_precision(self) -> dict[str, Any] | None:
         """How right the kept labels are, as the run estimates it (judge/estimate.py): good and bad, point
@@ -131,28 +168,38 @@ class RunSummary:
         not keep a row with an estimate."""
         if self.consensus is None or not self.consensus.estimate:
             return None
-        return precision_report(self.consensus.estimate, self.canaries) | {
+        posterior = precision_report(self.consensus.estimate, self.canaries) | {
             "rests_on": self.canaries.summary() if self.canaries else None,
             "limit": PRECISION_LIMIT,
         }
+        audit = self.audit_report()
+        if audit is None:  # no audit: the selection's own figure, which certifies nothing
+            return posterior | {"target_met": False, "from": "posterior (no audit)"}
+        # the audit leads: its interval is what the run may claim; the posterior's is kept beside it
+        return {k: v for k, v in audit.items()} | {"from": "audit", "posterior": posterior}
 
     def precision_text(self, short: bool = False) -> str | None:
-        """`estimated_precision` in words (`inspect`, the flow artifact, the card); `short`: one line for
-        the run's own summary (how many planted errors it rests on, and that it is an upper bound)."""
+        """`estimated_precision` in words (`inspect`, the flow artifact, the card), led by the audit's low
+        end and what it rests on, and by the one warning line where the run misses its target; `short`: one
+        line for the run's own summary."""
         report = self.estimated_precision()
         if report is None:
             return None
         parts = []
         for kind in ("good", "bad"):
             if (e := report[kind]) is not None:
-                parts.append(f"{kind} labels {e['point']:.3f} (95% interval {e['low']:.3f}-{e['high']:.3f})")
-        if short:
-            planted = self.canaries.planted if self.canaries else 0
-            return (
-                f"{', '.join(parts) or 'no labels kept'}; {planted} planted errors, an upper bound (inspect says more)"
+                parts.append(f"{kind} labels at least {e['low']:.3f} (95% interval {e['low']:.3f}-{e['high']:.3f})")
+        warning = self.miss_warning()
+        lead = f"WARNING {warning}. " if warning else f"target_met: {self.target_precision} certified. "
+        if report.get("from") == "audit":
+            rests = report["rests_on"]
+        else:
+            rests = "the posterior that chose the rows (no audit), " + (
+                self.canaries.text() if self.canaries else "no planted errors (canaries off)"
             )
-        rests = self.canaries.text() if self.canaries else "no planted errors (canaries off)"
-        return f"{', '.join(parts) or 'no labels kept'}; rests on {rests}. {PRECISION_LIMIT}"
+        if short:
+            return f"{lead}{', '.join(parts) or 'no labels kept'}; {report.get('rows_audited', 0)} rows audited"
+        return f"{lead}{', '.join(parts) or 'no labels kept'}; rests on {rests}. {PRECISION_LIMIT}"
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON: the counts, judge, consensus and verify counts ({} without), the run's facts."""
@@ -162,6 +209,7 @@ class RunSummary:
         out["estimated_precision"] = self.estimated_precision()
         if self.against_given is not None:  # beside the run's own estimate: the labels a source gave
             out["against_given"] = self.against_given
+        out["target_met"] = self.target_met()
         out["judge"] = self.judge.as_dict() if self.judge else {}
         out["consensus"] = self.consensus.as_dict() if self.consensus else {}
         out["verify"] = self.verify.as_dict() if self.verify else {}
@@ -213,8 +261,19 @@ def summarize(root: str | Path) -> RunSummary:
         rollout_tokens_per_located_error=_per(stats.rollout_tokens, labels["rows_with_error"]),
         canaries=CanaryStats.read(stats.canaries),
         against_given=against_given(root),
+        audit=stats.audit,
+        target_precision=_target(config),
         **judge_cost(stats, totals["rows"]),
     )
+
+
+def _target(config: Any) -> float | None:
+    """consensus.target_precision of a stored config whose consensus is soft (the default 0.97 where unset)."""
+    consensus = config.get("consensus") if isinstance(config, dict) else None
+    if not isinstance(consensus, dict) or consensus.get("policy", "soft") != "soft" or not config.get("judge"):
+        return None
+    target = consensus.get("target_precision", 0.97)
+    return float(target) if isinstance(target, int | float) else 0.97
 
 
 def judge_cost(stats: ShardStats, rows: int) -> dict[str, Any]:
@@ -298,6 +357,12 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
         ("label sources", _counts(labels.get("label_sources"))),
         ("final answers", _counts(labels.get("final"))),
         ("rows with an error", str(labels.get("rows_with_error", 0))),
+        (
+            "whole / partial rows",
+            f"{labels.get('whole_rows', 0)} whole ({_one_decimal(labels.get('labels_per_whole_row'))} labels a row), "
+            f"{labels.get('partial_rows', 0)} partial ({_one_decimal(labels.get('labels_per_partial_row'))} labels a "
+            "row: only their labels that reach the target kept)",
+        ),
         (
             "first error at step",
             ", ".join(f"{k}: {v}" for k, v in (labels.get("first_error_histogram") or {}).items()) or "none",

@@ -105,6 +105,10 @@ def test_an_unreadable_judge_fails_the_run_keeps_the_rows_and_the_fixed_judge_fi
             r["id"]: json.loads(r["payload"]) for r in iter_records(out, "rejected")
         }
         assert rows.keys() == opened.keys()
+        # the re-judged rows are kept where their labels hold (a run that rejected every one would pass
+        # the checks above): the judge now says "no error", and most rows here are clean
+        kept = list(iter_records(out))
+        assert kept and {r["id"] for r in kept} <= opened.keys()
         for row_id, before in opened.items():  # judged now, on the rollouts' labels of the first run
             assert rows[row_id]["judge_votes"] == [-1, -1, -1]
             assert rows[row_id]["p_good"] == before["p_good"] and rows[row_id]["steps"] == before["steps"]
