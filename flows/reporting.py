@@ -25,7 +25,8 @@ from prm_synth.annotate.labeler import make_labeler
 from prm_synth.config import PipelineConfig
 from prm_synth.engines import model_name
 from prm_synth.engines.stream import streams_now
-from prm_synth.store.summary import RunSummary, judge_cost_text
+from prm_synth.store.summary import RunSummary
+from prm_synth.store.summary_text import judge_cost_text
 from prm_synth.telemetry import ProgressSnapshot, TelemetryTotals, compact, duration, summary_markdown
 
 # The Prefect progress artifact is a server call: at most one update this often (seconds).

@@ -331,9 +331,10 @@ def test_no_module_over_450_lines():
 
 
 # The judge room, one way: each module imports only the ones before it (asking, the judge's accuracy and
-# what "pinned" means, the posterior over the first error, the rates and precision
-# the run estimates from them, which rows to ask, consensus, verification, and whether the judges could be read).
-JUDGE_ORDER = ("ask", "accuracy", "posterior", "estimate", "selection", "consensus", "verify", "readable")
+# what "pinned" means, the posterior over the first error, the rates and precision the run estimates from
+# them, which rows to ask, the target the kept labels are held to, consensus, verification, and whether the
+# judges could be read).
+JUDGE_ORDER = ("ask", "accuracy", "posterior", "estimate", "selection", "target", "consensus", "verify", "readable")
 
 
 @pytest.mark.parametrize("index", range(len(JUDGE_ORDER)), ids=JUDGE_ORDER)

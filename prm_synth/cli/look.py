@@ -103,7 +103,7 @@ def _draw(directory: Path, plots: Path) -> Any:
 
 def summary_table(summary: RunSummary, title: str) -> Table:
     """The run summary as a two-column table (store.summary.summary_lines; the same figures as `--json`)."""
-    from prm_synth.store.summary import summary_lines
+    from prm_synth.store.summary_text import summary_lines
 
     rows = summary_lines(summary)
     table = Table(title=literal(title), show_header=False, title_justify="left")

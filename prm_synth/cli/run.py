@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_summary(summary: RunSummary) -> None:
-    from prm_synth.store.summary import summary_lines
+    from prm_synth.store.summary_text import summary_lines
 
     assert summary.run is not None  # the flow's summary says what the run did
     lines = summary_lines(summary)

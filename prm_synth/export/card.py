@@ -36,7 +36,8 @@ from prm_synth.export.rows import DEFAULT_MARKER, Marker
 from prm_synth.export.writing import ViewExport
 from prm_synth.records import LabelSource
 from prm_synth.store.readers import read_manifest
-from prm_synth.store.summary import judge_cost_text, summarize
+from prm_synth.store.summary import summarize
+from prm_synth.store.summary_text import judge_cost_text
 
 TEMPLATE_NAME = "prm_dataset_card.md.j2"
 

@@ -54,7 +54,7 @@ from prm_synth.records.canaries import CanaryStats, Z, wilson
 # The target is held one standard error towards the pessimistic end of the judge's measured rates: a
 # shard's rates are measured on few rows, and keeping at the point estimate keeps the rows a too-low
 # estimate of hidden errors lets through (chosen on seeds 0-3 of benchmarks/label_precision.py, with
-# consensus.POOL_Z: z 1 and 2 keep 49.5 and 47.0 rows of the repair world at good precision .978 and .979).
+# target.POOL_Z: z 1 and 2 keep 49.5 and 47.0 rows of the repair world at good precision .978 and .979).
 CAUTIOUS_Z = 1.0
 
 
@@ -142,7 +142,7 @@ def expectations(post: Sequence[float], labels: Sequence[bool | None]) -> dict[s
         mean = sum(p * c for p, c in zip(post, counts, strict=True))
         out[f"{kind}_expected"] = mean
         out[f"{kind}_var"] = max(0.0, sum(p * c * c for p, c in zip(post, counts, strict=True)) - mean * mean)
-        # log P(every label of the kind right): what consensus.pool_holds reads for a pool of few labels
+        # log P(every label of the kind right): what target.pool_holds reads for a pool of few labels
         all_right = sum(p for p, c in zip(post, counts, strict=True) if c == len(steps))
         out[f"{kind}_log_all_right"] = math.log(max(all_right, 1e-300))
     return out

@@ -1,4 +1,4 @@
-"""Rows kept with only the labels that reach `consensus.target_precision` (judge/consensus.hold_to_target):
+"""Rows kept with only the labels that reach `consensus.target_precision` (judge/target.hold_to_target):
 which labels (`estimate.sure_labels`), what they are expected to be worth (`estimate.expectations`), what
 the row holds afterwards, and what a trainer's view of such a row is."""
 
@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from prm_synth.config import ConsensusConfig
 from prm_synth.export.rows import SkipRow, to_trl
-from prm_synth.judge.consensus import apply_consensus, pool_holds
+from prm_synth.judge.consensus import apply_consensus
 from prm_synth.judge.estimate import expectations, label_expectations, sure_labels
+from prm_synth.judge.target import pool_holds
 
 T, F, N = True, False, None
 

@@ -9,7 +9,8 @@ from _simulated_run import write_run
 from typer.testing import CliRunner
 
 from prm_synth.cli import app
-from prm_synth.store.summary import judge_cost_text, summarize
+from prm_synth.store.summary import summarize
+from prm_synth.store.summary_text import judge_cost_text
 
 DATA = {
     "name": "judged",

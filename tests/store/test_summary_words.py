@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from _simulated_run import pipeline_data, write_run
 
-from prm_synth.store.summary import summarize, summary_lines
+from prm_synth.store.summary import summarize
+from prm_synth.store.summary_text import summary_lines
 
 
 def test_a_majority_run_that_labels_nothing_says_why_in_words(tmp_path):
