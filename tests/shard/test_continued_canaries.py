@@ -156,7 +156,7 @@ def test_a_run_plants_canaries_the_policy_continued_in_both_classes_and_measures
         assert r["final_correct"] == (arithmetic.last_value("".join(r["steps"])) == question.answer)
         assert r["steps"][k].count("=") == 1  # the planted step holds one result: never the old beside the new
     report = json.loads(CliRunner().invoke(app, ["inspect", str(root), "--json"]).output)
-    rests = report["estimated_precision"]["rests_on"]
+    rests = report["estimated_precision"]["posterior"]["rests_on"]  # the canaries (the audit leads)
     assert rests["controls"]["rows"] > 0 and rests["controls"]["judge_false_alarm"] is not None
     assert rests["judge_requests"] >= 3 * rests["planted"]  # every canary and control judged with every sample
     for answer in ("right", "wrong"):
