@@ -28,7 +28,7 @@ from typing import Any
 
 from prm_synth.config import SolutionFields, SolutionsSource
 from prm_synth.problems.gold_answers import load_gold_answers, normalize_question
-from prm_synth.problems.row_checks import bad_text, gold_from_field, load_rejection, payload_of
+from prm_synth.problems.row_checks import bad_text, gold_from_field, load_rejection, payload_of, question_fault
 from prm_synth.records import Item, Problem, RejectedRecord, RejectReason
 
 __all__ = [
@@ -140,13 +140,10 @@ class _GivenReader:
         def reject(reason: RejectReason, detail: str) -> RejectedRecord:
             return load_rejection(self.source, index, reason, f"row {index}: {detail}", payload_of(row), problem_id)
 
-        question = row.get(f.question)
-        if question is None:
-            return reject("missing_question", f"no {f.question!r} field")
-        if not isinstance(question, str):
-            return reject("bad_question", f"{f.question!r} is a {type(question).__name__}, not text")
-        if not question.strip():
-            return reject("empty_question", f"{f.question!r} is empty")
+        if (fault := question_fault(row, f.question, index)) is not None:
+            reason, detail = fault  # worded as every source words it, "row N" included
+            return load_rejection(self.source, index, reason, detail, payload_of(row), problem_id)
+        question = row[f.question]
         raw_problem = row.get(f.problem_id)
         problem_id = str(raw_problem).strip() if raw_problem is not None and str(raw_problem).strip() else None
         problem_id = problem_id or question_id(question)

@@ -70,3 +70,16 @@ def bad_text(value: str) -> str | None:
     except UnicodeEncodeError as e:
         return f"character {e.start} is {value[e.start]!r} ({e.reason})"
     return None
+
+
+def question_fault(row: Any, name: str, index: int) -> tuple[RejectReason, str] | None:
+    """Why a source row's question field (`name`) cannot be a question (reason, detail), or None: every
+    source that reads questions from rows words these rejections alike."""
+    question = row.get(name)
+    if question is None:
+        return "missing_question", f"row {index} has no {name!r} field"
+    if not isinstance(question, str):
+        return "bad_question", f"row {index}: {name!r} is a {type(question).__name__}, not text"
+    if not question.strip():
+        return "empty_question", f"row {index}: {name!r} is empty"
+    return None

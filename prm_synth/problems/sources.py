@@ -30,7 +30,7 @@ from prm_synth.problems import given
 from prm_synth.problems.choice_file import iter_choice_file
 from prm_synth.problems.code_file import iter_code_file
 from prm_synth.problems.humaneval import iter_humaneval
-from prm_synth.problems.row_checks import PAYLOAD_CHARS, gold_from_field
+from prm_synth.problems.row_checks import PAYLOAD_CHARS, gold_from_field, question_fault
 from prm_synth.problems.row_checks import bad_text as _bad_text
 from prm_synth.problems.row_checks import load_rejection as _reject
 from prm_synth.problems.row_checks import payload_of as _payload
@@ -140,13 +140,9 @@ class _RowReader:
         def reject(reason: RejectReason, detail: str) -> RejectedRecord:
             return _reject(self.source, index, reason, detail, _payload(row), pid)
 
-        question = row.get(m.question)
-        if question is None:
-            return reject("missing_question", f"row {index} has no {m.question!r} field")
-        if not isinstance(question, str):
-            return reject("bad_question", f"row {index}: {m.question!r} is a {type(question).__name__}, not text")
-        if not question.strip():
-            return reject("empty_question", f"row {index}: {m.question!r} is empty")
+        if (fault := question_fault(row, m.question, index)) is not None:
+            return reject(*fault)
+        question = row[m.question]
         gold, reason = gold_from_field(row.get(m.answer), m.answer_format)
         if gold is None and self.gold_optional and reason in ("missing_answer", "empty_answer"):
             gold, reason = "", None
