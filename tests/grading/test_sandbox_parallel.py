@@ -112,11 +112,16 @@ def test_a_fork_bomb_beside_a_program_does_not_spend_its_process_budget() -> Non
     assert [v.status for v in (verdicts[1], verdicts[3])] == ["correct", "correct"], verdicts
 
 
-def test_runs_in_flight_get_distinct_unknown_users_nobody_first() -> None:
+def test_runs_in_flight_get_distinct_unknown_users_nobody_first(tmp_path, monkeypatch) -> None:
+    """In a lock folder of its own: the real one is the whole host's, and the suite's other workers grade
+    programs at the same time (test_sandbox_users.py shows two pipelines sharing the real one)."""
     import contextlib
     import pwd
 
+    from prm_synth.grading import sandbox_users
     from prm_synth.grading.sandbox_users import NOBODY, run_user
+
+    monkeypatch.setattr(sandbox_users, "LOCK_FOLDER", str(tmp_path / "users"))
 
     with run_user() as first:
         assert first == NOBODY  # one run at a time runs as nobody, as always
