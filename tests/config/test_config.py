@@ -9,8 +9,21 @@ from prm_synth.config import ConfigError, load_config, validate_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Pipelines over the evaluation sets name them as they lie beside the checkout (../shared/data, ENVIRONMENT.md);
+# a checkout elsewhere (a CI clone) finds them at the machines' copy, else cannot check those pipelines.
+SHARED_DATA = "../../shared/data"
+SHARED_COPIES = (ROOT.parent / "shared" / "data", Path("/work/shared/data"))
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "pipelines").glob("*.yaml")), ids=lambda p: p.name)
-def test_every_shipped_pipeline_validates(path):
+def test_every_shipped_pipeline_validates(path, tmp_path):
+    text = path.read_text(encoding="utf-8")
+    if SHARED_DATA in text and not (path.parent / SHARED_DATA).resolve().is_dir():
+        found = next((copy for copy in SHARED_COPIES if copy.is_dir()), None)
+        if found is None:
+            pytest.skip(f"{path.name} reads {SHARED_DATA}, which is not on this machine")
+        path = tmp_path / path.name
+        path.write_text(text.replace(SHARED_DATA, str(found)), encoding="utf-8")
     assert load_config(path).name
 
 
