@@ -89,7 +89,7 @@ def _cases(tmp_path: Path) -> list[tuple[str, list[str], str]]:
         (
             "eval labels",
             ["eval", "labels", str(bench), "--gold-answers", str(bench), "--pipeline", str(SIMULATED)],
-            "prm_synth.products.evaluate.load_gold_answers",
+            "prm_synth.problems.gold_answers.load_gold_answers",
         ),
         ("eval dataset", ["eval", "dataset", str(folder)], "prm_synth.products.evaluate.evaluate_dataset"),
         (
@@ -154,7 +154,7 @@ def test_every_command_is_covered():
 )
 def test_our_errors_and_the_systems_are_one_line_with_their_exit_code(error, code, tmp_path, monkeypatch):
     from prm_synth.engines.base import EngineError
-    from prm_synth.products.evaluate import BenchFileError
+    from prm_synth.problems.gold_answers import BenchFileError
 
     raised = {
         "ours_input": BenchFileError("bench.jsonl row 3: not an object"),

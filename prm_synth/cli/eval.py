@@ -124,7 +124,8 @@ def labels_cmd(
     """Our labeler (policy + annotator + labeling rule) on a ProcessBench-format file."""
     from prm_synth.config import load_config
     from prm_synth.engines import build_engine
-    from prm_synth.products.evaluate import evaluate_labels, load_gold_answers, load_processbench
+    from prm_synth.problems.gold_answers import load_gold_answers
+    from prm_synth.products.evaluate import evaluate_labels, load_processbench
     from prm_synth.simulated.solvable import check_policy_can_solve
 
     config = load_config(pipeline)

@@ -29,11 +29,9 @@ from prm_synth.grading.quality import first_error_quality, step_label_quality
 from prm_synth.judge.ask import CRITIQUE, judge_solutions
 from prm_synth.judge.consensus import record_from_payload
 from prm_synth.judge.verify import VERIFIER_PROMPT
-from prm_synth.problems.gold_answers import (  # moved there: `problems.kind: solutions` joins gold too
+from prm_synth.problems.gold_answers import (
     BenchFileError,
-    gold_from_answer,
     json_rows,
-    load_gold_answers,
     normalize_question,
 )
 from prm_synth.prompting.prompts import VERIFY_PROMPT_VERSION
@@ -45,7 +43,6 @@ from prm_synth.store.given_labels import processbench_metric  # a run over given
 from prm_synth.store.readers import iter_records, read_manifest
 
 # read from here too (the commands, tests): the gold-answer join and ProcessBench's metric live below this room
-__all__ = ["BenchFileError", "gold_from_answer", "load_gold_answers", "processbench_metric"]
 
 # ------------------------------------------------------------------ ProcessBench files
 

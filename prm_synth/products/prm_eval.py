@@ -4,7 +4,7 @@ The PRM scores each step: P(good) at the last token of the step's separator, the
 trained on (prm_synth.products.train.encode, TRL's rendering). The predicted earliest error is the first step
 whose score is below a threshold (-1 when none is); ProcessBench's F1 is the harmonic mean of the
 accuracy on erroneous samples (predicted index == label) and on correct ones (predicted -1)
-(prm_synth.products.evaluate.processbench_metric).
+(prm_synth.store.given_labels.processbench_metric).
 
 The threshold is 0.5, or tuned on one subset you name (`tune_on`) and then applied to every subset;
 the tuned subset's own F1 is then optimistic, and the result says which subset it was.
@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from prm_synth.errors import PrmSynthInputError
-from prm_synth.products.evaluate import BenchSample, load_processbench, processbench_metric
+from prm_synth.products.evaluate import BenchSample, load_processbench
 from prm_synth.products.train import PRM_CONFIG, STEP_SEPARATOR, encode
+from prm_synth.store.given_labels import processbench_metric
 from prm_synth.telemetry import Countdown
 
 logger = logging.getLogger(__name__)

@@ -142,6 +142,7 @@ def test_run_and_eval_label_the_same_solutions_through_one_path(monkeypatch):
     (`label_solutions`: solutions given) give the same rows for the same solutions, shard pooling
     included: the default search labels again under the priors pooled from the whole set."""
     from prm_synth.annotate import labeler as labeler_module
+    from prm_synth.problems.gold_answers import load_gold_answers
     from prm_synth.problems.sources import iter_problems
     from prm_synth.products import evaluate
     from prm_synth.records import Problem
@@ -170,6 +171,6 @@ def test_run_and_eval_label_the_same_solutions_through_one_path(monkeypatch):
     samples = evaluate.load_processbench(BENCH)
     bench_config = validate_config(NOISE_FREE | {"annotate": {"method": "binary"}})
     metric, _ = evaluate.evaluate_labels(
-        build_engine(bench_config.policy), samples, evaluate.load_gold_answers(GOLD), bench_config
+        build_engine(bench_config.policy), samples, load_gold_answers(GOLD), bench_config
     )
     assert calls == [metric["labeled"]] and metric["labeled"] == 5

@@ -13,18 +13,17 @@ from typer.testing import CliRunner
 from prm_synth.config import JudgeConfig, SimulatedJudgeConfig, validate_config
 from prm_synth.engines import build_engine
 from prm_synth.grading.quality import first_error_quality, step_label_quality
+from prm_synth.problems.gold_answers import gold_from_answer, load_gold_answers
 from prm_synth.products.evaluate import (
     NotSimulatedError,
     bench_steps,
     evaluate_dataset,
     evaluate_judge,
     evaluate_labels,
-    gold_from_answer,
-    load_gold_answers,
     load_processbench,
-    processbench_metric,
 )
 from prm_synth.simulated.engines import SimulatedJudge
+from prm_synth.store.given_labels import processbench_metric
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 GOLD = FIXTURES / "processbench_gold.jsonl"
