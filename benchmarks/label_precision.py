@@ -215,11 +215,8 @@ def run_case(
             / max(stats.rows + stats.rejected, 1),
             3,
         ),
-        "canary_judge_requests_per_row": round(
-            (c.by_answer and sum(c.of(a)["votes"] + c.of(a)["unreadable"] for a in ("right", "wrong")) or 0)
-            / max(stats.rows + stats.rejected, 1),
-            3,
-        )
+        # the canaries' and the clean controls' judge requests
+        "canary_judge_requests_per_row": round(c.judge_requests / max(stats.rows + stats.rejected, 1), 3)
         if (c := CanaryStats.read(stats.canaries))
         else 0.0,
         "canaries": c.summary() if (c := CanaryStats.read(stats.canaries)) else None,

@@ -7,10 +7,10 @@ judge engine, at sample indices the selection never drew, with more samples) abo
 kept rows, after their shard's keep decisions are made: its verdicts never change which rows that shard
 keeps. Where a row carries given human labels, they are the audit's gold for it.
 
-Cost, in judge requests (one request is one sample): about `rows` x the votes a row needs (at most
-`judge.samples`, asked one at a time until the majority is settled: 2 where the first two agree) on runs of
-up to `rows` / `share` kept rows, `share` of the kept rows beyond that; an audit judge other than the run's
-also judges up to `canary_rows` of each shard's canaries (to measure its own error), same votes each.
+Cost, in judge requests (one request is one sample): about `rows` x 1.1-1.3 (a row is asked one vote, and
+more, up to `samples`, only where that vote disagrees with its kept labels) on runs of up to `rows` /
+`share` kept rows, `share` of the kept rows beyond that; an audit judge other than the run's also judges
+up to `canary_rows` of each shard's canaries (to measure its own error), about 2 votes each.
 On by default whenever a judge and the (default) `soft` consensus run; a pipeline without a judge has no
 audit and hashes as before.
 """
@@ -32,7 +32,8 @@ class AuditJudgeConfig(Strict):
     the run's own may lend the run's posterior its power (a difference estimator), since the run's own
     judge shares the errors the selection already made."""
     samples: int = Field(3, ge=1, le=MAX_SAMPLES, strict=True)
-    """Most votes per audited row, asked one at a time until the majority cannot change."""
+    """Most votes per audited row: one, and where it disagrees with the row's kept labels more, one at a
+    time until the majority cannot change."""
     temperature: float = Field(0.7, ge=0.0, le=MAX_TEMPERATURE)
     """Sampling temperature of the audit judge."""
     max_tokens: int = Field(1024, ge=1, le=MAX_TOKENS)

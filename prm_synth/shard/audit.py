@@ -17,7 +17,6 @@ the canaries' measured per-vote rates (records/canaries.CanaryStats), read throu
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,17 +24,13 @@ from typing import Any
 
 from prm_synth.config import PipelineConfig
 from prm_synth.engines.base import Engine
-from prm_synth.judge.accuracy import answer_class
 from prm_synth.judge.ask import UNPARSEABLE, judge_solutions
 from prm_synth.records import LabeledRecord, ShardStats
 from prm_synth.records.canaries import CanaryStats
+from prm_synth.shard.audit_draw import audit_group, draw_rows
 from prm_synth.shard.canaries import CanaryRun
-from prm_synth.store.audit_counts import CLASSES, KINDS, audit_report, measured_below, stricter_target
+from prm_synth.store.audit_counts import CLASSES, GROUPS, KINDS, audit_report, measured_below, stricter_target
 
-# The least share of an audit that goes to wrong-answer rows where they are that many: they hold most bad
-# labels, few a run (about 35 at 60 questions), and only a stratum audited nearly whole certifies so few
-# (store/audit_counts.py); good labels are many and spread over both classes.
-WRONG_SHARE = 2 / 3
 # Sample indices the selection never draws (it uses 0 .. samples x runs): the audit's votes are fresh.
 AUDIT_FIRST_SAMPLE = 1_000_000
 
@@ -83,25 +78,6 @@ def audit_size(kept: int, shard: int, rows: int, share: float) -> int:
     return min(kept, max(math.ceil(share * kept), rows if shard == 0 else 0))
 
 
-def draw_rows(records: Sequence[LabeledRecord], n: int, seed: int, shard: int) -> list[LabeledRecord]:
-    """A seeded random sample of n rows, stratified by answer class (a row's draw depends on the seed, the
-    shard and its id, so a resumed shard audits the same rows). Each class gets its share of n, and the
-    wrong-answer rows at least `WRONG_SHARE` of n where they are that many."""
-
-    def key(r: LabeledRecord) -> bytes:
-        return hashlib.blake2b(f"audit:{seed}:{shard}:{r.id}".encode(), digest_size=8).digest()
-
-    by_class = {c: sorted((r for r in records if answer_class(r) == c), key=key) for c in CLASSES}
-    total = sum(len(rows) for rows in by_class.values())
-    if not total:
-        return []
-    wrong = by_class["wrong"]
-    take_wrong = min(len(wrong), max(round(n * len(wrong) / total), math.ceil(n * WRONG_SHARE)))
-    take_right = min(len(by_class["right"]), n - take_wrong)
-    take_wrong = min(len(wrong), n - take_right)
-    return by_class["right"][:take_right] + wrong[:take_wrong]
-
-
 def majority_settled(samples: int):  # noqa: ANN201 - a judge_solutions callback
     """Close a row once its leading vote cannot be overtaken by the votes left."""
 
@@ -112,6 +88,30 @@ def majority_settled(samples: int):  # noqa: ANN201 - a judge_solutions callback
             counts = sorted((readable.count(v) for v in set(readable)), reverse=True) + [0, 0]
             left = samples - len(votes[i])
             out.append(counts[0] > counts[1] + left)
+        return out
+
+    return settled
+
+
+def agrees(labels: Sequence[bool | None], first_error: int) -> bool:
+    """Whether a verdict naming `first_error` leaves every kept label of the row right."""
+    return all(wrong_labels(labels, first_error, kind)[1] == 0 for kind in KINDS)
+
+
+def escalating_settled(samples: int, claims: Sequence[Sequence[bool | None]]):  # noqa: ANN201 - a callback
+    """Close a row at its first readable vote where that vote agrees with the row's kept labels (`claims`,
+    one list per row); a vote that disagrees asks for more, up to `samples`, and the majority decides. Most
+    kept rows are right, so most rows cost one vote; a finding is confirmed before it counts. The verdict's
+    rates follow from a vote's (`escalated`)."""
+    majority = majority_settled(samples)
+
+    def settled(votes: list[list[int]], rows: list[int]) -> list[bool]:
+        by_majority = dict(zip(rows, majority(votes, rows), strict=True))
+        out = []
+        for i in rows:
+            readable = [v for v in votes[i] if v != UNPARSEABLE]
+            first_agrees = bool(readable) and len(set(readable)) == 1 and agrees(claims[i], readable[0])
+            out.append(first_agrees or by_majority[i])
         return out
 
     return settled
@@ -133,12 +133,12 @@ def stratum_sums(
     kept: Sequence[LabeledRecord],
     verdicts: Mapping[str, int],
     predicted: Mapping[str, Mapping[str, float]],
-    cls: str,
+    group: str,
     kind: str,
 ) -> dict[str, float]:
-    """One shard's sums for stratum (answer class, kind): see store/audit_counts.py. `verdicts`: the audited
+    """One shard's sums for stratum (draw group, kind): see store/audit_counts.py. `verdicts`: the audited
     rows' first errors by id; `predicted`: the posterior's expected right labels per kept row."""
-    rows = [r for r in kept if answer_class(r) == cls and (kind == "good") in r.labels]
+    rows = [r for r in kept if audit_group(r) == group and (kind == "good") in r.labels]
     total = sum(sum(1 for x in r.labels if x is (kind == "good")) for r in rows)
     g_all = {
         r.id: max(
@@ -149,7 +149,14 @@ def stratum_sums(
     }
     audited = [(r, *wrong_labels(r.labels, verdicts[r.id], kind)) for r in rows if r.id in verdicts]
     n, big_n = len(audited), len(rows)
-    out = {"labels": float(total), "rows": float(big_n), "audited": float(n), "predicted": sum(g_all.values())}
+    spread = sum(predicted.get(r.id, {}).get(f"{kind}_var", 0.0) for r in rows)  # the posterior's own
+    out = {
+        "labels": float(total),
+        "rows": float(big_n),
+        "audited": float(n),
+        "predicted": sum(g_all.values()),
+        "predicted_var": spread,
+    }
     if not n:
         return out
     ls = [float(lab) for _, lab, _ in audited]
@@ -186,7 +193,7 @@ def audit_shard(
         return {}
     independent = cfg.judge.engine is not None and not same_model(cfg.judge.engine, config.judge.engine)
     engine = audit_engine if independent and audit_engine is not None else judge_engine
-    sample = draw_rows(kept, audit_size(len(kept), shard, cfg.rows, cfg.share), cfg.seed, shard)
+    sample = draw_rows(kept, audit_size(len(kept), shard, cfg.rows, cfg.share), cfg.seed, shard, predicted)
     verdicts = {r.id: g for r in sample if (g := given_first_error(r)) is not None and -1 <= g < len(r.steps)}
     gold = len(verdicts)
     ask = [r for r in sample if r.id not in verdicts]
@@ -206,7 +213,7 @@ def audit_shard(
             [(r.question, r.steps) for r in ask],
             judge_cfg,
             config.run.max_batch_requests,
-            settled=majority_settled(cfg.judge.samples),
+            settled=escalating_settled(cfg.judge.samples, [r.labels for r in ask]),
             first_samples=[first] * len(ask),
         )
         requests, tokens = requests + stats.samples, stats.tokens
@@ -225,8 +232,8 @@ def audit_shard(
         "auditor": engine.model_name if independent else None,
         "independent": int(independent or (gold > 0 and gold == len(verdicts))),
         "strata": {
-            f"{'first' if shard == 0 else 'rest'}/{c}:{k}": stratum_sums(kept, verdicts, predicted, c, k)
-            for c in CLASSES
+            f"{'first' if shard == 0 else 'rest'}/{g}:{k}": stratum_sums(kept, verdicts, predicted, g, k)
+            for g in GROUPS
             for k in KINDS
         },
     }
@@ -239,10 +246,13 @@ def audit_shard(
     return out
 
 
-def majority_of(p: float, k: int) -> float:
-    """P(more than half of k independent votes fall one way), each with probability p: a verdict's rate
-    from a vote's (votes of one row agree more than this: the canaries' counts say how much)."""
-    return sum(math.comb(k, j) * p**j * (1 - p) ** (k - j) for j in range(k // 2 + 1, k + 1))
+def escalated(p: float, k: int) -> float:
+    """P(an audit verdict finds what one vote finds with probability p): its first vote must find it (the
+    row's labels say otherwise, so the audit asks on), then more than half of `k` votes (escalating_settled).
+    Votes of one row agree more than independent ones: the canaries' counts say how much."""
+    need = k // 2  # of the k - 1 votes after the first
+    rest = sum(math.comb(k - 1, j) * p**j * (1 - p) ** (k - 1 - j) for j in range(need, k))
+    return p * rest
 
 
 def audit_of_canaries(
@@ -254,9 +264,12 @@ def audit_of_canaries(
     independent: bool,
     first: int,
 ) -> dict[str, Any]:
-    """The audit judge's recall and false alarms on planted errors (`canary_audited`, `canary_named`,
-    `canary_early`, and what asking cost: `canary_requests`)."""
-    if not independent:  # the run's own judge: the canaries' per-vote rates, as a verdict of `samples` votes
+    """The audit judge's verdict recall and false alarms on planted errors (`canary_audited`,
+    `canary_named`, `canary_early`, and what asking cost: `canary_requests`): the run's own judge's from
+    the canaries' measured votes, read as an audit verdict's through `escalated`; another judge's verdicts
+    on up to `audit.canary_rows` canaries, asked as the audit asks."""
+    k = judge_cfg.samples
+    if not independent:
         if canaries is None:
             return {}
         rows = sum(canaries.of(a)["canaries"] for a in CLASSES)
@@ -265,21 +278,22 @@ def audit_of_canaries(
             return {}
         named = sum(canaries.of(a)["named"] for a in CLASSES) / votes
         early = sum(canaries.of(a)["before"] for a in CLASSES) / votes
-        k = judge_cfg.samples
         return {
             "canary_audited": rows,
-            "canary_named": rows * majority_of(named, k),
-            "canary_early": rows * majority_of(early, k),
+            "canary_named": rows * escalated(named, k),
+            "canary_early": rows * escalated(early, k),
         }
     rows = [r for r in canary_rows if isinstance(r.get("planted_step"), int)][: config.audit.canary_rows]
     if not rows:
         return {}
+    # asked as a kept row whose labels missed the planted error would be (claimed clean): the verdict's
+    # recall is the one the audit reads a missed error with
     found, stats = judge_solutions(
         engine,
         [(str(r["question"]), list(r["steps"])) for r in rows],
         judge_cfg,
         config.run.max_batch_requests,
-        settled=majority_settled(judge_cfg.samples),
+        settled=escalating_settled(k, [[True] * len(list(r["steps"])) for r in rows]),
         first_samples=[first] * len(rows),
     )
     named = early = audited = 0

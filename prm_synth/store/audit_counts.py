@@ -29,9 +29,13 @@ import math
 from typing import Any
 
 from prm_synth.records.canaries import wilson
-from prm_synth.store.intervals import certifiable, clopper_pearson
+from prm_synth.store.intervals import NORMAL_Z, certifiable, clopper_pearson
 
 CLASSES = ("right", "wrong")
+# the audit's draw groups (prm_synth/shard/audit_draw.py), each a stratum: right answers, right answers
+# whose labels hold a bad one (`flagged`), wrong answers; and the groups of each answer class
+GROUPS = ("right", "flagged", "wrong")
+ANSWER_GROUPS = {"right": ("right", "flagged"), "wrong": ("wrong",)}
 KINDS = ("good", "bad")
 STRATUM_KEYS = (
     "labels",
@@ -45,6 +49,7 @@ STRATUM_KEYS = (
     "resid",
     "resid_sq",
     "predicted",
+    "predicted_var",
 )
 # The strata of the draw: the first shard audits at least `audit.rows`, every shard after it `audit.share`
 # of its kept rows (one sampling rate: those shards are one stratum however many there are).
@@ -70,15 +75,18 @@ def estimate(s: dict[str, float], estimator: str) -> tuple[float, float]:
         s2 = max(0.0, spread) / (n - 1) if n >= 2 else (mean_l / 2) ** 2
         return share * s["labels"], s["labels"] ** 2 * keep * s2 / (n * mean_l**2)
     s2 = max(0.0, s["resid_sq"] - s["resid"] ** 2 / n) / (n - 1) if n >= 2 else (mean_l / 2) ** 2
+    # no surer than the posterior itself: an audit that found nothing has residuals of the posterior's
+    # expected errors alone, whose spread understates what a row's labels may hide
+    s2 = max(s2, s["predicted_var"] / big_n)
     return s["predicted"] + big_n / n * s["resid"], big_n**2 * keep * s2 / n
 
 
-def pooled(data: dict[str, Any], kind: str, classes: tuple[str, ...], estimator: str) -> dict[str, float]:
-    """The strata of `classes` (each in its parts) for labels of `kind`, together: their raw sums, and the
-    summed estimates and variances (`estimate`, `variance`). A class whose part holds kept labels but no
+def pooled(data: dict[str, Any], kind: str, groups: tuple[str, ...], estimator: str) -> dict[str, float]:
+    """The strata of `groups` (each in its parts) for labels of `kind`, together: their raw sums, and the
+    summed estimates and variances (`estimate`, `variance`). A group whose part holds kept labels but no
     audited row is read as one stratum (its parts' rates differ a little; nothing else covers it)."""
     out = {k: 0.0 for k in STRATUM_KEYS} | {"estimate": 0.0, "variance": 0.0, "found": 0.0}
-    for c in classes:
+    for c in groups:
         parts = [stratum(data, f"{p}/{c}:{kind}") for p in PARTS]
         whole = {k: sum(part[k] for part in parts) for k in STRATUM_KEYS}
         for k in STRATUM_KEYS:
@@ -153,7 +161,13 @@ def interval(s: dict[str, float], estimator: str, rates: dict[str, Any], kind: s
     most = (rows_effective if estimator == "direct" else labels) / unaudited
     n_eff = share * (1 - share) / var if var > 0 and 0 < share < 1 else most
     n_eff = max(1.0, min(n_eff, most))
-    seen_high = clopper_pearson(share * n_eff, n_eff)[1]
+    if estimator == "difference" and s["found"] <= 0:
+        # prediction-powered, the audit finding no wrong label: the estimate's normal interval (its variance
+        # no smaller than the posterior's own spread, `estimate`); an effective binomial of a share near 0
+        # would rest on the unaudited share alone
+        seen_high = min(1.0, share + NORMAL_Z * math.sqrt(var))
+    else:  # found errors skew the estimate: the exact binomial of its effective size
+        seen_high = clopper_pearson(share * n_eff, n_eff)[1]
     # the low end of the wrong share from what the audit found alone: the posterior's expected wrong labels
     # on rows nobody audited are no evidence that any is wrong (and under one found draw, none may be)
     found = min(1.0, s["found"] / labels) * n_eff
@@ -191,9 +205,10 @@ def audit_report(data: dict[str, Any] | None, target: float) -> dict[str, Any] |
         return None
     estimator = "difference" if data.get("independent") else "direct"
     rates = audit_rates(data)
-    out: dict[str, Any] = {k: interval(pooled(data, k, CLASSES, estimator), estimator, rates, k) for k in KINDS}
+    out: dict[str, Any] = {k: interval(pooled(data, k, GROUPS, estimator), estimator, rates, k) for k in KINDS}
     out["by_answer"] = {
-        c: {k: interval(pooled(data, k, (c,), estimator), estimator, rates, k) for k in KINDS} for c in CLASSES
+        c: {k: interval(pooled(data, k, ANSWER_GROUPS[c], estimator), estimator, rates, k) for k in KINDS}
+        for c in CLASSES
     }
     ends = [out[k]["low"] for k in KINDS if out[k] is not None]
     out["target"] = target

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 ALPHA = 0.05  # two-sided: each end holds 2.5%
+NORMAL_Z = 1.959964  # the normal quantile of 1 - ALPHA/2
 
 
 def _beta_cf(a: float, b: float, x: float) -> float:

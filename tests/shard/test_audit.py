@@ -13,15 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prm_synth.config import validate_config
+from prm_synth.judge.ask import UNPARSEABLE
 from prm_synth.records import LabeledRecord, ShardStats
 from prm_synth.shard.audit import (
     AuditRun,
+    agrees,
     audit_shard,
     carried_target,
-    draw_rows,
+    escalated,
+    escalating_settled,
     given_first_error,
     stratum_sums,
 )
+from prm_synth.shard.audit_draw import MIN_ROWS, allocation, audit_group, draw_rows
 from prm_synth.store.audit_counts import audit_report, miss_line
 from prm_synth.store.intervals import certifiable, clopper_pearson
 
@@ -73,9 +77,11 @@ def _population(rng: random.Random, rows: int, wrong_share: float) -> tuple[list
 @pytest.mark.parametrize("independent", [0, 1])
 def test_the_interval_holds_the_true_precision_in_most_runs_and_can_say_it_misses(independent):
     """Populations whose kept good labels are right .85 to 1.0 of the time; a perfect audit judge of 30 rows
-    (its verdict the truth), the posterior predicting every label right (as a selection's posterior does):
-    the interval holds the true precision in at least 90% of draws, its high end falls below 1 when the
-    audit finds a wrong label, and where the truth is below .97 the run does not claim the target."""
+    (its verdict the truth), the posterior predicting every label right (as a selection's posterior does)
+    and stating the spread a row kept at the target has (a 3% chance its labels are wrong from its middle
+    on: the difference estimator is never surer than that): the interval holds the true precision in at
+    least 90% of draws, its high end falls below 1 when the audit finds a wrong label, and where the truth
+    is below .97 the run does not claim the target."""
     rng = random.Random(7)
     held = met_below = below = runs = 0
     for trial in range(120):
@@ -83,7 +89,12 @@ def test_the_interval_holds_the_true_precision_in_most_runs_and_can_say_it_misse
         audited = draw_rows(records, 30, trial, 0)
         verdicts = {r.id: truth[r.id] for r in audited}
         predicted = {
-            r.id: {"good_labels": float(len(r.labels)), "good_expected": float(len(r.labels))} for r in records
+            r.id: {
+                "good_labels": float(len(r.labels)),
+                "good_expected": float(len(r.labels)),
+                "good_var": 0.03 * 0.97 * (len(r.labels) / 2) ** 2,
+            }
+            for r in records
         }
         data = {"rows_kept": len(records), "audited_rows": 30, "independent": independent}
         data["strata"] = {"first/right:good": stratum_sums(records, verdicts, predicted, "right", "good")}
@@ -163,12 +174,35 @@ def test_given_human_labels_are_the_audits_gold_and_are_never_sent_to_a_judge():
     assert good["wrong"] == 9 * 2 + 1  # gold first error 1 on nine rows (2 wrong of 3), 2 on the first (1 wrong)
 
 
-def test_the_draw_is_seeded_and_gives_wrong_answer_rows_their_share():
-    records = [row(i, [True], right=i >= 20) for i in range(80)]
+def test_the_draw_is_seeded_reads_flagged_rows_first_and_gives_every_group_its_floor():
+    records = [row(i, [True], right=i >= 20) for i in range(80)]  # 20 wrong-answer rows, 60 right
+    records += [row(80 + i, [True, False]) for i in range(4)]  # right answers the judge flagged
     first, again = draw_rows(records, 30, 0, 0), draw_rows(records, 30, 0, 0)
     assert [r.id for r in first] == [r.id for r in again] and len(first) == 30
     assert [r.id for r in draw_rows(records, 30, 1, 0)] != [r.id for r in first]
-    assert sum(r.final_correct is False for r in first) == 20  # all 20 wrong-answer rows (2/3 of 30 asked)
+    assert sum(audit_group(r) == "flagged" for r in first) == 4  # all of them
+    # no posterior spread: the rest in proportion to the groups' rows (26 of 80: about 6.5 wrong, 19.5 right)
+    assert sum(r.final_correct is False for r in first) in (6, 7)
+    # a posterior unsure of the wrong-answer rows only sends the audit there, never below the floor elsewhere
+    unsure = {r.id: {"bad_var": 0.25} for r in records if r.final_correct is False}
+    leaning = draw_rows(records, 30, 0, 0, unsure)
+    assert sum(r.final_correct is False for r in leaning) >= 12
+    assert sum(audit_group(r) == "right" for r in leaning) >= MIN_ROWS
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.fixed_dictionaries({g: st.integers(0, 40) for g in ("right", "flagged", "wrong")}),
+    spreads=st.fixed_dictionaries({g: st.floats(0, 20) for g in ("right", "flagged", "wrong")}),
+    n=st.integers(0, 120),
+)
+def test_the_allocation_takes_n_rows_no_group_more_than_it_has(sizes, spreads, n):
+    take = allocation(sizes, spreads, n)
+    assert sum(take.values()) == min(n, sum(sizes.values()))
+    assert all(0 <= take[g] <= sizes[g] for g in sizes)
+    for g in ("right", "wrong"):  # the floor, where the audit is big enough to give it
+        if n >= sum(sizes.values()) or n - take["flagged"] >= 2 * MIN_ROWS:
+            assert take[g] >= min(sizes[g], MIN_ROWS)
 
 
 def test_a_shard_surely_below_target_tightens_the_keep_rule_of_the_shards_after_it():
@@ -255,3 +289,23 @@ def test_the_same_judge_at_another_seed_is_the_runs_own_and_a_stronger_one_is_in
     data = label_precision.config_for("plain", "realistic", 0, 10).model_dump(mode="json")
     again = validate_config(data | {"audit": {"judge": {"engine": data["judge"]["engine"] | {"seed": 99}}}})
     assert same_model(again.audit.judge.engine, again.judge.engine)  # its errors are the selection's
+
+
+# ------------------------------------------------------------------ how the audit asks
+def test_a_row_closes_at_a_first_vote_that_agrees_and_a_finding_is_confirmed_by_the_majority():
+    claims = [[True, True, False], [True, True, True], [True, True, True]]
+    settled = escalating_settled(3, claims)
+    # row 0: its vote names its bad step (agrees); row 1: no error (agrees); row 2: names step 1 (a finding)
+    assert settled([[2], [-1], [1]], [0, 1, 2]) == [True, True, False]
+    assert settled([[2], [-1], [1, 1]], [2]) == [True]  # two of three for the finding: settled
+    assert settled([[2], [-1], [1, -1]], [2]) == [False]  # one each: the third vote decides
+    assert settled([[2], [-1], [UNPARSEABLE]], [2]) == [False]  # nothing readable yet
+    assert agrees([True, False, None], 1) and not agrees([True, False, None], -1) and not agrees([True, True], 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=st.floats(0.0, 1.0), k=st.integers(1, 9))
+def test_a_verdict_finds_no_more_than_its_first_vote_and_one_vote_is_a_vote(p, k):
+    assert 0.0 <= escalated(p, k) <= p + 1e-12
+    assert abs(escalated(p, 1) - p) < 1e-12
+    assert abs(escalated(p, 3) - p * (1 - (1 - p) ** 2)) < 1e-9
