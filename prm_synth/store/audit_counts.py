@@ -2,8 +2,9 @@
 and the precision it certifies (`audit_report`): the run's `estimated_precision` and `target_met`.
 
 A shard marker holds its audit as a dict (`ShardStats.audit`, summed key by key over shards). Per stratum
-`<part>/<answer class>:<kind>` (part `first`: the first shard, drawn at its own rate; `rest`: every shard
-after it, drawn at `audit.share`; answer class right / wrong; kind good / bad labels) a shard adds raw
+`<part>/<group>:<kind>` (part `first`: the first shard, drawn at its own rate; `rest`: every shard
+after it, drawn at `audit.share`; group right / flagged / wrong, the draw's: shard/audit_draw.py; kind
+good / bad labels) a shard adds raw
 sums only: the kept labels of the kind (`labels`) and kept rows holding some (`rows`), the posterior's
 expected wrong labels among them (`predicted`), the audited rows (`audited`) and their labels
 (`audited_labels`, `audited_labels_sq`), the wrong labels the audit found in them (`wrong`, `wrong_sq`,
@@ -16,9 +17,11 @@ ALL the kept labels of a stratum are estimated two ways (`estimate`):
 - `difference` (prediction-powered: the posterior's expected wrong labels over all kept rows, corrected by
   the audited rows' audit-minus-posterior residuals): what an independent audit judge (or gold) rests on.
 
-Strata's estimates and variances add (`pooled`). The interval is Clopper-Pearson on the effective binomial
+Strata's estimates and variances add (`pooled`); the difference estimator's variance is never below the
+posterior's own spread (`predicted_var`). The interval is Clopper-Pearson on the effective binomial
 (share, share(1-share)/variance; where the variance is 0, the audited rows' effective number for
-`direct`, the kept labels for `difference`, each divided by the unaudited share), then moved by the
+`direct`, the kept labels for `difference`, each divided by the unaudited share), or, for `difference`
+where the audit found no wrong label, the estimate's normal interval (prediction-powered), then moved by the
 audit judge's own error as the canaries measure it (`interval`). Its high end falls below 1 as soon as
 the audit finds a wrong label, and its low end below the target as soon as the audit cannot rule it out.
 """
