@@ -205,7 +205,9 @@ def run_case(
         "estimated": {k: estimate[k] for k in ("good", "bad")},
         "posterior_bad_interval": [alone["low"], alone["high"]] if (alone := posterior_alone["bad"]) else None,
         "inside": inside,
-        "judge_requests_per_row": round(stats.judge.samples / max(stats.rows + stats.rejected, 1), 3)
+        "judge_requests_per_row": round(
+            (stats.judge.samples - stats.judge.reused) / max(stats.rows + stats.rejected, 1), 3
+        )
         if stats.judge
         else None,
         "audit": {k: audit.get(k) for k in ("good", "bad", "target_met", "rows_audited", "estimator", "rests_on")},

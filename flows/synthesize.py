@@ -149,7 +149,7 @@ def label_shard(
         # an audit judge of its own only where it is another model (else the run's judge answers it)
         other = named is not None and config.judge is not None and not same_model(named, config.judge.engine)
         audit_engine = get_engine(named) if other else None
-        for used in (engine, judge_engine, verify_engine):
+        for used in (engine, judge_engine, verify_engine, audit_engine):
             if used is not None:  # a run that stops making progress says so, and what it waits on
                 stream_for(used).watchdog.after_s = config.run.stall_warning_s
         out = (

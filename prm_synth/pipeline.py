@@ -43,6 +43,7 @@ from prm_synth.annotate.result import Progress, quiet
 from prm_synth.config import PINNED, ConfigError, PipelineConfig
 from prm_synth.engines.base import Engine
 from prm_synth.grading.doubt import doubts_of
+from prm_synth.judge.ask import Drawn
 from prm_synth.judge.consensus import apply_consensus
 from prm_synth.judge.readable import (  # the error and its message are read here too (flows, tests)
     UnreadableJudgeError,  # noqa: F401
@@ -129,7 +130,14 @@ def process_shard(
     # a pseudo-gold may be wrong where no rollout can see it: the judge weighs that (grading/majority.py)
     doubt = doubts_of(config.grader, labeled.records, problems, majority.audit) if majority is not None else None
     tail = judge_onwards(
-        config, labeled.records, judge_engine, verify_engine, clock, canaries=canaries.stats, doubt=doubt
+        config,
+        labeled.records,
+        judge_engine,
+        verify_engine,
+        clock,
+        canaries=canaries.stats,
+        doubt=doubt,
+        known=canaries.drawn,  # the clean controls' votes: the judge's own for those rows, not asked again
     )
     records, judge_stats, consensus_stats, verify_stats = tail.records, tail.judge, tail.consensus, tail.verify
 
@@ -195,10 +203,12 @@ def judge_onwards(
     canaries: CanaryStats | None = None,
     asked_before: Mapping[str, int] | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    known: Mapping[str, Mapping[int, Drawn]] | None = None,
 ) -> Tail:
     """Judge, consensus and verify (each where the config has it) on labeled rows; `verify_only`: rows
     that passed consensus in an earlier run and only need verifying again (`finish_open_rows`); with
-    those alone, judge and consensus do not run. `asked_before`: runs that already asked a row (by id)."""
+    those alone, judge and consensus do not run. `asked_before`: runs that already asked a row (by id);
+    `known`: judge samples already drawn for a row's prompt (by id), served instead of asked."""
     asked_before = asked_before or {}
     judging = bool(records) or verify_only is None
     predicted: dict[str, dict[str, float]] = {}  # each kept row's expected right labels (the audit's, shard/audit.py)
@@ -215,6 +225,7 @@ def judge_onwards(
             # a row asked on earlier runs starts at the first sample index those runs did not use
             first_samples=[asked_before.get(r.id, 0) * config.judge.samples for r in rows],
             doubt=doubt,
+            known=known,
         )
 
     def consensus(rows: list[LabeledRecord]) -> StageResult[LabeledRecord, Any]:

@@ -10,7 +10,8 @@ keeps. Where a row carries given human labels, they are the audit's gold for it.
 Cost, in judge requests (one request is one sample): about `rows` x 1.1-1.3 (a row is asked one vote, and
 more, up to `samples`, only where that vote disagrees with its kept labels) on runs of up to `rows` /
 `share` kept rows, `share` of the kept rows beyond that; an audit judge other than the run's also judges
-up to `canary_rows` of each shard's canaries (to measure its own error), about 2 votes each.
+up to `canary_rows` of the first shard's canaries and `share` of a later shard's (to measure its own error),
+about 2 votes each.
 On by default whenever a judge and the (default) `soft` consensus run; a pipeline without a judge has no
 audit and hashes as before.
 """
@@ -51,8 +52,9 @@ class AuditConfig(Strict):
     share: float = Field(0.05, ge=0.0, le=1.0)
     """The share of every shard's kept rows audited (at least `rows` in the first shard)."""
     canary_rows: int = Field(12, ge=0, le=100_000)
-    """Canaries per shard an audit judge other than the run's own also judges, to measure its recall and
-    false alarms (the run's own judge's are the canaries' measured rates)."""
+    """Canaries an audit judge other than the run's own also judges in the first shard (`share` of a later
+    shard's), to measure its recall and false alarms, summed over the run (the run's own judge's are the
+    canaries' measured rates)."""
     judge: AuditJudgeConfig = AuditJudgeConfig()
     """The audit judge (default: the run's judge engine, up to 3 votes at fresh sample indices)."""
     seed: int = 0

@@ -51,6 +51,7 @@ class CanariesConfig(Strict):
     control_share: float = Field(0.5, ge=0.0, le=10.0)
     """Clean controls per canary (`continued` only): right-answer rows the rollouts found clean (every step
     labeled good, every prefix at p_good >= 0.9), judged with every sample like the canaries, so the
-    judge's false alarms are measured too. Cost: each is `judge.samples` judge requests."""
+    judge's false alarms are measured too. Cost: each is `judge.samples` judge requests, less the votes
+    the judge stage then reads back instead of asking again (a control is a data row)."""
     seed: int = 0
     """The seed of the draw (which solutions, which step, which change): a resumed run plants the same."""

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -131,12 +132,25 @@ def worker_main(parent_pid: int, requests_fd: int, replies_fd: int) -> None:  # 
 
 
 # ---------------------------------------------------------------- in the parent
+# What a grading worker inherits of the run's environment: it parses model output (sympy) and needs no
+# credential, so tokens and keys (HF_TOKEN, OPENAI_API_KEY, ...) stay in the parent.
+WORKER_ENV_KEYS = frozenset({"PATH", "LANG", "LANGUAGE", "TMPDIR", "TZ", "PYTHONPATH", "PYTHONHASHSEED"})
+
+
+def worker_environment(environ: Mapping[str, str], package_root: str) -> dict[str, str]:
+    """A grading worker's environment: the run's locale, path and temp folder (`WORKER_ENV_KEYS`, `LC_*`),
+    nothing else, with this package's root on PYTHONPATH."""
+    env = {k: v for k, v in environ.items() if k in WORKER_ENV_KEYS or k.startswith("LC_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environ.get("PYTHONPATH")]))
+    return env
+
+
 class _Worker:
     """One worker process, spoken to over its private pipes; killed when it misses a deadline."""
 
     def __init__(self, entry: str = WORKER_ENTRY) -> None:
         package_root = str(Path(__file__).resolve().parents[1])  # the worker imports this very package
-        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        env = worker_environment(os.environ, package_root)
         module, function = entry.split(":")
         child_requests, self._requests_fd = os.pipe()
         self._replies_fd, child_replies = os.pipe()

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from prm_synth.config import JudgeConfig
 from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, RequestRefused, SamplingOptions
@@ -88,6 +88,13 @@ def majority_vote(votes: Sequence[int]) -> tuple[int | None, bool]:
 
 
 # ------------------------------------------------------------------ judging
+# One judge sample already drawn: its vote, its answer text, its request's prompt tokens and its own
+# generated tokens. Keyed by sample index, a row's drawn samples are served again to a later stage that
+# would ask the same prompt at the same index (the canaries' clean controls, then the judge), at the tokens
+# asking would have cost (one prompt a request).
+Drawn = tuple[int, str, int, int]
+
+
 @dataclass
 class JudgeVerdict:
     first_error: int | None  # the vote's winner; None: tie or nothing readable
@@ -96,6 +103,7 @@ class JudgeVerdict:
     tokens: int  # prompt + generated tokens of this solution's request
     tie: bool = False
     refused: str | None = None  # the engine refused the request: its message (no votes then)
+    drawn: dict[int, Drawn] = field(default_factory=dict)  # by sample index: what later stages may reuse
 
 
 @dataclass(frozen=True)
@@ -169,6 +177,7 @@ def judge_solutions(
     sent: Sequence[bool] | None = None,
     settled: Callable[[list[list[int]], list[int]], list[bool]] | None = None,
     first_samples: Sequence[int] | None = None,
+    known: Sequence[Mapping[int, Drawn] | None] | None = None,
 ) -> tuple[list[JudgeVerdict | None], JudgeStats]:
     """The judge's one request loop: judge (question, steps) pairs, a refused request failing alone (its
     verdict says so). Without `settled`, one request of n=samples per pair; with it, votes are asked one
@@ -178,8 +187,13 @@ def judge_solutions(
     to `samples` rounds (selection.py).
     `sent`: which pairs are asked at all; an unsent pair's verdict is None. `first_samples`: per pair, the
     sample index its first vote is drawn at (0 where not given): a row asked again after its answers could
-    not be read starts past the indices earlier runs used, as a judge that honours seeds would repeat them."""
+    not be read starts past the indices earlier runs used, as a judge that honours seeds would repeat them.
+    `known`: per pair, samples already drawn for the same prompt (by sample index, `Drawn`): a vote whose
+    index is known is served from there, not asked again (counted in `stats.reused`); without `settled`
+    only a pair whose every index is known is served."""
     firsts = [0] * len(items) if first_samples is None else list(first_samples)
+    known = [None] * len(items) if known is None else list(known)
+    drawn: list[dict[int, Drawn]] = [{} for _ in items]
     sent = [True] * len(items) if sent is None else list(sent)
     per_request = config if settled is None else config.model_copy(update={"samples": 1})
     votes: list[list[int]] = [[] for _ in items]
@@ -191,18 +205,32 @@ def judge_solutions(
     for round_index in range(1 if settled is None else config.samples):
         if not open_rows:
             break
+        wanted = {i: range(firsts[i] + round_index, firsts[i] + round_index + per_request.samples) for i in open_rows}
+        served = [i for i in open_rows if known[i] and all(k in known[i] for k in wanted[i])]
+        for i in served:
+            for k in wanted[i]:
+                vote, text, _, generated = drawn[i][k] = known[i][k]
+                votes[i].append(vote)
+                texts[i].append(text)
+                tokens[i] += generated
+                stats.reused += 1
+            tokens[i] += known[i][wanted[i][0]][2]  # the prompt, once a request
+        asking = [i for i in open_rows if i not in served]
         requests = judge_requests(
-            [items[i] for i in open_rows], per_request, prompt, [firsts[i] + round_index for i in open_rows]
+            [items[i] for i in asking], per_request, prompt, [firsts[i] + round_index for i in asking]
         )
-        answers, calls = ask(engine, requests, max_batch_requests, "judge")
+        answers, calls = ask(engine, requests, max_batch_requests, "judge") if requests else ([], 0)
         stats.engine_calls += calls
         stats.requests += len(requests)
-        for i, answer in zip(open_rows, answers, strict=True):
+        for i, answer in zip(asking, answers, strict=True):
             if isinstance(answer, RequestRefused):
                 refused[i] = str(answer)
                 continue
             answered = [c.text for c in answer.completions]
-            votes[i] += read_votes(engine, answered, len(items[i][1]), prompt)
+            read = read_votes(engine, answered, len(items[i][1]), prompt)
+            for k, vote, c in zip(wanted[i], read, answer.completions, strict=False):
+                drawn[i][k] = (vote, c.text, answer.prompt_tokens, c.generated_tokens)
+            votes[i] += read
             texts[i] += answered
             tokens[i] += answer.prompt_tokens + answer.generated_tokens
         if settled is not None:
@@ -218,7 +246,7 @@ def judge_solutions(
             stats.refused += 1
         else:
             winner, tie = majority_vote(votes[i])
-            verdicts.append(JudgeVerdict(winner, votes[i], texts[i], tokens[i], tie))
+            verdicts.append(JudgeVerdict(winner, votes[i], texts[i], tokens[i], tie, drawn=drawn[i]))
             count_verdict(stats, votes[i], winner, tie, tokens[i])
     return verdicts, stats
 
@@ -252,11 +280,13 @@ def judge_records(
     sent: Sequence[bool] | None = None,
     settled: Callable[[list[list[int]], list[int]], list[bool]] | None = None,
     first_samples: Sequence[int] | None = None,
+    known: Mapping[str, Mapping[int, Drawn]] | None = None,
 ) -> StageResult[LabeledRecord, JudgeStats]:
     """The judge stage: (the judged rows, the rejected, its counters). The stage contract it shares with
     verify (verify.verify_records): the input rows are not changed; the rows returned are copies with the
     stage's fields filled. `sent` and `settled`: which rows are asked and when a row has votes enough
     (`judge_solutions`; selection.py sets them); by default every row gets `samples` votes at once.
+    `known`: samples already drawn for a row's prompt, by row id (`judge_solutions`).
 
     A record whose judge request the engine refused is rejected (stage "judge", "engine_refused"); one
     whose every vote is unreadable is left open ("judge_unreadable", the labeled row as its payload, so
@@ -265,7 +295,14 @@ def judge_records(
     """
     items = [(r.question, r.steps) for r in records]
     verdicts, stats = judge_solutions(
-        engine, items, config, max_batch_requests, sent=sent, settled=settled, first_samples=first_samples
+        engine,
+        items,
+        config,
+        max_batch_requests,
+        sent=sent,
+        settled=settled,
+        first_samples=first_samples,
+        known=[(known or {}).get(r.id) for r in records],
     )
     kept, rejected = apply_verdicts(engine, records, verdicts, config, stats)
     return StageResult(kept, rejected, stats)

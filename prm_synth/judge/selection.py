@@ -27,7 +27,7 @@ from dataclasses import replace
 from prm_synth.config import ConsensusConfig, JudgeConfig
 from prm_synth.engines.base import Engine
 from prm_synth.judge.accuracy import ANSWER_CLASSES, ClassAccuracy, answer_class
-from prm_synth.judge.ask import judge_records
+from prm_synth.judge.ask import Drawn, judge_records
 from prm_synth.judge.estimate import expected_precision, rates_by_class
 from prm_synth.judge.posterior import first_error_prior, late_prior, posterior, slip_hazard
 from prm_synth.records import JudgeStats, LabeledRecord
@@ -111,13 +111,14 @@ def judge_selected(
     canaries: CanaryStats | None = None,
     first_samples: Sequence[int] | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    known: Mapping[str, Mapping[int, Drawn]] | None = None,
 ) -> StageResult[LabeledRecord, JudgeStats]:
     """The judge stage under `soft`: `select: all` asks every row `samples` votes at once (judge_records);
     `needed` asks the selected rows in rounds until each is settled (see the module doc), through the same
     request loop. Same contract as judge_records: input rows unchanged, copies returned, refused rows
     rejected."""
     if config.select == "all":
-        return judge_records(engine, records, config, max_batch_requests, first_samples=first_samples)
+        return judge_records(engine, records, config, max_batch_requests, first_samples=first_samples, known=known)
 
     def settled_rows(votes: list[list[int]], rows: list[int]) -> list[bool]:
         so_far = [replace(r, judge_votes=v) for r, v in zip(records, votes, strict=True)]
@@ -134,7 +135,14 @@ def judge_selected(
 
     sent = selected(records, config, consensus, doubt, canaries)
     return judge_records(
-        engine, records, config, max_batch_requests, sent=sent, settled=settled_rows, first_samples=first_samples
+        engine,
+        records,
+        config,
+        max_batch_requests,
+        sent=sent,
+        settled=settled_rows,
+        first_samples=first_samples,
+        known=known,
     )
 
 
@@ -147,10 +155,14 @@ def judge_stage(
     canaries: CanaryStats | None = None,
     first_samples: Sequence[int] | None = None,
     doubt: Mapping[str, tuple[float, float]] | None = None,
+    known: Mapping[str, Mapping[int, Drawn]] | None = None,
 ) -> StageResult[LabeledRecord, JudgeStats]:
     """The judge stage as the pipeline runs it: under `soft`, only the rows a vote can change, votes asked
     until settled (`judge_selected`); under any other policy (or none), every row with `samples` votes.
-    `first_samples`: per row, the sample index its first vote is drawn at (judge_solutions)."""
+    `first_samples`: per row, the sample index its first vote is drawn at; `known`: samples already drawn
+    for a row's prompt, by row id, served instead of asked (judge_solutions)."""
     if consensus is not None and consensus.policy == "soft":
-        return judge_selected(engine, records, config, consensus, max_batch_requests, canaries, first_samples, doubt)
-    return judge_records(engine, records, config, max_batch_requests, first_samples=first_samples)
+        return judge_selected(
+            engine, records, config, consensus, max_batch_requests, canaries, first_samples, doubt, known
+        )
+    return judge_records(engine, records, config, max_batch_requests, first_samples=first_samples, known=known)

@@ -25,6 +25,9 @@ class JudgeStats:
     # sends one per row with n=samples), and rows not sent because the rollouts pinned them
     requests: int = 0
     rows_skipped: int = 0
+    # of `samples`, the votes served from samples an earlier stage of the shard drew for the same prompt
+    # (the canaries' clean controls): read, not asked again
+    reused: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

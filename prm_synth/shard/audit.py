@@ -10,8 +10,9 @@ audit finds its labels below the target makes the keep rule of the shards after 
 (`carried_target`, "label until certified").
 
 The audit judge's own error: an audit judge other than the run's judges up to `audit.canary_rows` of the
-shard's canaries (planted errors whose step is known): recall is its verdict naming the planted step,
-a false alarm its verdict naming a step before it (a clean prefix flagged). The run's own judge's are
+first shard's canaries and `audit.share` of a later shard's (planted errors whose step is known): recall
+is its verdict naming the planted step, a false alarm its verdict naming a step before it (a clean prefix
+flagged). The run's own judge's are
 the canaries' measured per-vote rates (records/canaries.CanaryStats), read through that interface.
 """
 
@@ -237,7 +238,7 @@ def audit_shard(
             for k in KINDS
         },
     }
-    out |= audit_of_canaries(engine, judge_cfg, config, canary_rows, canaries, independent, first)
+    out |= audit_of_canaries(engine, judge_cfg, config, canary_rows, canaries, independent, first, shard)
     for kind in KINDS:  # what the posterior said of the same kept labels (stricter_target reads it)
         out[f"posterior_{kind}_labels"] = sum(p.get(f"{kind}_labels", 0.0) for p in predicted.values())
         out[f"posterior_{kind}_expected"] = sum(p.get(f"{kind}_expected", 0.0) for p in predicted.values())
@@ -263,11 +264,13 @@ def audit_of_canaries(
     canaries: CanaryStats | None,
     independent: bool,
     first: int,
+    shard: int = 0,
 ) -> dict[str, Any]:
     """The audit judge's verdict recall and false alarms on planted errors (`canary_audited`,
     `canary_named`, `canary_early`, and what asking cost: `canary_requests`): the run's own judge's from
     the canaries' measured votes, read as an audit verdict's through `escalated`; another judge's verdicts
-    on up to `audit.canary_rows` canaries, asked as the audit asks."""
+    on up to `audit.canary_rows` canaries in the first shard and `audit.share` of a later shard's (what
+    they measure is summed over the run), asked as the audit asks."""
     k = judge_cfg.samples
     if not independent:
         if canaries is None:
@@ -283,7 +286,8 @@ def audit_of_canaries(
             "canary_named": rows * escalated(named, k),
             "canary_early": rows * escalated(early, k),
         }
-    rows = [r for r in canary_rows if isinstance(r.get("planted_step"), int)][: config.audit.canary_rows]
+    planted = [r for r in canary_rows if isinstance(r.get("planted_step"), int)]
+    rows = planted[: audit_size(len(planted), shard, config.audit.canary_rows, config.audit.share)]
     if not rows:
         return {}
     # asked as a kept row whose labels missed the planted error would be (claimed clean): the verdict's

@@ -20,7 +20,7 @@ Clean controls (`controls`): a share of rows the rollouts found clean (every pre
 every sample beside the canaries: the judge's false alarms, measured.
 
 The canaries go through the same labeler (`Labeler.label_solutions`, its own scheduler, so no row of
-the data shares a probe with them) and the same judge with every sample (`judge_records`), and are
+the data shares a probe with them) and the same judge with every sample (`judge_solutions`), and are
 measured against the planted step (`measure`; the counts: prm_synth.records.canaries), including how
 often the rollouts put the error after its step (the late-placement rate the posterior reads). They are
 rows of their own, written apart (OUT/canaries/), never into data or rejected: a data row is the same
@@ -35,7 +35,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from prm_synth.annotate.labeler import make_labeler  # the stage that labels the data labels the canaries
 from prm_synth.config import PipelineConfig
@@ -44,7 +44,7 @@ from prm_synth.engines.base import Engine, GenerationRequest, GenerationResult, 
 from prm_synth.grading.math import grade_completion, is_truncated
 from prm_synth.grading.registry import grade_completions, make_grader
 from prm_synth.judge.accuracy import answer_class, pinned_first_error
-from prm_synth.judge.ask import UNPARSEABLE, judge_records
+from prm_synth.judge.ask import UNPARSEABLE, Drawn, apply_verdicts, judge_solutions
 from prm_synth.judge.posterior import first_error_prior, late_mixture
 from prm_synth.prompting.prompts import policy_user_prompt
 from prm_synth.prompting.steps import splitter
@@ -387,6 +387,10 @@ class CanaryRun(StageResult[dict[str, object], CanaryStats]):
     def rows(self) -> list[dict[str, object]]:
         return self.kept
 
+    # the clean controls' judge samples by row id and sample index: data rows the judge stage would ask
+    # the same prompt at the same indices, so it reads these instead (judge/ask.judge_solutions `known`)
+    drawn: dict[str, dict[int, Drawn]] = field(default_factory=dict)
+
     @property
     def stats(self) -> CanaryStats | None:
         return self.counters
@@ -414,8 +418,14 @@ def run_canaries(
     labeled = make_labeler(config).label_solutions(engine, [c.solution for c in canaries])
     rows = labeled.records
     requests = 0
+    drawn: dict[str, dict[int, Drawn]] = {}
     if config.judge is not None and judge_engine is not None and rows:
-        judged, _, judge_stats = judge_records(judge_engine, rows + checks, config.judge, config.run.max_batch_requests)
+        asked = rows + checks
+        verdicts, judge_stats = judge_solutions(
+            judge_engine, [(r.question, r.steps) for r in asked], config.judge, config.run.max_batch_requests
+        )
+        judged, _ = apply_verdicts(judge_engine, asked, verdicts, config.judge, judge_stats)
+        drawn = {r.id: v.drawn for r, v in zip(checks, verdicts[len(rows) :], strict=True) if v is not None and v.drawn}
         requests = judge_stats.samples
     by_solution = {c.solution.id: c for c in canaries}
     if requests:  # a refused row is left out of `judged`: split by id, not by place
@@ -430,4 +440,4 @@ def run_canaries(
         c = by_solution[record.id]
         row = replace(record, id=CANARY_PREFIX + c.source_id).to_row()
         out.append(row | {"planted_step": c.planted.step, "planted_change": f"{c.planted.before} -> {c.planted.after}"})
-    return CanaryRun(out, counters=stats)
+    return CanaryRun(out, counters=stats, drawn=drawn)

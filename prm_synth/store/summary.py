@@ -283,7 +283,7 @@ def judge_cost(stats: ShardStats, rows: int) -> dict[str, Any]:
         return {}
     return {
         "judge": judge,
-        "judge_requests": judge.samples,
+        "judge_requests": judge.samples - judge.reused,  # votes read from the controls were not asked again
         "judge_tokens": stats.judge_tokens,
         "rows_judged": judge.solutions + judge.refused,
         "rows_not_judged": judge.rows_skipped,

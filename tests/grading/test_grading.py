@@ -319,6 +319,8 @@ def test_a_worker_that_answers_garbage_is_replaced_and_the_comparison_retried_on
     finally:
         always.kill_all()
     monkeypatch.setenv("PRM_TEST_GARBAGE_MARKER", str(tmp_path / "first-worker-was-bad"))
+    # the worker inherits only what WORKER_ENV_KEYS names: the marker is let through for this test
+    monkeypatch.setattr(grading_pool, "WORKER_ENV_KEYS", grading_pool.WORKER_ENV_KEYS | {"PRM_TEST_GARBAGE_MARKER"})
     first_bad = grading_pool.WorkerPool(1, entry="_grading_workers:garbage")
     try:
         assert first_bad.compare("1+z", "z+1", 30) == ("correct", "math_verify")
@@ -439,3 +441,25 @@ def _grade_in_child() -> tuple[str, list[int]]:
     pids = [w.process.pid for w in grading_pool.POOL._all]
     grading_pool.POOL.kill_all()
     return status, pids
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    extra=st.dictionaries(
+        st.from_regex(r"[A-Z][A-Z0-9_]{0,12}", fullmatch=True).filter(
+            lambda k: k not in grading_pool.WORKER_ENV_KEYS and not k.startswith("LC_")
+        ),
+        st.text(max_size=8),
+        max_size=6,
+    )
+)
+def test_a_grading_worker_inherits_no_token_or_key_only_locale_path_and_temp(extra):
+    """Math-verify parses model output in the worker: the run's credentials stay in the parent."""
+    environ = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "TMPDIR": "/tmp/x", "PYTHONPATH": "/a"}
+    environ |= {"HF_TOKEN": "hf_secret", "OPENAI_API_KEY": "sk-secret", "AWS_SECRET_ACCESS_KEY": "s"} | extra
+    env = grading_pool.worker_environment(environ, "/pkg")
+    assert not {"HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", *extra} & set(env)
+    assert env["PYTHONPATH"] == os.pathsep.join(["/pkg", "/a"])
+    assert {k: env[k] for k in ("PATH", "LANG", "LC_ALL", "TMPDIR")} == {
+        k: environ[k] for k in ("PATH", "LANG", "LC_ALL", "TMPDIR")
+    }

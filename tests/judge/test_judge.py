@@ -372,3 +372,36 @@ def test_an_error_profile_is_hashed_and_its_absence_is_not():
     )
     profiled = base | {"judge": {"engine": {"kind": "simulated-judge", "errors": {"off_by": 0.1}}}}
     assert validate_config(profiled).fingerprint() != plain
+
+
+def test_samples_already_drawn_are_served_not_asked_and_equal_what_the_judge_would_answer():
+    """`known`: a pair's samples drawn before for the same prompt, by index. Served where every index a
+    request wants is known (a request of n=samples; one vote a round under `settled`); the votes and
+    tokens equal those of asking; only the pairs left are sent."""
+    judge = SimulatedJudge(SimulatedJudgeConfig(accuracy=0.6, seed=5))
+    sent: list[int] = []
+
+    class Counting(SimulatedJudge):
+        def generate(self, requests):  # noqa: ANN001, ANN201
+            sent.extend(r.first_sample_index for r in requests)
+            return judge.generate(requests)
+
+    counting = Counting(SimulatedJudgeConfig(accuracy=0.6, seed=5))
+    items = [("q", ["1 + 1 = 2", "2 * 3 = 6"]), ("r", ["2 + 2 = 5", "5 * 2 = 10", "10 - 1 = 9"])]
+    config = JudgeConfig(engine=SimulatedJudgeConfig(), samples=3)
+    first, _ = judge_solutions(judge, items, config, 8)
+    assert all(v is not None and sorted(v.drawn) == [0, 1, 2] for v in first)
+    # every index known for the second pair: only the first is asked
+    again, stats = judge_solutions(counting, items, config, 8, known=[None, first[1].drawn])
+    assert len(sent) == 1 and stats.reused == 3 and stats.requests == 1
+    assert [(v.votes, v.tokens) for v in again] == [(v.votes, v.tokens) for v in first]
+    # one vote a round: indices 0 and 1 known, index 2 asked where the row is still open
+    sent.clear()
+    partial = {k: first[1].drawn[k] for k in (0, 1)}
+    never = lambda votes, rows: [False] * len(rows)  # noqa: E731 - every row stays open
+    rounds, stats = judge_solutions(counting, items, config, 8, settled=never, known=[None, partial])
+    assert stats.reused == 2 and sent.count(2) == 2 and len(sent) == 4  # pair 0 three times, pair 1 once
+    assert (
+        rounds[1].votes == first[1].votes
+        and rounds[1].tokens == judge_solutions(judge, items, config, 8, settled=never)[0][1].tokens
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -180,3 +181,37 @@ def test_a_canary_stands_on_a_candidate_step_near_where_the_shards_first_errors_
     if len(found) >= 5 and len(set(found)) == 1 and int(found[0] * 30) in candidates:
         assert abs(at - int(found[0] * 30)) <= 1  # one place the shard's errors stand: the canary is there
     assert natural_step([], 30, found, random.Random(seed)) is None
+
+
+def test_the_judge_reads_the_clean_controls_votes_instead_of_asking_again_and_the_rows_are_the_same():
+    """A clean control is a data row the judge stage asks the same prompt at the same sample indices: its
+    votes are served from the controls' answers. Rows (tokens included) are those of a shard that asks
+    again; the judge is asked fewer requests, and the summary counts only those asked."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import label_precision as lp
+
+    import prm_synth.pipeline as pipeline
+    import prm_synth.shard.canaries as canaries_module
+    from prm_synth.pipeline import iter_shards, process_shard
+    from prm_synth.simulated.engines import SimulatedJudge, SimulatedPolicy
+    from prm_synth.store.summary import judge_cost
+
+    config = lp.config_for("plain", "realistic", 1, 60)  # a shard with clean controls (seed 0's has none)
+
+    def run(reuse: bool, monkeypatch_target=pipeline):
+        policy, judge = SimulatedPolicy(config.policy), SimulatedJudge(config.judge.engine)
+        shard = next(iter(iter_shards(config)))
+        real = canaries_module.run_canaries
+        if not reuse:  # the controls' votes withheld: the judge stage asks them again
+            monkeypatch_target.run_canaries = lambda *a, **k: replace(real(*a, **k), drawn={})
+        try:
+            return process_shard(policy, config, shard, config.fingerprint(), judge_engine=judge)
+        finally:
+            monkeypatch_target.run_canaries = real
+
+    reused, asked_again = run(True), run(False)
+    assert [r.to_row() for r in reused.records] == [r.to_row() for r in asked_again.records]
+    assert reused.stats.judge.reused > 0 and asked_again.stats.judge.reused == 0
+    assert reused.stats.judge.samples == asked_again.stats.judge.samples  # the same votes read
+    assert reused.stats.judge.requests == asked_again.stats.judge.requests - reused.stats.judge.reused
+    assert judge_cost(reused.stats, 1)["judge_requests"] == reused.stats.judge.samples - reused.stats.judge.reused
