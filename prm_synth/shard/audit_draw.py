@@ -4,12 +4,13 @@ audited rows stand for it).
 
 Groups: `wrong` (the final answer is wrong or ungraded), `flagged` (a right answer whose labels still hold a
 bad one: the rollouts and the judge disagree about it, the rows a posterior is least sure of), `right`
-(every other right answer). Flagged rows are few and each may hold a wrong label, so they are read first,
-all of them up to half the audit. The rest is shared between `right` and `wrong` in proportion to each
-group's rows times the mean of two spreads: the posterior's own (its variance of a row's wrong labels,
-Neyman's allocation: rows the posterior is unsure of teach the audit most) and the spread over all kept
-rows (proportional allocation: a posterior sure of a group and wrong about it is what an audit must still
-catch). Each group gets at least `MIN_ROWS` where it has them.
+(every other right answer). Each group first gets its floor (`MIN_ROWS`, a row at a time to each in turn,
+so a small audit still reads every group). Flagged rows are few and each may hold a wrong label, so they
+are read next, all of them up to half the audit. The rest is shared between `right` and `wrong` in
+proportion to each group's rows times the mean of two spreads: the posterior's own (its variance of a
+row's wrong labels, Neyman's allocation: rows the posterior is unsure of teach the audit most) and the
+spread over all kept rows (proportional allocation: a posterior sure of a group and wrong about it is what
+an audit must still catch).
 """
 
 from __future__ import annotations
@@ -41,16 +42,21 @@ def row_spread(predicted: Mapping[str, float] | None) -> float:
 
 
 def allocation(sizes: Mapping[str, int], spreads: Mapping[str, float], n: int) -> dict[str, int]:
-    """Audited rows per group (`sizes`: rows, `spreads`: summed `row_spread`), n in all (the module doc)."""
+    """Audited rows per group (`sizes`: rows, `spreads`: summed `row_spread`), n in all (the module doc).
+    The floors first, a row at a time to each group in turn (so a small audit, a later shard's share,
+    still reads every group), then the flagged rows up to half the audit, then the rest by weight."""
     take = dict.fromkeys(sizes, 0)
     left = min(n, sum(sizes.values()))
+    for level in range(1, MIN_ROWS + 1):
+        for g in ("wrong", "right", "flagged"):
+            if left > 0 and take.get(g, 0) < min(sizes.get(g, 0), level):
+                take[g] += 1
+                left -= 1
     if sizes.get("flagged"):
-        take["flagged"] = min(sizes["flagged"], math.ceil(n / 2), left)
-        left -= take["flagged"]
+        more = min(sizes["flagged"] - take["flagged"], max(0, math.ceil(n / 2) - take["flagged"]), left)
+        take["flagged"] += more
+        left -= more
     rest = [g for g in sizes if g != "flagged" and sizes[g]]
-    for g in rest:  # the floor first
-        take[g] = min(sizes[g], MIN_ROWS, left)
-        left -= take[g]
     total_rows = sum(sizes[g] for g in rest)
     overall = math.sqrt(sum(spreads.get(g, 0.0) for g in rest) / total_rows) if total_rows else 0.0
     weight = {g: sizes[g] * (math.sqrt(spreads.get(g, 0.0) / sizes[g]) + overall) / 2 for g in rest}

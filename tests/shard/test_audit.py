@@ -200,9 +200,12 @@ def test_the_allocation_takes_n_rows_no_group_more_than_it_has(sizes, spreads, n
     take = allocation(sizes, spreads, n)
     assert sum(take.values()) == min(n, sum(sizes.values()))
     assert all(0 <= take[g] <= sizes[g] for g in sizes)
-    for g in ("right", "wrong"):  # the floor, where the audit is big enough to give it
-        if n >= sum(sizes.values()) or n - take["flagged"] >= 2 * MIN_ROWS:
-            assert take[g] >= min(sizes[g], MIN_ROWS)
+    floors = {g: min(sizes[g], MIN_ROWS) for g in sizes}
+    for g in sizes:  # the floor where the audit is big enough to give every group its own; else one row each
+        if n >= sum(floors.values()):
+            assert take[g] >= floors[g]
+        elif n >= sum(1 for v in sizes.values() if v):
+            assert take[g] >= min(sizes[g], 1)
 
 
 def test_a_shard_surely_below_target_tightens_the_keep_rule_of_the_shards_after_it():
