@@ -45,12 +45,7 @@ def run(
     config = _config(pipeline)
     from prm_synth.cli import preflight
 
-    out_dir = Path(out) if out is not None else preflight.default_out_dir(config)
-    if not dry_run:
-        preflight.check_output_folder(out_dir)
-        if not overwrite:
-            config = preflight.check_same_config(out_dir, config)
-    preflight.check_problem_source(config, limit)
+    config, out_dir = preflight.checked_run(config, Path(out) if out is not None else None, limit, dry_run, overwrite)
     quiet_expected_failures()
     from flows.synthesize import synthesize
     from prm_synth.engines import close_engines

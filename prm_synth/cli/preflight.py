@@ -112,3 +112,23 @@ def check_problem_source(config: PipelineConfig, limit: int | None = None) -> No
         raise PreflightError(str(e)) from None
     except OSError as e:
         raise PreflightError(f"problem file {config.problems.path}: {e.strerror or e}") from None
+
+
+def checked_run(
+    config: PipelineConfig,
+    out: Path | None,
+    limit: int | None,
+    dry_run: bool,
+    overwrite: bool,
+    say_notes: bool = True,
+) -> tuple[PipelineConfig, Path]:
+    """The checks a run passes before it starts (`prm-synth run` and `prm_synth.run` alike): its folder
+    (default: `default_out_dir`) is writable and, unless overwritten, labeled by this config; its problem
+    source is readable. The config as the folder's notes leave it, and the folder."""
+    out_dir = out if out is not None else default_out_dir(config)
+    if not dry_run:
+        check_output_folder(out_dir)
+        if not overwrite:
+            config = check_same_config(out_dir, config, say_notes=say_notes)
+    check_problem_source(config, limit)
+    return config, out_dir

@@ -114,12 +114,7 @@ def run(
     if verbose:
         verbose_engines()
     config = _load(pipeline)
-    out_dir = out if out is not None else preflight.default_out_dir(config)
-    if not dry_run:
-        preflight.check_output_folder(out_dir)
-        if not overwrite:
-            config = preflight.check_same_config(out_dir, config, say_notes=not supervise.is_worker())
-    preflight.check_problem_source(config, limit)
+    config, out_dir = preflight.checked_run(config, out, limit, dry_run, overwrite, not supervise.is_worker())
     if not (dry_run or overwrite) and (done := nothing_left(config, out_dir, limit, retry_refused)) is not None:
         _report(_explain_demo(done, config), started, json_out, out_dir)  # every shard finished: no Prefect
         return
