@@ -25,7 +25,7 @@ audit's interval (`estimated_precision`), `target_met`, and whether the interval
 precision, counted only where the check could fail (measured below 1, or the interval's high end below 1).
 
 Seeds: development 0-3 (the default; settings are chosen here; 4-11 chose the continued canaries); used (looked
-at, then something changed): 100-102, 200-202, 300-309; reported once, after the last choice: 320-324, 325-334;
+at, then something changed): 100-102, 200-202, 300-309, 325-334; reported once, after the last choice: 320-324;
 held-out from here: 335 on (`--seeds 335 336 ...`).
 
     .venv/bin/python benchmarks/label_precision.py [--problems 60] [--seeds 0 1 2 3] [--report]
@@ -76,10 +76,11 @@ CASES = (
 DEVELOPMENT_SEEDS = [0, 1, 2, 3]
 # once called held-out, looked at since (issue 57): 100-102, 200-202 shaped the redesign; 300-309 were read by the
 # audit's report before its estimator changed, 300-302 by the canaries' before their design changed
-USED_SEEDS = [100, 101, 102, 200, 201, 202, *range(300, 310)]
-# reported on once after the last choice: 320-324 (the continued canaries), 325-334 (the continued canaries
-# and the audit's one-vote asking, doubt-led draw and prediction-powered interval); the next report takes 335 on
-REPORTED_SEEDS = [*range(320, 335)]
+# 325-334: reported on once, then the judge's request count changed (the controls' votes read back, rows
+# unchanged) because the budget those runs showed was over: used from then on
+USED_SEEDS = [100, 101, 102, 200, 201, 202, *range(300, 310), *range(325, 335)]
+# reported on once after the last choice: 320-324 (the continued canaries); the next report takes 335 on
+REPORTED_SEEDS = [320, 321, 322, 323, 324]
 # a stronger audit judge than the realistic one: what `audit.judge` may name (another model)
 STRONG_AUDIT = {
     "kind": "simulated-judge",
